@@ -1,0 +1,1 @@
+//! zones.toml: schema, lookup order, loading and validation. (Being written.)

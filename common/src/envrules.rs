@@ -1,0 +1,105 @@
+//! The environment a sandboxed command receives.
+
+use crate::plan::EnvPlan;
+
+/// Variables no sandbox inherits from its caller, whatever a profile says: wardcell's
+/// own (set afresh for each sandbox) and pointers to host agents whose sockets are
+/// masked anyway.
+pub const ALWAYS_REMOVED: &[&str] = &[
+    "WARDCELL_*",
+    "SSH_AUTH_SOCK",
+    "SSH_AGENT_PID",
+    "GPG_AGENT_INFO",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "DOCKER_HOST",
+    "XDG_RUNTIME_DIR",
+];
+
+/// Glob match with `*` matching any run of characters (including none).
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let p = pattern.as_bytes();
+    let n = name.as_bytes();
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == n[ni] {
+            pi += 1;
+            ni += 1;
+        } else if let Some((sp, sn)) = star {
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// The caller's environment filtered by `rules`, minus `extra_removed` (for example the
+/// variables a credential reads), then the profile's `set`.
+pub fn filter(
+    caller: impl IntoIterator<Item = (String, String)>,
+    rules: &EnvPlan,
+    extra_removed: &[String],
+) -> Vec<(String, String)> {
+    let removed = |name: &str| {
+        ALWAYS_REMOVED.iter().any(|p| glob_match(p, name))
+            || rules.deny.iter().any(|p| glob_match(p, name))
+            || extra_removed.iter().any(|p| glob_match(p, name))
+    };
+    let mut out: Vec<(String, String)> = caller
+        .into_iter()
+        .filter(|(k, _)| !k.is_empty() && !k.contains('=') && !removed(k))
+        .collect();
+    for (k, v) in &rules.set {
+        out.retain(|(ok, _)| ok != k);
+        out.push((k.clone(), v.clone()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("*_TOKEN", "GITHUB_TOKEN"));
+        assert!(glob_match("*_TOKEN", "_TOKEN"));
+        assert!(!glob_match("*_TOKEN", "GITHUB_TOKENS"));
+        assert!(glob_match("AWS_*", "AWS_SECRET_ACCESS_KEY"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("A*B*C", "AxxBxxC"));
+        assert!(!glob_match("A*B*C", "AxxBxx"));
+        assert!(glob_match("PATH", "PATH"));
+        assert!(!glob_match("PATH", "PATHX"));
+    }
+
+    #[test]
+    fn filter_removes_denied_and_wardcell_and_sets() {
+        let caller = vec![
+            ("PATH".to_string(), "/usr/bin".to_string()),
+            ("GITHUB_TOKEN".to_string(), "s3cret".to_string()),
+            ("WARDCELL_ZONE".to_string(), "forged".to_string()),
+            ("SSH_AUTH_SOCK".to_string(), "/run/x".to_string()),
+            ("EDITOR".to_string(), "vim".to_string()),
+            ("COMPANY_GIT_TOKEN2".to_string(), "t".to_string()),
+        ];
+        let rules = EnvPlan {
+            deny: vec!["*_TOKEN".into()],
+            set: vec![("EDITOR".into(), "true".into())],
+        };
+        let out = filter(caller, &rules, &["COMPANY_GIT_TOKEN2".to_string()]);
+        assert_eq!(
+            out,
+            vec![
+                ("PATH".to_string(), "/usr/bin".to_string()),
+                ("EDITOR".to_string(), "true".to_string()),
+            ]
+        );
+    }
+}

@@ -1,0 +1,17 @@
+//! wardcell-common: what the client, broker, shim and proxy agree on.
+//!
+//! - [`protocol`]: frames (u32 LE length + one bincode 2 message) and the message enums,
+//!   typed by direction. The codec lives in that one module.
+//! - [`plan`]: the resolved plan the client hands the broker, and the sandbox spec the
+//!   broker hands the shim.
+//! - [`config`] and [`resolve`]: zones.toml, its validation, and its resolution into a plan.
+//! - [`paths`]: where wardcell's own directories are, and path expansion.
+//! - [`envrules`]: the environment a sandbox receives.
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod envrules;
+pub mod paths;
+pub mod plan;
+pub mod protocol;
+pub mod resolve;

@@ -1,0 +1,137 @@
+//! Where wardcell keeps things, and how profile paths expand.
+//!
+//! Functions here take the environment as a lookup function so that tests can call them
+//! with any environment and so that nothing here reads global state behind the caller.
+
+use std::path::{Path, PathBuf};
+
+use crate::plan::Dirs;
+
+/// The system-wide configuration directory.
+pub const SYSTEM_CONFIG_DIR: &str = "/etc/wardcell";
+
+/// Where packaged helper binaries live.
+pub const LIBEXEC_DIR: &str = "/usr/libexec/wardcell";
+
+/// An XDG base directory: the variable when it holds an absolute path, else the default
+/// under home (the XDG spec says relative values are to be ignored).
+fn xdg(get: &dyn Fn(&str) -> Option<String>, var: &str, home: &Path, default: &str) -> PathBuf {
+    match get(var) {
+        Some(v) if v.starts_with('/') => PathBuf::from(v),
+        _ => home.join(default),
+    }
+}
+
+/// The user's configuration directory for wardcell.
+pub fn user_config_dir(get: &dyn Fn(&str) -> Option<String>, home: &Path) -> PathBuf {
+    xdg(get, "XDG_CONFIG_HOME", home, ".config").join("wardcell")
+}
+
+/// wardcell's directories for this user.
+///
+/// `uid` names the fallback runtime directory (`/tmp/wardcell-<uid>`) used when there is
+/// no usable `XDG_RUNTIME_DIR`.
+pub fn dirs(
+    get: &dyn Fn(&str) -> Option<String>,
+    home: &Path,
+    uid: u32,
+    explicit_config: Option<&Path>,
+) -> Dirs {
+    let mut config = vec![user_config_dir(get, home), PathBuf::from(SYSTEM_CONFIG_DIR)];
+    if let Some(file) = explicit_config {
+        config.push(file.to_path_buf());
+    }
+    let state = xdg(get, "XDG_STATE_HOME", home, ".local/state").join("wardcell");
+    let runtime = match get("XDG_RUNTIME_DIR") {
+        Some(v) if v.starts_with('/') => PathBuf::from(v).join("wardcell"),
+        _ => PathBuf::from(format!("/tmp/wardcell-{uid}")),
+    };
+    Dirs {
+        config,
+        state,
+        runtime,
+    }
+}
+
+/// The directory that holds one run's audit log.
+pub fn runs_dir(dirs: &Dirs) -> PathBuf {
+    dirs.state.join("runs")
+}
+
+/// Expand a profile path: `~` and `~/x` under home, `.` and `./x` under the directory
+/// `run` started in, absolute paths as they are. Anything else is an error message.
+pub fn expand(raw: &str, home: &Path, cwd: &Path) -> Result<PathBuf, String> {
+    let out = if raw == "~" {
+        home.to_path_buf()
+    } else if let Some(rest) = raw.strip_prefix("~/") {
+        home.join(rest)
+    } else if raw == "." {
+        cwd.to_path_buf()
+    } else if let Some(rest) = raw.strip_prefix("./") {
+        cwd.join(rest)
+    } else if raw.starts_with('/') {
+        PathBuf::from(raw)
+    } else {
+        return Err(format!(
+            "path {raw:?} must be absolute or start with \"~\" or \".\""
+        ));
+    };
+    if out.components().any(|c| c == std::path::Component::ParentDir) {
+        return Err(format!("path {raw:?} must not contain \"..\""));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn xdg_variables_win_when_absolute() {
+        let home = Path::new("/home/u");
+        let e = env(&[
+            ("XDG_CONFIG_HOME", "/cfg"),
+            ("XDG_STATE_HOME", "/st"),
+            ("XDG_RUNTIME_DIR", "/run/user/7"),
+        ]);
+        let d = dirs(&e, home, 7, None);
+        assert_eq!(d.config[0], PathBuf::from("/cfg/wardcell"));
+        assert_eq!(d.state, PathBuf::from("/st/wardcell"));
+        assert_eq!(d.runtime, PathBuf::from("/run/user/7/wardcell"));
+    }
+
+    #[test]
+    fn relative_or_missing_xdg_falls_back() {
+        let home = Path::new("/home/u");
+        let e = env(&[("XDG_CONFIG_HOME", "rel"), ("XDG_RUNTIME_DIR", "also-rel")]);
+        let d = dirs(&e, home, 7, Some(Path::new("/x/zones.toml")));
+        assert_eq!(d.config[0], PathBuf::from("/home/u/.config/wardcell"));
+        assert_eq!(d.config[1], PathBuf::from("/etc/wardcell"));
+        assert_eq!(d.config[2], PathBuf::from("/x/zones.toml"));
+        assert_eq!(d.state, PathBuf::from("/home/u/.local/state/wardcell"));
+        assert_eq!(d.runtime, PathBuf::from("/tmp/wardcell-7"));
+    }
+
+    #[test]
+    fn expansion() {
+        let h = Path::new("/home/u");
+        let c = Path::new("/src/p");
+        assert_eq!(expand("~", h, c).unwrap(), PathBuf::from("/home/u"));
+        assert_eq!(expand("~/.ssh", h, c).unwrap(), PathBuf::from("/home/u/.ssh"));
+        assert_eq!(expand(".", h, c).unwrap(), PathBuf::from("/src/p"));
+        assert_eq!(expand("./t", h, c).unwrap(), PathBuf::from("/src/p/t"));
+        assert_eq!(expand("/usr", h, c).unwrap(), PathBuf::from("/usr"));
+        assert!(expand("usr", h, c).is_err());
+        assert!(expand("~user/x", h, c).is_err());
+        assert!(expand("/a/../b", h, c).is_err());
+    }
+}

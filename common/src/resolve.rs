@@ -1,0 +1,1 @@
+//! Configuration + command line -> [`crate::plan::Plan`]. (Being written.)

@@ -1,0 +1,3 @@
+//! The wardcell client. (Being written.)
+#![forbid(unsafe_code)]
+fn main() {}
