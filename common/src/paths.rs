@@ -76,7 +76,10 @@ pub fn expand(raw: &str, home: &Path, cwd: &Path) -> Result<PathBuf, String> {
             "path {raw:?} must be absolute or start with \"~\" or \".\""
         ));
     };
-    if out.components().any(|c| c == std::path::Component::ParentDir) {
+    if out
+        .components()
+        .any(|c| c == std::path::Component::ParentDir)
+    {
         return Err(format!("path {raw:?} must not contain \"..\""));
     }
     Ok(out)
@@ -126,7 +129,10 @@ mod tests {
         let h = Path::new("/home/u");
         let c = Path::new("/src/p");
         assert_eq!(expand("~", h, c).unwrap(), PathBuf::from("/home/u"));
-        assert_eq!(expand("~/.ssh", h, c).unwrap(), PathBuf::from("/home/u/.ssh"));
+        assert_eq!(
+            expand("~/.ssh", h, c).unwrap(),
+            PathBuf::from("/home/u/.ssh")
+        );
         assert_eq!(expand(".", h, c).unwrap(), PathBuf::from("/src/p"));
         assert_eq!(expand("./t", h, c).unwrap(), PathBuf::from("/src/p/t"));
         assert_eq!(expand("/usr", h, c).unwrap(), PathBuf::from("/usr"));

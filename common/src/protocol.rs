@@ -39,7 +39,10 @@ pub enum FrameError {
     /// The payload is not one well-formed message of the expected type.
     Malformed(String),
     /// The peer's Hello names a different protocol version.
-    Version { ours: u32, theirs: u32 },
+    Version {
+        ours: u32,
+        theirs: u32,
+    },
     /// A message to send encodes to more than [`MAX_FRAME_LEN`].
     TooLargeToSend(usize),
     Io(io::Error),
@@ -199,7 +202,10 @@ pub enum ShimReport {
     /// A step before exec failed; nothing ran. `step` names it, `message` says why.
     SetupFailed { step: String, message: String },
     /// Landlock is enforced at this ABI; `partial` lists what this kernel could not add.
-    Confined { landlock_abi: i32, partial: Vec<String> },
+    Confined {
+        landlock_abi: i32,
+        partial: Vec<String>,
+    },
     /// execve of the command failed with this errno; nothing ran.
     ExecFailed { errno: i32 },
     /// The command ended with this exit code.
@@ -241,15 +247,11 @@ pub enum ZoneResponse {
         zones: Vec<ZoneEntry>,
     },
     /// The request is refused; `message` is the user's one-line error without `error: `.
-    Refused {
-        message: String,
-    },
+    Refused { message: String },
     /// The command started in its new sandbox.
     Started,
     /// The command ended with this exit code.
-    Exited {
-        code: i32,
-    },
+    Exited { code: i32 },
 }
 
 #[cfg(test)]
@@ -323,7 +325,10 @@ mod tests {
             theirs: 99,
         }
         .to_string();
-        assert!(msg.contains("version 1") && msg.contains("version 99"), "{msg}");
+        assert!(
+            msg.contains("version 1") && msg.contains("version 99"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -368,7 +373,10 @@ mod tests {
             let r = read_frame::<ZoneRequest>(&mut Stingy {
                 data: Cursor::new(data),
             });
-            assert!(matches!(r, Err(FrameError::TooLong(n)) if n == len as u64), "{r:?}");
+            assert!(
+                matches!(r, Err(FrameError::TooLong(n)) if n == len as u64),
+                "{r:?}"
+            );
         }
     }
 
@@ -393,16 +401,19 @@ mod tests {
         let cases: Vec<Vec<u8>> = vec![
             vec![],
             vec![0xff],
-            vec![7],                          // discriminant out of range
-            vec![1, 0xfb, 0xff, 0xff, 0xff],  // string length far beyond the payload
-            vec![1, 2, 0xc3, 0x28, 0, 0, 0],  // invalid UTF-8 in a string
+            vec![7],                         // discriminant out of range
+            vec![1, 0xfb, 0xff, 0xff, 0xff], // string length far beyond the payload
+            vec![1, 2, 0xc3, 0x28, 0, 0, 0], // invalid UTF-8 in a string
             vec![1, 0xfd, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f], // huge u64 length
         ];
         for payload in cases {
             let mut frame = (payload.len() as u32).to_le_bytes().to_vec();
             frame.extend_from_slice(&payload);
             let r = read_frame::<ZoneRequest>(&mut Cursor::new(frame));
-            assert!(matches!(r, Err(FrameError::Malformed(_))), "{payload:?}: {r:?}");
+            assert!(
+                matches!(r, Err(FrameError::Malformed(_))),
+                "{payload:?}: {r:?}"
+            );
         }
         let mut x: u64 = 0x9e3779b97f4a7c15;
         for round in 0..5000 {

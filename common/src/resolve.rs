@@ -1,1 +1,409 @@
-//! Configuration + command line -> [`crate::plan::Plan`]. (Being written.)
+//! Configuration + command line -> [`crate::plan::Plan`].
+//!
+//! [`resolve`] is the one place a plan is made: `wardcell run` hands its result to the
+//! broker and `wardcell policy show` prints it, so the two cannot disagree. Here every
+//! profile gets its `extends` applied and its paths expanded and canonicalised; a path
+//! that does not exist on this machine is not an error but is left out and listed in
+//! [`ProfilePlan::skipped`].
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::config::{Config, Profile};
+use crate::paths;
+use crate::plan::{
+    AuditPlan, Dirs, EnvPlan, NetworkPlan, Plan, ProfilePlan, Skipped, Start, ZonePlan,
+};
+
+/// Where the user asked the run to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartRequest {
+    /// The configuration's default zone.
+    Default,
+    /// `--zone NAME`.
+    Zone(String),
+    /// `--profile NAME`: outside any zone.
+    Profile(String),
+}
+
+/// What resolution needs to know about this machine and this invocation.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// The user's home directory: "~".
+    pub home: PathBuf,
+    /// The directory wardcell was started in: ".".
+    pub cwd: PathBuf,
+    pub dirs: Dirs,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolveError {
+    UnknownZone {
+        name: String,
+        source: String,
+        known: Vec<String>,
+    },
+    UnknownProfile {
+        name: String,
+        source: String,
+        known: Vec<String>,
+    },
+}
+
+/// How a message names the configuration.
+fn config_name(source: &str) -> String {
+    if source == crate::config::BUILTIN_LABEL {
+        "the built-in default configuration".to_string()
+    } else {
+        source.to_string()
+    }
+}
+
+impl fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ResolveError::UnknownZone {
+                name,
+                source,
+                known,
+            } => write!(
+                f,
+                "there is no zone '{name}' in {}; its zones are: {} (see `wardcell zone list`)",
+                config_name(source),
+                known.join(", ")
+            ),
+            ResolveError::UnknownProfile {
+                name,
+                source,
+                known,
+            } => write!(
+                f,
+                "there is no profile '{name}' in {}; the profiles are: {}",
+                config_name(source),
+                known.join(", ")
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ResolveError {}
+
+/// Turn a checked configuration, where to start, and the command into the plan.
+pub fn resolve(
+    cfg: &Config,
+    start: StartRequest,
+    command: Vec<String>,
+    ctx: &Context,
+) -> Result<Plan, ResolveError> {
+    let home = canonical_or_given(&ctx.home);
+    let cwd = canonical_or_given(&ctx.cwd);
+
+    let (start, zones) = match start {
+        StartRequest::Profile(name) => {
+            let profile = resolve_profile(cfg, &name, &home, &cwd)?;
+            (Start::Profile(profile), Vec::new())
+        }
+        StartRequest::Default | StartRequest::Zone(_) => {
+            let name = match start {
+                StartRequest::Zone(name) => {
+                    if cfg.zone(&name).is_none() {
+                        return Err(ResolveError::UnknownZone {
+                            name,
+                            source: cfg.source.clone(),
+                            known: cfg.zones.iter().map(|z| z.name.clone()).collect(),
+                        });
+                    }
+                    name
+                }
+                _ => cfg.default_zone().name.clone(),
+            };
+            let mut zones = Vec::with_capacity(cfg.zones.len());
+            for z in &cfg.zones {
+                zones.push(ZonePlan {
+                    name: z.name.clone(),
+                    description: z.description.clone(),
+                    default: z.default,
+                    enter_from: z.enter_from.clone(),
+                    requires_approval: z.requires_approval,
+                    approval_timeout_secs: z.approval_timeout_secs,
+                    authenticated: z.authenticated,
+                    profile: resolve_profile(cfg, &z.profile, &home, &cwd)?,
+                });
+            }
+            zones.sort_by(|a, b| a.name.cmp(&b.name));
+            (Start::Zone(name), zones)
+        }
+    };
+
+    Ok(Plan {
+        source: cfg.source.clone(),
+        cwd,
+        home,
+        command,
+        start,
+        zones,
+        approval: cfg.approval.clone(),
+        audit: AuditPlan {
+            syslog: cfg.audit_syslog,
+        },
+        dirs: ctx.dirs.clone(),
+    })
+}
+
+/// One profile, `extends` applied, paths resolved against `home` and `cwd`.
+pub fn resolve_profile(
+    cfg: &Config,
+    name: &str,
+    home: &Path,
+    cwd: &Path,
+) -> Result<ProfilePlan, ResolveError> {
+    let p: Profile = cfg
+        .effective_profile(name)
+        .ok_or_else(|| ResolveError::UnknownProfile {
+            name: name.to_string(),
+            source: cfg.source.clone(),
+            known: cfg.profiles.keys().cloned().collect(),
+        })?;
+    let mut skipped = Vec::new();
+    let read = resolve_paths("read", &p.read, home, cwd, &mut skipped);
+    let write = resolve_paths("write", &p.write, home, cwd, &mut skipped);
+    let deny = resolve_paths("deny", &p.deny, home, cwd, &mut skipped);
+    Ok(ProfilePlan {
+        name: p.name,
+        read,
+        write,
+        deny,
+        skipped,
+        env: EnvPlan {
+            deny: p.env_deny,
+            set: p.env_set,
+        },
+        network: NetworkPlan {
+            allow: p.network_allow,
+        },
+        credentials: p.credentials,
+    })
+}
+
+/// Expand and canonicalise each entry; what cannot be goes to `skipped`. Duplicates
+/// (after canonicalisation) are dropped, first one kept.
+fn resolve_paths(
+    rule: &str,
+    raw: &[String],
+    home: &Path,
+    cwd: &Path,
+    skipped: &mut Vec<Skipped>,
+) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for entry in raw {
+        let resolved = paths::expand(entry, home, cwd).and_then(|p| {
+            std::fs::canonicalize(&p).map_err(|e| match e.kind() {
+                io::ErrorKind::NotFound => "does not exist".to_string(),
+                io::ErrorKind::PermissionDenied => {
+                    "cannot be reached: permission denied".to_string()
+                }
+                _ => format!("cannot be resolved: {e}"),
+            })
+        });
+        match resolved {
+            Ok(p) => {
+                if !out.contains(&p) {
+                    out.push(p);
+                }
+            }
+            Err(reason) => {
+                let s = Skipped {
+                    rule: rule.to_string(),
+                    path: entry.clone(),
+                    reason,
+                };
+                if !skipped.contains(&s) {
+                    skipped.push(s);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn canonical_or_given(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse;
+
+    struct TempDir(PathBuf);
+    impl TempDir {
+        fn new(tag: &str) -> TempDir {
+            let p =
+                std::env::temp_dir().join(format!("wardcell-resolve-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            TempDir(std::fs::canonicalize(&p).unwrap())
+        }
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn ctx(t: &TempDir) -> Context {
+        let home = t.0.join("home");
+        let cwd = t.0.join("src");
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::create_dir_all(&cwd).unwrap();
+        Context {
+            dirs: paths::dirs(&|_| None, &home, 1000, None),
+            home,
+            cwd,
+        }
+    }
+
+    const CFG: &str = r#"
+[zones.push]
+profile = "p"
+description = "Pushes"
+enter_from = ["agent"]
+requires_approval = true
+approval_timeout = "10m"
+authenticated = true
+
+[zones.agent]
+profile = "developer-readonly"
+default = true
+
+[profiles.p]
+extends = "developer-readonly"
+read = ["~", "./missing", "~/."]
+deny = ["~/.ssh", "~/.nothing"]
+network = { allow = ["git.example.com:443"] }
+credentials = ["c"]
+
+[credentials.c]
+hosts = ["git.example.com"]
+scheme = "bearer"
+secret = { env = "C_TOKEN" }
+
+[approval]
+plugin = ["/bin/true"]
+"#;
+
+    #[test]
+    fn default_start_resolves_every_zone_sorted() {
+        let t = TempDir::new("default");
+        let c = ctx(&t);
+        let cfg = parse(CFG, "/x/zones.toml").unwrap();
+        let plan = resolve(&cfg, StartRequest::Default, vec!["make".into()], &c).unwrap();
+        assert_eq!(plan.source, "/x/zones.toml");
+        assert_eq!(plan.start, Start::Zone("agent".into()));
+        assert_eq!(plan.command, ["make"]);
+        assert_eq!(plan.cwd, c.cwd);
+        assert_eq!(plan.home, c.home);
+        assert_eq!(plan.approval, Some(vec!["/bin/true".to_string()]));
+        assert_eq!(plan.dirs, c.dirs);
+        let names: Vec<_> = plan.zones.iter().map(|z| z.name.as_str()).collect();
+        assert_eq!(names, ["agent", "push"]);
+
+        let push = &plan.zones[1];
+        assert_eq!(push.approval_timeout_secs, Some(600));
+        assert!(push.requires_approval && push.authenticated && !push.default);
+        assert_eq!(push.description.as_deref(), Some("Pushes"));
+        let p = &push.profile;
+        assert_eq!(p.name, "p");
+        // "~" from the built-in and "~" and "~/." here collapse to one entry.
+        assert_eq!(p.read.iter().filter(|r| **r == c.home).count(), 1);
+        assert!(p.read.contains(&c.cwd));
+        assert_eq!(p.write, [c.cwd.clone()]);
+        assert!(p.deny.contains(&c.home.join(".ssh")));
+        assert!(p.skipped.contains(&Skipped {
+            rule: "read".into(),
+            path: "./missing".into(),
+            reason: "does not exist".into(),
+        }));
+        assert!(p.skipped.contains(&Skipped {
+            rule: "deny".into(),
+            path: "~/.nothing".into(),
+            reason: "does not exist".into(),
+        }));
+        // Built-in deny entries absent from this home are skipped, not errors.
+        assert!(p.skipped.iter().any(|s| s.path == "~/.aws"));
+        assert!(p.env.deny.contains(&"*_TOKEN".to_string()));
+        assert_eq!(p.network.allow, ["git.example.com:443"]);
+        assert_eq!(p.credentials, ["c"]);
+        // Every resolved path is absolute.
+        for z in &plan.zones {
+            let pr = &z.profile;
+            assert!(pr
+                .read
+                .iter()
+                .chain(&pr.write)
+                .chain(&pr.deny)
+                .all(|x| x.is_absolute()));
+        }
+    }
+
+    #[test]
+    fn explicit_zone_and_unknown_zone() {
+        let t = TempDir::new("zone");
+        let c = ctx(&t);
+        let cfg = parse(CFG, "/x/zones.toml").unwrap();
+        let plan = resolve(&cfg, StartRequest::Zone("push".into()), vec![], &c).unwrap();
+        assert_eq!(plan.start, Start::Zone("push".into()));
+        let e = resolve(&cfg, StartRequest::Zone("nope".into()), vec![], &c).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "there is no zone 'nope' in /x/zones.toml; its zones are: agent, push (see `wardcell zone list`)"
+        );
+    }
+
+    #[test]
+    fn profile_start_has_no_zones() {
+        let t = TempDir::new("profile");
+        let c = ctx(&t);
+        let cfg = Config::builtin();
+        let plan = resolve(
+            &cfg,
+            StartRequest::Profile("readonly".into()),
+            vec!["ls".into()],
+            &c,
+        )
+        .unwrap();
+        assert!(plan.zones.is_empty());
+        match &plan.start {
+            Start::Profile(p) => {
+                assert_eq!(p.name, "readonly");
+                assert!(p.write.is_empty());
+                assert!(p.read.contains(&c.home));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(plan.source, "built-in default");
+        let e = resolve(&cfg, StartRequest::Profile("nope".into()), vec![], &c).unwrap_err();
+        assert!(matches!(e, ResolveError::UnknownProfile { .. }));
+        assert!(
+            e.to_string().contains("base, developer-readonly, readonly"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn symlinks_are_canonicalised_and_deduplicated() {
+        let t = TempDir::new("links");
+        let c = ctx(&t);
+        std::fs::create_dir_all(t.0.join("real")).unwrap();
+        std::os::unix::fs::symlink(t.0.join("real"), c.home.join("link")).unwrap();
+        let text = format!(
+            "[zones.a]\nprofile = \"p\"\ndefault = true\n[profiles.p]\nread = [\"~/link\", \"{}\"]\n",
+            t.0.join("real").display()
+        );
+        let cfg = parse(&text, "f").unwrap();
+        let plan = resolve(&cfg, StartRequest::Default, vec![], &c).unwrap();
+        assert_eq!(plan.zones[0].profile.read, [t.0.join("real")]);
+        assert!(plan.zones[0].profile.skipped.is_empty());
+    }
+}

@@ -1,1 +1,333 @@
-fn main() {}
+//! wardcell-broker: the trusted part of a run, small enough to audit on its own.
+//!
+//! `wardcell run` resolves the configuration into a plan and execs this binary with the
+//! plan on fd 3. The broker never parses TOML or command lines and never reads a secret.
+//! It takes these steps:
+//!
+//! 1. take the plan from fd 3 (a Hello, then exactly one `Launch::Run`);
+//! 2. make the run id and the run's directories (0700), and the directories it masks;
+//! 3. build the first sandbox's spec from the start zone's (or profile's) rules;
+//! 4. find wardcell-shim next to itself or in /usr/libexec/wardcell, and decide whether
+//!    the command gets a pty (when stdin and stdout are terminals);
+//! 5. route the signals it forwards into a signalfd;
+//! 6. start the sandbox (sys::spawn) and hand the shim its spec;
+//! 7. relay until the sandbox ends, restore the terminal, remove the run's directory,
+//!    and exit with the command's status (128+N for a signal).
+
+mod error;
+mod relay;
+mod runid;
+mod spec;
+mod sys;
+
+use std::ffi::CString;
+use std::fs;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::termios::{self, SetArg, Termios};
+
+use wardcell_common::plan::{Plan, ProfilePlan, Start};
+use wardcell_common::protocol::{self, Launch, ShimReport, ShimRequest};
+
+use error::BrokerError;
+use relay::{Outcome, Running};
+
+/// Signals the broker passes to the sandbox.
+const FORWARDED: &[Signal] = &[
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
+
+fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--version") {
+        println!("wardcell-broker {}", env!("CARGO_PKG_VERSION"));
+        return;
+    }
+    let code = match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+fn run() -> Result<i32, BrokerError> {
+    // 1. The plan.
+    let plan = take_plan()?;
+
+    // 2. Run id and directories.
+    let mut random = [0u8; 4];
+    sys::random_bytes(&mut random).map_err(|e| BrokerError::Launch(e.to_string()))?;
+    let run_id = runid::new_run_id(random);
+    prepare_own_dirs(&plan)?;
+    let run_dir = plan.dirs.runtime.join(&run_id);
+    make_private_dir(&run_dir)?;
+    let result = run_sandbox(&plan, &run_id);
+    let _ = fs::remove_dir_all(&run_dir);
+    result
+}
+
+fn take_plan() -> Result<Plan, BrokerError> {
+    let fd = sys::launch_fd().map_err(|e| BrokerError::Launch(e.to_string()))?;
+    let mut s = UnixStream::from(fd);
+    protocol::expect_hello(&mut s).map_err(|e| BrokerError::Launch(e.to_string()))?;
+    match protocol::read_frame::<Launch>(&mut s).map_err(|e| BrokerError::Launch(e.to_string()))? {
+        Launch::Run(plan) => Ok(*plan),
+    }
+}
+
+/// Create `dir` (and missing parents) as 0700; an existing one must be ours and private.
+fn make_private_dir(dir: &Path) -> Result<(), BrokerError> {
+    let fail = |what: String| BrokerError::Dir {
+        path: dir.to_path_buf(),
+        what,
+    };
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| fail(format!("cannot create it: {e}")))?;
+    let meta = fs::symlink_metadata(dir).map_err(|e| fail(e.to_string()))?;
+    // SAFETY-free: getuid via nix.
+    if !meta.is_dir() || meta.uid() != nix::unistd::getuid().as_raw() {
+        return Err(fail(
+            "exists but is not a directory you own; remove it and try again".into(),
+        ));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| fail(format!("cannot make it private: {e}")))?;
+    }
+    Ok(())
+}
+
+/// wardcell's directories must exist so that every sandbox can mask them.
+fn prepare_own_dirs(plan: &Plan) -> Result<(), BrokerError> {
+    make_private_dir(&plan.dirs.runtime)?;
+    make_private_dir(&plan.dirs.state.join("runs"))?;
+    if let Some(user_config) = plan.dirs.config.first() {
+        if !user_config.exists() {
+            make_private_dir(user_config)?;
+        }
+    }
+    Ok(())
+}
+
+fn start_profile(plan: &Plan) -> Result<(Option<&str>, &ProfilePlan), BrokerError> {
+    match &plan.start {
+        Start::Profile(p) => Ok((None, p)),
+        Start::Zone(name) => plan
+            .zones
+            .iter()
+            .find(|z| &z.name == name)
+            .map(|z| (Some(z.name.as_str()), &z.profile))
+            .ok_or_else(|| BrokerError::Launch(format!("the plan has no zone '{name}'"))),
+    }
+}
+
+fn find_helper(name: &str) -> Result<PathBuf, BrokerError> {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join(name)));
+    for candidate in beside
+        .into_iter()
+        .chain([Path::new(wardcell_common::paths::LIBEXEC_DIR).join(name)])
+    {
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    Err(BrokerError::Sandbox(format!(
+        "{name} was found neither next to wardcell-broker nor in {}; reinstall wardcell",
+        wardcell_common::paths::LIBEXEC_DIR
+    )))
+}
+
+fn is_tty(fd: impl AsFd) -> bool {
+    termios::tcgetattr(fd).is_ok()
+}
+
+fn run_sandbox(plan: &Plan, _run_id: &str) -> Result<i32, BrokerError> {
+    // 3. The spec.
+    let (zone, profile) = start_profile(plan)?;
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    let pty = is_tty(stdin.as_fd()) && is_tty(stdout.as_fd());
+    let caller_env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let request = spec::Request {
+        plan,
+        profile,
+        zone,
+        argv: &plan.command,
+        cwd: &plan.cwd,
+        caller_env,
+        zone_socket: None,
+        pty,
+    };
+    let spec = spec::build(&request, &|p: &Path| p.exists()).map_err(BrokerError::Refused)?;
+
+    // 4. The shim, and a pty when a person is at a terminal.
+    let shim = find_helper("wardcell-shim")?;
+    let shim_c = CString::new(shim.as_os_str().as_encoded_bytes())
+        .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))?;
+    let terminal = if pty {
+        Some(open_pty(stdin.as_fd())?)
+    } else {
+        None
+    };
+
+    // 5. Signals.
+    let mut mask = SigSet::empty();
+    for &s in FORWARDED {
+        mask.add(s);
+    }
+    if pty {
+        mask.add(Signal::SIGWINCH);
+    }
+    mask.thread_block()
+        .map_err(|e| BrokerError::Sandbox(format!("blocking signals: {e}")))?;
+    let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(|e| BrokerError::Sandbox(format!("signalfd: {e}")))?;
+
+    // 6. Start it.
+    let stdio = match &terminal {
+        Some(t) => {
+            let s = t.slave.as_raw_fd();
+            let err = if is_tty(std::io::stderr().as_fd()) {
+                s
+            } else {
+                2
+            };
+            [s, s, err]
+        }
+        None => [0, 1, 2],
+    };
+    let (mut ours, theirs) =
+        UnixStream::pair().map_err(|e| BrokerError::Sandbox(format!("socketpair: {e}")))?;
+    let spawned = sys::spawn::spawn_sandbox(&shim_c, stdio, theirs.as_raw_fd())
+        .map_err(|e| BrokerError::Sandbox(sys::spawn::explain_clone_error(&e)))?;
+    drop(theirs);
+    let (master, saved) = match terminal {
+        Some(t) => {
+            drop(t.slave);
+            let saved = enter_raw_mode(stdin.as_fd());
+            (Some(t.master), saved)
+        }
+        None => (None, None),
+    };
+    let mut running = Running {
+        pid: spawned.pid,
+        pidfd: spawned.pidfd,
+        control: ours
+            .try_clone()
+            .map_err(|e| BrokerError::Sandbox(e.to_string()))?,
+    };
+    let started = relay::handshake(&mut ours).and_then(|()| {
+        protocol::write_frame(&mut ours, &ShimRequest::Start(Box::new(spec.clone())))
+    });
+
+    // 7. Relay to the end.
+    let mut warned = false;
+    let mut on_report = |r: &ShimReport| {
+        if let ShimReport::Confined { partial, .. } = r {
+            if !partial.is_empty() && !warned {
+                warned = true;
+                eprintln!(
+                    "warning: this kernel lacks {}; the sandbox runs without it (see `wardcell doctor`)",
+                    partial.join(", ")
+                );
+            }
+        }
+    };
+    let pty_relay = master.as_ref().map(|m| relay::PtyRelay {
+        master: m,
+        stdin: stdin.as_fd(),
+        stdout: stdout.as_fd(),
+    });
+    let outcome = if started.is_ok() {
+        relay::wait(&mut running, &signals, pty_relay, &mut on_report)
+    } else {
+        // The shim never got its spec: it exits on its own; collect how.
+        let _ = sys::pidfd_send_signal(running.pidfd.as_fd(), libc::SIGKILL);
+        relay::wait(&mut running, &signals, None, &mut on_report)
+    };
+    if let Some(saved) = saved {
+        let _ = termios::tcsetattr(stdin.as_fd(), SetArg::TCSADRAIN, &saved);
+    }
+    let _ = started;
+    finish(outcome, &spec.argv[0])
+}
+
+/// Turn how the sandbox ended into the exit status, printing the one-line error if any.
+fn finish(outcome: Outcome, program: &str) -> Result<i32, BrokerError> {
+    match outcome {
+        Outcome::Finished(code) => Ok(code),
+        Outcome::ExecFailed(errno) => {
+            let (code, why) = match errno {
+                libc::ENOENT => (
+                    127,
+                    "command not found in the sandbox; check its name and that the profile can read where it is installed".to_string(),
+                ),
+                libc::EACCES => (
+                    126,
+                    "permission denied: it is not executable, or the profile does not let the sandbox run it".to_string(),
+                ),
+                other => (126, std::io::Error::from_raw_os_error(other).to_string()),
+            };
+            eprintln!("error: `{program}`: {why}");
+            Ok(code)
+        }
+        Outcome::SetupFailed { step, message } => Err(BrokerError::Sandbox(format!(
+            "{step}: {message}; `wardcell doctor` checks what this machine supports"
+        ))),
+        Outcome::ChildFailed(code) => {
+            let what = sys::spawn::Step::from_exit(code)
+                .map(|s| s.describe())
+                .unwrap_or("starting the shim");
+            Err(BrokerError::Sandbox(format!(
+                "{what} failed; `wardcell doctor` checks what this machine supports"
+            )))
+        }
+    }
+}
+
+struct Terminal {
+    master: OwnedFd,
+    slave: OwnedFd,
+}
+
+fn open_pty(stdin: std::os::fd::BorrowedFd<'_>) -> Result<Terminal, BrokerError> {
+    let attrs = termios::tcgetattr(stdin).ok();
+    let pty = nix::pty::openpty(None, attrs.as_ref())
+        .map_err(|e| BrokerError::Sandbox(format!("opening a pty: {e}")))?;
+    sys::set_cloexec(pty.master.as_raw_fd())
+        .map_err(|e| BrokerError::Sandbox(format!("pty: {e}")))?;
+    sys::set_cloexec(pty.slave.as_raw_fd())
+        .map_err(|e| BrokerError::Sandbox(format!("pty: {e}")))?;
+    let _ = sys::copy_winsize(stdin, pty.master.as_fd());
+    Ok(Terminal {
+        master: pty.master,
+        slave: pty.slave,
+    })
+}
+
+fn enter_raw_mode(stdin: std::os::fd::BorrowedFd<'_>) -> Option<Termios> {
+    let saved = termios::tcgetattr(stdin).ok()?;
+    let mut raw = saved.clone();
+    termios::cfmakeraw(&mut raw);
+    termios::tcsetattr(stdin, SetArg::TCSADRAIN, &raw).ok()?;
+    Some(saved)
+}

@@ -1,1 +1,280 @@
-fn main() {}
+//! wardcell-shim: PID 1 of a new sandbox.
+//!
+//! The broker starts this binary in fresh user, mount, network and PID namespaces, with
+//! CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_SETPCAP in the new user namespace and the
+//! control socket at fd 3. It then:
+//!
+//! 1. resets the signal mask and reads the sandbox spec (after a Hello) from fd 3;
+//! 2. sets up the mount namespace (mounts.rs) and brings loopback up;
+//! 3. forks the command, which in order: starts a new session (taking a pty given to it
+//!    as controlling terminal), sets no_new_privs, drops every capability, enforces
+//!    Landlock, installs seccomp, marks every fd above 2 close-on-exec, and execs;
+//!    a failed step or exec is reported on fd 3 and nothing runs;
+//! 4. drops its own capabilities and becomes init: forwards signals to the command,
+//!    reaps orphans, and when the command ends, reports its status and exits with it,
+//!    which ends every process left in the sandbox.
+
+mod caps;
+mod landlock;
+mod mounts;
+mod seccomp;
+mod sys;
+
+use std::ffi::CString;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+
+use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use wardcell_common::plan::SandboxSpec;
+use wardcell_common::protocol::{self, ShimReport, ShimRequest};
+
+/// Signals init passes on to the command's process group.
+const FORWARDED: &[Signal] = &[
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGWINCH,
+    Signal::SIGCONT,
+];
+
+fn report(control: &mut UnixStream, msg: &ShimReport) {
+    // If the broker is gone there is no one to tell; we are about to exit anyway.
+    let _ = protocol::write_frame(control, msg);
+}
+
+fn setup_failed(control: &mut UnixStream, step: &str, message: String) -> ! {
+    report(
+        control,
+        &ShimReport::SetupFailed {
+            step: step.to_string(),
+            message,
+        },
+    );
+    std::process::exit(1)
+}
+
+fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--version") {
+        println!("wardcell-shim {}", env!("CARGO_PKG_VERSION"));
+        return;
+    }
+
+    // 1. A clean signal state, then the spec.
+    let mut waited = SigSet::empty();
+    waited.add(Signal::SIGCHLD);
+    for &s in FORWARDED {
+        waited.add(s);
+    }
+    // Block what init waits for before anything can arrive; the command unblocks.
+    if let Err(e) = waited.thread_set_mask() {
+        eprintln!("error: wardcell-shim: setting the signal mask: {e}");
+        std::process::exit(1);
+    }
+    let mut control = match sys::control_socket() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: wardcell-shim is started by wardcell-broker, not by hand ({e})");
+            std::process::exit(1);
+        }
+    };
+    let spec = match read_spec(&mut control) {
+        Ok(s) => s,
+        // The broker died or spoke out of turn: nothing to do and no one to tell.
+        Err(_) => std::process::exit(1),
+    };
+
+    // 2. The mount namespace and loopback.
+    if let Err(e) = mounts::setup(&spec) {
+        setup_failed(&mut control, "mounts", e);
+    }
+    if let Err(e) = sys::loopback_up() {
+        setup_failed(
+            &mut control,
+            "network",
+            format!("bringing loopback up: {e}"),
+        );
+    }
+
+    // 3. The command.
+    let child = match sys::fork() {
+        Ok(sys::Forked::Child) => exec_command(&spec, &mut control),
+        Ok(sys::Forked::Parent(pid)) => Pid::from_raw(pid),
+        Err(e) => setup_failed(&mut control, "fork", e.to_string()),
+    };
+
+    // 4. Init.
+    if let Err(e) = become_init() {
+        let _ = kill(child, Signal::SIGKILL);
+        setup_failed(&mut control, "init", e);
+    }
+    let status = supervise(child, &waited);
+    report(&mut control, &status);
+    let _ = control.flush();
+    std::process::exit(match status {
+        ShimReport::Exited { code } => code,
+        ShimReport::Signaled { signal } => 128 + signal,
+        _ => 1,
+    })
+}
+
+fn read_spec(control: &mut UnixStream) -> Result<SandboxSpec, protocol::FrameError> {
+    protocol::send_hello(control)?;
+    protocol::expect_hello(control)?;
+    match protocol::read_frame::<ShimRequest>(control)? {
+        ShimRequest::Start(spec) => Ok(*spec),
+    }
+}
+
+/// Init keeps nothing it does not need: no capabilities, no new privileges, undumpable.
+fn become_init() -> Result<(), String> {
+    nix::sys::prctl::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
+    sys::set_undumpable().map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
+    caps::drop_all()
+}
+
+/// Wait for the command, forwarding signals to its process group and reaping orphans.
+fn supervise(child: Pid, waited: &SigSet) -> ShimReport {
+    loop {
+        let sig = match waited.wait() {
+            Ok(s) => s,
+            Err(_) => continue,
+        };
+        if sig != Signal::SIGCHLD {
+            // The command leads its own process group (it called setsid).
+            if kill(Pid::from_raw(-child.as_raw()), sig).is_err() {
+                let _ = kill(child, sig);
+            }
+            continue;
+        }
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == child => {
+                    return ShimReport::Exited { code };
+                }
+                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
+                    return ShimReport::Signaled { signal: sig as i32 };
+                }
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => {} // an orphan reaped, or a stop: keep going
+            }
+        }
+    }
+}
+
+/// The command's side of the fork: confine, then exec. Never returns.
+fn exec_command(spec: &SandboxSpec, control: &mut UnixStream) -> ! {
+    // a. Its own session; a pty from the broker becomes its controlling terminal.
+    if let Err(e) = nix::unistd::setsid() {
+        setup_failed(control, "setsid", e.to_string());
+    }
+    if spec.controlling_tty {
+        if let Err(e) = sys::set_controlling_tty(0) {
+            setup_failed(control, "terminal", format!("TIOCSCTTY: {e}"));
+        }
+    }
+    if let Err(e) = std::env::set_current_dir(&spec.cwd) {
+        setup_failed(
+            control,
+            "cwd",
+            format!(
+                "cannot enter the working directory {}: {e}",
+                spec.cwd.display()
+            ),
+        );
+    }
+    // b. No new privileges: setuid bits and file capabilities mean nothing from here on.
+    if let Err(e) = nix::sys::prctl::set_no_new_privs() {
+        setup_failed(control, "no_new_privs", e.to_string());
+    }
+    // c. Every capability, in every set.
+    if let Err(e) = caps::drop_all() {
+        setup_failed(control, "capabilities", e);
+    }
+    // d. Landlock.
+    let mut write = spec.write.clone();
+    if spec.private_tmp {
+        write.push("/tmp".into());
+    }
+    match landlock::enforce(&spec.read, &write, &spec.tcp_connect) {
+        Ok(enforced) => report(
+            control,
+            &ShimReport::Confined {
+                landlock_abi: enforced.abi,
+                partial: enforced.missing,
+            },
+        ),
+        Err(e) => setup_failed(control, "landlock", e),
+    }
+    // e. Seccomp, last before exec: from here on the syscall surface is the sandbox's.
+    if let Err(e) = seccomp::install() {
+        setup_failed(control, "seccomp", e);
+    }
+    // f. Nothing but 0, 1 and 2 survives exec (the control socket is close-on-exec too).
+    if let Err(e) = sys::cloexec_from(3) {
+        setup_failed(control, "descriptors", e.to_string());
+    }
+    // g. The signals init blocked are the command's again.
+    let _ = SigSet::all().thread_unblock();
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+
+    let errno = exec(spec);
+    report(control, &ShimReport::ExecFailed { errno });
+    std::process::exit(if errno == libc::ENOENT { 127 } else { 126 })
+}
+
+/// execve the command, searching the sandbox's PATH like execvp. Returns the errno.
+fn exec(spec: &SandboxSpec) -> i32 {
+    let to_c = |s: &str| CString::new(s).ok();
+    let Some(argv) = spec
+        .argv
+        .iter()
+        .map(|a| to_c(a))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return libc::EINVAL;
+    };
+    let Some(envp) = spec
+        .env
+        .iter()
+        .map(|(k, v)| to_c(&format!("{k}={v}")))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return libc::EINVAL;
+    };
+    let Some(prog) = spec.argv.first() else {
+        return libc::ENOENT;
+    };
+    if prog.contains('/') {
+        let Some(path) = to_c(prog) else {
+            return libc::EINVAL;
+        };
+        return nix::unistd::execve(&path, &argv, &envp).unwrap_err() as i32;
+    }
+    let path_var = spec
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("/usr/local/bin:/usr/bin:/bin");
+    let mut result = libc::ENOENT;
+    for dir in path_var.split(':') {
+        let dir = if dir.is_empty() { "." } else { dir };
+        let Some(full) = to_c(&format!("{dir}/{prog}")) else {
+            continue;
+        };
+        let errno = nix::unistd::execve(&full, &argv, &envp).unwrap_err() as i32;
+        match errno {
+            // Keep looking, as execvp does, but remember a file we were refused.
+            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+            libc::EACCES => result = libc::EACCES,
+            other => return other,
+        }
+    }
+    result
+}

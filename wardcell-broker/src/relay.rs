@@ -1,0 +1,213 @@
+//! Waiting for a sandbox: signals forwarded, a pty relayed, reports read, status returned.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::Signal;
+use nix::sys::signalfd::SignalFd;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+
+use wardcell_common::protocol::{self, FrameError, ShimReport};
+
+use crate::sys;
+
+/// A sandbox that is running.
+pub struct Running {
+    pub pid: libc::pid_t,
+    pub pidfd: OwnedFd,
+    pub control: UnixStream,
+}
+
+/// How a sandbox ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The command ran and ended: its exit status (128+N for signal N).
+    Finished(i32),
+    /// Exec of the command failed with this errno.
+    ExecFailed(i32),
+    /// Building the sandbox failed at `step`.
+    SetupFailed { step: String, message: String },
+    /// The shim died before exec with this status (see sys::spawn::Step).
+    ChildFailed(i32),
+}
+
+/// The host terminal when the sandbox got a pty: stdin and stdout, and the master.
+pub struct PtyRelay<'a> {
+    pub master: &'a OwnedFd,
+    pub stdin: BorrowedFd<'a>,
+    pub stdout: BorrowedFd<'a>,
+}
+
+fn read_some(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    nix::unistd::read(fd.as_raw_fd(), buf).map_err(io::Error::from)
+}
+
+fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        match nix::unistd::write(fd, data) {
+            Ok(n) => data = &data[n..],
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Relay until the sandbox ends. `signals` is a signalfd for the signals the broker
+/// forwards (and SIGWINCH when a pty is relayed).
+pub fn wait(
+    run: &mut Running,
+    signals: &SignalFd,
+    pty: Option<PtyRelay<'_>>,
+    on_report: &mut dyn FnMut(&ShimReport),
+) -> Outcome {
+    let mut reports: Vec<ShimReport> = Vec::new();
+    let mut control_open = true;
+    let mut stdin_open = pty.is_some();
+    let mut master_open = pty.is_some();
+    let mut buf = vec![0u8; 16 * 1024];
+    let status = loop {
+        let mut fds = vec![
+            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+            PollFd::new(run.pidfd.as_fd(), PollFlags::POLLIN),
+        ];
+        if control_open {
+            fds.push(PollFd::new(run.control.as_fd(), PollFlags::POLLIN));
+        }
+        let (mut idx_stdin, mut idx_master) = (usize::MAX, usize::MAX);
+        if let Some(p) = &pty {
+            if stdin_open {
+                idx_stdin = fds.len();
+                fds.push(PollFd::new(p.stdin, PollFlags::POLLIN));
+            }
+            if master_open {
+                idx_master = fds.len();
+                fds.push(PollFd::new(p.master.as_fd(), PollFlags::POLLIN));
+            }
+        }
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break None,
+        }
+        let ready = |i: usize| {
+            fds.get(i)
+                .and_then(|f| f.revents())
+                .is_some_and(|r| !r.is_empty())
+        };
+        let sig_ready = ready(0);
+        let child_ready = ready(1);
+        let control_ready = control_open && ready(2);
+        let stdin_ready = ready(idx_stdin);
+        let master_ready = ready(idx_master);
+        drop(fds);
+
+        if sig_ready {
+            while let Ok(Some(info)) = signals.read_signal() {
+                let sig = info.ssi_signo as i32;
+                if sig == Signal::SIGWINCH as i32 {
+                    if let Some(p) = &pty {
+                        let _ = sys::copy_winsize(p.stdin, p.master.as_fd());
+                    }
+                } else {
+                    let _ = sys::pidfd_send_signal(run.pidfd.as_fd(), sig);
+                }
+            }
+        }
+        if control_ready {
+            match protocol::read_frame::<ShimReport>(&mut run.control) {
+                Ok(r) => {
+                    on_report(&r);
+                    reports.push(r);
+                }
+                Err(_) => control_open = false,
+            }
+        }
+        if let Some(p) = &pty {
+            if stdin_ready {
+                match read_some(p.stdin, &mut buf) {
+                    Ok(0) | Err(_) => stdin_open = false,
+                    Ok(n) => {
+                        let _ = write_all(p.master.as_fd(), &buf[..n]);
+                    }
+                }
+            }
+            if master_ready {
+                match read_some(p.master.as_fd(), &mut buf) {
+                    Ok(0) | Err(_) => master_open = false,
+                    Ok(n) => {
+                        let _ = write_all(p.stdout, &buf[..n]);
+                    }
+                }
+            }
+        }
+        if child_ready {
+            break waitpid(Pid::from_raw(run.pid), None).ok();
+        }
+    };
+
+    // The shim is gone: what it wrote is all there will be.
+    if let Some(p) = &pty {
+        while master_open {
+            match read_some(p.master.as_fd(), &mut buf) {
+                Ok(0) | Err(_) => master_open = false,
+                Ok(n) => {
+                    let _ = write_all(p.stdout, &buf[..n]);
+                }
+            }
+        }
+    }
+    while control_open {
+        match protocol::read_frame::<ShimReport>(&mut run.control) {
+            Ok(r) => {
+                on_report(&r);
+                reports.push(r);
+            }
+            Err(FrameError::Closed) | Err(_) => control_open = false,
+        }
+    }
+    outcome(&reports, status)
+}
+
+/// What the reports and the shim's own exit status add up to.
+pub fn outcome(reports: &[ShimReport], status: Option<WaitStatus>) -> Outcome {
+    for r in reports {
+        match r {
+            ShimReport::SetupFailed { step, message } => {
+                return Outcome::SetupFailed {
+                    step: step.clone(),
+                    message: message.clone(),
+                }
+            }
+            ShimReport::ExecFailed { errno } => return Outcome::ExecFailed(*errno),
+            _ => {}
+        }
+    }
+    for r in reports {
+        match r {
+            ShimReport::Exited { code } => return Outcome::Finished(*code),
+            ShimReport::Signaled { signal } => return Outcome::Finished(128 + signal),
+            _ => {}
+        }
+    }
+    match status {
+        Some(WaitStatus::Exited(_, code)) => {
+            if crate::sys::spawn::Step::from_exit(code).is_some() {
+                Outcome::ChildFailed(code)
+            } else {
+                Outcome::Finished(code)
+            }
+        }
+        Some(WaitStatus::Signaled(_, sig, _)) => Outcome::Finished(128 + sig as i32),
+        _ => Outcome::Finished(1),
+    }
+}
+
+/// Read one Hello from `r`, for the start of the control channel.
+pub fn handshake(control: &mut UnixStream) -> Result<(), FrameError> {
+    protocol::send_hello(control)?;
+    protocol::expect_hello(control)
+}

@@ -1,0 +1,73 @@
+//! Run ids: `YYYYMMDDTHHMMSSZ-` and 8 random hex digits. Sortable by start time, unique
+//! enough for one user's runs, and safe as a file name.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Civil date from days since 1970-01-01 (proleptic Gregorian).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// `secs` since the epoch as `YYYYMMDDTHHMMSSZ`.
+pub fn timestamp(secs: i64) -> String {
+    let (y, m, d) = civil(secs.div_euclid(86_400));
+    let s = secs.rem_euclid(86_400);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+pub fn new_run_id(random: [u8; 4]) -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{hex}", timestamp(secs))
+}
+
+/// A run id is only ever ours, but it names files: check its shape before using it.
+pub fn is_valid(id: &str) -> bool {
+    let b = id.as_bytes();
+    b.len() == 25
+        && b[8] == b'T'
+        && b[15] == b'Z'
+        && b[16] == b'-'
+        && b[..8].iter().chain(&b[9..15]).all(u8::is_ascii_digit)
+        && b[17..]
+            .iter()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(timestamp(0), "19700101T000000Z");
+        assert_eq!(timestamp(951_782_400), "20000229T000000Z");
+        assert_eq!(timestamp(1_796_203_932), "20261202T094532Z");
+    }
+
+    #[test]
+    fn ids_are_valid() {
+        let id = new_run_id([0xde, 0xad, 0xbe, 0xef]);
+        assert!(is_valid(&id), "{id}");
+        assert!(id.ends_with("-deadbeef"));
+        assert!(!is_valid("../../etc/passwd"));
+        assert!(!is_valid("20261202T094532Z-DEADBEEF"));
+    }
+}

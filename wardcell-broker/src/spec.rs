@@ -1,0 +1,303 @@
+//! From a resolved profile to the shim's [`SandboxSpec`]. Pure: tests call it directly.
+
+use std::path::{Path, PathBuf};
+
+use wardcell_common::envrules;
+use wardcell_common::plan::{Plan, ProfilePlan, SandboxSpec};
+
+/// Readable in every sandbox: its own /proc, and CPU topology (nproc and friends).
+pub const ALWAYS_READ: &[&str] = &["/proc", "/sys/devices/system/cpu"];
+/// Writable in every sandbox: its own minimal /dev (null, tty, pts, shm...).
+pub const ALWAYS_WRITE: &[&str] = &["/dev"];
+/// Where host services keep their sockets. Masked unless a profile names a path in them.
+pub const HOST_SOCKET_DIRS: &[&str] = &["/run", "/var/run"];
+
+/// One sandbox to build.
+pub struct Request<'a> {
+    pub plan: &'a Plan,
+    pub profile: &'a ProfilePlan,
+    pub zone: Option<&'a str>,
+    pub argv: &'a [String],
+    pub cwd: &'a Path,
+    pub caller_env: Vec<(String, String)>,
+    pub zone_socket: Option<&'a Path>,
+    pub pty: bool,
+}
+
+fn inside(p: &Path, trees: &[PathBuf]) -> Option<PathBuf> {
+    trees.iter().find(|t| p.starts_with(t)).cloned()
+}
+
+/// Host socket locations from the caller's environment: the runtime directory and the
+/// directory of the ssh-agent socket.
+fn host_socket_paths(env: &[(String, String)]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = HOST_SOCKET_DIRS.iter().map(PathBuf::from).collect();
+    for (k, v) in env {
+        let p = Path::new(v);
+        if !p.is_absolute() {
+            continue;
+        }
+        match k.as_str() {
+            "XDG_RUNTIME_DIR" => out.push(p.to_path_buf()),
+            "SSH_AUTH_SOCK" => {
+                if let Some(dir) = p.parent().filter(|d| *d != Path::new("/")) {
+                    out.push(dir.to_path_buf());
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Build the spec, or say in one line why this profile cannot run here.
+/// `exists` is asked about wardcell's own directories.
+pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<SandboxSpec, String> {
+    let profile = req.profile;
+    let private_tmp = profile.private_tmp();
+    let mut read: Vec<PathBuf> = profile.read.clone();
+    read.extend(ALWAYS_READ.iter().map(PathBuf::from));
+    let mut write: Vec<PathBuf> = profile.write.clone();
+    write.extend(ALWAYS_WRITE.iter().map(PathBuf::from));
+
+    // wardcell's own directories: masked always, and a missing one inside a writable
+    // tree is a place the sandbox could plant a configuration: refuse.
+    let dirs = &req.plan.dirs;
+    let mut own: Vec<PathBuf> = dirs.config.clone();
+    own.push(dirs.state.clone());
+    own.push(dirs.runtime.clone());
+    for p in &own {
+        if !exists(p) {
+            if let Some(w) = inside(p, &profile.write) {
+                return Err(format!(
+                    "{} does not exist and profile '{}' lets the sandbox write {}, so it could create it; create {} (an empty directory will do) or narrow the profile",
+                    p.display(),
+                    profile.name,
+                    w.display(),
+                    p.display()
+                ));
+            }
+        }
+    }
+
+    let mut mask: Vec<PathBuf> = profile.deny.clone();
+    mask.extend(own);
+    let named: Vec<&PathBuf> = profile.read.iter().chain(&profile.write).collect();
+    for s in host_socket_paths(&req.caller_env) {
+        if private_tmp && s.starts_with("/tmp") {
+            continue; // hidden by the private /tmp already
+        }
+        if named.iter().any(|n| n.starts_with(&s)) {
+            continue; // the profile asked for something in there by name
+        }
+        mask.push(s);
+    }
+    mask.sort();
+    mask.dedup();
+
+    // The working directory must be reachable and not hidden.
+    let cwd = req.cwd;
+    let reachable = inside(cwd, &read).is_some() || inside(cwd, &write).is_some();
+    if private_tmp && cwd.starts_with("/tmp") {
+        return Err(format!(
+            "the working directory {} is under /tmp, which is private to the sandbox in profile '{}'; run from another directory or add /tmp to the profile",
+            cwd.display(),
+            profile.name
+        ));
+    }
+    if !reachable {
+        return Err(format!(
+            "profile '{}' cannot reach the working directory {}; run from a directory it can read, or add this one to its read list",
+            profile.name,
+            cwd.display()
+        ));
+    }
+    if let Some(m) = inside(cwd, &mask) {
+        return Err(format!(
+            "the working directory {} is inside {}, which is hidden from the sandbox; run from another directory",
+            cwd.display(),
+            m.display()
+        ));
+    }
+
+    let mut env = envrules::filter(req.caller_env.clone(), &profile.env, &[]);
+    env.push(("WARDCELL_SANDBOX".into(), "1".into()));
+    if let Some(zone) = req.zone {
+        env.push(("WARDCELL_ZONE".into(), zone.to_string()));
+    }
+    if let Some(sock) = req.zone_socket {
+        env.push(("WARDCELL_ZONE_SOCKET".into(), sock.display().to_string()));
+    }
+
+    if req.argv.is_empty() {
+        return Err("no command to run; give one after `--`".into());
+    }
+    Ok(SandboxSpec {
+        argv: req.argv.to_vec(),
+        env,
+        cwd: cwd.to_path_buf(),
+        read,
+        write,
+        mask,
+        private_tmp,
+        tcp_connect: Vec::new(),
+        controlling_tty: req.pty,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wardcell_common::plan::{AuditPlan, Dirs, EnvPlan, Start};
+
+    fn plan() -> Plan {
+        Plan {
+            source: "test".into(),
+            cwd: "/home/u/src".into(),
+            home: "/home/u".into(),
+            command: vec!["true".into()],
+            start: Start::Zone("agent".into()),
+            zones: vec![],
+            approval: None,
+            audit: AuditPlan::default(),
+            dirs: Dirs {
+                config: vec!["/home/u/.config/wardcell".into(), "/etc/wardcell".into()],
+                state: "/home/u/.local/state/wardcell".into(),
+                runtime: "/run/user/1000/wardcell".into(),
+            },
+        }
+    }
+
+    fn profile(read: &[&str], write: &[&str]) -> ProfilePlan {
+        ProfilePlan {
+            name: "p".into(),
+            read: read.iter().map(PathBuf::from).collect(),
+            write: write.iter().map(PathBuf::from).collect(),
+            deny: vec!["/home/u/.ssh".into()],
+            env: EnvPlan {
+                deny: vec!["*_TOKEN".into()],
+                set: vec![],
+            },
+            ..Default::default()
+        }
+    }
+
+    fn req<'a>(
+        plan: &'a Plan,
+        profile: &'a ProfilePlan,
+        argv: &'a [String],
+        cwd: &'a Path,
+    ) -> Request<'a> {
+        Request {
+            plan,
+            profile,
+            zone: Some("agent"),
+            argv,
+            cwd,
+            caller_env: vec![
+                ("PATH".into(), "/usr/bin".into()),
+                ("GH_TOKEN".into(), "x".into()),
+                ("WARDCELL_ZONE".into(), "forged".into()),
+                ("XDG_RUNTIME_DIR".into(), "/run/user/1000".into()),
+                ("SSH_AUTH_SOCK".into(), "/home/u/.agent/sock".into()),
+            ],
+            zone_socket: None,
+            pty: false,
+        }
+    }
+
+    #[test]
+    fn masks_wardcell_dirs_deny_paths_and_host_sockets() {
+        let plan = plan();
+        let p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
+        let argv = vec!["true".to_string()];
+        let spec = build(&req(&plan, &p, &argv, Path::new("/home/u/src")), &|_| true).unwrap();
+        for m in [
+            "/home/u/.ssh",
+            "/home/u/.config/wardcell",
+            "/etc/wardcell",
+            "/home/u/.local/state/wardcell",
+            "/run",
+            "/var/run",
+            "/run/user/1000",
+            "/home/u/.agent",
+        ] {
+            assert!(
+                spec.mask.contains(&PathBuf::from(m)),
+                "{m} not masked: {:?}",
+                spec.mask
+            );
+        }
+        assert!(spec.private_tmp);
+        assert!(spec.write.contains(&PathBuf::from("/dev")));
+        assert!(spec.read.contains(&PathBuf::from("/proc")));
+    }
+
+    #[test]
+    fn environment_is_filtered_and_zone_set() {
+        let plan = plan();
+        let p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
+        let argv = vec!["true".to_string()];
+        let spec = build(&req(&plan, &p, &argv, Path::new("/home/u/src")), &|_| true).unwrap();
+        let get = |k: &str| {
+            spec.env
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(get("PATH").as_deref(), Some("/usr/bin"));
+        assert_eq!(get("GH_TOKEN"), None);
+        assert_eq!(get("WARDCELL_ZONE").as_deref(), Some("agent"));
+        assert_eq!(get("WARDCELL_SANDBOX").as_deref(), Some("1"));
+        assert_eq!(get("XDG_RUNTIME_DIR"), None);
+        assert_eq!(
+            spec.env
+                .iter()
+                .filter(|(k, _)| k == "WARDCELL_ZONE")
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn unreachable_or_hidden_cwd_is_refused() {
+        let plan = plan();
+        let p = profile(&["/usr"], &[]);
+        let argv = vec!["true".to_string()];
+        let e = build(&req(&plan, &p, &argv, Path::new("/home/u/src")), &|_| true).unwrap_err();
+        assert!(
+            e.contains("cannot reach the working directory /home/u/src"),
+            "{e}"
+        );
+
+        let p = profile(&["/usr", "/home/u"], &[]);
+        let e = build(&req(&plan, &p, &argv, Path::new("/home/u/.ssh")), &|_| true).unwrap_err();
+        assert!(e.contains("hidden from the sandbox"), "{e}");
+
+        let p = profile(&["/usr", "/tmp/x"], &[]);
+        let e = build(&req(&plan, &p, &argv, Path::new("/tmp/x")), &|_| true);
+        assert!(e.is_ok(), "/tmp named by the profile is not private: {e:?}");
+    }
+
+    #[test]
+    fn missing_wardcell_dir_inside_a_writable_tree_is_refused() {
+        let plan = plan();
+        let p = profile(&["/usr"], &["/etc"]);
+        let argv = vec!["true".to_string()];
+        let e = build(&req(&plan, &p, &argv, Path::new("/etc")), &|p: &Path| {
+            p != Path::new("/etc/wardcell")
+        })
+        .unwrap_err();
+        assert!(e.starts_with("/etc/wardcell does not exist"), "{e}");
+    }
+
+    #[test]
+    fn a_profile_naming_run_keeps_it() {
+        let plan = plan();
+        let p = profile(&["/usr", "/home/u", "/run/postgresql"], &["/home/u/src"]);
+        let argv = vec!["true".to_string()];
+        let spec = build(&req(&plan, &p, &argv, Path::new("/home/u/src")), &|_| true).unwrap();
+        assert!(!spec.mask.contains(&PathBuf::from("/run")));
+        assert!(spec.mask.contains(&PathBuf::from("/run/user/1000")));
+    }
+}

@@ -1,0 +1,335 @@
+//! Starting a sandbox: clone3 into new user, mount, network and PID namespaces, then exec
+//! the shim with just the capabilities it needs to build the sandbox.
+//!
+//! Between clone3 and execve the child runs in a copy of the broker that may hold other
+//! threads' locks, so it makes only raw system calls on buffers prepared beforehand:
+//! no allocation, no locks, no Rust I/O. A failing step exits with
+//! [`CHILD_EXIT_BASE`] + the step number, which the broker turns into a message.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+/// Exit status of a child that failed before exec: this plus the failed [`Step`].
+pub const CHILD_EXIT_BASE: i32 = 200;
+
+/// The steps between clone3 and exec, numbered for the exit status.
+#[derive(Clone, Copy, Debug)]
+#[repr(i32)]
+pub enum Step {
+    Setgroups = 1,
+    UidMap = 2,
+    GidMap = 3,
+    DeathSignal = 4,
+    Capabilities = 5,
+    AmbientCapabilities = 6,
+    Descriptors = 7,
+    Exec = 8,
+}
+
+impl Step {
+    pub fn from_exit(code: i32) -> Option<Step> {
+        use Step::*;
+        [
+            Setgroups,
+            UidMap,
+            GidMap,
+            DeathSignal,
+            Capabilities,
+            AmbientCapabilities,
+            Descriptors,
+            Exec,
+        ]
+        .into_iter()
+        .find(|s| CHILD_EXIT_BASE + *s as i32 == code)
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Step::Setgroups => "denying setgroups in the new user namespace",
+            Step::UidMap => "writing the user namespace's uid map",
+            Step::GidMap => "writing the user namespace's gid map",
+            Step::DeathSignal => "tying the sandbox's life to the broker's",
+            Step::Capabilities => "passing mount capabilities to the shim",
+            Step::AmbientCapabilities => "raising ambient capabilities for the shim",
+            Step::Descriptors => "arranging the sandbox's descriptors",
+            Step::Exec => "executing wardcell-shim",
+        }
+    }
+}
+
+/// Capabilities the shim needs inside its namespace, and drops before the command runs:
+/// mounting (CAP_SYS_ADMIN), raising loopback (CAP_NET_ADMIN), emptying the bounding
+/// set (CAP_SETPCAP).
+const SHIM_CAPS: [u32; 3] = [
+    21, /* SYS_ADMIN */
+    12, /* NET_ADMIN */
+    8,  /* SETPCAP */
+];
+
+#[repr(C)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+/// A started sandbox: the shim's pid (in the broker's PID namespace) and a pidfd for it.
+pub struct Spawned {
+    pub pid: libc::pid_t,
+    pub pidfd: OwnedFd,
+}
+
+/// Start `shim` as PID 1 of new namespaces with `stdio` as its 0, 1, 2 and `control` as
+/// its fd 3. The user namespace maps the caller's uid and gid to themselves.
+pub fn spawn_sandbox(shim: &CStr, stdio: [RawFd; 3], control: RawFd) -> io::Result<Spawned> {
+    // Everything the child needs, prepared while allocation is still allowed.
+    // SAFETY: getuid/getgid cannot fail and touch no memory.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let uid_map = format!("{uid} {uid} 1\n");
+    let gid_map = format!("{gid} {gid} 1\n");
+    let argv0 = CString::new("wardcell-shim").expect("no NUL");
+    let argv: [*const libc::c_char; 2] = [argv0.as_ptr(), std::ptr::null()];
+    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+
+    let mut pidfd: libc::c_int = -1;
+    let mut args = CloneArgs {
+        flags: (libc::CLONE_NEWUSER
+            | libc::CLONE_NEWNS
+            | libc::CLONE_NEWNET
+            | libc::CLONE_NEWPID
+            | libc::CLONE_PIDFD) as u64,
+        pidfd: &mut pidfd as *mut libc::c_int as u64,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: 0,
+        stack_size: 0,
+        tls: 0,
+        set_tid: 0,
+        set_tid_size: 0,
+        cgroup: 0,
+    };
+    // SAFETY: clone3 without CLONE_VM and without a stack is fork(2) with namespace
+    // flags: the child gets a copy of our memory, so `args` and every buffer above stay
+    // valid in both. The child only runs `child_setup`, which never returns.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    match ret {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            // SAFETY: we are the child of a fork-like clone; child_setup upholds the
+            // async-signal-safety rule (raw syscalls only) and ends in execve or _exit.
+            unsafe {
+                child_setup(
+                    shim,
+                    &argv,
+                    &envp,
+                    uid_map.as_bytes(),
+                    gid_map.as_bytes(),
+                    stdio,
+                    control,
+                )
+            }
+        }
+        pid => {
+            // SAFETY: CLONE_PIDFD stored a new descriptor we now own.
+            let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+            Ok(Spawned {
+                pid: pid as libc::pid_t,
+                pidfd,
+            })
+        }
+    }
+}
+
+/// Write `data` to the file at `path` in one write. Raw syscalls only.
+///
+/// # Safety
+/// `path` must be NUL-terminated (it is a `&CStr`); safe to call after fork.
+unsafe fn write_file(path: &CStr, data: &[u8]) -> bool {
+    // SAFETY: `path` is a valid C string.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: `data` is valid for `data.len()` bytes.
+    let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+    // SAFETY: `fd` is ours.
+    unsafe { libc::close(fd) };
+    n == data.len() as isize
+}
+
+/// The child between clone3 and exec.
+///
+/// # Safety
+/// Must only be called in the child of `spawn_sandbox`'s clone3. Uses raw syscalls only.
+unsafe fn child_setup(
+    shim: &CStr,
+    argv: &[*const libc::c_char; 2],
+    envp: &[*const libc::c_char; 1],
+    uid_map: &[u8],
+    gid_map: &[u8],
+    stdio: [RawFd; 3],
+    control: RawFd,
+) -> ! {
+    let fail = |step: Step| -> ! {
+        // SAFETY: _exit is async-signal-safe and never returns.
+        unsafe { libc::_exit(CHILD_EXIT_BASE + step as i32) }
+    };
+
+    // 1-3. Map our uid and gid to themselves (setgroups must be denied first for an
+    //      unprivileged writer; a privileged one may deny it too).
+    // SAFETY: C string literals and byte slices that live in our copy of memory.
+    unsafe {
+        if !write_file(c"/proc/self/setgroups", b"deny") {
+            fail(Step::Setgroups);
+        }
+        if !write_file(c"/proc/self/uid_map", uid_map) {
+            fail(Step::UidMap);
+        }
+        if !write_file(c"/proc/self/gid_map", gid_map) {
+            fail(Step::GidMap);
+        }
+    }
+
+    // 4. Die with the broker: as PID 1 of the namespace, our death ends every process in it.
+    // SAFETY: integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
+        fail(Step::DeathSignal);
+    }
+
+    // 5-6. Keep the shim's three capabilities across exec: inheritable, then ambient.
+    let mut hdr = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: capget writes two CapData for version 3 into `data`.
+    if unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut hdr as *mut CapHeader,
+            data.as_mut_ptr(),
+        )
+    } != 0
+    {
+        fail(Step::Capabilities);
+    }
+    for cap in SHIM_CAPS {
+        data[0].inheritable |= 1 << cap;
+    }
+    // SAFETY: capset reads the header and two CapData.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()) } != 0 {
+        fail(Step::Capabilities);
+    }
+    for cap in SHIM_CAPS {
+        // SAFETY: integer arguments only.
+        let r = unsafe {
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_RAISE,
+                cap as libc::c_ulong,
+                0,
+                0,
+            )
+        };
+        if r != 0 {
+            fail(Step::AmbientCapabilities);
+        }
+    }
+
+    // 7. Descriptors: stdio to 0-2, control to 3, everything else closed on exec.
+    //    Signal dispositions back to default (the broker ignores SIGPIPE, as Rust does).
+    for (target, &src) in stdio.iter().enumerate() {
+        let target = target as RawFd;
+        // SAFETY: integer arguments; dup2 onto itself is a no-op, so clear CLOEXEC instead.
+        let ok = unsafe {
+            if src == target {
+                libc::fcntl(target, libc::F_SETFD, 0) == 0
+            } else {
+                libc::dup2(src, target) == target
+            }
+        };
+        if !ok {
+            fail(Step::Descriptors);
+        }
+    }
+    // SAFETY: as above.
+    let ok = unsafe {
+        if control == 3 {
+            libc::fcntl(3, libc::F_SETFD, 0) == 0
+        } else {
+            libc::dup2(control, 3) == 3
+        }
+    };
+    if !ok {
+        fail(Step::Descriptors);
+    }
+    // SAFETY: close_range only changes descriptor flags.
+    if unsafe { libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 1u32 << 2) } != 0 {
+        fail(Step::Descriptors);
+    }
+    for sig in 1..32 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            // SAFETY: resetting a disposition to SIG_DFL is async-signal-safe.
+            unsafe { libc::signal(sig, libc::SIG_DFL) };
+        }
+    }
+
+    // 8. Exec the shim with an empty environment.
+    // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
+    unsafe { libc::execve(shim.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    fail(Step::Exec)
+}
+
+/// Whether the kernel lets this user create the namespaces a sandbox needs, and if not,
+/// why, in words for `doctor` and for a failed spawn.
+pub fn explain_clone_error(e: &io::Error) -> String {
+    let hint = match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            if std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+                .is_ok_and(|v| v.trim() == "1")
+            {
+                "; AppArmor restricts unprivileged user namespaces here (sysctl kernel.apparmor_restrict_unprivileged_userns=1): install wardcell's AppArmor profile or ask your administrator"
+            } else {
+                "; unprivileged user namespaces are disabled (check sysctl user.max_user_namespaces and kernel.unprivileged_userns_clone)"
+            }
+        }
+        Some(libc::ENOSPC) => {
+            "; the user namespace limit is reached (sysctl user.max_user_namespaces)"
+        }
+        Some(libc::ENOSYS) => "; this kernel has no clone3 (Linux 5.3 or newer is required)",
+        _ => "",
+    };
+    format!("creating the sandbox's namespaces failed: {e}{hint}")
+}

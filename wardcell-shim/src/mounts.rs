@@ -1,0 +1,269 @@
+//! The sandbox's mount namespace: fresh /proc, a minimal /dev, a private /tmp, masks.
+//!
+//! Runs as PID 1 of the new PID namespace, with CAP_SYS_ADMIN in the new user namespace
+//! (raised as an ambient capability by the broker for exactly this), before any
+//! capability is dropped. Every step either succeeds or stops the run.
+
+use std::fs;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{symlink, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::mount::{mount, MsFlags};
+
+use wardcell_common::plan::SandboxSpec;
+
+type Result<T> = std::result::Result<T, String>;
+
+const NONE: Option<&str> = None;
+
+fn do_mount(
+    src: Option<&str>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: MsFlags,
+    data: Option<&str>,
+) -> Result<()> {
+    mount(src, target, fstype, flags, data).map_err(|e| {
+        format!(
+            "mounting {} on {}: {e}",
+            fstype.or(src).unwrap_or("(remount)"),
+            target.display()
+        )
+    })
+}
+
+/// Device nodes every sandbox gets, bound from the host.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// Carry out the mount part of `spec`.
+pub fn setup(spec: &SandboxSpec) -> Result<()> {
+    // 1. Nothing we mount propagates back to the host, nor the host's mounts to us.
+    do_mount(
+        NONE,
+        Path::new("/"),
+        NONE,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        NONE,
+    )?;
+
+    // 2. Make the ancestors of every mask that lie in a writable tree mount points of their
+    //    own: a mount point cannot be renamed, so the sandbox cannot move a masked
+    //    directory (wardcell's config, say) aside and plant a new one at its path.
+    //    Recursive binds, outermost first, so that nothing already mounted is lost.
+    for dir in pinned_ancestors(&spec.mask, &spec.write) {
+        do_mount(
+            Some(path_str(&dir)?),
+            &dir,
+            NONE,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            NONE,
+        )?;
+    }
+
+    // 3. A /proc of our own PID namespace: host processes are invisible.
+    do_mount(
+        Some("proc"),
+        Path::new("/proc"),
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        NONE,
+    )?;
+
+    // 4. A minimal /dev.
+    minimal_dev()?;
+
+    // 5. A private /tmp unless the profile names it.
+    if spec.private_tmp {
+        do_mount(
+            Some("tmpfs"),
+            Path::new("/tmp"),
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=1777"),
+        )?;
+    }
+
+    // 6. Masks: deny paths, wardcell's directories, host sockets. A mask names what a
+    //    path leads to (/var/run is often a link to /run); a missing one hides nothing.
+    let resolved: Vec<PathBuf> = spec
+        .mask
+        .iter()
+        .filter_map(|p| fs::canonicalize(p).ok())
+        .collect();
+    for path in ordered_masks(&resolved) {
+        mask(&path)?;
+    }
+    Ok(())
+}
+
+fn path_str(p: &Path) -> Result<&str> {
+    p.to_str()
+        .ok_or_else(|| format!("path {} is not UTF-8", p.display()))
+}
+
+/// Masks sorted so parents come first, without any mask that lies inside another (it is
+/// hidden already, and its path cannot be reached to mount on).
+pub fn ordered_masks(masks: &[PathBuf]) -> Vec<PathBuf> {
+    let mut sorted: Vec<PathBuf> = masks.to_vec();
+    sorted.sort();
+    sorted.dedup();
+    let mut out: Vec<PathBuf> = Vec::new();
+    for p in sorted {
+        if !out.iter().any(|q| p.starts_with(q)) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Ancestors of masks (and the masks' parents' chain) whose parent directory the sandbox
+/// may write, outermost first. The masks themselves become mount points when masked.
+pub fn pinned_ancestors(masks: &[PathBuf], write: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for m in ordered_masks(masks) {
+        for a in m.ancestors().skip(1) {
+            if a == Path::new("/") {
+                break;
+            }
+            let parent_writable = a
+                .parent()
+                .is_some_and(|parent| write.iter().any(|w| parent.starts_with(w)));
+            if parent_writable && a.is_dir() && !out.iter().any(|o| o == a) {
+                out.push(a.to_path_buf());
+            }
+        }
+    }
+    // Outermost first: a recursive bind of an outer directory carries the inner ones.
+    out.sort_by_key(|p| p.components().count());
+    out
+}
+
+/// Make `path` empty and unreadable: an empty read-only tmpfs with mode 000 for a
+/// directory, a read-only /dev/null in the place of anything else.
+fn mask(path: &Path) -> Result<()> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("masking {}: {e}", path.display())),
+    };
+    let hard = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    if meta.is_dir() {
+        do_mount(
+            Some("tmpfs"),
+            path,
+            Some("tmpfs"),
+            hard | MsFlags::MS_RDONLY,
+            Some("mode=000,size=4k,nr_inodes=1"),
+        )
+    } else {
+        do_mount(Some("/dev/null"), path, NONE, MsFlags::MS_BIND, NONE)?;
+        do_mount(
+            NONE,
+            path,
+            NONE,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | hard,
+            NONE,
+        )
+    }
+}
+
+fn minimal_dev() -> Result<()> {
+    // Hold the host's device nodes before /dev is covered, then bind them back in
+    // through /proc/self/fd (our fresh /proc).
+    let mut held = Vec::new();
+    for name in DEVICES {
+        let host = Path::new("/dev").join(name);
+        match fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+            .open(&host)
+        {
+            Ok(f) => held.push((*name, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("opening {}: {e}", host.display())),
+        }
+    }
+    let dev = Path::new("/dev");
+    do_mount(
+        Some("tmpfs"),
+        dev,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("mode=0755,size=64k"),
+    )?;
+    for (name, f) in &held {
+        let node = dev.join(name);
+        fs::File::create(&node).map_err(|e| format!("creating {}: {e}", node.display()))?;
+        let src = format!("/proc/self/fd/{}", f.as_raw_fd());
+        do_mount(Some(&src), &node, NONE, MsFlags::MS_BIND, NONE)?;
+    }
+    drop(held);
+    let links = [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
+    ];
+    for (name, target) in links {
+        symlink(target, dev.join(name)).map_err(|e| format!("creating /dev/{name}: {e}"))?;
+    }
+    for sub in ["pts", "shm"] {
+        fs::create_dir(dev.join(sub)).map_err(|e| format!("creating /dev/{sub}: {e}"))?;
+    }
+    do_mount(
+        Some("devpts"),
+        &dev.join("pts"),
+        Some("devpts"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=620"),
+    )?;
+    do_mount(
+        Some("tmpfs"),
+        &dev.join("shm"),
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=1777"),
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pb(v: &[&str]) -> Vec<PathBuf> {
+        v.iter().map(PathBuf::from).collect()
+    }
+
+    #[test]
+    fn masks_inside_masks_are_dropped() {
+        let m = ordered_masks(&pb(&[
+            "/h/.ssh/keys",
+            "/run",
+            "/h/.ssh",
+            "/run/user/1",
+            "/h/.ssh",
+        ]));
+        assert_eq!(m, pb(&["/h/.ssh", "/run"]));
+    }
+
+    #[test]
+    fn ancestors_pinned_only_where_writable() {
+        let tmp = std::env::temp_dir().join(format!("wc-pin-{}", std::process::id()));
+        let cfg = tmp.join("home/.config/wardcell");
+        fs::create_dir_all(&cfg).unwrap();
+        let home = tmp.join("home");
+        // With the home writable, .config must not be renamable.
+        let got = pinned_ancestors(&[cfg.clone()], &[home.clone()]);
+        assert_eq!(got, vec![tmp.join("home/.config")]);
+        // With only the project writable, nothing needs pinning.
+        let got = pinned_ancestors(&[cfg.clone()], &[tmp.join("elsewhere")]);
+        assert!(got.is_empty());
+        // With the parent of home writable, home itself is pinned too, outermost first.
+        let got = pinned_ancestors(&[cfg], &[tmp.clone()]);
+        assert_eq!(got, vec![home, tmp.join("home/.config")]);
+        fs::remove_dir_all(&tmp).unwrap();
+    }
+}

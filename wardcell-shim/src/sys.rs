@@ -1,0 +1,112 @@
+//! The shim's few calls that need `unsafe`: each block says why it is sound.
+
+use std::io;
+use std::os::fd::RawFd;
+
+/// Turn a -1 return into the thread's errno.
+fn cerr(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Which side of a fork we are on.
+pub enum Forked {
+    Parent(libc::pid_t),
+    Child,
+}
+
+/// fork(2). The shim is single-threaded whenever it forks, so the child may allocate.
+pub fn fork() -> io::Result<Forked> {
+    // SAFETY: fork has no memory-safety preconditions of its own; the hazard is
+    // locks held by other threads, and the shim never starts a thread.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        pid => Ok(Forked::Parent(pid)),
+    }
+}
+
+/// Mark every descriptor from `first` up close-on-exec, so exec leaves only 0, 1, 2.
+pub fn cloexec_from(first: u32) -> io::Result<()> {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range only changes descriptor flags; no memory is passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    cerr(r).map(drop)
+}
+
+/// Make `fd` (a terminal) the calling session leader's controlling terminal.
+pub fn set_controlling_tty(fd: RawFd) -> io::Result<()> {
+    // SAFETY: TIOCSCTTY takes an integer argument (0: do not steal), no pointer.
+    let r = unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0) };
+    cerr(r as libc::c_long).map(drop)
+}
+
+/// prctl(PR_SET_DUMPABLE, 0): no same-uid process may ptrace us or read our /proc files.
+pub fn set_undumpable() -> io::Result<()> {
+    // SAFETY: integer arguments only.
+    let r = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    cerr(r as libc::c_long).map(drop)
+}
+
+/// Set IFF_UP on the loopback interface of our network namespace.
+pub fn loopback_up() -> io::Result<()> {
+    // SAFETY: socket() with constant arguments; the fd is closed below on every path.
+    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if sock < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads the name and writes ifru_flags inside `req`, which
+    // lives for the whole call.
+    let mut r = unsafe { libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut req) };
+    if r == 0 {
+        // SAFETY: the kernel just filled ifru_flags, the union member we read and set.
+        unsafe { req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
+        // SAFETY: as above; the kernel reads `req`.
+        r = unsafe { libc::ioctl(sock, libc::SIOCSIFFLAGS, &req) };
+    }
+    let err = io::Error::last_os_error();
+    // SAFETY: `sock` is ours and closed exactly once.
+    unsafe { libc::close(sock) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(err)
+    }
+}
+
+/// Take ownership of the control socket the broker placed at fd 3.
+pub fn control_socket() -> io::Result<std::os::unix::net::UnixStream> {
+    use std::os::fd::FromRawFd;
+    const CONTROL_FD: RawFd = 3;
+    // SAFETY: fstat writes into `st`, which is plain old data; a bad fd is an error.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(CONTROL_FD, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(io::Error::other("fd 3 is not the broker's socket"));
+    }
+    // SAFETY: fd 3 is open (fstat succeeded), is a socket, and nothing else in this
+    // process owns it: this function is called once, at start-up.
+    let sock = unsafe { std::os::unix::net::UnixStream::from_raw_fd(CONTROL_FD) };
+    // SAFETY: F_SETFD with FD_CLOEXEC on a descriptor we own.
+    cerr(unsafe { libc::fcntl(CONTROL_FD, libc::F_SETFD, libc::FD_CLOEXEC) } as libc::c_long)?;
+    Ok(sock)
+}
