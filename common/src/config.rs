@@ -56,15 +56,8 @@ deny = [
 ]
 
 [profiles.developer-readonly]
-extends = "base"
-read = ["~", "."]
+extends = "readonly"
 write = ["."]
-deny = [
-    "~/.ssh", "~/.aws", "~/.gnupg", "~/.config/gh", "~/.netrc", "~/.git-credentials",
-    "~/.docker", "~/.kube", "~/.npmrc", "~/.pypirc", "~/.cargo/credentials",
-    "~/.cargo/credentials.toml", "~/.config/gcloud", "~/.azure", "~/.password-store",
-    "~/.local/share/keyrings", "~/.mozilla", "~/.config/google-chrome", "~/.config/chromium",
-]
 "#;
 
 /// Label used in error locations inside [`BUILTIN_PROFILES`] (never expected to appear).
@@ -420,7 +413,7 @@ struct RawZone {
     // Optional here so that its absence is reported with the zone's own place.
     profile: Option<Spanned<String>>,
     default: Option<Spanned<bool>>,
-    description: Option<String>,
+    description: Option<Spanned<String>>,
     authenticated: Option<bool>,
     enter_from: Option<List>,
     requires_approval: Option<bool>,
@@ -762,6 +755,15 @@ pub fn parse(text: &str, label: &str) -> Result<Config, ConfigError> {
                 enter_from.push(e.get_ref().clone());
             }
         }
+        if let Some(d) = &z.description {
+            if d.get_ref().chars().any(char::is_control) {
+                v.push(user.err(
+                    &d.span(),
+                    format!("{key}.description"),
+                    "must be one line without control characters: `zone list` shows it in a table",
+                ));
+            }
+        }
         let requires_approval = z.requires_approval.unwrap_or(false);
         let approval_timeout_secs = match &z.approval_timeout {
             None => None,
@@ -786,7 +788,7 @@ pub fn parse(text: &str, label: &str) -> Result<Config, ConfigError> {
             name: name.get_ref().clone(),
             profile,
             default: is_default,
-            description: z.description.clone(),
+            description: z.description.as_ref().map(|d| d.get_ref().clone()),
             authenticated: z.authenticated.unwrap_or(false),
             enter_from,
             requires_approval,
@@ -1023,10 +1025,7 @@ impl Checker {
         for start in all.keys() {
             let mut chain: Vec<&str> = vec![start];
             let mut cur = start.as_str();
-            loop {
-                let Some(next) = all.get(cur).and_then(|(_, _, p)| p.extends.as_ref()) else {
-                    break;
-                };
+            while let Some(next) = all.get(cur).and_then(|(_, _, p)| p.extends.as_ref()) {
                 let next = next.get_ref().as_str();
                 if !all.contains_key(next) {
                     break; // reported as a missing profile
@@ -1793,7 +1792,7 @@ network = {{ allow = ["a.com:443", "b.com:443"] }}
             5,
             11,
             "profiles.base.extends",
-            "cycle (base -> developer-readonly -> base)",
+            "cycle (base -> developer-readonly -> readonly -> base)",
         );
     }
 
@@ -1852,6 +1851,17 @@ network = {{ allow = ["a.com:443", "b.com:443"] }}
         assert_eq!(
             c.credentials["c"].secret,
             SecretSource::Command(vec!["pass".into(), "git".into()])
+        );
+    }
+
+    #[test]
+    fn descriptions_are_one_line() {
+        assert_err(
+            &format!("{AGENT}description = \"a\\nb\"\n"),
+            4,
+            15,
+            "zones.agent.description",
+            "one line",
         );
     }
 

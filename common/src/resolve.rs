@@ -318,7 +318,7 @@ plugin = ["/bin/true"]
         // "~" from the built-in and "~" and "~/." here collapse to one entry.
         assert_eq!(p.read.iter().filter(|r| **r == c.home).count(), 1);
         assert!(p.read.contains(&c.cwd));
-        assert_eq!(p.write, [c.cwd.clone()]);
+        assert_eq!(p.write, std::slice::from_ref(&c.cwd));
         assert!(p.deny.contains(&c.home.join(".ssh")));
         assert!(p.skipped.contains(&Skipped {
             rule: "read".into(),

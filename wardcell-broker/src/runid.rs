@@ -38,19 +38,6 @@ pub fn new_run_id(random: [u8; 4]) -> String {
     format!("{}-{hex}", timestamp(secs))
 }
 
-/// A run id is only ever ours, but it names files: check its shape before using it.
-pub fn is_valid(id: &str) -> bool {
-    let b = id.as_bytes();
-    b.len() == 25
-        && b[8] == b'T'
-        && b[15] == b'Z'
-        && b[16] == b'-'
-        && b[..8].iter().chain(&b[9..15]).all(u8::is_ascii_digit)
-        && b[17..]
-            .iter()
-            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,9 +52,8 @@ mod tests {
     #[test]
     fn ids_are_valid() {
         let id = new_run_id([0xde, 0xad, 0xbe, 0xef]);
-        assert!(is_valid(&id), "{id}");
+        assert_eq!(id.len(), 25, "{id}");
         assert!(id.ends_with("-deadbeef"));
-        assert!(!is_valid("../../etc/passwd"));
-        assert!(!is_valid("20261202T094532Z-DEADBEEF"));
+        assert!(id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
     }
 }

@@ -256,13 +256,13 @@ mod tests {
         fs::create_dir_all(&cfg).unwrap();
         let home = tmp.join("home");
         // With the home writable, .config must not be renamable.
-        let got = pinned_ancestors(&[cfg.clone()], &[home.clone()]);
+        let got = pinned_ancestors(std::slice::from_ref(&cfg), std::slice::from_ref(&home));
         assert_eq!(got, vec![tmp.join("home/.config")]);
         // With only the project writable, nothing needs pinning.
-        let got = pinned_ancestors(&[cfg.clone()], &[tmp.join("elsewhere")]);
+        let got = pinned_ancestors(std::slice::from_ref(&cfg), &[tmp.join("elsewhere")]);
         assert!(got.is_empty());
         // With the parent of home writable, home itself is pinned too, outermost first.
-        let got = pinned_ancestors(&[cfg], &[tmp.clone()]);
+        let got = pinned_ancestors(&[cfg], std::slice::from_ref(&tmp));
         assert_eq!(got, vec![home, tmp.join("home/.config")]);
         fs::remove_dir_all(&tmp).unwrap();
     }

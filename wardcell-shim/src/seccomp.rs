@@ -123,11 +123,11 @@ pub const NAMESPACE_FLAGS: &[(u64, &str)] = &[
 /// ioctl requests refused on any descriptor, compared on the low 32 bits of the request.
 pub const DENIED_IOCTLS: &[(u64, &str)] = &[
     (
-        libc::TIOCSTI as u64,
+        libc::TIOCSTI,
         "pushing input into a terminal another process reads",
     ),
     (
-        libc::TIOCLINUX as u64,
+        libc::TIOCLINUX,
         "console selection can also push input",
     ),
 ];
@@ -224,7 +224,8 @@ pub fn filters() -> Result<Vec<BpfProgram>, seccompiler::BackendError> {
 /// own first instruction reloads what it needs, so its relative jumps are unchanged.
 fn x32_guard() -> BpfProgram {
     use seccompiler::sock_filter;
-    const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+    // BPF_LD | BPF_W | BPF_ABS
+    const BPF_LD_W_ABS: u16 = 0x20;
     const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
     const BPF_RET_K: u16 = 0x06;
     const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;

@@ -1,3 +1,98 @@
-//! The wardcell client. (Being written.)
+//! The wardcell client: parses the command line, loads and checks the configuration,
+//! resolves it into a plan, and prints or launches it.
+//!
+//! What works depends on where it runs (see `location`): the host, a sandbox in a
+//! zone, or a sandbox without zones. A command that does not work here is refused
+//! before anything else happens.
 #![forbid(unsafe_code)]
-fn main() {}
+
+mod cli;
+mod context;
+mod error;
+mod location;
+mod output;
+mod policy;
+mod run;
+mod zones;
+
+use std::process::ExitCode;
+
+use cli::{Command, Parsed, PolicyCommand, ZoneCommand};
+use error::Error;
+use location::Location;
+
+fn main() -> ExitCode {
+    // 1. Where are we: the host, a sandbox in a zone, or a sandbox without zones.
+    let location = Location::detect(&|k| std::env::var(k).ok());
+
+    // 2. Refuse a command that does not work here, before doing anything else.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(why) = location::refusal(&location, &cli::command_path(&args)) {
+        return report(Error::Refused(why));
+    }
+
+    // 3. Parse the command line as offered here (help and usage errors end here).
+    let cli = match cli::parse(&location, args) {
+        Parsed::Run(cli) => cli,
+        Parsed::Exit(code) => return code,
+    };
+
+    // 4. Do it.
+    match dispatch(cli.command, &location) {
+        Ok(code) => code,
+        Err(e) => report(e),
+    }
+}
+
+fn dispatch(command: Command, location: &Location) -> Result<ExitCode, Error> {
+    match (command, location) {
+        (Command::Run(args), Location::Host) => match run::run(args)? {},
+        (Command::Policy(PolicyCommand::Check { config }), Location::Host) => {
+            policy::check(&config)?;
+        }
+        (
+            Command::Policy(PolicyCommand::Show {
+                zone,
+                profile,
+                config,
+                output,
+            }),
+            Location::Host,
+        ) => policy::show(zone, profile, &config, output)?,
+        (Command::Zone(ZoneCommand::List { config, output }), Location::Host) => {
+            zones::host_list(&config, output)?;
+        }
+        (Command::Zone(ZoneCommand::List { config, output }), Location::Zone { socket, .. }) => {
+            if config.file.is_some() {
+                return Err(Error::Usage(
+                    "--config does not apply inside a sandbox: its supervisor answers from the configuration the run started with; drop --config".to_string(),
+                ));
+            }
+            zones::inside_list(socket, output)?;
+        }
+        (Command::Zone(ZoneCommand::Current), Location::Zone { zone, .. }) => {
+            zones::current(zone)?;
+        }
+        (Command::Zone(ZoneCommand::Enter { zone, command }), Location::Zone { socket, .. }) => {
+            let command = run::utf8_command(command)?;
+            return Ok(ExitCode::from(zones::inside_enter(socket, &zone, command)?));
+        }
+        // Step 2 refused everything else; this is a second line, not a path in use.
+        (_, _) => {
+            return Err(Error::Refused(
+                "this command does not work here; `wardcell --help` lists those that do"
+                    .to_string(),
+            ));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report(e: Error) -> ExitCode {
+    // A reader that went away (`| head`) is not worth a message.
+    if matches!(&e, Error::Stdout(io) if io.kind() == std::io::ErrorKind::BrokenPipe) {
+        return ExitCode::from(e.exit_code());
+    }
+    eprintln!("error: {e}");
+    ExitCode::from(e.exit_code())
+}

@@ -1,0 +1,236 @@
+//! wardcell-probe: runs inside a sandbox under test and tries one thing a sandboxed
+//! process should (or should not) be able to do. Prints `ok` or `err NAME (errno)` and
+//! exits 0 or 1, so tests can assert on exactly what the kernel answered.
+//!
+//! This is test code that deliberately makes raw system calls with hostile arguments.
+
+use std::ffi::CString;
+use std::io::{Read, Write};
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn name(e: i32) -> &'static str {
+    match e {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::ESRCH => "ESRCH",
+        libc::EACCES => "EACCES",
+        libc::EEXIST => "EEXIST",
+        libc::EXDEV => "EXDEV",
+        libc::EINVAL => "EINVAL",
+        libc::ENOTTY => "ENOTTY",
+        libc::ENOSYS => "ENOSYS",
+        libc::EROFS => "EROFS",
+        libc::EBUSY => "EBUSY",
+        libc::EAFNOSUPPORT => "EAFNOSUPPORT",
+        libc::ENETUNREACH => "ENETUNREACH",
+        libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::EBADF => "EBADF",
+        _ => "OTHER",
+    }
+}
+
+fn report(ret: i64) -> ! {
+    if ret < 0 {
+        let e = errno();
+        println!("err {} ({e})", name(e));
+        std::process::exit(1)
+    }
+    println!("ok");
+    std::process::exit(0)
+}
+
+fn report_io<T>(r: std::io::Result<T>) -> ! {
+    match r {
+        Ok(_) => report(0),
+        Err(e) => {
+            let n = e.raw_os_error().unwrap_or(0);
+            println!("err {} ({n})", name(n));
+            std::process::exit(1)
+        }
+    }
+}
+
+fn c(s: &str) -> CString {
+    CString::new(s).expect("no NUL")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let a = |i: usize| args.get(i).cloned().unwrap_or_default();
+    let num = |i: usize| a(i).parse::<i64>().expect("a number");
+    match a(0).as_str() {
+        "status" => {
+            let s = std::fs::read_to_string("/proc/self/status").unwrap();
+            for line in s.lines() {
+                if line.starts_with("Cap")
+                    || line.starts_with("NoNewPrivs")
+                    || line.starts_with("Seccomp")
+                {
+                    println!("{line}");
+                }
+            }
+        }
+        "fds" => {
+            let mut fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect();
+            fds.sort();
+            // The highest is the directory read_dir itself holds open.
+            fds.pop();
+            println!("{fds:?}");
+        }
+        "tiocsti" => {
+            let ch: libc::c_char = b'x' as libc::c_char;
+            // High bits set above the 32-bit request must not slip past the filter.
+            let req: libc::c_ulong = if a(1) == "high" {
+                libc::TIOCSTI | 0x1_0000_0000
+            } else {
+                libc::TIOCSTI
+            };
+            // SAFETY: TIOCSTI reads one char from `ch`.
+            report(unsafe { libc::ioctl(0, req, &ch) } as i64)
+        }
+        "unshare" => {
+            let flag = match a(1).as_str() {
+                "user" => libc::CLONE_NEWUSER,
+                "net" => libc::CLONE_NEWNET,
+                "mount" => libc::CLONE_NEWNS,
+                "pid" => libc::CLONE_NEWPID,
+                other => panic!("unknown namespace {other}"),
+            };
+            // SAFETY: integer argument.
+            report(unsafe { libc::unshare(flag) } as i64)
+        }
+        "clone-newuser" => {
+            // A raw clone with CLONE_NEWUSER; the child exits at once if it ever exists.
+            // SAFETY: fork-like clone (no CLONE_VM, no stack); the child only _exits.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_clone,
+                    (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong,
+                    0usize,
+                    0usize,
+                    0usize,
+                    0usize,
+                )
+            };
+            if r == 0 {
+                // SAFETY: _exit in the child.
+                unsafe { libc::_exit(0) };
+            }
+            report(r)
+        }
+        "clone3" => {
+            let mut args = [0u64; 11];
+            args[4] = libc::SIGCHLD as u64;
+            // SAFETY: fork-like clone3 (no CLONE_VM, no stack); the child only _exits.
+            let r = unsafe { libc::syscall(libc::SYS_clone3, args.as_mut_ptr(), 88usize) };
+            if r == 0 {
+                // SAFETY: _exit in the child.
+                unsafe { libc::_exit(0) };
+            }
+            report(r)
+        }
+        "mount-tmpfs" => {
+            let target = c(&a(1));
+            // SAFETY: valid C strings; null data.
+            report(unsafe {
+                libc::mount(
+                    c"tmpfs".as_ptr(),
+                    target.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    0,
+                    std::ptr::null(),
+                )
+            } as i64)
+        }
+        "umount" => {
+            let target = c(&a(1));
+            // SAFETY: valid C string.
+            report(unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) } as i64)
+        }
+        "ptrace" => {
+            // SAFETY: PTRACE_ATTACH takes a pid; null addr and data.
+            report(unsafe {
+                libc::ptrace(
+                    libc::PTRACE_ATTACH,
+                    num(1) as libc::pid_t,
+                    std::ptr::null_mut::<libc::c_void>(),
+                    std::ptr::null_mut::<libc::c_void>(),
+                )
+            })
+        }
+        "kill" => {
+            // SAFETY: integer arguments.
+            report(unsafe { libc::kill(num(1) as libc::pid_t, libc::SIGTERM) } as i64)
+        }
+        "procmem" => report_io(std::fs::File::open(format!("/proc/{}/mem", a(1)))),
+        "tcp" => report_io(std::net::TcpStream::connect((a(1).as_str(), num(2) as u16))),
+        "udp" => {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+            report_io(s.send_to(b"wardcell-probe", (a(1).as_str(), num(2) as u16)))
+        }
+        "socket" => {
+            // SAFETY: integer arguments; the fd (if any) is leaked to process exit.
+            report(unsafe { libc::socket(num(1) as i32, libc::SOCK_DGRAM, 0) } as i64)
+        }
+        "syscall" => {
+            let nr = match a(1).as_str() {
+                "io_uring_setup" => libc::SYS_io_uring_setup,
+                "bpf" => libc::SYS_bpf,
+                "keyctl" => libc::SYS_keyctl,
+                "userfaultfd" => libc::SYS_userfaultfd,
+                "perf_event_open" => libc::SYS_perf_event_open,
+                "setns" => libc::SYS_setns,
+                "process_vm_readv" => libc::SYS_process_vm_readv,
+                "x32_getpid" => 0x4000_0000 | 39,
+                other => panic!("unknown syscall {other}"),
+            };
+            // SAFETY: zero/null arguments; every one of these fails or is harmless with them.
+            report(unsafe { libc::syscall(nr, 0usize, 0usize, 0usize, 0usize, 0usize) })
+        }
+        "write" => report_io(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .open(a(1))
+                .and_then(|mut f| f.write_all(a(2).as_bytes())),
+        ),
+        "read" => {
+            let mut s = String::new();
+            match std::fs::File::open(a(1)).and_then(|mut f| f.read_to_string(&mut s)) {
+                Ok(_) => {
+                    println!("ok {s}");
+                }
+                Err(e) => report_io::<()>(Err(e)),
+            }
+        }
+        "truncate" => {
+            let p = c(&a(1));
+            // SAFETY: valid C string.
+            report(unsafe { libc::truncate(p.as_ptr(), 0) } as i64)
+        }
+        "link" => report_io(std::fs::hard_link(a(1), a(2))),
+        "rename" => report_io(std::fs::rename(a(1), a(2))),
+        "mkdir" => report_io(std::fs::create_dir_all(a(1))),
+        "connect-unix" => report_io(std::os::unix::net::UnixStream::connect(a(1))),
+        "heartbeat" => {
+            // Write a counter to a file until killed.
+            let mut n = 0u64;
+            loop {
+                let _ = std::fs::write(a(1), n.to_string());
+                n += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        other => {
+            eprintln!("wardcell-probe: unknown probe {other:?}");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,548 @@
+//! Real sandboxes, real escape attempts. Every test runs as the invoking user (root in
+//! CI) and as an unprivileged uid.
+
+use std::fs;
+use std::io::Read;
+use std::net::{TcpListener, UdpSocket};
+use std::time::{Duration, Instant};
+
+use wardcell_tests::both;
+
+fn status_field<'a>(out: &'a str, field: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("{field} missing from {out}"))
+}
+
+both!(command_runs_and_status_relays, |fx| {
+    fx.sh("exit 0").ok();
+    fx.sh("exit 7").expect_code(7);
+    // A signal becomes 128+N.
+    fx.sh("kill -TERM $$").expect_code(143);
+    let out = fx.sh("echo hello; echo oops >&2");
+    out.ok();
+    assert_eq!(out.stdout, "hello\n");
+    assert_eq!(out.stderr, "oops\n");
+});
+
+both!(exec_failures_are_reported, |fx| {
+    let out = fx.run(&["run", "--", "no-such-command-wardcell"]);
+    out.expect_code(127);
+    assert!(
+        out.stderr
+            .starts_with("error: `no-such-command-wardcell`: command not found"),
+        "{out:?}"
+    );
+    assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
+
+    let script = fx.proj.join("not-executable.sh");
+    fx.write(&script, "#!/bin/sh\necho ran\n");
+    let out = fx.run(&["run", "--", script.to_str().unwrap()]);
+    out.expect_code(126);
+    assert!(out.stderr.starts_with("error: `"), "{out:?}");
+    assert!(!out.stdout.contains("ran"));
+});
+
+both!(allowed_reads_and_writes_work, |fx| {
+    fx.write(&fx.proj.join("in.txt"), "input");
+    let out =
+        fx.sh("cat in.txt && echo written > out.txt && mkdir -p sub/dir && echo x > sub/dir/f");
+    out.ok();
+    assert_eq!(out.stdout, "input");
+    assert_eq!(
+        fs::read_to_string(fx.proj.join("out.txt")).unwrap(),
+        "written\n"
+    );
+    assert!(fx.proj.join("sub/dir/f").is_file());
+});
+
+both!(writes_outside_the_profile_fail, |fx| {
+    fx.test_config("");
+    // The home is readable but not writable in developer-readonly.
+    let target = fx.home.join("notes.txt");
+    fx.write(&target, "original");
+    let t = target.to_str().unwrap();
+    let out = fx.probe(&["write", t, "changed"]);
+    out.expect_code(1);
+    assert!(out.stdout.starts_with("err EACCES"), "{out:?}");
+    let out = fx.probe(&["truncate", t]);
+    assert!(out.stdout.starts_with("err EACCES"), "{out:?}");
+    let out = fx.probe(&["rename", t, fx.proj.join("moved").to_str().unwrap()]);
+    assert!(out.stdout.starts_with("err"), "{out:?}");
+    assert_eq!(fs::read_to_string(&target).unwrap(), "original");
+    // Outside the home entirely: not even readable.
+    let secret = fx.outside.join("secret.txt");
+    fx.write(&secret, "hidden");
+    let out = fx.probe(&["read", secret.to_str().unwrap()]);
+    assert!(out.stdout.starts_with("err EACCES"), "{out:?}");
+});
+
+both!(deny_paths_are_masked_inside_allowed_trees, |fx| {
+    fx.test_config("");
+    let key = fx.home.join(".ssh/id_ed25519");
+    fx.write(&key, "PRIVATE KEY");
+    let aws = fx.home.join(".aws/credentials");
+    fx.write(&aws, "[default]\nkey=1");
+    for p in [&key, &aws] {
+        let out = fx.probe(&["read", p.to_str().unwrap()]);
+        assert!(
+            out.stdout.starts_with("err"),
+            "{} readable: {out:?}",
+            p.display()
+        );
+    }
+    let out = fx.sh("ls -a ~/.ssh 2>&1; cat ~/.ssh/id_ed25519 2>&1; echo end");
+    assert!(!out.stdout.contains("PRIVATE KEY"), "{out:?}");
+    assert!(!out.stdout.contains("id_ed25519\n"), "{out:?}");
+    assert_eq!(fs::read_to_string(&key).unwrap(), "PRIVATE KEY");
+});
+
+both!(own_directories_stay_unwritable_with_write_home, |fx| {
+    fx.config(&format!(
+        "[zones.agent]\nprofile = \"wide\"\ndefault = true\n\n[profiles.wide]\nextends = \"developer-readonly\"\nread = [\"{}\"]\nwrite = [\"~\"]\n",
+        fx.bin.display()
+    ));
+    let cfg = fx.home.join(".config/wardcell/zones.toml");
+    let before = fs::read_to_string(&cfg).unwrap();
+    let h = fx.home.to_str().unwrap();
+    // The home is writable...
+    fx.probe(&["write", &format!("{h}/scratch.txt"), "x"]).ok();
+    // ...but wardcell's config and state are not, by any route.
+    for (args, what) in [
+        (
+            vec![
+                "write",
+                &format!("{h}/.config/wardcell/zones.toml"),
+                "[zones]",
+            ],
+            "config write",
+        ),
+        (
+            vec!["mkdir", &format!("{h}/.config/wardcell/new")],
+            "config mkdir",
+        ),
+        (
+            vec![
+                "write",
+                &format!("{h}/.local/state/wardcell/runs/fake.jsonl"),
+                "{}",
+            ],
+            "state write",
+        ),
+        (
+            vec![
+                "rename",
+                &format!("{h}/.config"),
+                &format!("{h}/.config-moved"),
+            ],
+            "rename config parent",
+        ),
+        (
+            vec![
+                "rename",
+                &format!("{h}/.config/wardcell"),
+                &format!("{h}/wc"),
+            ],
+            "rename config dir",
+        ),
+        (
+            vec![
+                "rename",
+                &format!("{h}/.local"),
+                &format!("{h}/.local-moved"),
+            ],
+            "rename state ancestor",
+        ),
+        (
+            vec!["read", &format!("{h}/.config/wardcell/zones.toml")],
+            "config read",
+        ),
+    ] {
+        let out = fx.probe(&args);
+        assert!(out.stdout.starts_with("err"), "{what} succeeded: {out:?}");
+    }
+    assert_eq!(fs::read_to_string(&cfg).unwrap(), before);
+    assert!(!fx.home.join(".config-moved").exists());
+    assert!(!fx.home.join(".local-moved").exists());
+});
+
+both!(symlinks_and_hard_links_do_not_reach_outside, |fx| {
+    fx.test_config("");
+    let outside = fx.outside.join("target.txt");
+    fx.write(&outside, "untouched");
+    let home_file = fx.home.join("readonly.txt");
+    fx.write(&home_file, "untouched");
+    std::os::unix::fs::symlink(&outside, fx.proj.join("link-out")).unwrap();
+    std::os::unix::fs::symlink(&home_file, fx.proj.join("link-home")).unwrap();
+    fx.own(&fx.proj);
+    for link in ["link-out", "link-home"] {
+        let out = fx.probe(&["write", fx.proj.join(link).to_str().unwrap(), "changed"]);
+        assert!(out.stdout.starts_with("err"), "{link}: {out:?}");
+    }
+    // A hard link to a file the sandbox may only read would make it writable: refused.
+    let out = fx.probe(&[
+        "link",
+        home_file.to_str().unwrap(),
+        fx.proj.join("hard").to_str().unwrap(),
+    ]);
+    assert!(out.stdout.starts_with("err"), "{out:?}");
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "untouched");
+    assert_eq!(fs::read_to_string(&home_file).unwrap(), "untouched");
+});
+
+both!(no_tcp_or_udp_to_the_host, |fx| {
+    fx.test_config("");
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let port = tcp.local_addr().unwrap().port().to_string();
+    let out = fx.probe(&["tcp", "127.0.0.1", &port]);
+    assert!(out.stdout.starts_with("err"), "{out:?}");
+    assert!(tcp.accept().is_err(), "the host listener got a connection");
+
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let port = udp.local_addr().unwrap().port().to_string();
+    // The datagram goes to the sandbox's own loopback, if anywhere: never to the host.
+    let _ = fx.probe(&["udp", "127.0.0.1", &port]);
+    let mut buf = [0u8; 64];
+    assert!(
+        udp.recv_from(&mut buf).is_err(),
+        "the host received a datagram"
+    );
+});
+
+both!(no_namespaces_no_mounts, |fx| {
+    fx.test_config("");
+    for ns in ["user", "net", "mount", "pid"] {
+        let out = fx.probe(&["unshare", ns]);
+        assert!(out.stdout.starts_with("err EPERM"), "unshare {ns}: {out:?}");
+    }
+    let out = fx.probe(&["clone-newuser"]);
+    assert!(out.stdout.starts_with("err EPERM"), "{out:?}");
+    // clone3 answers ENOSYS so that libc falls back to the clone(2) the filter checks.
+    let out = fx.probe(&["clone3"]);
+    assert!(out.stdout.starts_with("err ENOSYS"), "{out:?}");
+    let out = fx.probe(&["mount-tmpfs", fx.proj.to_str().unwrap()]);
+    assert!(out.stdout.starts_with("err EPERM"), "{out:?}");
+    let out = fx.probe(&["umount", "/proc"]);
+    assert!(out.stdout.starts_with("err EPERM"), "{out:?}");
+    // And the tools a person would reach for.
+    let out = fx.sh("unshare -Ur true");
+    assert_ne!(out.code, 0, "{out:?}");
+});
+
+both!(dangerous_syscalls_and_families_are_refused, |fx| {
+    fx.test_config("");
+    for sc in [
+        "io_uring_setup",
+        "bpf",
+        "keyctl",
+        "userfaultfd",
+        "perf_event_open",
+        "setns",
+        "process_vm_readv",
+    ] {
+        let out = fx.probe(&["syscall", sc]);
+        assert!(out.stdout.starts_with("err EPERM"), "{sc}: {out:?}");
+    }
+    for family in [
+        "16", /* netlink */
+        "17", /* packet */
+        "40", /* vsock */
+        "38", /* alg */
+    ] {
+        let out = fx.probe(&["socket", family]);
+        assert!(
+            out.stdout.starts_with("err EAFNOSUPPORT"),
+            "family {family}: {out:?}"
+        );
+    }
+    fx.probe(&["socket", "1"]).ok();
+    // An x32 syscall number kills the process outright (SIGSYS: 128+31).
+    let out = fx.probe(&["syscall", "x32_getpid"]);
+    assert_eq!(out.code, 159, "{out:?}");
+});
+
+both!(the_broker_and_init_are_out_of_reach, |fx| {
+    fx.test_config("");
+    let mut child = fx
+        .cmd(&[
+            "run",
+            "--",
+            fx.bin.join("wardcell-probe").to_str().unwrap(),
+            "heartbeat",
+            fx.proj.join("beat").to_str().unwrap(),
+        ])
+        .spawn()
+        .unwrap();
+    // The client execs the broker: this pid is the broker's.
+    let broker = child.id().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !fx.proj.join("beat").exists() {
+        assert!(Instant::now() < deadline, "the heartbeat never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for args in [
+        vec!["ptrace", broker.as_str()],
+        vec!["kill", broker.as_str()],
+        vec!["procmem", broker.as_str()],
+        vec!["ptrace", "1"],
+        vec!["kill", "1"],
+        vec!["procmem", "1"],
+    ] {
+        let out = fx.probe(&args);
+        assert!(out.stdout.starts_with("err"), "{args:?}: {out:?}");
+    }
+    assert!(child.try_wait().unwrap().is_none(), "the broker died");
+    child.kill().unwrap();
+    child.wait().unwrap();
+});
+
+both!(confinement_status_is_complete, |fx| {
+    fx.test_config("");
+    let out = fx.probe(&["status"]);
+    out.ok();
+    assert_eq!(status_field(&out.stdout, "NoNewPrivs"), "1");
+    assert_eq!(status_field(&out.stdout, "Seccomp"), "2");
+    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(status_field(&out.stdout, set), "0000000000000000", "{set}");
+    }
+});
+
+both!(no_descriptor_above_2_is_inherited, |fx| {
+    fx.test_config("");
+    let leaked = fs::File::open("/etc/hostname")
+        .or_else(|_| fs::File::open("/etc/passwd"))
+        .unwrap();
+    let mut cmd = fx.cmd(&[
+        "run",
+        "--",
+        fx.bin.join("wardcell-probe").to_str().unwrap(),
+        "fds",
+    ]);
+    use std::os::fd::AsRawFd;
+    let raw = leaked.as_raw_fd();
+    // SAFETY: dup2 in the child before exec: async-signal-safe, no allocation.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            if libc::dup2(raw, 7) < 0 || libc::dup2(raw, 200) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out: wardcell_tests::Out = cmd.output().unwrap().into();
+    out.ok();
+    assert_eq!(out.stdout.trim(), "[0, 1, 2]");
+});
+
+both!(tiocsti_is_refused, |fx| {
+    fx.test_config("");
+    // Seccomp answers before the tty layer: EPERM even where stdin is not a terminal
+    // (ENOTTY would mean the filter let it through).
+    for variant in ["plain", "high"] {
+        let out = fx.probe(&["tiocsti", variant]);
+        assert!(out.stdout.starts_with("err EPERM"), "{variant}: {out:?}");
+    }
+});
+
+both!(private_tmp_and_host_sockets, |fx| {
+    fx.test_config("");
+    let marker = format!("wardcell-private-tmp-{}-{}", std::process::id(), fx.uid());
+    fx.sh(&format!("echo x > /tmp/{marker} && cat /tmp/{marker}"))
+        .ok();
+    assert!(!std::path::Path::new("/tmp").join(&marker).exists());
+
+    // A socket in the caller's runtime directory cannot be reached.
+    let runtime = fx.dir.join("runtime");
+    fs::create_dir_all(&runtime).unwrap();
+    fx.own(&runtime);
+    let sock_path = runtime.join("agent.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock_path).unwrap();
+    fx.own(&sock_path);
+    listener.set_nonblocking(true).unwrap();
+    let probe = fx.bin.join("wardcell-probe");
+    let out: wardcell_tests::Out = fx
+        .cmd(&[
+            "run",
+            "--",
+            probe.to_str().unwrap(),
+            "connect-unix",
+            sock_path.to_str().unwrap(),
+        ])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env("SSH_AUTH_SOCK", &sock_path)
+        .output()
+        .unwrap()
+        .into();
+    assert!(out.stdout.starts_with("err"), "{out:?}");
+    assert!(listener.accept().is_err());
+});
+
+both!(environment_is_filtered, |fx| {
+    let out: wardcell_tests::Out = fx
+        .cmd(&["run", "--", "/bin/sh", "-c", "env | sort"])
+        .env("GITHUB_TOKEN", "ghp_secret")
+        .env("WARDCELL_ZONE", "forged")
+        .env("KEEP_ME", "yes")
+        .output()
+        .unwrap()
+        .into();
+    out.ok();
+    assert!(!out.stdout.contains("ghp_secret"), "{out:?}");
+    assert!(out.stdout.contains("KEEP_ME=yes"));
+    assert!(out.stdout.contains("WARDCELL_SANDBOX=1"));
+    assert!(out.stdout.contains("WARDCELL_ZONE=agent\n"), "{out:?}");
+    assert!(!out.stdout.contains("forged"));
+});
+
+both!(nested_run_is_refused_even_with_variables_unset, |fx| {
+    fx.test_config("");
+    let out = fx.sh("wardcell run -- true; echo rc=$?");
+    assert!(
+        out.stderr
+            .contains("error: `wardcell run` is not available inside a wardcell sandbox"),
+        "{out:?}"
+    );
+    // With every hint removed, and a home of its own so that the client gets as far as
+    // the broker on the built-in configuration, the kernel still refuses: nothing runs.
+    let marker = fx.proj.join("nested-ran");
+    let out = fx.sh(&format!(
+        "mkdir -p fakehome && env -u WARDCELL_SANDBOX -u WARDCELL_ZONE -u WARDCELL_ZONE_SOCKET HOME=$PWD/fakehome wardcell run -- /bin/sh -c 'touch {}'; echo rc=$?",
+        marker.display()
+    ));
+    assert!(!marker.exists(), "a nested sandbox ran: {out:?}");
+    assert!(out.stdout.contains("rc=1"), "{out:?}");
+    assert!(
+        out.stderr.contains("error: could not start the sandbox"),
+        "{out:?}"
+    );
+});
+
+both!(signals_reach_the_command, |fx| {
+    let mut child = fx
+        .cmd(&["run", "--", "/bin/sh", "-c", "trap 'echo got-term > term.txt; exit 3' TERM; echo ready > ready.txt; while :; do sleep 0.05; done"])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !fx.proj.join("ready.txt").exists() {
+        assert!(Instant::now() < deadline, "never became ready");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: kill with a pid we own.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(3));
+    assert_eq!(
+        fs::read_to_string(fx.proj.join("term.txt")).unwrap(),
+        "got-term\n"
+    );
+});
+
+both!(the_sandbox_dies_with_the_broker, |fx| {
+    fx.test_config("");
+    let beat = fx.proj.join("beat");
+    let mut child = fx
+        .cmd(&[
+            "run",
+            "--",
+            fx.bin.join("wardcell-probe").to_str().unwrap(),
+            "heartbeat",
+            beat.to_str().unwrap(),
+        ])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !beat.exists() {
+        assert!(Instant::now() < deadline, "the heartbeat never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap(); // SIGKILL to the broker
+    child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let a = fs::read_to_string(&beat).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let b = fs::read_to_string(&beat).unwrap();
+    assert_eq!(a, b, "the sandboxed process outlived the broker");
+});
+
+both!(interactive_shell_gets_a_terminal, |fx| {
+    // A real pty on the host side, as a person's terminal would be.
+    let mut master: libc::c_int = -1;
+    let mut slave: libc::c_int = -1;
+    let ws = libc::winsize {
+        ws_row: 33,
+        ws_col: 101,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: openpty writes two descriptors; the name and termios pointers are null.
+    let r = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            &ws,
+        )
+    };
+    assert_eq!(r, 0);
+    use std::os::fd::FromRawFd;
+    // SAFETY: openpty returned two new descriptors that we now own.
+    let (master, slave) = unsafe {
+        (
+            fs::File::from_raw_fd(master),
+            std::os::fd::OwnedFd::from_raw_fd(slave),
+        )
+    };
+    if let Some((uid, gid)) = (fx.who == wardcell_tests::As::User && wardcell_tests::is_root())
+        .then(|| (fx.uid(), fx.uid()))
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: fchown on a descriptor we own.
+        unsafe { libc::fchown(slave.as_raw_fd(), uid, gid) };
+    }
+    let mut cmd = fx.cmd(&["run", "--", "/bin/bash", "--norc", "--noprofile", "-i"]);
+    cmd.stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave.try_clone().unwrap());
+    // SAFETY: setsid and TIOCSCTTY in the child before exec, as a terminal emulator does.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    // The Command holds copies of the slave: drop them so the master sees the end.
+    drop(cmd);
+    drop(slave);
+    let mut w = master.try_clone().unwrap();
+    use std::io::Write;
+    w.write_all(b"stty size; case $- in *m*) echo JOBCONTROL-ON;; esac; sleep 5 & jobs; exit 4\n")
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut r = master;
+    std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+        }
+        let _ = tx.send(String::from_utf8_lossy(&all).into_owned());
+    });
+    let status = child.wait().unwrap();
+    let out = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+    assert_eq!(status.code(), Some(4), "{out}");
+    assert!(out.contains("33 101"), "window size not passed: {out}");
+    assert!(out.contains("JOBCONTROL-ON"), "no job control: {out}");
+    assert!(out.contains("[1]+"), "jobs not listed: {out}");
+    assert!(!out.contains("no job control"), "{out}");
+});

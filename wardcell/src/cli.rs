@@ -1,0 +1,263 @@
+//! The command line: clap's derive types, and the command offered at each location.
+//!
+//! One set of types describes every command; [`command_for`] hides what does not work
+//! where wardcell runs, so `--help` lists only what works here. A hidden command is
+//! refused by [`crate::location::refusal`] before clap parses anything.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+
+use crate::location::Location;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "wardcell",
+    version,
+    about = "Run a command, typically a coding agent, in a sandbox whose permissions come from a named zone",
+    disable_help_subcommand = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a command in a new sandbox, in the default zone unless --zone or --profile says otherwise
+    Run(RunArgs),
+    /// Check the configuration, or show what it resolves to
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// List zones, show the current one, or run a command in another
+    #[command(subcommand)]
+    Zone(ZoneCommand),
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Start in this zone instead of the default one
+    #[arg(long, value_name = "ZONE", conflicts_with = "profile")]
+    pub zone: Option<String>,
+    /// Run under this profile, outside any zone (no zone commands work inside)
+    #[arg(long, value_name = "PROFILE")]
+    pub profile: Option<String>,
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The command and its arguments
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ConfigArg {
+    /// Read this configuration file instead of looking for zones.toml
+    #[arg(long = "config", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Output {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// Load and check the configuration, and resolve every zone, without running anything
+    Check {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Show what a zone (or every zone, or a profile) resolves to on this machine
+    Show {
+        /// Only this zone
+        #[arg(value_name = "ZONE", conflicts_with = "profile")]
+        zone: Option<String>,
+        /// A profile, as `wardcell run --profile` would use it
+        #[arg(long, value_name = "PROFILE")]
+        profile: Option<String>,
+        #[command(flatten)]
+        config: ConfigArg,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ZoneCommand {
+    /// List zones: on the host every zone, inside a sandbox the zones it may enter
+    List {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Print the name of the zone this sandbox is in
+    Current,
+    /// Run a command in another zone, in a new sandbox
+    Enter {
+        /// The zone to run the command in
+        #[arg(value_name = "ZONE")]
+        zone: String,
+        /// The command and its arguments
+        #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
+        command: Vec<OsString>,
+    },
+}
+
+/// The command as offered at `location`: what does not work there is hidden.
+pub fn command_for(location: &Location) -> clap::Command {
+    let hide = |c: clap::Command| c.hide(true);
+    let cmd = Cli::command();
+    match location {
+        Location::Host => cmd.mut_subcommand("zone", |z| {
+            z.about("List the zones of the configuration")
+                .mut_subcommand("list", |l| l.about("List every zone of the configuration"))
+                .mut_subcommand("current", hide)
+                .mut_subcommand("enter", hide)
+        }),
+        Location::Zone { zone, .. } => cmd
+            .mut_subcommand("run", hide)
+            .mut_subcommand("policy", hide)
+            .mut_subcommand("zone", |z| {
+                z.mut_subcommand("list", |l| {
+                    l.about("List the zones this sandbox may enter")
+                        .mut_arg("file", |a| a.hide(true))
+                })
+            })
+            .after_help(format!(
+                "This process is in a wardcell sandbox, in zone '{zone}'; only zone commands work here."
+            )),
+        Location::NoZones => cmd
+            .mut_subcommand("run", hide)
+            .mut_subcommand("policy", hide)
+            .mut_subcommand("zone", hide)
+            .override_usage("wardcell [--help | --version]")
+            .after_help(
+                "This process is in a wardcell sandbox started without zones (`wardcell run --profile`); no wardcell command works here.",
+            ),
+    }
+}
+
+/// The subcommand names on a command line, e.g. `["zone", "enter"]`, found without
+/// parsing the rest: wardcell's own options before them take no values.
+pub fn command_path(args: &[OsString]) -> Vec<String> {
+    let mut out = Vec::new();
+    for a in args.iter().skip(1) {
+        let Some(a) = a.to_str() else { break };
+        if a == "--" {
+            break;
+        }
+        if a.starts_with('-') {
+            continue;
+        }
+        out.push(a.to_string());
+        if out.len() == 2 || !matches!(out[0].as_str(), "zone" | "policy") {
+            break;
+        }
+    }
+    out
+}
+
+/// What parsing produced: a command to run, or an exit (help, version, usage error).
+pub enum Parsed {
+    Run(Cli),
+    Exit(std::process::ExitCode),
+}
+
+/// Parse `args` against the command offered at `location`. Help and version print and
+/// exit 0; a usage error is one `error: ` line on stderr and exit code 2.
+pub fn parse(location: &Location, args: Vec<OsString>) -> Parsed {
+    let cmd = command_for(location);
+    // The part of the path that names real commands, for the "see --help" hint.
+    let mut known = Vec::new();
+    let mut at = &cmd;
+    for name in command_path(&args) {
+        match at.find_subcommand(&name).filter(|c| !c.is_hide_set()) {
+            Some(sub) => {
+                known.push(name);
+                at = sub;
+            }
+            None => break,
+        }
+    }
+    let parsed = cmd
+        .clone()
+        .try_get_matches_from(args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    match parsed {
+        Ok(cli) => Parsed::Run(cli),
+        Err(e) => {
+            use clap::error::ErrorKind;
+            let code = match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    let _ = e.print();
+                    return Parsed::Exit(2.into());
+                }
+                _ => 2,
+            };
+            if code == 0 {
+                let _ = e.print();
+            } else {
+                let rendered = e.render().to_string();
+                // clap's first paragraph, on one line.
+                let first = rendered
+                    .lines()
+                    .take_while(|l| !l.trim().is_empty())
+                    .map(str::trim)
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let first = first.strip_prefix("error: ").unwrap_or(&first);
+                let help = if known.is_empty() {
+                    "wardcell --help".to_string()
+                } else {
+                    format!("wardcell {} --help", known.join(" "))
+                };
+                eprintln!("error: {first}; see `{help}`");
+            }
+            Parsed::Exit(code.into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<OsString> {
+        s.split(' ').map(OsString::from).collect()
+    }
+
+    #[test]
+    fn paths() {
+        assert_eq!(command_path(&args("wardcell run -- x")), ["run"]);
+        assert_eq!(
+            command_path(&args("wardcell --help zone enter a -- b")),
+            ["zone", "enter"]
+        );
+        assert_eq!(
+            command_path(&args("wardcell zone --x list")),
+            ["zone", "list"]
+        );
+        assert_eq!(command_path(&args("wardcell policy")), ["policy"]);
+        assert!(command_path(&args("wardcell -- run")).is_empty());
+    }
+
+    #[test]
+    fn the_cli_is_consistent() {
+        for loc in [
+            Location::Host,
+            Location::NoZones,
+            Location::Zone {
+                zone: "a".into(),
+                socket: "/s".into(),
+            },
+        ] {
+            command_for(&loc).debug_assert();
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! What a host command needs to know about this machine: home, current directory,
+//! wardcell's directories, and which configuration to read.
+
+use std::path::{Path, PathBuf};
+
+use wardcell_common::config::{self, Config, Source};
+use wardcell_common::paths;
+use wardcell_common::resolve::Context;
+
+use crate::error::Error;
+
+fn env(k: &str) -> Option<String> {
+    std::env::var(k).ok()
+}
+
+/// The home directory: `$HOME` when absolute, else the password database's entry.
+fn home() -> Result<PathBuf, Error> {
+    if let Some(h) = env("HOME").filter(|h| h.starts_with('/')) {
+        return Ok(PathBuf::from(h));
+    }
+    match nix::unistd::User::from_uid(nix::unistd::getuid()) {
+        Ok(Some(u)) if u.dir.is_absolute() => Ok(u.dir),
+        _ => Err(Error::NoHome),
+    }
+}
+
+/// The configuration and resolution context for this invocation.
+pub struct Host {
+    pub config: Config,
+    pub context: Context,
+}
+
+/// Find and load the configuration (`--config FILE` first) and describe this machine.
+pub fn load(explicit: Option<&Path>) -> Result<Host, Error> {
+    let home = home()?;
+    let cwd = std::env::current_dir().map_err(Error::Cwd)?;
+    let explicit = explicit.map(|p| cwd.join(p));
+    let source = config::locate(explicit.as_deref(), &env, &home);
+    let config = config::load(&source)?;
+    let dirs = paths::dirs(
+        &env,
+        &home,
+        nix::unistd::getuid().as_raw(),
+        match &source {
+            Source::File(p) if explicit.is_some() => Some(p.as_path()),
+            _ => None,
+        },
+    );
+    Ok(Host {
+        config,
+        context: Context { home, cwd, dirs },
+    })
+}

@@ -1,0 +1,297 @@
+//! Human and JSON output. Everything printed on stdout goes through here.
+
+use std::io::Write;
+use std::path::Path;
+
+use serde::Serialize;
+use wardcell_common::config::Config;
+use wardcell_common::plan::{Plan, ProfilePlan, Start, ZonePlan};
+
+use crate::error::Error;
+
+/// Write `text` (a newline is added) to stdout.
+pub fn print(text: &str) -> Result<(), Error> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")
+        .and_then(|()| out.flush())
+        .map_err(Error::Stdout)
+}
+
+/// Columns separated by two spaces, each as wide as its widest cell; no trailing spaces.
+pub fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            if c + 1 < row.len() {
+                let pad = widths[c] - cell.chars().count() + 2;
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push(line.trim_end().to_string());
+    }
+    out.join("\n")
+}
+
+/// `-` for an absent or empty value, as `zone list` shows it.
+fn or_dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+/// The host's `zone list` table: every zone of the configuration, by name.
+pub fn zone_table(cfg: &Config) -> String {
+    let mut rows = vec![["ZONE", "DEFAULT", "PROFILE", "ENTER FROM", "DESCRIPTION"]
+        .map(String::from)
+        .to_vec()];
+    for z in &cfg.zones {
+        rows.push(vec![
+            z.name.clone(),
+            if z.default { "yes" } else { "" }.to_string(),
+            z.profile.clone(),
+            or_dash(&z.enter_from.join(", ")),
+            or_dash(z.description.as_deref().unwrap_or("")),
+        ]);
+    }
+    table(&rows)
+}
+
+#[derive(Serialize)]
+struct HostZones<'a> {
+    zones: Vec<HostZone<'a>>,
+}
+
+#[derive(Serialize)]
+struct HostZone<'a> {
+    name: &'a str,
+    default: bool,
+    profile: &'a str,
+    enter_from: &'a [String],
+    description: Option<&'a str>,
+}
+
+/// The host's `zone list --output json`.
+pub fn zone_json(cfg: &Config) -> Result<String, Error> {
+    let v = HostZones {
+        zones: cfg
+            .zones
+            .iter()
+            .map(|z| HostZone {
+                name: &z.name,
+                default: z.default,
+                profile: &z.profile,
+                enter_from: &z.enter_from,
+                description: z.description.as_deref(),
+            })
+            .collect(),
+    };
+    serde_json::to_string(&v).map_err(|e| Error::Json(e.to_string()))
+}
+
+/// The plan exactly as the broker would receive it.
+pub fn plan_json(plan: &Plan) -> Result<String, Error> {
+    serde_json::to_string_pretty(plan).map_err(|e| Error::Json(e.to_string()))
+}
+
+/// Seconds as zones.toml writes a duration.
+pub fn duration(secs: u64) -> String {
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 || out.is_empty() {
+        out.push_str(&format!("{s}s"));
+    }
+    out
+}
+
+fn list(out: &mut Vec<String>, indent: &str, title: &str, items: Vec<String>) {
+    if items.is_empty() {
+        out.push(format!("{indent}{title}: -"));
+    } else {
+        out.push(format!("{indent}{title}:"));
+        out.extend(items.into_iter().map(|i| format!("{indent}  {i}")));
+    }
+}
+
+fn paths(items: &[std::path::PathBuf]) -> Vec<String> {
+    items.iter().map(|p| p.display().to_string()).collect()
+}
+
+fn profile(out: &mut Vec<String>, p: &ProfilePlan, indent: &str) {
+    out.push(format!("{indent}profile: {}", p.name));
+    let inner = format!("{indent}  ");
+    list(out, &inner, "read", paths(&p.read));
+    list(out, &inner, "write", paths(&p.write));
+    list(out, &inner, "deny", paths(&p.deny));
+    list(
+        out,
+        &inner,
+        "skipped",
+        p.skipped
+            .iter()
+            .map(|s| format!("{} {}: {}", s.rule, s.path, s.reason))
+            .collect(),
+    );
+    out.push(format!(
+        "{inner}/tmp: {}",
+        if p.private_tmp() {
+            "private to the sandbox"
+        } else {
+            "the host's, as the rules above allow"
+        }
+    ));
+    list(out, &inner, "env deny", p.env.deny.clone());
+    list(
+        out,
+        &inner,
+        "env set",
+        p.env.set.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+    );
+    if p.network.enabled() {
+        list(out, &inner, "network allow", p.network.allow.clone());
+    } else {
+        out.push(format!("{inner}network allow: - (no network)"));
+    }
+    list(out, &inner, "credentials", p.credentials.clone());
+}
+
+fn zone(out: &mut Vec<String>, z: &ZonePlan) {
+    out.push(format!(
+        "zone {}{}",
+        z.name,
+        if z.default { " (default)" } else { "" }
+    ));
+    out.push(format!(
+        "  description: {}",
+        or_dash(z.description.as_deref().unwrap_or(""))
+    ));
+    out.push(format!(
+        "  enter from: {}",
+        or_dash(&z.enter_from.join(", "))
+    ));
+    out.push(format!(
+        "  requires approval: {}",
+        match (z.requires_approval, z.approval_timeout_secs) {
+            (false, _) => "no".to_string(),
+            (true, Some(s)) => format!("yes, waits up to {}", duration(s)),
+            (true, None) => "yes, waits as long as the plugin takes".to_string(),
+        }
+    ));
+    out.push(format!(
+        "  authenticated: {}",
+        if z.authenticated { "yes" } else { "no" }
+    ));
+    profile(out, &z.profile, "  ");
+}
+
+/// `policy show` for people: where the configuration came from, then each zone shown
+/// (`only`: just that one), or the profile of a `--profile` plan.
+pub fn plan_text(plan: &Plan, only: Option<&str>) -> String {
+    let mut out = vec![format!("config: {}", plan.source)];
+    out.push(format!("home (~): {}", plan.home.display()));
+    out.push(format!("current directory (.): {}", plan.cwd.display()));
+    out.push(format!(
+        "approval plugin: {}",
+        plan.approval
+            .as_ref()
+            .map_or("-".to_string(), |a| a.join(" "))
+    ));
+    out.push(format!(
+        "audit to syslog: {}",
+        if plan.audit.syslog { "yes" } else { "no" }
+    ));
+    let hidden = |p: &Path| p.display().to_string();
+    list(
+        &mut out,
+        "",
+        "hidden from every sandbox",
+        plan.dirs
+            .config
+            .iter()
+            .map(|p| hidden(p))
+            .chain([hidden(&plan.dirs.state), hidden(&plan.dirs.runtime)])
+            .collect(),
+    );
+    match &plan.start {
+        Start::Profile(p) => {
+            out.push(String::new());
+            out.push("outside any zone (run --profile): no zone commands work inside".to_string());
+            profile(&mut out, p, "");
+        }
+        Start::Zone(_) => {
+            for z in plan
+                .zones
+                .iter()
+                .filter(|z| only.is_none_or(|o| o == z.name))
+            {
+                out.push(String::new());
+                zone(&mut out, z);
+            }
+        }
+    }
+    out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_table() {
+        let cfg = wardcell_common::config::parse(
+            r#"
+[zones.agent]
+profile    = "developer-readonly"
+default    = true
+
+[zones.push]
+profile           = "git-push"
+description       = "Can push to the company's git remote"
+authenticated     = true
+enter_from        = ["agent"]
+
+[profiles.git-push]
+extends = "developer-readonly"
+"#,
+            "f",
+        )
+        .unwrap();
+        assert_eq!(
+            zone_table(&cfg),
+            "ZONE   DEFAULT  PROFILE             ENTER FROM  DESCRIPTION\n\
+             agent  yes      developer-readonly  -           -\n\
+             push            git-push            agent       Can push to the company's git remote"
+        );
+        assert_eq!(
+            zone_json(&cfg).unwrap(),
+            r#"{"zones":[{"name":"agent","default":true,"profile":"developer-readonly","enter_from":[],"description":null},{"name":"push","default":false,"profile":"git-push","enter_from":["agent"],"description":"Can push to the company's git remote"}]}"#
+        );
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration(600), "10m");
+        assert_eq!(duration(5400), "1h30m");
+        assert_eq!(duration(90), "1m30s");
+        assert_eq!(duration(3605), "1h5s");
+    }
+}
