@@ -29,6 +29,64 @@ pub struct Plan {
     pub audit: AuditPlan,
     /// wardcell's own directories.
     pub dirs: Dirs,
+    /// Every `[credentials.*]` entry: where each secret comes from, never a secret.
+    pub credentials: Vec<CredentialPlan>,
+}
+
+impl Plan {
+    /// Environment variables some credential reads: removed from every sandbox.
+    pub fn credential_env_vars(&self) -> Vec<String> {
+        self.credentials
+            .iter()
+            .filter_map(|c| match &c.secret {
+                SecretPlan::Env(v) => Some(v.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Files some credential reads: masked in every sandbox.
+    pub fn credential_files(&self) -> Vec<PathBuf> {
+        self.credentials
+            .iter()
+            .filter_map(|c| match &c.secret {
+                SecretPlan::File(p) => Some(p.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// A credential a zone's proxy may attach to requests.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct CredentialPlan {
+    pub name: String,
+    /// Host names it is attached for (exact match).
+    pub hosts: Vec<String>,
+    /// Request path patterns (`*` glob); empty means every path.
+    pub paths: Vec<String>,
+    pub scheme: CredentialScheme,
+    /// For `basic`.
+    pub username: Option<String>,
+    /// For `header`: the header's name.
+    pub header: Option<String>,
+    pub secret: SecretPlan,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialScheme {
+    Basic,
+    Bearer,
+    Header,
+}
+
+/// Where a secret comes from. The proxy resolves it; nothing else ever does.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum SecretPlan {
+    Env(String),
+    /// Absolute (`~` expanded).
+    File(PathBuf),
+    Command(Vec<String>),
 }
 
 /// Where a run starts.
@@ -153,4 +211,18 @@ pub struct SandboxSpec {
     pub tcp_connect: Vec<u16>,
     /// Make fd 0 the command's controlling terminal (the broker gave it a pty).
     pub controlling_tty: bool,
+    /// Listen on 127.0.0.1:port in the sandbox's network namespace and hand the listener
+    /// to the broker (for the zone's proxy) before the command starts.
+    pub proxy_port: Option<u16>,
+}
+
+/// What one zone's proxy enforces. Sent by the broker with the listener attached.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ProxySpec {
+    pub run_id: String,
+    pub zone: String,
+    /// `host:port` entries; `*.domain:port` matches subdomains only.
+    pub allow: Vec<String>,
+    /// Credentials this zone's proxy attaches (empty unless the zone is authenticated).
+    pub credentials: Vec<CredentialPlan>,
 }

@@ -15,7 +15,7 @@ use std::io::{self, Read, Write};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{Plan, SandboxSpec};
+use crate::plan::{Plan, ProxySpec, SandboxSpec};
 
 /// Bumped whenever any message below changes shape.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -190,15 +190,24 @@ pub enum Launch {
 // Channel: broker <-> shim (a socketpair per sandbox)
 // ---------------------------------------------------------------------------
 
-/// Broker -> shim: exactly one message after the Hello.
+/// Broker -> shim: `Start` after the Hello; `Proceed` after the shim sent its proxy
+/// listener (only when the spec asks for one).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum ShimRequest {
     Start(Box<SandboxSpec>),
+    /// The proxy is listening: start the command. `ca_bundle` (PEM) is given to it in
+    /// SSL_CERT_FILE and friends when the proxy intercepts TLS.
+    Proceed {
+        ca_bundle: Option<String>,
+    },
 }
 
 /// Shim -> broker.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum ShimReport {
+    /// The proxy listener, created in the sandbox's network namespace, travels beside
+    /// this frame (SCM_RIGHTS).
+    Listener,
     /// A step before exec failed; nothing ran. `step` names it, `message` says why.
     SetupFailed { step: String, message: String },
     /// Landlock is enforced at this ABI; `partial` lists what this kernel could not add.
@@ -212,6 +221,40 @@ pub enum ShimReport {
     Exited { code: i32 },
     /// The command was ended by this signal.
     Signaled { signal: i32 },
+}
+
+// ---------------------------------------------------------------------------
+// Channel: broker <-> proxy (a socketpair per proxy)
+// ---------------------------------------------------------------------------
+
+/// Broker -> proxy: exactly one message after the Hello, with the TCP listener (already
+/// listening, in the sandbox's network namespace) beside it as SCM_RIGHTS.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub enum ProxyRequest {
+    Start(Box<ProxySpec>),
+}
+
+/// Proxy -> broker. Never carries a secret.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum ProxyEvent {
+    /// Serving. `ca_pem` is the per-run CA certificate when this proxy intercepts TLS.
+    Ready { ca_pem: Option<String> },
+    /// The proxy cannot serve (for example, a credential file others can read).
+    Failed { message: String },
+    /// A connection or request was allowed and has ended.
+    Connect {
+        host: String,
+        port: u16,
+        credential: Option<String>,
+        bytes_up: u64,
+        bytes_down: u64,
+    },
+    /// A connection or request was refused (403).
+    Denied {
+        host: String,
+        port: u16,
+        reason: String,
+    },
 }
 
 // ---------------------------------------------------------------------------

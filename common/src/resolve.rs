@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use crate::config::{Config, Profile};
 use crate::paths;
 use crate::plan::{
-    AuditPlan, Dirs, EnvPlan, NetworkPlan, Plan, ProfilePlan, Skipped, Start, ZonePlan,
+    AuditPlan, CredentialPlan, CredentialScheme, Dirs, EnvPlan, NetworkPlan, Plan, ProfilePlan,
+    SecretPlan, Skipped, Start, ZonePlan,
 };
 
 /// Where the user asked the run to start.
@@ -136,6 +137,11 @@ pub fn resolve(
         }
     };
 
+    let credentials = cfg
+        .credentials
+        .values()
+        .map(|c| credential_plan(c, &home, &cwd))
+        .collect();
     Ok(Plan {
         source: cfg.source.clone(),
         cwd,
@@ -148,7 +154,32 @@ pub fn resolve(
             syslog: cfg.audit_syslog,
         },
         dirs: ctx.dirs.clone(),
+        credentials,
     })
+}
+
+fn credential_plan(c: &crate::config::Credential, home: &Path, cwd: &Path) -> CredentialPlan {
+    use crate::config::{Scheme, SecretSource};
+    CredentialPlan {
+        name: c.name.clone(),
+        hosts: c.hosts.clone(),
+        paths: c.paths.clone(),
+        scheme: match c.scheme {
+            Scheme::Basic => CredentialScheme::Basic,
+            Scheme::Bearer => CredentialScheme::Bearer,
+            Scheme::Header => CredentialScheme::Header,
+        },
+        username: c.username.clone(),
+        header: c.header.clone(),
+        secret: match &c.secret {
+            SecretSource::Env(v) => SecretPlan::Env(v.clone()),
+            // Its syntax was checked when the file was parsed.
+            SecretSource::File(f) => {
+                SecretPlan::File(paths::expand(f, home, cwd).unwrap_or_else(|_| PathBuf::from(f)))
+            }
+            SecretSource::Command(argv) => SecretPlan::Command(argv.clone()),
+        },
+    }
 }
 
 /// One profile, `extends` applied, paths resolved against `home` and `cwd`.

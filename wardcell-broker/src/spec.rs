@@ -80,8 +80,10 @@ pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<Sandbo
         }
     }
 
+    // Credential sources are never readable in any sandbox, whatever the profile says.
     let mut mask: Vec<PathBuf> = profile.deny.clone();
     mask.extend(own);
+    mask.extend(req.plan.credential_files());
     let named: Vec<&PathBuf> = profile.read.iter().chain(&profile.write).collect();
     for s in host_socket_paths(&req.caller_env) {
         if private_tmp && s.starts_with("/tmp") {
@@ -120,7 +122,12 @@ pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<Sandbo
         ));
     }
 
-    let mut env = envrules::filter(req.caller_env.clone(), &profile.env, &[]);
+    // Variables a credential reads never enter any sandbox.
+    let mut env = envrules::filter(
+        req.caller_env.clone(),
+        &profile.env,
+        &req.plan.credential_env_vars(),
+    );
     env.push(("WARDCELL_SANDBOX".into(), "1".into()));
     if let Some(zone) = req.zone {
         env.push(("WARDCELL_ZONE".into(), zone.to_string()));
@@ -142,13 +149,16 @@ pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<Sandbo
         private_tmp,
         tcp_connect: Vec::new(),
         controlling_tty: req.pty,
+        proxy_port: None,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wardcell_common::plan::{AuditPlan, Dirs, EnvPlan, Start};
+    use wardcell_common::plan::{
+        AuditPlan, CredentialPlan, CredentialScheme, Dirs, EnvPlan, SecretPlan, Start,
+    };
 
     fn plan() -> Plan {
         Plan {
@@ -165,6 +175,26 @@ mod tests {
                 state: "/home/u/.local/state/wardcell".into(),
                 runtime: "/run/user/1000/wardcell".into(),
             },
+            credentials: vec![
+                CredentialPlan {
+                    name: "git".into(),
+                    hosts: vec!["git.example.com".into()],
+                    paths: vec![],
+                    scheme: CredentialScheme::Basic,
+                    username: Some("x".into()),
+                    header: None,
+                    secret: SecretPlan::Env("COMPANY_GIT_TOKEN".into()),
+                },
+                CredentialPlan {
+                    name: "file".into(),
+                    hosts: vec!["h".into()],
+                    paths: vec![],
+                    scheme: CredentialScheme::Bearer,
+                    username: None,
+                    header: None,
+                    secret: SecretPlan::File("/home/u/src/token.txt".into()),
+                },
+            ],
         }
     }
 
@@ -197,6 +227,7 @@ mod tests {
             caller_env: vec![
                 ("PATH".into(), "/usr/bin".into()),
                 ("GH_TOKEN".into(), "x".into()),
+                ("COMPANY_GIT_TOKEN".into(), "s3cret".into()),
                 ("WARDCELL_ZONE".into(), "forged".into()),
                 ("XDG_RUNTIME_DIR".into(), "/run/user/1000".into()),
                 ("SSH_AUTH_SOCK".into(), "/home/u/.agent/sock".into()),
@@ -221,6 +252,7 @@ mod tests {
             "/var/run",
             "/run/user/1000",
             "/home/u/.agent",
+            "/home/u/src/token.txt",
         ] {
             assert!(
                 spec.mask.contains(&PathBuf::from(m)),
@@ -247,6 +279,8 @@ mod tests {
         };
         assert_eq!(get("PATH").as_deref(), Some("/usr/bin"));
         assert_eq!(get("GH_TOKEN"), None);
+        // Read by a credential: removed although no deny pattern names it.
+        assert_eq!(get("COMPANY_GIT_TOKEN"), None);
         assert_eq!(get("WARDCELL_ZONE").as_deref(), Some("agent"));
         assert_eq!(get("WARDCELL_SANDBOX").as_deref(), Some("1"));
         assert_eq!(get("XDG_RUNTIME_DIR"), None);

@@ -128,6 +128,9 @@ fn read_spec(control: &mut UnixStream) -> Result<SandboxSpec, protocol::FrameErr
     protocol::expect_hello(control)?;
     match protocol::read_frame::<ShimRequest>(control)? {
         ShimRequest::Start(spec) => Ok(*spec),
+        ShimRequest::Proceed { .. } => Err(protocol::FrameError::Malformed(
+            "Proceed before Start".into(),
+        )),
     }
 }
 

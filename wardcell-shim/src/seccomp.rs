@@ -126,10 +126,7 @@ pub const DENIED_IOCTLS: &[(u64, &str)] = &[
         libc::TIOCSTI,
         "pushing input into a terminal another process reads",
     ),
-    (
-        libc::TIOCLINUX,
-        "console selection can also push input",
-    ),
+    (libc::TIOCLINUX, "console selection can also push input"),
 ];
 
 /// Socket families a sandbox may create.
