@@ -220,7 +220,16 @@ impl Fixture {
     /// A command for the staged wardcell binary, in the project, with a minimal
     /// environment, as the fixture's uid.
     pub fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(self.bin.join("wardcell"));
+        self.cmd_of(&self.bin.join("wardcell"), args)
+    }
+
+    /// Run another copy of the client, set up as [`Fixture::cmd`] does.
+    pub fn run_binary(&self, client: &Path, args: &[&str]) -> Out {
+        self.cmd_of(client, args).output().expect("spawn").into()
+    }
+
+    fn cmd_of(&self, client: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new(client);
         c.args(args)
             .current_dir(&self.proj)
             .env_clear()

@@ -60,9 +60,13 @@ fn setup_failed(control: &mut UnixStream, step: &str, message: String) -> ! {
 }
 
 fn main() {
-    if std::env::args().nth(1).as_deref() == Some("--version") {
-        println!("wardcell-shim {}", env!("CARGO_PKG_VERSION"));
-        return;
+    match std::env::args().nth(1).as_deref() {
+        Some("--version") => {
+            println!("wardcell-shim {}", env!("CARGO_PKG_VERSION"));
+            return;
+        }
+        Some("--probe") => probe(),
+        _ => {}
     }
 
     // 1. A clean signal state, then the spec.
@@ -121,6 +125,25 @@ fn main() {
         ShimReport::Signaled { signal } => 128 + signal,
         _ => 1,
     })
+}
+
+/// `--probe`, for `wardcell doctor`: what this kernel offers, as `key=value` lines.
+fn probe() -> ! {
+    println!("landlock_abi={}", sys::landlock_abi());
+    // Install the real filters in a throwaway child and see that it survives.
+    let seccomp = match sys::fork() {
+        Ok(sys::Forked::Child) => {
+            let ok = nix::sys::prctl::set_no_new_privs().is_ok() && seccomp::install().is_ok();
+            std::process::exit(if ok { 0 } else { 1 })
+        }
+        Ok(sys::Forked::Parent(pid)) => match waitpid(Pid::from_raw(pid), None) {
+            Ok(WaitStatus::Exited(_, 0)) => "ok".to_string(),
+            other => format!("failed ({other:?})"),
+        },
+        Err(e) => format!("failed (fork: {e})"),
+    };
+    println!("seccomp={seccomp}");
+    std::process::exit(0)
 }
 
 fn read_spec(control: &mut UnixStream) -> Result<SandboxSpec, protocol::FrameError> {

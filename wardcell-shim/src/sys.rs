@@ -110,3 +110,19 @@ pub fn control_socket() -> io::Result<std::os::unix::net::UnixStream> {
     cerr(unsafe { libc::fcntl(CONTROL_FD, libc::F_SETFD, libc::FD_CLOEXEC) } as libc::c_long)?;
     Ok(sock)
 }
+
+/// The Landlock ABI version this kernel offers (0 when Landlock is unavailable).
+pub fn landlock_abi() -> i64 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute pointer and size 0 and the VERSION flag, the kernel
+    // only returns a number; no memory is read or written.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    r.max(0)
+}

@@ -33,6 +33,11 @@ pub enum Command {
     /// List zones, show the current one, or run a command in another
     #[command(subcommand)]
     Zone(ZoneCommand),
+    /// Check whether this machine can run wardcell's sandboxes, and where things are
+    Doctor {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -122,6 +127,7 @@ pub fn command_for(location: &Location) -> clap::Command {
         Location::Zone { zone, .. } => cmd
             .mut_subcommand("run", hide)
             .mut_subcommand("policy", hide)
+            .mut_subcommand("doctor", hide)
             .mut_subcommand("zone", |z| {
                 z.mut_subcommand("list", |l| {
                     l.about("List the zones this sandbox may enter")
@@ -134,6 +140,7 @@ pub fn command_for(location: &Location) -> clap::Command {
         Location::NoZones => cmd
             .mut_subcommand("run", hide)
             .mut_subcommand("policy", hide)
+            .mut_subcommand("doctor", hide)
             .mut_subcommand("zone", hide)
             .override_usage("wardcell [--help | --version]")
             .after_help(

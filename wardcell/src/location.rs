@@ -47,6 +47,8 @@ pub const ENTER_ON_HOST: &str = "`wardcell zone enter` only works inside a sandb
 
 pub const CURRENT_ON_HOST: &str = "`wardcell zone current` only works inside a sandbox that `wardcell run` started in a zone; on the host no zone is current, and `wardcell zone list` shows every zone";
 
+pub const DOCTOR_IN_SANDBOX: &str = "`wardcell doctor` is not available inside a wardcell sandbox: it checks the machine, and from in here it would only see the sandbox. Run it on the host.";
+
 fn zone_without_zones(what: &str) -> String {
     format!(
         "`wardcell {what}` is not available in this sandbox: it was started with `wardcell run --profile`, outside any zone, so there is no zone to list or enter. To use zones, start the run from the host with `wardcell run --zone <ZONE> -- <COMMAND>`."
@@ -64,6 +66,9 @@ pub fn refusal(location: &Location, path: &[String]) -> Option<String> {
 
         (Location::Zone { .. }, ["run", ..]) => Some(RUN_IN_ZONE.to_string()),
         (Location::Zone { .. }, ["policy", ..]) => Some(POLICY_IN_ZONE.to_string()),
+        (Location::Zone { .. } | Location::NoZones, ["doctor", ..]) => {
+            Some(DOCTOR_IN_SANDBOX.to_string())
+        }
         (Location::Zone { .. }, _) => None,
 
         (Location::NoZones, ["run", ..]) => Some(RUN_WITHOUT_ZONES.to_string()),

@@ -8,6 +8,7 @@
 
 mod cli;
 mod context;
+mod doctor;
 mod error;
 mod location;
 mod output;
@@ -76,6 +77,9 @@ fn dispatch(command: Command, location: &Location) -> Result<ExitCode, Error> {
         (Command::Zone(ZoneCommand::Enter { zone, command }), Location::Zone { socket, .. }) => {
             let command = run::utf8_command(command)?;
             return Ok(ExitCode::from(zones::inside_enter(socket, &zone, command)?));
+        }
+        (Command::Doctor { config }, Location::Host) => {
+            return Ok(ExitCode::from(doctor::run(config.file.as_deref())));
         }
         // Step 2 refused everything else; this is a second line, not a path in use.
         (_, _) => {

@@ -67,11 +67,10 @@ pub fn find_helper(name: &str) -> Result<PathBuf, Error> {
 /// The descriptor on which the broker expects the plan.
 const LAUNCH_FD: i32 = 3;
 
-/// Exec the broker with `plan` waiting on fd 3; returns only on failure.
-///
-/// The plan (a Hello, then one `Launch::Run` frame, at most 64 KiB) is written into a
-/// socketpair before exec; the socket buffer holds it until the broker reads it.
-pub fn launch(plan: Plan) -> Result<Infallible, Error> {
+/// Put `plan` (a Hello, then one `Launch::Run` frame, at most 64 KiB) in a socketpair
+/// whose reading end is left at fd 3, inheritable, for the broker. The socket buffer
+/// holds the frames until the broker reads them. Returns the broker's path.
+pub fn hand_over(plan: Plan) -> Result<PathBuf, Error> {
     let broker = find_helper("wardcell-broker")?;
     let fail = |what: &str, e: &dyn std::fmt::Display| Error::Launch(format!("{what}: {e}"));
     let (mut ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
@@ -81,9 +80,21 @@ pub fn launch(plan: Plan) -> Result<Infallible, Error> {
     drop(ours);
     if theirs.as_raw_fd() != LAUNCH_FD {
         unistd::dup2(theirs.as_raw_fd(), LAUNCH_FD).map_err(|e| fail("dup2", &e))?;
+    } else {
+        // Already at fd 3: keep it open past this function.
+        std::mem::forget(theirs);
     }
     fcntl::fcntl(LAUNCH_FD, fcntl::FcntlArg::F_SETFD(fcntl::FdFlag::empty()))
         .map_err(|e| fail("fcntl", &e))?;
+    Ok(broker)
+}
+
+/// Exec the broker with `plan` waiting on fd 3; returns only on failure.
+pub fn launch(plan: Plan) -> Result<Infallible, Error> {
+    let broker = hand_over(plan)?;
     let e = Command::new(&broker).exec();
-    Err(fail(&format!("executing {}", broker.display()), &e))
+    Err(Error::Launch(format!(
+        "executing {}: {e}",
+        broker.display()
+    )))
 }

@@ -1,0 +1,56 @@
+//! `wardcell doctor` checks by doing: a real sandbox through the real broker.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+
+use wardcell_tests::both;
+
+both!(doctor_passes_on_this_machine, |fx| {
+    let out = fx.run(&["doctor"]);
+    out.ok();
+    assert!(out.stdout.contains("OK    landlock"), "{out:?}");
+    assert!(out.stdout.contains("OK    seccomp"), "{out:?}");
+    assert!(
+        out.stdout.contains("OK    sandbox          ran /bin/true"),
+        "{out:?}"
+    );
+    assert!(
+        out.stdout
+            .contains(&format!("{}/.local/state/wardcell/runs", fx.home.display())),
+        "{out:?}"
+    );
+    assert!(!out.stdout.contains("FAIL"), "{out:?}");
+});
+
+both!(doctor_fails_without_the_shim, |fx| {
+    // A copy of the client and broker with no shim beside them (and none installed).
+    let bin = fx.dir.join("lonely-bin");
+    fs::create_dir_all(&bin).unwrap();
+    for name in ["wardcell", "wardcell-broker"] {
+        fs::copy(fx.bin.join(name), bin.join(name)).unwrap();
+        fs::set_permissions(bin.join(name), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    fx.own(&bin);
+    let out = fx.run_binary(&bin.join("wardcell"), &["doctor"]);
+    if std::path::Path::new("/usr/libexec/wardcell/wardcell-shim").exists() {
+        return; // an installed package would be found instead, rightly
+    }
+    out.expect_code(1);
+    assert!(out.stdout.contains("FAIL  wardcell-shim"), "{out:?}");
+    assert!(
+        out.stdout
+            .contains("wardcell cannot sandbox on this machine"),
+        "{out:?}"
+    );
+});
+
+both!(doctor_is_refused_inside_a_sandbox, |fx| {
+    fx.test_config("");
+    let out = fx.sh("wardcell doctor");
+    out.expect_code(1);
+    assert!(
+        out.stderr
+            .starts_with("error: `wardcell doctor` is not available inside a wardcell sandbox"),
+        "{out:?}"
+    );
+});

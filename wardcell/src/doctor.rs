@@ -1,0 +1,302 @@
+//! `wardcell doctor`: can this machine run wardcell's sandboxes, and where are things.
+//!
+//! One line per check, `OK`, `WARN` or `FAIL`. It checks by doing where it can: the shim
+//! reports what the kernel offers, and a throwaway sandbox runs `/bin/true` through the
+//! real broker. Exit status 1 when wardcell cannot sandbox here.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use wardcell_common::config::{self, Source};
+use wardcell_common::paths;
+use wardcell_common::plan::Start;
+use wardcell_common::resolve::{self, StartRequest};
+
+use crate::context;
+use crate::run;
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+struct Report {
+    worst: Level,
+}
+
+impl Report {
+    fn line(&mut self, level: Level, what: &str, text: impl AsRef<str>) {
+        let tag = match level {
+            Level::Ok => "OK  ",
+            Level::Warn => "WARN",
+            Level::Fail => "FAIL",
+        };
+        println!("{tag}  {what:<16} {}", text.as_ref());
+        self.worst = self.worst.max(level);
+    }
+}
+
+fn read_sysctl(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Run `path --version` and compare with ours.
+fn helper_version(path: &Path) -> Result<String, String> {
+    let out = Command::new(path)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let version = text.rsplit(' ').next().unwrap_or("").to_string();
+    if version == env!("CARGO_PKG_VERSION") {
+        Ok(version)
+    } else {
+        Err(format!(
+            "version {version:?} does not match wardcell {}; install matching binaries",
+            env!("CARGO_PKG_VERSION")
+        ))
+    }
+}
+
+pub fn run(config_file: Option<&Path>) -> u8 {
+    let mut r = Report { worst: Level::Ok };
+
+    // 1. Helpers, found where `run` finds them, at the same version.
+    let mut shim = None;
+    for (name, needed) in [
+        ("wardcell-broker", true),
+        ("wardcell-shim", true),
+        ("wardcell-proxy", false),
+    ] {
+        match run::find_helper(name) {
+            Ok(path) => match helper_version(&path) {
+                Ok(v) => {
+                    r.line(Level::Ok, name, format!("{} ({v})", path.display()));
+                    if name == "wardcell-shim" {
+                        shim = Some(path);
+                    }
+                }
+                Err(e) => r.line(Level::Fail, name, format!("{}: {e}", path.display())),
+            },
+            Err(e) if needed => r.line(Level::Fail, name, e.to_string()),
+            Err(_) => r.line(
+                Level::Warn,
+                name,
+                "not installed: profiles with network cannot run",
+            ),
+        }
+    }
+
+    // 2. What the kernel offers, as the shim sees it.
+    if let Some(shim) = &shim {
+        kernel_checks(&mut r, shim);
+    }
+
+    // 3. User namespaces: the settings that commonly block them.
+    userns_settings(&mut r);
+
+    // 4. Configuration and directories.
+    let host = match context::load(config_file) {
+        Ok(h) => {
+            r.line(Level::Ok, "config", format!("{} (valid)", h.config.source));
+            Some(h)
+        }
+        Err(e) => {
+            r.line(Level::Fail, "config", e.to_string());
+            None
+        }
+    };
+    if let Some(h) = &host {
+        let d = &h.context.dirs;
+        r.line(Level::Ok, "config dirs", join(&d.config));
+        r.line(
+            Level::Ok,
+            "audit logs",
+            paths::runs_dir(d).display().to_string(),
+        );
+        r.line(Level::Ok, "runtime", d.runtime.display().to_string());
+        if !matches!(
+            config::locate(None, &|k| std::env::var(k).ok(), &h.context.home),
+            Source::File(_)
+        ) && config_file.is_none()
+        {
+            r.line(
+                Level::Ok,
+                "default config",
+                "no zones.toml found: the built-in default is in use",
+            );
+        }
+    }
+
+    // 5. The proof: a real sandbox through the real broker.
+    if r.worst < Level::Fail {
+        if let Some(h) = host {
+            trial_sandbox(&mut r, h);
+        }
+    }
+
+    match r.worst {
+        Level::Fail => {
+            println!("wardcell cannot sandbox on this machine: fix the FAIL lines above");
+            1
+        }
+        _ => 0,
+    }
+}
+
+fn join(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn kernel_checks(r: &mut Report, shim: &Path) {
+    let out = match Command::new(shim)
+        .arg("--probe")
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Err(e) => {
+            r.line(
+                Level::Fail,
+                "kernel",
+                format!("running the shim's probe: {e}"),
+            );
+            return;
+        }
+    };
+    let get = |k: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+            .unwrap_or("")
+            .to_string()
+    };
+    let abi: i32 = get("landlock_abi").parse().unwrap_or(0);
+    let missing: Vec<&str> = [
+        (4, "TCP rules (ABI 4)"),
+        (5, "device ioctl rules (ABI 5)"),
+        (6, "signal and abstract-socket scoping (ABI 6)"),
+    ]
+    .iter()
+    .filter(|(need, _)| abi < *need)
+    .map(|(_, what)| *what)
+    .collect();
+    match abi {
+        0 => r.line(
+            Level::Fail,
+            "landlock",
+            "not available: every profile needs Landlock ABI 3 (Linux 6.2); enable it with lsm=landlock,... on the kernel command line",
+        ),
+        1 | 2 => r.line(
+            Level::Fail,
+            "landlock",
+            format!("ABI {abi}: every profile needs ABI 3 (Linux 6.2), the first that controls truncation"),
+        ),
+        _ if missing.is_empty() => r.line(
+            Level::Ok,
+            "landlock",
+            format!("ABI {abi}: filesystem rules (ABI 3+), TCP rules, device ioctls, signal and abstract-socket scoping"),
+        ),
+        _ => r.line(
+            Level::Warn,
+            "landlock",
+            format!("ABI {abi}: profiles run, without {}", missing.join(", ")),
+        ),
+    }
+    let seccomp = get("seccomp");
+    if seccomp == "ok" {
+        r.line(Level::Ok, "seccomp", "filters install");
+    } else {
+        r.line(
+            Level::Fail,
+            "seccomp",
+            format!("cannot install filters: {seccomp}"),
+        );
+    }
+}
+
+fn userns_settings(r: &mut Report) {
+    if read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
+    {
+        r.line(
+            Level::Warn,
+            "user namespaces",
+            "AppArmor restricts unprivileged user namespaces (sysctl kernel.apparmor_restrict_unprivileged_userns=1); wardcell needs its AppArmor profile installed",
+        );
+    }
+    if read_sysctl("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        r.line(
+            Level::Warn,
+            "user namespaces",
+            "disabled for unprivileged users (sysctl kernel.unprivileged_userns_clone=0)",
+        );
+    }
+    if read_sysctl("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+        r.line(
+            Level::Warn,
+            "user namespaces",
+            "the limit is 0 (sysctl user.max_user_namespaces)",
+        );
+    }
+}
+
+/// Start `/bin/true` in a sandbox under the built-in `base` profile, from /usr.
+fn trial_sandbox(r: &mut Report, mut host: context::Host) {
+    host.context.cwd = PathBuf::from("/usr");
+    let builtin = config::Config::builtin();
+    let plan = match resolve::resolve(
+        &builtin,
+        StartRequest::Profile("base".into()),
+        vec!["/bin/true".into()],
+        &host.context,
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            r.line(Level::Fail, "sandbox", e.to_string());
+            return;
+        }
+    };
+    debug_assert!(matches!(plan.start, Start::Profile(_)));
+    let started = Instant::now();
+    let result = run::hand_over(plan).and_then(|broker| {
+        let child = Command::new(broker)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .current_dir("/usr")
+            .spawn();
+        let _ = nix::unistd::close(3);
+        child
+            .and_then(|c| c.wait_with_output())
+            .map_err(|e| crate::error::Error::Launch(e.to_string()))
+    });
+    match result {
+        Ok(out) if out.status.success() => r.line(
+            Level::Ok,
+            "sandbox",
+            format!(
+                "ran /bin/true in new user, mount, network and PID namespaces ({} ms)",
+                started.elapsed().as_millis()
+            ),
+        ),
+        Ok(out) => {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let err = err
+                .lines()
+                .next()
+                .unwrap_or("no message")
+                .trim_start_matches("error: ");
+            r.line(Level::Fail, "sandbox", err)
+        }
+        Err(e) => r.line(Level::Fail, "sandbox", e.to_string()),
+    }
+}
