@@ -9,6 +9,7 @@
 //! - [`envrules`]: the environment a sandbox receives.
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod config;
 pub mod envrules;
 pub mod paths;

@@ -211,6 +211,10 @@ pub struct SandboxSpec {
     pub tcp_connect: Vec<u16>,
     /// Make fd 0 the command's controlling terminal (the broker gave it a pty).
     pub controlling_tty: bool,
+    /// Unix sockets of wardcell's own (the sandbox's supervisor) to make reachable at the
+    /// same path, although a mask covers them: that mask becomes traversable (not
+    /// listable) and holds only these.
+    pub sockets: Vec<PathBuf>,
     /// Listen on 127.0.0.1:port in the sandbox's network namespace and hand the listener
     /// to the broker (for the zone's proxy) before the command starts.
     pub proxy_port: Option<u16>,

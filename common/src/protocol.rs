@@ -262,15 +262,16 @@ pub enum ProxyEvent {
 // ---------------------------------------------------------------------------
 
 /// Sandbox -> supervisor: one request per connection after the Hello.
-/// It never says which zone it calls from: the supervisor knows.
+/// It never says which zone it calls from, nor where it runs: the supervisor knows the
+/// zone, and reads the caller's working directory from the kernel.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum ZoneRequest {
     List,
-    /// Run `argv` in `zone`; stdin, stdout and stderr travel beside this frame.
+    /// Run `argv` in `zone` with `env` (filtered by the zone's rules). Right after this
+    /// frame, stdin, stdout and stderr follow as one 1-byte message ('F') with SCM_RIGHTS.
     Enter {
         zone: String,
         argv: Vec<String>,
-        cwd: String,
         env: Vec<(String, String)>,
     },
 }
@@ -293,8 +294,11 @@ pub enum ZoneResponse {
     Refused { message: String },
     /// The command started in its new sandbox.
     Started,
-    /// The command ended with this exit code.
+    /// The command ended with this exit code (128+N for signal N).
     Exited { code: i32 },
+    /// The command could not be started in its sandbox (not found: 127, not executable:
+    /// 126, the sandbox could not be built: 1).
+    Failed { message: String, code: i32 },
 }
 
 #[cfg(test)]
@@ -313,7 +317,6 @@ mod tests {
             ZoneRequest::Enter {
                 zone: "push".into(),
                 argv: vec!["git".into(), "push".into()],
-                cwd: "/src".into(),
                 env: vec![("A".into(), "b".into())],
             },
         ];
@@ -387,7 +390,6 @@ mod tests {
         let f = frame_of(&ZoneRequest::Enter {
             zone: "push".into(),
             argv: vec!["true".into()],
-            cwd: "/".into(),
             env: vec![],
         });
         for cut in [1, 2, 3, 5, f.len() - 1] {
@@ -428,7 +430,6 @@ mod tests {
         let big = ZoneRequest::Enter {
             zone: "z".into(),
             argv: vec!["x".repeat(MAX_FRAME_LEN)],
-            cwd: "/".into(),
             env: vec![],
         };
         assert!(matches!(

@@ -5,19 +5,26 @@
 //! It takes these steps:
 //!
 //! 1. take the plan from fd 3 (a Hello, then exactly one `Launch::Run`);
-//! 2. make the run id and the run's directories (0700), and the directories it masks;
-//! 3. build the first sandbox's spec from the start zone's (or profile's) rules;
-//! 4. find wardcell-shim next to itself or in /usr/libexec/wardcell, and decide whether
+//! 2. make the run id, the run's directories (0700) and the directories it masks, and
+//!    create the run's audit log;
+//! 3. find wardcell-shim next to itself or in /usr/libexec/wardcell, and decide whether
 //!    the command gets a pty (when stdin and stdout are terminals);
-//! 5. route the signals it forwards into a signalfd;
-//! 6. start the sandbox (sys::spawn) and hand the shim its spec;
-//! 7. relay until the sandbox ends, restore the terminal, remove the run's directory,
-//!    and exit with the command's status (128+N for a signal).
+//! 4. route the signals it forwards into a signalfd;
+//! 5. start the first sandbox (sandbox.rs): new namespaces, its supervisor when it is
+//!    in a zone (supervisor.rs answers `zone list` and decides `zone enter`), its spec;
+//! 6. relay until it ends, restore the terminal, audit the end, remove the run's
+//!    directory, and exit with the command's status (128+N for a signal).
 
+mod approval;
+mod audit;
+mod chain;
 mod error;
+mod peer;
 mod relay;
 mod runid;
+mod sandbox;
 mod spec;
+mod supervisor;
 mod sys;
 
 use std::ffi::CString;
@@ -26,16 +33,21 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::termios::{self, SetArg, Termios};
+use serde_json::json;
 
+use wardcell_common::paths;
 use wardcell_common::plan::{Plan, ProfilePlan, Start};
-use wardcell_common::protocol::{self, Launch, ShimReport, ShimRequest};
+use wardcell_common::protocol::{self, Launch, ShimReport};
 
+use audit::AuditLog;
 use error::BrokerError;
-use relay::{Outcome, Running};
+use relay::Outcome;
+use sandbox::Run;
 
 /// Signals the broker passes to the sandbox.
 const FORWARDED: &[Signal] = &[
@@ -66,14 +78,26 @@ fn run() -> Result<i32, BrokerError> {
     // 1. The plan.
     let plan = take_plan()?;
 
-    // 2. Run id and directories.
+    // 2. Run id, directories, audit log.
     let mut random = [0u8; 4];
     sys::random_bytes(&mut random).map_err(|e| BrokerError::Launch(e.to_string()))?;
     let run_id = runid::new_run_id(random);
     prepare_own_dirs(&plan)?;
     let run_dir = plan.dirs.runtime.join(&run_id);
     make_private_dir(&run_dir)?;
-    let result = run_sandbox(&plan, &run_id);
+    let log_path = paths::runs_dir(&plan.dirs).join(format!("{run_id}.jsonl"));
+    let audit = AuditLog::create(log_path.clone(), &run_id).map_err(|e| BrokerError::Dir {
+        path: log_path.clone(),
+        what: format!("cannot create the run's audit log: {e}"),
+    })?;
+
+    // 3. The shim.
+    let shim = find_helper("wardcell-shim")?;
+    let shim = CString::new(shim.as_os_str().as_encoded_bytes())
+        .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))?;
+
+    let run = Arc::new(Run::new(plan, run_id, run_dir.clone(), shim, audit));
+    let result = run_first_sandbox(&run);
     let _ = fs::remove_dir_all(&run_dir);
     result
 }
@@ -158,8 +182,8 @@ fn is_tty(fd: impl AsFd) -> bool {
     termios::tcgetattr(fd).is_ok()
 }
 
-fn run_sandbox(plan: &Plan, _run_id: &str) -> Result<i32, BrokerError> {
-    // 3. The spec.
+fn run_first_sandbox(run: &Arc<Run>) -> Result<i32, BrokerError> {
+    let plan = &run.plan;
     let (zone, profile) = start_profile(plan)?;
     let stdin = std::io::stdin();
     let stdout = std::io::stdout();
@@ -167,29 +191,25 @@ fn run_sandbox(plan: &Plan, _run_id: &str) -> Result<i32, BrokerError> {
     let caller_env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
-    let request = spec::Request {
-        plan,
-        profile,
-        zone,
-        argv: &plan.command,
-        cwd: &plan.cwd,
-        caller_env,
-        zone_socket: None,
-        pty,
-    };
-    let spec = spec::build(&request, &|p: &Path| p.exists()).map_err(BrokerError::Refused)?;
-
-    // 4. The shim, and a pty when a person is at a terminal.
-    let shim = find_helper("wardcell-shim")?;
-    let shim_c = CString::new(shim.as_os_str().as_encoded_bytes())
-        .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))?;
+    let _ = run.audit.write(
+        "run",
+        "run.started",
+        json!({
+            "zone": zone,
+            "profile": profile.name,
+            "command": plan.command,
+            "cwd": plan.cwd,
+            "config": plan.source,
+            "uid": nix::unistd::getuid().as_raw(),
+        }),
+    );
     let terminal = if pty {
         Some(open_pty(stdin.as_fd())?)
     } else {
         None
     };
 
-    // 5. Signals.
+    // 4. Signals.
     let mut mask = SigSet::empty();
     for &s in FORWARDED {
         mask.add(s);
@@ -202,7 +222,7 @@ fn run_sandbox(plan: &Plan, _run_id: &str) -> Result<i32, BrokerError> {
     let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| BrokerError::Sandbox(format!("signalfd: {e}")))?;
 
-    // 6. Start it.
+    // 5. Start it.
     let stdio = match &terminal {
         Some(t) => {
             let s = t.slave.as_raw_fd();
@@ -215,11 +235,30 @@ fn run_sandbox(plan: &Plan, _run_id: &str) -> Result<i32, BrokerError> {
         }
         None => [0, 1, 2],
     };
-    let (mut ours, theirs) =
-        UnixStream::pair().map_err(|e| BrokerError::Sandbox(format!("socketpair: {e}")))?;
-    let spawned = sys::spawn::spawn_sandbox(&shim_c, stdio, theirs.as_raw_fd())
-        .map_err(|e| BrokerError::Sandbox(sys::spawn::explain_clone_error(&e)))?;
-    drop(theirs);
+    let started = sandbox::start(
+        run,
+        sandbox::Request {
+            profile,
+            zone,
+            chain: zone.map(|z| vec![z.to_string()]).unwrap_or_default(),
+            argv: &plan.command,
+            cwd: plan.cwd.clone(),
+            env: caller_env,
+            stdio,
+            pty,
+        },
+    );
+    let mut sb = match started {
+        Ok(sb) => sb,
+        Err(e) => {
+            let _ = run.audit.write(
+                "run",
+                "run.finished",
+                json!({"exit_status": 1, "error": e.to_string()}),
+            );
+            return Err(e);
+        }
+    };
     let (master, saved) = match terminal {
         Some(t) => {
             drop(t.slave);
@@ -228,21 +267,21 @@ fn run_sandbox(plan: &Plan, _run_id: &str) -> Result<i32, BrokerError> {
         }
         None => (None, None),
     };
-    let mut running = Running {
-        pid: spawned.pid,
-        pidfd: spawned.pidfd,
-        control: ours
-            .try_clone()
-            .map_err(|e| BrokerError::Sandbox(e.to_string()))?,
-    };
-    let started = relay::handshake(&mut ours).and_then(|()| {
-        protocol::write_frame(&mut ours, &ShimRequest::Start(Box::new(spec.clone())))
-    });
 
-    // 7. Relay to the end.
+    // 6. Relay to the end.
+    let name = sb.name.clone();
     let mut warned = false;
     let mut on_report = |r: &ShimReport| {
-        if let ShimReport::Confined { partial, .. } = r {
+        if let ShimReport::Confined {
+            landlock_abi,
+            partial,
+        } = r
+        {
+            let _ = run.audit.write(
+                "sandbox",
+                "sandbox.confined",
+                json!({"sandbox": name, "landlock_abi": landlock_abi, "missing": partial}),
+            );
             if !partial.is_empty() && !warned {
                 warned = true;
                 eprintln!(
@@ -252,31 +291,47 @@ fn run_sandbox(plan: &Plan, _run_id: &str) -> Result<i32, BrokerError> {
             }
         }
     };
-    let pty_relay = master.as_ref().map(|m| relay::PtyRelay {
-        master: m,
-        stdin: stdin.as_fd(),
-        stdout: stdout.as_fd(),
-    });
-    let outcome = if started.is_ok() {
-        relay::wait(&mut running, &signals, pty_relay, &mut on_report)
-    } else {
-        // The shim never got its spec: it exits on its own; collect how.
-        let _ = sys::pidfd_send_signal(running.pidfd.as_fd(), libc::SIGKILL);
-        relay::wait(&mut running, &signals, None, &mut on_report)
-    };
+    let ended = relay::wait(
+        &mut sb.running,
+        relay::Watch {
+            signals: Some(&signals),
+            pty: master.as_ref().map(|m| relay::PtyRelay {
+                master: m,
+                stdin: stdin.as_fd(),
+                stdout: stdout.as_fd(),
+            }),
+            caller: None,
+        },
+        &mut on_report,
+    );
+    sb.retire();
     if let Some(saved) = saved {
         let _ = termios::tcsetattr(stdin.as_fd(), SetArg::TCSADRAIN, &saved);
     }
-    let _ = started;
-    finish(outcome, &spec.argv[0])
+    let (code, message) = describe(&ended.outcome, &sb.spec.argv[0]);
+    let _ = run.audit.write(
+        "run",
+        "run.finished",
+        json!({"exit_status": code, "error": message}),
+    );
+    match (ended.outcome, message) {
+        (Outcome::SetupFailed { .. } | Outcome::ChildFailed(_), Some(m)) => {
+            Err(BrokerError::Sandbox(m))
+        }
+        (_, Some(m)) => {
+            eprintln!("error: {m}");
+            Ok(code)
+        }
+        (_, None) => Ok(code),
+    }
 }
 
-/// Turn how the sandbox ended into the exit status, printing the one-line error if any.
-fn finish(outcome: Outcome, program: &str) -> Result<i32, BrokerError> {
+/// How a sandbox ended: the exit status, and the one-line error when it did not run.
+pub fn describe(outcome: &Outcome, program: &str) -> (i32, Option<String>) {
     match outcome {
-        Outcome::Finished(code) => Ok(code),
+        Outcome::Finished(code) => (*code, None),
         Outcome::ExecFailed(errno) => {
-            let (code, why) = match errno {
+            let (code, why) = match *errno {
                 libc::ENOENT => (
                     127,
                     "command not found in the sandbox; check its name and that the profile can read where it is installed".to_string(),
@@ -287,19 +342,24 @@ fn finish(outcome: Outcome, program: &str) -> Result<i32, BrokerError> {
                 ),
                 other => (126, std::io::Error::from_raw_os_error(other).to_string()),
             };
-            eprintln!("error: `{program}`: {why}");
-            Ok(code)
+            (code, Some(format!("`{program}`: {why}")))
         }
-        Outcome::SetupFailed { step, message } => Err(BrokerError::Sandbox(format!(
-            "{step}: {message}; `wardcell doctor` checks what this machine supports"
-        ))),
+        Outcome::SetupFailed { step, message } => (
+            1,
+            Some(format!(
+                "could not start the sandbox: {step}: {message}; `wardcell doctor` checks what this machine supports"
+            )),
+        ),
         Outcome::ChildFailed(code) => {
-            let what = sys::spawn::Step::from_exit(code)
+            let what = sys::spawn::Step::from_exit(*code)
                 .map(|s| s.describe())
                 .unwrap_or("starting the shim");
-            Err(BrokerError::Sandbox(format!(
-                "{what} failed; `wardcell doctor` checks what this machine supports"
-            )))
+            (
+                1,
+                Some(format!(
+                    "could not start the sandbox: {what} failed; `wardcell doctor` checks what this machine supports"
+                )),
+            )
         }
     }
 }

@@ -56,27 +56,59 @@ fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Relay until the sandbox ends. `signals` is a signalfd for the signals the broker
-/// forwards (and SIGWINCH when a pty is relayed).
-pub fn wait(
-    run: &mut Running,
-    signals: &SignalFd,
-    pty: Option<PtyRelay<'_>>,
-    on_report: &mut dyn FnMut(&ShimReport),
-) -> Outcome {
+/// What to watch besides the sandbox itself.
+#[derive(Default)]
+pub struct Watch<'a> {
+    /// Signals the broker forwards (and SIGWINCH when a pty is relayed).
+    pub signals: Option<&'a SignalFd>,
+    pub pty: Option<PtyRelay<'a>>,
+    /// The `zone enter` connection: when the caller goes away, the sandbox is ended.
+    pub caller: Option<BorrowedFd<'a>>,
+}
+
+/// How the wait ended.
+pub struct Ended {
+    pub outcome: Outcome,
+    /// The caller went away first, and the sandbox was ended for it.
+    pub caller_gone: bool,
+}
+
+/// Relay until the sandbox ends.
+pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&ShimReport)) -> Ended {
+    let Watch {
+        signals,
+        pty,
+        caller,
+    } = watch;
     let mut reports: Vec<ShimReport> = Vec::new();
     let mut control_open = true;
+    let mut caller_open = caller.is_some();
+    let mut caller_gone = false;
     let mut stdin_open = pty.is_some();
     let mut master_open = pty.is_some();
     let mut buf = vec![0u8; 16 * 1024];
     let status = loop {
-        let mut fds = vec![
-            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
-            PollFd::new(run.pidfd.as_fd(), PollFlags::POLLIN),
-        ];
-        if control_open {
+        let mut fds = vec![PollFd::new(run.pidfd.as_fd(), PollFlags::POLLIN)];
+        let idx_sig = match signals {
+            Some(s) => {
+                fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
+                fds.len() - 1
+            }
+            None => usize::MAX,
+        };
+        let idx_control = if control_open {
             fds.push(PollFd::new(run.control.as_fd(), PollFlags::POLLIN));
-        }
+            fds.len() - 1
+        } else {
+            usize::MAX
+        };
+        let idx_caller = match caller {
+            Some(c) if caller_open => {
+                fds.push(PollFd::new(c, PollFlags::POLLIN));
+                fds.len() - 1
+            }
+            _ => usize::MAX,
+        };
         let (mut idx_stdin, mut idx_master) = (usize::MAX, usize::MAX);
         if let Some(p) = &pty {
             if stdin_open {
@@ -98,14 +130,22 @@ pub fn wait(
                 .and_then(|f| f.revents())
                 .is_some_and(|r| !r.is_empty())
         };
-        let sig_ready = ready(0);
-        let child_ready = ready(1);
-        let control_ready = control_open && ready(2);
+        let child_ready = ready(0);
+        let sig_ready = ready(idx_sig);
+        let control_ready = ready(idx_control);
+        let caller_ready = ready(idx_caller);
         let stdin_ready = ready(idx_stdin);
         let master_ready = ready(idx_master);
         drop(fds);
 
-        if sig_ready {
+        if caller_ready {
+            // The caller sends nothing after its request: readable means gone (or
+            // misbehaving, which ends the entry the same way).
+            caller_open = false;
+            caller_gone = true;
+            let _ = sys::pidfd_send_signal(run.pidfd.as_fd(), libc::SIGKILL);
+        }
+        if let (true, Some(signals)) = (sig_ready, signals) {
             while let Ok(Some(info)) = signals.read_signal() {
                 let sig = info.ssi_signo as i32;
                 if sig == Signal::SIGWINCH as i32 {
@@ -169,7 +209,10 @@ pub fn wait(
             Err(FrameError::Closed) | Err(_) => control_open = false,
         }
     }
-    outcome(&reports, status)
+    Ended {
+        outcome: outcome(&reports, status),
+        caller_gone,
+    }
 }
 
 /// What the reports and the shim's own exit status add up to.
@@ -204,10 +247,4 @@ pub fn outcome(reports: &[ShimReport], status: Option<WaitStatus>) -> Outcome {
         Some(WaitStatus::Signaled(_, sig, _)) => Outcome::Finished(128 + sig as i32),
         _ => Outcome::Finished(1),
     }
-}
-
-/// Read one Hello from `r`, for the start of the control channel.
-pub fn handshake(control: &mut UnixStream) -> Result<(), FrameError> {
-    protocol::send_hello(control)?;
-    protocol::expect_hello(control)
 }

@@ -149,6 +149,7 @@ pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<Sandbo
         private_tmp,
         tcp_connect: Vec::new(),
         controlling_tty: req.pty,
+        sockets: req.zone_socket.map(Path::to_path_buf).into_iter().collect(),
         proxy_port: None,
     })
 }

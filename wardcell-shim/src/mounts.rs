@@ -6,7 +6,7 @@
 
 use std::fs;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{symlink, OpenOptionsExt};
+use std::os::unix::fs::{symlink, DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, MsFlags};
@@ -86,15 +86,67 @@ pub fn setup(spec: &SandboxSpec) -> Result<()> {
 
     // 6. Masks: deny paths, wardcell's directories, host sockets. A mask names what a
     //    path leads to (/var/run is often a link to /run); a missing one hides nothing.
+    //    Sockets of wardcell's own that must stay reachable are held open first.
+    let held: Vec<(PathBuf, fs::File)> = spec
+        .sockets
+        .iter()
+        .map(|p| {
+            fs::File::options()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+                .open(p)
+                .map(|f| (p.clone(), f))
+                .map_err(|e| format!("opening {}: {e}", p.display()))
+        })
+        .collect::<Result<_>>()?;
     let resolved: Vec<PathBuf> = spec
         .mask
         .iter()
         .filter_map(|p| fs::canonicalize(p).ok())
         .collect();
     for path in ordered_masks(&resolved) {
-        mask(&path)?;
+        let inside: Vec<&(PathBuf, fs::File)> =
+            held.iter().filter(|(s, _)| s.starts_with(&path)).collect();
+        if inside.is_empty() {
+            mask(&path)?;
+        } else {
+            mask_with_sockets(&path, &inside)?;
+        }
     }
     Ok(())
+}
+
+/// A mask that still lets the sandbox reach the given sockets by name: a tmpfs whose
+/// directories can be traversed but not listed (0711), holding only those sockets, bound
+/// in from the host, then made read-only.
+fn mask_with_sockets(path: &Path, sockets: &[&(PathBuf, fs::File)]) -> Result<()> {
+    let hard = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    do_mount(
+        Some("tmpfs"),
+        path,
+        Some("tmpfs"),
+        hard,
+        Some("mode=0711,size=16k"),
+    )?;
+    for (sock, f) in sockets {
+        if let Some(dir) = sock.parent() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o711)
+                .create(dir)
+                .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        }
+        fs::File::create(sock).map_err(|e| format!("creating {}: {e}", sock.display()))?;
+        let src = format!("/proc/self/fd/{}", f.as_raw_fd());
+        do_mount(Some(&src), sock, NONE, MsFlags::MS_BIND, NONE)?;
+    }
+    do_mount(
+        NONE,
+        path,
+        NONE,
+        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | hard,
+        NONE,
+    )
 }
 
 fn path_str(p: &Path) -> Result<&str> {

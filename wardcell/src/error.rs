@@ -29,8 +29,6 @@ pub enum Error {
     Stdout(io::Error),
     /// The broker could not be started.
     Launch(String),
-    /// A command whose implementation is not part of this build yet.
-    NotImplemented(&'static str),
 }
 
 impl Error {
@@ -65,9 +63,6 @@ impl fmt::Display for Error {
             Error::Json(e) => write!(f, "cannot write the plan as JSON: {e}"),
             Error::Stdout(e) => write!(f, "cannot write to standard output: {e}"),
             Error::Launch(m) => write!(f, "could not start the broker: {m}"),
-            Error::NotImplemented(what) => {
-                write!(f, "{what} is not yet implemented in this build of wardcell")
-            }
         }
     }
 }

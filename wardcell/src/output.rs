@@ -53,6 +53,26 @@ fn or_dash(s: &str) -> String {
     }
 }
 
+/// `zone list` inside a sandbox: the current zone, then the zones it may enter.
+pub fn inside_zone_table(current: &str, zones: &[wardcell_common::protocol::ZoneEntry]) -> String {
+    let mut out = format!("current zone: {current}\n\n");
+    if zones.is_empty() {
+        out.push_str("No zone may be entered from here.");
+        return out;
+    }
+    let mut rows = vec![vec!["ZONE".to_string(), "DESCRIPTION".to_string()]];
+    for z in zones {
+        let name = if z.name == current {
+            format!("{} (current)", z.name)
+        } else {
+            z.name.clone()
+        };
+        rows.push(vec![name, or_dash(z.description.as_deref().unwrap_or(""))]);
+    }
+    out.push_str(&table(&rows));
+    out
+}
+
 /// The host's `zone list` table: every zone of the configuration, by name.
 pub fn zone_table(cfg: &Config) -> String {
     let mut rows = vec![["ZONE", "DEFAULT", "PROFILE", "ENTER FROM", "DESCRIPTION"]

@@ -1,7 +1,12 @@
 //! `wardcell zone ...`: on the host from zones.toml; inside a sandbox through its
 //! supervisor's socket.
 
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::path::Path;
+
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+use wardcell_common::protocol::{self, ZoneEntry, ZoneRequest, ZoneResponse};
 
 use crate::cli::{ConfigArg, Output};
 use crate::context;
@@ -22,15 +27,97 @@ pub fn current(zone: &str) -> Result<(), Error> {
     output::print(zone)
 }
 
+/// Connect to this sandbox's supervisor and exchange Hellos.
+fn connect(socket: &Path) -> Result<UnixStream, Error> {
+    let fail = |e: &dyn std::fmt::Display| {
+        Error::Refused(format!(
+            "cannot reach this sandbox's supervisor at {}: {e}; the run may be ending",
+            socket.display()
+        ))
+    };
+    let mut s = UnixStream::connect(socket).map_err(|e| fail(&e))?;
+    protocol::send_hello(&mut s).map_err(|e| fail(&e))?;
+    protocol::expect_hello(&mut s).map_err(|e| fail(&e))?;
+    Ok(s)
+}
+
+fn answer(s: &mut UnixStream) -> Result<ZoneResponse, Error> {
+    protocol::read_frame(s).map_err(|e| {
+        Error::Refused(format!(
+            "the supervisor did not answer ({e}); the run may be ending"
+        ))
+    })
+}
+
 /// Inside a zone: ask the supervisor at `socket` which zones this run may enter.
-pub fn inside_list(_socket: &Path, _format: Output) -> Result<(), Error> {
-    Err(Error::NotImplemented(
-        "`wardcell zone list` inside a sandbox",
-    ))
+pub fn inside_list(socket: &Path, format: Output) -> Result<(), Error> {
+    let mut s = connect(socket)?;
+    protocol::write_frame(&mut s, &ZoneRequest::List)
+        .map_err(|e| Error::Refused(format!("asking the supervisor: {e}")))?;
+    let (current, zones) = match answer(&mut s)? {
+        ZoneResponse::Zones { current, zones } => (current, zones),
+        ZoneResponse::Refused { message } => return Err(Error::Refused(message)),
+        other => {
+            return Err(Error::Refused(format!(
+                "the supervisor answered out of turn ({other:?})"
+            )))
+        }
+    };
+    match format {
+        Output::Json => {
+            // Fields in the spec's order: current, then zones with name, description.
+            #[derive(serde::Serialize)]
+            struct Listed<'a> {
+                current: &'a str,
+                zones: &'a [ZoneEntry],
+            }
+            let text = serde_json::to_string(&Listed {
+                current: &current,
+                zones: &zones,
+            })
+            .map_err(|e| Error::Json(e.to_string()))?;
+            output::print(&text)
+        }
+        Output::Text => output::print(&output::inside_zone_table(&current, &zones)),
+    }
 }
 
 /// Inside a zone: ask the supervisor at `socket` to run `command` in `zone`, and return
-/// the command's exit status.
-pub fn inside_enter(_socket: &Path, _zone: &str, _command: Vec<String>) -> Result<u8, Error> {
-    Err(Error::NotImplemented("`wardcell zone enter`"))
+/// the command's exit status. stdin, stdout and stderr go with the request: the command
+/// reads and writes them directly; only the exit status comes back.
+pub fn inside_enter(socket: &Path, zone: &str, command: Vec<String>) -> Result<u8, Error> {
+    let mut s = connect(socket)?;
+    let env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let request = ZoneRequest::Enter {
+        zone: zone.to_string(),
+        argv: command,
+        env,
+    };
+    let send = |s: &mut UnixStream| -> std::io::Result<()> {
+        protocol::write_frame(s, &request).map_err(std::io::Error::other)?;
+        let iov = [std::io::IoSlice::new(b"F")];
+        let fds = [0, 1, 2];
+        let cmsg = [ControlMessage::ScmRights(&fds)];
+        sendmsg::<()>(s.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)?;
+        Ok(())
+    };
+    send(&mut s).map_err(|e| Error::Refused(format!("asking the supervisor: {e}")))?;
+    loop {
+        match answer(&mut s)? {
+            ZoneResponse::Started => continue,
+            ZoneResponse::Exited { code } => return Ok(code.clamp(0, 255) as u8),
+            ZoneResponse::Failed { message, code } => {
+                eprintln!("error: {message}");
+                return Ok(code.clamp(1, 255) as u8);
+            }
+            ZoneResponse::Refused { message } => return Err(Error::Refused(message)),
+            ZoneResponse::Zones { .. } => {
+                return Err(Error::Refused(
+                    "the supervisor answered out of turn".to_string(),
+                ))
+            }
+        }
+    }
 }

@@ -4,6 +4,7 @@
 //! - [`launch_fd`]: taking the plan descriptor the client left at fd 3;
 //! - terminal helpers: window size.
 
+pub mod peer;
 pub mod spawn;
 
 use std::io;

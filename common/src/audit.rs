@@ -1,0 +1,257 @@
+//! The audit log's format: one JSON object per line, chained by hashes.
+//!
+//! Every line has `ts`, `run`, `category` (`run`, `audit`, `proxy`, `sandbox`), `event`,
+//! `seq` (0, 1, 2, ...) and `prev`: the SHA-256 (hex) of the previous line's bytes, or
+//! [`GENESIS`] for the first. Editing, removing or reordering a line breaks the chain;
+//! a log without `run.finished` is reported as unfinished (the run may still be going,
+//! or was killed, or its tail was cut).
+//!
+//! The broker writes; `wardcell logs` reads and verifies. Both use this module.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+/// `prev` of the first line.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+pub const CATEGORIES: &[&str] = &["run", "audit", "proxy", "sandbox"];
+
+/// Hex SHA-256 of a line (without its newline).
+pub fn hash_line(line: &str) -> String {
+    let digest = Sha256::digest(line.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Civil date from days since 1970-01-01 (proleptic Gregorian).
+pub fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// RFC 3339 UTC with milliseconds, e.g. `2026-12-02T09:32:12.123Z`.
+pub fn rfc3339(millis: i64) -> String {
+    let secs = millis.div_euclid(1000);
+    let (y, m, d) = civil(secs.div_euclid(86_400));
+    let s = secs.rem_euclid(86_400);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        millis.rem_euclid(1000)
+    )
+}
+
+pub fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Build one line: the common fields first, then `fields` (an object), then the chain.
+pub fn encode_line(
+    millis: i64,
+    run: &str,
+    category: &str,
+    event: &str,
+    fields: Value,
+    seq: u64,
+    prev: &str,
+) -> String {
+    let mut obj = Map::new();
+    obj.insert("ts".into(), Value::String(rfc3339(millis)));
+    obj.insert("run".into(), Value::String(run.into()));
+    obj.insert("category".into(), Value::String(category.into()));
+    obj.insert("event".into(), Value::String(event.into()));
+    if let Value::Object(extra) = fields {
+        for (k, v) in extra {
+            // The common fields cannot be overridden by an event's own.
+            if !obj.contains_key(&k) && k != "seq" && k != "prev" {
+                obj.insert(k, v);
+            }
+        }
+    }
+    obj.insert("seq".into(), Value::from(seq));
+    obj.insert("prev".into(), Value::String(prev.into()));
+    Value::Object(obj).to_string()
+}
+
+/// The verdict on one log.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every line chains; `finished` says whether `run.finished` closes it.
+    Intact { lines: usize, finished: bool },
+    /// Line `line` (1-based) breaks the chain, for `why`.
+    Broken { line: usize, why: String },
+}
+
+/// Check a whole log's text.
+pub fn verify(text: &str, run: &str) -> Verdict {
+    let mut prev = GENESIS.to_string();
+    let mut finished = false;
+    let mut count = 0;
+    if !text.is_empty() && !text.ends_with('\n') {
+        let line = text.lines().count();
+        return Verdict::Broken {
+            line,
+            why: "the last line is cut short".into(),
+        };
+    }
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        let broken = |why: String| Verdict::Broken { line: n, why };
+        let v: Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(e) => return broken(format!("not JSON: {e}")),
+        };
+        if v.get("prev").and_then(Value::as_str) != Some(prev.as_str()) {
+            return broken(
+                "its hash of the line before does not match: a line was edited, removed or inserted"
+                    .into(),
+            );
+        }
+        if v.get("seq").and_then(Value::as_u64) != Some(i as u64) {
+            return broken(format!("its sequence number is not {i}"));
+        }
+        if v.get("run").and_then(Value::as_str) != Some(run) {
+            return broken(format!("it belongs to another run, not {run}"));
+        }
+        if finished {
+            return broken("a line follows run.finished".into());
+        }
+        finished = v.get("event").and_then(Value::as_str) == Some("run.finished");
+        prev = hash_line(line);
+        count = n;
+    }
+    Verdict::Intact {
+        lines: count,
+        finished,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn log(n: usize) -> Vec<String> {
+        let mut prev = GENESIS.to_string();
+        let mut out = Vec::new();
+        for i in 0..n {
+            let event = if i + 1 == n {
+                "run.finished"
+            } else {
+                "audit.decision"
+            };
+            let line = encode_line(
+                1_000,
+                "r1",
+                "audit",
+                event,
+                json!({"n": i}),
+                i as u64,
+                &prev,
+            );
+            prev = hash_line(&line);
+            out.push(line);
+        }
+        out
+    }
+
+    fn text(lines: &[String]) -> String {
+        lines.iter().map(|l| format!("{l}\n")).collect()
+    }
+
+    #[test]
+    fn sha256_known_vector() {
+        assert_eq!(
+            hash_line("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_796_203_932_123), "2026-12-02T09:32:12.123Z");
+    }
+
+    #[test]
+    fn intact_log_verifies() {
+        let l = log(4);
+        assert_eq!(
+            verify(&text(&l), "r1"),
+            Verdict::Intact {
+                lines: 4,
+                finished: true
+            }
+        );
+        assert_eq!(
+            verify(&text(&l[..2]), "r1"),
+            Verdict::Intact {
+                lines: 2,
+                finished: false
+            }
+        );
+    }
+
+    #[test]
+    fn edits_removals_and_reorders_are_caught() {
+        let l = log(4);
+        let mut edited = l.clone();
+        edited[1] = edited[1].replace("\"n\":1", "\"n\":7");
+        assert!(matches!(
+            verify(&text(&edited), "r1"),
+            Verdict::Broken { line: 3, .. }
+        ));
+        let mut removed = l.clone();
+        removed.remove(1);
+        assert!(matches!(
+            verify(&text(&removed), "r1"),
+            Verdict::Broken { line: 2, .. }
+        ));
+        let mut swapped = l.clone();
+        swapped.swap(1, 2);
+        assert!(matches!(
+            verify(&text(&swapped), "r1"),
+            Verdict::Broken { line: 2, .. }
+        ));
+        assert!(matches!(
+            verify(&text(&l), "r2"),
+            Verdict::Broken { line: 1, .. }
+        ));
+        let cut = text(&l);
+        assert!(matches!(
+            verify(&cut[..cut.len() - 5], "r1"),
+            Verdict::Broken { .. }
+        ));
+    }
+
+    #[test]
+    fn event_fields_cannot_forge_the_chain() {
+        let line = encode_line(
+            0,
+            "r",
+            "audit",
+            "x",
+            json!({"prev": "f", "seq": 9, "run": "other"}),
+            0,
+            GENESIS,
+        );
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["prev"], GENESIS);
+        assert_eq!(v["seq"], 0);
+        assert_eq!(v["run"], "r");
+    }
+}

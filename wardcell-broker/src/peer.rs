@@ -1,0 +1,52 @@
+//! Who is calling a supervisor, by the kernel's record. Nothing a request says about its
+//! origin is believed.
+//!
+//! 1. SO_PEERCRED: the uid must be ours.
+//! 2. SO_PEERPIDFD: a handle on the very process that connected.
+//! 3. Its pid, read from that pidfd; its network namespace, read from /proc: it must be
+//!    the sandbox's. A process on the host, or in another run's sandbox, or in another
+//!    sandbox of this run, lives in another network namespace.
+//! 4. Its working directory, from /proc (where a `zone enter` command will run).
+//! 5. The pidfd is confirmed alive afterwards, so the pid read in 3 and 4 cannot have
+//!    been reused by another process in between.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use crate::sys::peer::{netns_of, peer_cred, peer_pidfd, pid_of_pidfd, pidfd_alive, NetNs};
+
+/// A verified caller.
+pub struct Peer {
+    pub pid: libc::pid_t,
+    pub cwd: String,
+    _pidfd: OwnedFd,
+}
+
+pub fn verify(conn: &UnixStream, sandbox: NetNs) -> Result<Peer, String> {
+    let cred = peer_cred(conn.as_fd()).map_err(|e| format!("SO_PEERCRED: {e}"))?;
+    let uid = nix::unistd::getuid().as_raw();
+    if cred.uid != uid {
+        return Err(format!("peer uid {} is not {uid}", cred.uid));
+    }
+    let pidfd = peer_pidfd(conn.as_fd()).map_err(|e| format!("SO_PEERPIDFD: {e}"))?;
+    let pid = pid_of_pidfd(pidfd.as_fd()).map_err(|e| format!("peer pid: {e}"))?;
+    let ns = netns_of(pid).map_err(|e| format!("peer {pid}'s network namespace: {e}"))?;
+    if ns != sandbox {
+        return Err(format!(
+            "peer {pid} is not in this sandbox's network namespace"
+        ));
+    }
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
+        .map_err(|e| format!("peer {pid}'s working directory: {e}"))?
+        .into_os_string()
+        .into_string()
+        .map_err(|_| format!("peer {pid}'s working directory is not UTF-8"))?;
+    if !pidfd_alive(pidfd.as_fd()) {
+        return Err(format!("peer {pid} exited while it was being checked"));
+    }
+    Ok(Peer {
+        pid,
+        cwd,
+        _pidfd: pidfd,
+    })
+}

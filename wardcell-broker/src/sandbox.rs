@@ -1,0 +1,175 @@
+//! Starting one sandbox: the same steps for `wardcell run` and for every `zone enter`.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use nix::sys::wait::waitpid;
+use nix::unistd::Pid;
+
+use wardcell_common::plan::{Plan, ProfilePlan, SandboxSpec};
+use wardcell_common::protocol::{self, ShimRequest};
+
+use crate::audit::AuditLog;
+use crate::error::BrokerError;
+use crate::relay::Running;
+use crate::supervisor::Supervisor;
+use crate::{spec, sys};
+
+/// What every sandbox of one top-level run shares.
+pub struct Run {
+    pub plan: Plan,
+    pub id: String,
+    /// `$XDG_RUNTIME_DIR/wardcell/<run-id>`: the supervisors' sockets.
+    pub dir: PathBuf,
+    pub shim: CString,
+    pub audit: AuditLog,
+    next_sandbox: AtomicU32,
+}
+
+impl Run {
+    pub fn new(plan: Plan, id: String, dir: PathBuf, shim: CString, audit: AuditLog) -> Run {
+        Run {
+            plan,
+            id,
+            dir,
+            shim,
+            audit,
+            next_sandbox: AtomicU32::new(1),
+        }
+    }
+}
+
+/// One sandbox to start.
+pub struct Request<'a> {
+    pub profile: &'a ProfilePlan,
+    /// None for `run --profile`: no zone, no supervisor.
+    pub zone: Option<&'a str>,
+    /// The zone it starts in and every zone entered before it (empty without a zone).
+    pub chain: Vec<String>,
+    pub argv: &'a [String],
+    pub cwd: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub stdio: [RawFd; 3],
+    pub pty: bool,
+}
+
+/// A started sandbox.
+pub struct Sandbox {
+    pub name: String,
+    pub running: Running,
+    pub supervisor: Option<Arc<Supervisor>>,
+    pub spec: SandboxSpec,
+}
+
+impl Sandbox {
+    /// Stop serving its socket (it has ended).
+    pub fn retire(&self) {
+        if let Some(s) = &self.supervisor {
+            s.stop();
+        }
+    }
+}
+
+/// Kills and reaps a half-started sandbox unless disarmed.
+struct Abort<'a> {
+    running: Option<&'a Running>,
+    supervisor: Option<Arc<Supervisor>>,
+}
+
+impl Drop for Abort<'_> {
+    fn drop(&mut self) {
+        if let Some(r) = self.running {
+            let _ = sys::pidfd_send_signal(r.pidfd.as_fd(), libc::SIGKILL);
+            let _ = waitpid(Pid::from_raw(r.pid), None);
+        }
+        if let Some(s) = &self.supervisor {
+            s.stop();
+        }
+    }
+}
+
+pub fn start(run: &Arc<Run>, req: Request<'_>) -> Result<Sandbox, BrokerError> {
+    // 1. New namespaces and the shim: the kernel builds them while we go on.
+    let (ours, theirs) =
+        UnixStream::pair().map_err(|e| BrokerError::Sandbox(format!("socketpair: {e}")))?;
+    let spawned = sys::spawn::spawn_sandbox(&run.shim, req.stdio, theirs.as_raw_fd())
+        .map_err(|e| BrokerError::Sandbox(sys::spawn::explain_clone_error(&e)))?;
+    drop(theirs);
+    let running = Running {
+        pid: spawned.pid,
+        pidfd: spawned.pidfd,
+        control: ours,
+    };
+    let mut abort = Abort {
+        running: Some(&running),
+        supervisor: None,
+    };
+
+    // 2. Its network namespace: how its supervisor will recognise its processes.
+    let netns = sys::peer::netns_of(running.pid).map_err(|e| {
+        BrokerError::Sandbox(format!("reading the sandbox's network namespace: {e}"))
+    })?;
+
+    // 3. A supervisor, in a zone.
+    let name = format!("s{}", run.next_sandbox.fetch_add(1, Ordering::Relaxed));
+    let supervisor = match req.zone {
+        Some(zone) => {
+            let s = Supervisor::start(run.clone(), &name, zone, req.chain.clone(), netns)
+                .map_err(|e| BrokerError::Sandbox(format!("starting the zone supervisor: {e}")))?;
+            abort.supervisor = Some(s.clone());
+            Some(s)
+        }
+        None => None,
+    };
+
+    // 4. The spec.
+    let socket = supervisor.as_ref().map(|s| s.path().to_path_buf());
+    let request = spec::Request {
+        plan: &run.plan,
+        profile: req.profile,
+        zone: req.zone,
+        argv: req.argv,
+        cwd: &req.cwd,
+        caller_env: req.env,
+        zone_socket: socket.as_deref(),
+        pty: req.pty,
+    };
+    let spec = spec::build(&request, &|p| p.exists()).map_err(BrokerError::Refused)?;
+
+    // 5. Hand it over.
+    let mut control = running
+        .control
+        .try_clone()
+        .map_err(|e| BrokerError::Sandbox(e.to_string()))?;
+    protocol::send_hello(&mut control)?;
+    protocol::expect_hello(&mut control).map_err(|e| match e {
+        // The child died before exec: its exit status says at which step.
+        protocol::FrameError::Closed => BrokerError::Sandbox(child_failure(&running)),
+        other => BrokerError::Shim(other),
+    })?;
+    protocol::write_frame(&mut control, &ShimRequest::Start(Box::new(spec.clone())))?;
+
+    abort.running = None;
+    abort.supervisor = None;
+    drop(abort);
+    Ok(Sandbox {
+        name,
+        running,
+        supervisor,
+        spec,
+    })
+}
+
+fn child_failure(running: &Running) -> String {
+    use nix::sys::wait::WaitStatus;
+    match waitpid(Pid::from_raw(running.pid), None) {
+        Ok(WaitStatus::Exited(_, code)) => sys::spawn::Step::from_exit(code)
+            .map(|s| format!("{} failed", s.describe()))
+            .unwrap_or_else(|| format!("the shim exited with status {code}")),
+        other => format!("the shim ended before it started: {other:?}"),
+    }
+}

@@ -1,0 +1,429 @@
+//! One supervisor per sandbox in a zone: a Unix socket only that sandbox can reach, and
+//! the one place that answers `zone list` and decides `zone enter`.
+//!
+//! For each connection, in order:
+//! 1. who is calling, by the kernel's record (peer.rs): a process of this sandbox or
+//!    nobody; a refusal is audited;
+//! 2. Hello, then one request, all within [`REQUEST_DEADLINE`]; anything malformed or
+//!    out of turn closes the connection and is logged;
+//! 3. `List`: the zones the chain check admits; `Enter`: one at a time per sandbox, the
+//!    chain check, the approval plugin if the zone asks for it, the decision audited
+//!    (refused if it cannot be written), a brand-new sandbox with the caller's stdio,
+//!    its exit status relayed, the completion audited.
+
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use wardcell_common::protocol::{self, ZoneEntry, ZoneRequest, ZoneResponse};
+
+use crate::approval;
+use crate::chain;
+use crate::peer::{self, Peer};
+use crate::relay::{self, Outcome};
+use crate::sandbox::{self, Run};
+use crate::sys::peer::{recv_fds, NetNs};
+
+/// A connection must send its whole request within this.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Connections served at once by one supervisor.
+pub const MAX_CONNECTIONS: usize = 4;
+
+pub struct Supervisor {
+    run: Arc<Run>,
+    zone: String,
+    chain: Vec<String>,
+    netns: NetNs,
+    path: PathBuf,
+    listener: UnixListener,
+    stopped: AtomicBool,
+    entering: AtomicBool,
+    active: AtomicUsize,
+}
+
+impl Supervisor {
+    /// Listen at `<run dir>/<name>.sock` (0600) and serve from a thread of its own.
+    pub fn start(
+        run: Arc<Run>,
+        name: &str,
+        zone: &str,
+        chain: Vec<String>,
+        netns: NetNs,
+    ) -> io::Result<Arc<Supervisor>> {
+        let path = run.dir.join(format!("{name}.sock"));
+        let listener = UnixListener::bind(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        let s = Arc::new(Supervisor {
+            run,
+            zone: zone.to_string(),
+            chain,
+            netns,
+            path,
+            listener,
+            stopped: AtomicBool::new(false),
+            entering: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
+        });
+        let server = s.clone();
+        std::thread::Builder::new()
+            .name(format!("supervisor-{name}"))
+            .spawn(move || server.serve())?;
+        Ok(s)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Stop accepting and remove the socket.
+    pub fn stop(&self) {
+        if !self.stopped.swap(true, Ordering::SeqCst) {
+            let _ = nix::sys::socket::shutdown(
+                self.listener.as_raw_fd(),
+                nix::sys::socket::Shutdown::Both,
+            );
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    fn serve(self: Arc<Self>) {
+        for conn in self.listener.incoming() {
+            if self.stopped.load(Ordering::SeqCst) {
+                break;
+            }
+            let Ok(conn) = conn else { continue };
+            if self.active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+                self.active.fetch_sub(1, Ordering::SeqCst);
+                refuse_busy(conn);
+                continue;
+            }
+            let me = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name("supervisor-conn".into())
+                .spawn(move || {
+                    me.handle(conn);
+                    me.active.fetch_sub(1, Ordering::SeqCst);
+                });
+            if spawned.is_err() {
+                self.active.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn audit(&self, category: &str, event: &str, fields: Value) -> io::Result<()> {
+        self.run.audit.write(category, event, fields)
+    }
+
+    fn handle(&self, mut conn: UnixStream) {
+        let _ = conn.set_write_timeout(Some(REQUEST_DEADLINE));
+        // 1. Who is calling.
+        let peer = match peer::verify(&conn, self.netns) {
+            Ok(p) => p,
+            Err(why) => {
+                let _ = self.audit(
+                    "audit",
+                    "audit.peer_refused",
+                    json!({"zone": self.zone, "chain": self.chain, "reason": why}),
+                );
+                return;
+            }
+        };
+        // 2. The request, within the deadline.
+        let deadline = Instant::now() + REQUEST_DEADLINE;
+        let request = (|| {
+            protocol::send_hello(&mut conn)?;
+            let mut r = Deadline {
+                conn: &conn,
+                until: deadline,
+            };
+            protocol::expect_hello(&mut r)?;
+            protocol::read_frame::<ZoneRequest>(&mut r)
+        })();
+        let request = match request {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = self.audit(
+                    "sandbox",
+                    "supervisor.closed",
+                    json!({"zone": self.zone, "pid": peer.pid, "reason": e.to_string()}),
+                );
+                return;
+            }
+        };
+        // 3. Answer.
+        match request {
+            ZoneRequest::List => {
+                let zones = chain::enterable(&self.run.plan.zones, &self.chain)
+                    .into_iter()
+                    .map(|z| ZoneEntry {
+                        name: z.name.clone(),
+                        description: z.description.clone(),
+                    })
+                    .collect();
+                let _ = protocol::write_frame(
+                    &mut conn,
+                    &ZoneResponse::Zones {
+                        current: self.zone.clone(),
+                        zones,
+                    },
+                );
+            }
+            ZoneRequest::Enter { zone, argv, env } => {
+                let _ = conn.set_read_timeout(Some(
+                    deadline
+                        .saturating_duration_since(Instant::now())
+                        .max(Duration::from_millis(1)),
+                ));
+                let fds = match recv_fds(conn.as_raw_fd(), 3) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        let _ = self.audit(
+                            "sandbox",
+                            "supervisor.closed",
+                            json!({"zone": self.zone, "pid": peer.pid, "reason": e.to_string()}),
+                        );
+                        return;
+                    }
+                };
+                let _ = conn.set_read_timeout(None);
+                self.enter(&mut conn, &peer, &zone, &argv, env, fds);
+            }
+        }
+    }
+
+    fn enter(
+        &self,
+        conn: &mut UnixStream,
+        peer: &Peer,
+        target: &str,
+        argv: &[String],
+        env: Vec<(String, String)>,
+        stdio: Vec<OwnedFd>,
+    ) {
+        let plan = &self.run.plan;
+        let cwd = peer.cwd.clone();
+        let decision = |decision: &str, reason: &str, plugin: Option<&approval::Answer>| {
+            json!({
+                "calling_zone": self.zone,
+                "chain": self.chain,
+                "target": target,
+                "command": argv,
+                "cwd": cwd,
+                "pid": peer.pid,
+                "decision": decision,
+                "reason": reason,
+                "approval": plugin.map(approval::Answer::to_json),
+            })
+        };
+        let refuse = |conn: &mut UnixStream, message: String| {
+            let _ = protocol::write_frame(conn, &ZoneResponse::Refused { message });
+        };
+
+        // a. One entry at a time per sandbox.
+        if self.entering.swap(true, Ordering::SeqCst) {
+            let reason = "this sandbox is already running a `wardcell zone enter`";
+            let _ = self.audit("audit", "audit.decision", decision("denied", reason, None));
+            refuse(
+                conn,
+                format!("{reason}; wait for it to finish, then try again"),
+            );
+            return;
+        }
+        let _entering = Flag(&self.entering);
+
+        // b. The chain check.
+        let zone = match chain::may_enter(&plan.zones, &self.chain, target) {
+            Ok(z) => z,
+            Err(denied) => {
+                let _ = self.audit(
+                    "audit",
+                    "audit.decision",
+                    decision("denied", denied.reason(), None),
+                );
+                refuse(conn, denied.message());
+                return;
+            }
+        };
+
+        // c. Approval, if the zone asks for it.
+        let answer = zone.requires_approval.then(|| {
+            let request = json!({
+                "run": self.run.id,
+                "user": nix::unistd::getuid().as_raw(),
+                "calling_zone": self.zone,
+                "chain": self.chain,
+                "target": target,
+                "command": argv,
+                "cwd": cwd,
+            });
+            approval::ask(
+                plan.approval.as_deref(),
+                &request,
+                zone.approval_timeout_secs.map(Duration::from_secs),
+            )
+        });
+        if let Some(a) = answer.as_ref().filter(|a| !a.approved) {
+            let _ = self.audit(
+                "audit",
+                "audit.decision",
+                decision("denied", &a.reason, Some(a)),
+            );
+            refuse(
+                conn,
+                format!("entering zone '{target}' was not approved: {}", a.reason),
+            );
+            return;
+        }
+
+        // d. The decision, written before anything starts.
+        if let Err(e) = self.audit(
+            "audit",
+            "audit.decision",
+            decision(
+                "allowed",
+                "in enter_from for every zone on the chain",
+                answer.as_ref(),
+            ),
+        ) {
+            refuse(
+                conn,
+                format!("the audit log cannot be written ({e}), so the entry is refused; `wardcell doctor` shows where the log lives"),
+            );
+            return;
+        }
+
+        // e. A brand-new sandbox, with the caller's stdio and working directory.
+        let mut chain = self.chain.clone();
+        chain.push(target.to_string());
+        let raw: [RawFd; 3] = [
+            stdio[0].as_raw_fd(),
+            stdio[1].as_raw_fd(),
+            stdio[2].as_raw_fd(),
+        ];
+        let started = sandbox::start(
+            &self.run,
+            sandbox::Request {
+                profile: &zone.profile,
+                zone: Some(target),
+                chain: chain.clone(),
+                argv,
+                cwd: PathBuf::from(&cwd),
+                env,
+                stdio: raw,
+                pty: false,
+            },
+        );
+        drop(stdio);
+        let completed = |status: Value, ended: &str| {
+            json!({
+                "calling_zone": self.zone,
+                "chain": chain,
+                "target": target,
+                "command": argv,
+                "exit_status": status,
+                "ended": ended,
+            })
+        };
+        let mut sb = match started {
+            Ok(sb) => sb,
+            Err(e) => {
+                let message = e.to_string();
+                let _ = self.audit(
+                    "audit",
+                    "audit.completed",
+                    completed(Value::Null, &format!("not started: {message}")),
+                );
+                let _ = protocol::write_frame(conn, &ZoneResponse::Failed { message, code: 1 });
+                return;
+            }
+        };
+        let _ = protocol::write_frame(conn, &ZoneResponse::Started);
+
+        // f. Wait, ending it if the caller goes away; relay the status.
+        let ended = relay::wait(
+            &mut sb.running,
+            relay::Watch {
+                caller: Some(conn.as_fd()),
+                ..Default::default()
+            },
+            &mut |_| {},
+        );
+        sb.retire();
+        if ended.caller_gone {
+            let _ = self.audit(
+                "audit",
+                "audit.completed",
+                completed(
+                    Value::Null,
+                    "the caller went away; the command's sandbox was ended",
+                ),
+            );
+            return;
+        }
+        let program = argv.first().map(String::as_str).unwrap_or("");
+        let response = match crate::describe(&ended.outcome, program) {
+            (code, None) => ZoneResponse::Exited { code },
+            (code, Some(message)) => ZoneResponse::Failed { message, code },
+        };
+        let status = match &ended.outcome {
+            Outcome::Finished(code) => json!(code),
+            _ => Value::Null,
+        };
+        let how = match &response {
+            ZoneResponse::Failed { message, .. } => format!("failed: {message}"),
+            _ => "exited".to_string(),
+        };
+        let _ = self.audit("audit", "audit.completed", completed(status, &how));
+        let _ = protocol::write_frame(conn, &response);
+    }
+}
+
+/// Clears an AtomicBool when dropped.
+struct Flag<'a>(&'a AtomicBool);
+
+impl Drop for Flag<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Reads that give up at a fixed instant, however the bytes trickle in.
+struct Deadline<'a> {
+    conn: &'a UnixStream,
+    until: Instant,
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no request within 5 seconds",
+            ));
+        }
+        self.conn.set_read_timeout(Some(left))?;
+        (&*self.conn).read(buf)
+    }
+}
+
+/// The fifth connection: told why, and closed.
+fn refuse_busy(mut conn: UnixStream) {
+    let _ = conn.set_write_timeout(Some(Duration::from_millis(200)));
+    let _ = protocol::send_hello(&mut conn);
+    let _ = protocol::write_frame(
+        &mut conn,
+        &ZoneResponse::Refused {
+            message: format!(
+                "this sandbox's supervisor already serves {MAX_CONNECTIONS} connections; try again when one has finished"
+            ),
+        },
+    );
+}
