@@ -355,8 +355,14 @@ both!(private_tmp_and_host_sockets, |fx| {
         .ok();
     assert!(!std::path::Path::new("/tmp").join(&marker).exists());
 
-    // A socket in the caller's runtime directory cannot be reached.
-    let runtime = fx.dir.join("runtime");
+    // A socket in the caller's runtime directory cannot be reached. (A short path: the
+    // run's own sockets live below it, and Unix socket paths are at most 107 bytes.)
+    let runtime = std::path::PathBuf::from(format!(
+        "/var/tmp/wcrt-s-{}-{}",
+        std::process::id(),
+        fx.uid()
+    ));
+    let _ = fs::remove_dir_all(&runtime);
     fs::create_dir_all(&runtime).unwrap();
     fx.own(&runtime);
     let sock_path = runtime.join("agent.sock");
@@ -379,6 +385,7 @@ both!(private_tmp_and_host_sockets, |fx| {
         .into();
     assert!(out.stdout.starts_with("err"), "{out:?}");
     assert!(listener.accept().is_err());
+    let _ = fs::remove_dir_all(&runtime);
 });
 
 both!(environment_is_filtered, |fx| {
@@ -410,7 +417,7 @@ both!(nested_run_is_refused_even_with_variables_unset, |fx| {
     // the broker on the built-in configuration, the kernel still refuses: nothing runs.
     let marker = fx.proj.join("nested-ran");
     let out = fx.sh(&format!(
-        "mkdir -p fakehome && env -u WARDCELL_SANDBOX -u WARDCELL_ZONE -u WARDCELL_ZONE_SOCKET HOME=$PWD/fakehome wardcell run -- /bin/sh -c 'touch {}'; echo rc=$?",
+        "mkdir -p fakehome rt && env -u WARDCELL_SANDBOX -u WARDCELL_ZONE -u WARDCELL_ZONE_SOCKET HOME=$PWD/fakehome XDG_RUNTIME_DIR=$PWD/rt wardcell run -- /bin/sh -c 'touch {}'; echo rc=$?",
         marker.display()
     ));
     assert!(!marker.exists(), "a nested sandbox ran: {out:?}");

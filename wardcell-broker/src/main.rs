@@ -316,7 +316,7 @@ fn run_first_sandbox(run: &Arc<Run>) -> Result<i32, BrokerError> {
     );
     match (ended.outcome, message) {
         (Outcome::SetupFailed { .. } | Outcome::ChildFailed(_), Some(m)) => {
-            Err(BrokerError::Sandbox(m))
+            Err(BrokerError::Refused(m))
         }
         (_, Some(m)) => {
             eprintln!("error: {m}");

@@ -58,6 +58,13 @@ impl Supervisor {
         netns: NetNs,
     ) -> io::Result<Arc<Supervisor>> {
         let path = run.dir.join(format!("{name}.sock"));
+        // sockaddr_un holds 108 bytes with the terminating NUL.
+        if path.as_os_str().len() > 107 {
+            return Err(io::Error::other(format!(
+                "its socket path {} is longer than the 107 bytes a Unix socket path may have; set XDG_RUNTIME_DIR to a shorter directory",
+                path.display()
+            )));
+        }
         let listener = UnixListener::bind(&path)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         let s = Arc::new(Supervisor {

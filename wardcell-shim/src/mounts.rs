@@ -38,6 +38,25 @@ const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
 /// Carry out the mount part of `spec`.
 pub fn setup(spec: &SandboxSpec) -> Result<()> {
+    // 0. Before anything is mounted over them: hold wardcell's own sockets that must stay
+    //    reachable, and resolve every mask (a private /tmp would hide both).
+    let held: Vec<(PathBuf, fs::File)> = spec
+        .sockets
+        .iter()
+        .map(|p| {
+            fs::File::options()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+                .open(p)
+                .map(|f| (p.clone(), f))
+                .map_err(|e| format!("opening {}: {e}", p.display()))
+        })
+        .collect::<Result<_>>()?;
+    let resolved: Vec<PathBuf> = spec
+        .mask
+        .iter()
+        .filter_map(|p| fs::canonicalize(p).ok())
+        .collect();
     // 1. Nothing we mount propagates back to the host, nor the host's mounts to us.
     do_mount(
         NONE,
@@ -86,24 +105,6 @@ pub fn setup(spec: &SandboxSpec) -> Result<()> {
 
     // 6. Masks: deny paths, wardcell's directories, host sockets. A mask names what a
     //    path leads to (/var/run is often a link to /run); a missing one hides nothing.
-    //    Sockets of wardcell's own that must stay reachable are held open first.
-    let held: Vec<(PathBuf, fs::File)> = spec
-        .sockets
-        .iter()
-        .map(|p| {
-            fs::File::options()
-                .read(true)
-                .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-                .open(p)
-                .map(|f| (p.clone(), f))
-                .map_err(|e| format!("opening {}: {e}", p.display()))
-        })
-        .collect::<Result<_>>()?;
-    let resolved: Vec<PathBuf> = spec
-        .mask
-        .iter()
-        .filter_map(|p| fs::canonicalize(p).ok())
-        .collect();
     for path in ordered_masks(&resolved) {
         let inside: Vec<&(PathBuf, fs::File)> =
             held.iter().filter(|(s, _)| s.starts_with(&path)).collect();
@@ -121,6 +122,8 @@ pub fn setup(spec: &SandboxSpec) -> Result<()> {
 /// in from the host, then made read-only.
 fn mask_with_sockets(path: &Path, sockets: &[&(PathBuf, fs::File)]) -> Result<()> {
     let hard = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    // Under a private /tmp the masked directory may not exist yet: make the mount point.
+    fs::create_dir_all(path).map_err(|e| format!("creating {}: {e}", path.display()))?;
     do_mount(
         Some("tmpfs"),
         path,

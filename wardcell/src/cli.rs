@@ -33,6 +33,9 @@ pub enum Command {
     /// List zones, show the current one, or run a command in another
     #[command(subcommand)]
     Zone(ZoneCommand),
+    /// Read the runs' audit logs, and verify them
+    #[command(subcommand)]
+    Logs(LogsCommand),
     /// Check whether this machine can run wardcell's sandboxes, and where things are
     Doctor {
         #[command(flatten)]
@@ -113,6 +116,31 @@ pub enum ZoneCommand {
     },
 }
 
+#[derive(Subcommand, Debug)]
+pub enum LogsCommand {
+    /// List the runs that have a log, oldest first
+    List {
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Show one run's events
+    Show {
+        /// The run id (from `wardcell logs list`)
+        #[arg(value_name = "ID")]
+        id: String,
+        /// Only this category: run, audit, proxy or sandbox
+        #[arg(long, value_name = "CATEGORY")]
+        category: Option<String>,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Check that no event of a run's log was edited, removed or reordered
+    Verify {
+        #[arg(value_name = "ID")]
+        id: String,
+    },
+}
+
 /// The command as offered at `location`: what does not work there is hidden.
 pub fn command_for(location: &Location) -> clap::Command {
     let hide = |c: clap::Command| c.hide(true);
@@ -128,6 +156,7 @@ pub fn command_for(location: &Location) -> clap::Command {
             .mut_subcommand("run", hide)
             .mut_subcommand("policy", hide)
             .mut_subcommand("doctor", hide)
+            .mut_subcommand("logs", hide)
             .mut_subcommand("zone", |z| {
                 z.mut_subcommand("list", |l| {
                     l.about("List the zones this sandbox may enter")
@@ -141,6 +170,7 @@ pub fn command_for(location: &Location) -> clap::Command {
             .mut_subcommand("run", hide)
             .mut_subcommand("policy", hide)
             .mut_subcommand("doctor", hide)
+            .mut_subcommand("logs", hide)
             .mut_subcommand("zone", hide)
             .override_usage("wardcell [--help | --version]")
             .after_help(

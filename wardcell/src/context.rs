@@ -51,3 +51,14 @@ pub fn load(explicit: Option<&Path>) -> Result<Host, Error> {
         context: Context { home, cwd, dirs },
     })
 }
+
+/// wardcell's directories for this user, without reading any configuration.
+pub fn load_dirs() -> Result<wardcell_common::plan::Dirs, Error> {
+    let home = home()?;
+    Ok(paths::dirs(
+        &env,
+        &home,
+        nix::unistd::getuid().as_raw(),
+        None,
+    ))
+}

@@ -49,6 +49,8 @@ pub const CURRENT_ON_HOST: &str = "`wardcell zone current` only works inside a s
 
 pub const DOCTOR_IN_SANDBOX: &str = "`wardcell doctor` is not available inside a wardcell sandbox: it checks the machine, and from in here it would only see the sandbox. Run it on the host.";
 
+pub const LOGS_IN_SANDBOX: &str = "`wardcell logs` is not available inside a wardcell sandbox: audit logs are kept outside every sandbox, where nothing sandboxed can read or change them. Read them on the host.";
+
 fn zone_without_zones(what: &str) -> String {
     format!(
         "`wardcell {what}` is not available in this sandbox: it was started with `wardcell run --profile`, outside any zone, so there is no zone to list or enter. To use zones, start the run from the host with `wardcell run --zone <ZONE> -- <COMMAND>`."
@@ -68,6 +70,9 @@ pub fn refusal(location: &Location, path: &[String]) -> Option<String> {
         (Location::Zone { .. }, ["policy", ..]) => Some(POLICY_IN_ZONE.to_string()),
         (Location::Zone { .. } | Location::NoZones, ["doctor", ..]) => {
             Some(DOCTOR_IN_SANDBOX.to_string())
+        }
+        (Location::Zone { .. } | Location::NoZones, ["logs", ..]) => {
+            Some(LOGS_IN_SANDBOX.to_string())
         }
         (Location::Zone { .. }, _) => None,
 

@@ -11,6 +11,7 @@ mod context;
 mod doctor;
 mod error;
 mod location;
+mod logs;
 mod output;
 mod policy;
 mod run;
@@ -18,7 +19,7 @@ mod zones;
 
 use std::process::ExitCode;
 
-use cli::{Command, Parsed, PolicyCommand, ZoneCommand};
+use cli::{Command, LogsCommand, Parsed, PolicyCommand, ZoneCommand};
 use error::Error;
 use location::Location;
 
@@ -78,6 +79,16 @@ fn dispatch(command: Command, location: &Location) -> Result<ExitCode, Error> {
             let command = run::utf8_command(command)?;
             return Ok(ExitCode::from(zones::inside_enter(socket, &zone, command)?));
         }
+        (Command::Logs(LogsCommand::List { output }), Location::Host) => logs::list(output)?,
+        (
+            Command::Logs(LogsCommand::Show {
+                id,
+                category,
+                output,
+            }),
+            Location::Host,
+        ) => logs::show(&id, category.as_deref(), output)?,
+        (Command::Logs(LogsCommand::Verify { id }), Location::Host) => logs::verify(&id)?,
         (Command::Doctor { config }, Location::Host) => {
             return Ok(ExitCode::from(doctor::run(config.file.as_deref())));
         }

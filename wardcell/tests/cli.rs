@@ -400,7 +400,7 @@ fn help_lists_only_what_works_here() {
     let s = Scratch::new("help");
     assert_eq!(
         commands(&help(&s, &["--help"], &[])),
-        ["run", "policy", "zone", "doctor"]
+        ["run", "policy", "zone", "logs", "doctor"]
     );
     assert_eq!(commands(&help(&s, &["zone", "--help"], &[])), ["list"]);
     assert_eq!(

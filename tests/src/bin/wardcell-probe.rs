@@ -219,6 +219,35 @@ fn main() {
         "rename" => report_io(std::fs::rename(a(1), a(2))),
         "mkdir" => report_io(std::fs::create_dir_all(a(1))),
         "connect-unix" => report_io(std::os::unix::net::UnixStream::connect(a(1))),
+        "connect-silent" => {
+            // Connect, send nothing, and report how long until the other side closes.
+            let start = std::time::Instant::now();
+            let mut s = std::os::unix::net::UnixStream::connect(a(1)).expect("connect");
+            let mut sink = Vec::new();
+            let _ = s.read_to_end(&mut sink);
+            println!("closed after {} ms", start.elapsed().as_millis());
+        }
+        "connect-many" => {
+            // Open N connections that stay silent; print what the last one is told.
+            let n = num(2) as usize;
+            let mut held = Vec::new();
+            for _ in 0..n {
+                held.push(std::os::unix::net::UnixStream::connect(a(1)).expect("connect"));
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let last = held.last_mut().expect("at least one");
+            last.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                .unwrap();
+            let mut got = vec![0u8; 4096];
+            let mut all = Vec::new();
+            while let Ok(k) = last.read(&mut got) {
+                if k == 0 {
+                    break;
+                }
+                all.extend_from_slice(&got[..k]);
+            }
+            println!("last got: {}", String::from_utf8_lossy(&all));
+        }
         "heartbeat" => {
             // Write a counter to a file until killed.
             let mut n = 0u64;

@@ -1,0 +1,517 @@
+//! Zones at run time: the supervisor, `zone list/current/enter`, and the audit log.
+//! Real sandboxes, run as the invoking user and as an unprivileged uid.
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use wardcell_tests::{both, Fixture, Out};
+
+/// The spec's zones (agent, push, build, release) with every profile able to run the
+/// staged binaries; `push` may also write `pushed/` in the project.
+fn zones_config(fx: &Fixture, extra: &str) {
+    let bin = fx.bin.display();
+    fs::create_dir_all(fx.proj.join("pushed")).unwrap();
+    fx.own(&fx.proj);
+    fx.config(&format!(
+        r#"
+[zones.agent]
+profile = "dev"
+default = true
+
+[zones.push]
+profile = "pusher"
+description = "Can push to the company's git remote"
+authenticated = true
+enter_from = ["agent"]
+
+[zones.build]
+profile = "dev"
+enter_from = ["agent"]
+
+[zones.release]
+profile = "dev"
+enter_from = ["build"]
+
+[profiles.dev]
+extends = "readonly"
+read = ["{bin}"]
+
+[profiles.pusher]
+extends = "readonly"
+read = ["{bin}"]
+write = ["./pushed"]
+{extra}"#
+    ));
+}
+
+/// Run a shell script in the default zone, with the staged binaries on PATH.
+fn inside(fx: &Fixture, script: &str) -> Out {
+    fx.sh(script)
+}
+
+fn state_runs(fx: &Fixture) -> PathBuf {
+    fx.home.join(".local/state/wardcell/runs")
+}
+
+/// The log written last, as text (run ids from the same second sort by chance).
+fn last_log(fx: &Fixture) -> (String, String) {
+    let mut logs: Vec<(std::time::SystemTime, String)> = fs::read_dir(state_runs(fx))
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            Some((
+                e.metadata().ok()?.modified().ok()?,
+                e.file_name().into_string().ok()?,
+            ))
+        })
+        .collect();
+    logs.sort();
+    let name = logs.pop().expect("a log").1;
+    let text = fs::read_to_string(state_runs(fx).join(&name)).unwrap();
+    (name.trim_end_matches(".jsonl").to_string(), text)
+}
+
+both!(list_and_current_match_the_spec, |fx| {
+    zones_config(&fx, "");
+    let out = inside(
+        &fx,
+        "wardcell zone current; wardcell zone list; wardcell zone list --output json",
+    );
+    out.ok();
+    assert_eq!(
+        out.stdout,
+        "agent\ncurrent zone: agent\n\nZONE   DESCRIPTION\nbuild  -\npush   Can push to the company's git remote\n{\"current\":\"agent\",\"zones\":[{\"name\":\"build\",\"description\":null},{\"name\":\"push\",\"description\":\"Can push to the company's git remote\"}]}\n"
+    );
+    // Listing is not logged.
+    let (_, log) = last_log(&fx);
+    assert!(!log.contains("audit.decision"), "{log}");
+});
+
+both!(a_zone_admitting_itself_is_marked_current, |fx| {
+    fx.config(&format!(
+        "[zones.agent]\nprofile = \"p\"\ndefault = true\nenter_from = [\"agent\"]\n[profiles.p]\nextends = \"readonly\"\nread = [\"{}\"]\n",
+        fx.bin.display()
+    ));
+    let out = inside(&fx, "wardcell zone list");
+    assert!(out.stdout.contains("agent (current)  -"), "{out:?}");
+});
+
+both!(enter_runs_in_a_new_sandbox_under_the_target_profile, |fx| {
+    zones_config(&fx, "");
+    let out = inside(
+        &fx,
+        "echo direct > pushed/direct 2>/dev/null; echo direct-rc=$?; \
+         wardcell zone enter push -- sh -c 'echo in $WARDCELL_ZONE; echo ok > pushed/via-push; exit 5'; echo enter-rc=$?",
+    );
+    assert!(
+        out.stdout.contains("direct-rc=1") || out.stdout.contains("direct-rc=2"),
+        "{out:?}"
+    );
+    assert!(out.stdout.contains("in push\n"), "{out:?}");
+    assert!(out.stdout.contains("enter-rc=5"), "{out:?}");
+    assert!(!fx.proj.join("pushed/direct").exists());
+    assert_eq!(
+        fs::read_to_string(fx.proj.join("pushed/via-push")).unwrap(),
+        "ok\n"
+    );
+    // The decision and the completion are audited, with the chain.
+    let (_, log) = last_log(&fx);
+    assert!(log.contains(r#""decision":"allowed""#), "{log}");
+    assert!(
+        log.contains(r#""event":"audit.completed""#) && log.contains(r#""exit_status":5"#),
+        "{log}"
+    );
+    assert!(log.contains(r#""chain":["agent","push"]"#), "{log}");
+});
+
+both!(stdin_is_piped_through_and_exec_failures_relayed, |fx| {
+    zones_config(&fx, "");
+    let out = inside(&fx, "printf 'through the socket' | wardcell zone enter push -- cat; echo; wardcell zone enter push -- no-such-cmd; echo rc=$?");
+    assert!(out.stdout.starts_with("through the socket\n"), "{out:?}");
+    assert!(out.stdout.contains("rc=127"), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("error: `no-such-cmd`: command not found"),
+        "{out:?}"
+    );
+});
+
+both!(the_chain_is_checked_as_the_spec_says, |fx| {
+    zones_config(&fx, "");
+    // agent -> build may not enter release.
+    let out = inside(
+        &fx,
+        "wardcell zone enter build -- wardcell zone enter release -- true; echo rc=$?",
+    );
+    assert!(out.stdout.contains("rc=1"), "{out:?}");
+    assert!(
+        out.stderr.contains("error: this zone may not enter zone 'release'; `wardcell zone list` shows the zones it may\n"),
+        "{out:?}"
+    );
+    // A run started in build may.
+    let out = fx.run(&[
+        "run",
+        "--zone",
+        "build",
+        "--",
+        "/bin/sh",
+        "-c",
+        "wardcell zone enter release -- sh -c 'echo in $WARDCELL_ZONE'",
+    ]);
+    out.ok();
+    assert_eq!(out.stdout, "in release\n");
+    // An unknown zone gets the very same refusal.
+    let out = inside(
+        &fx,
+        "wardcell zone enter nope -- true; wardcell zone enter release -- true",
+    );
+    assert!(
+        out.stderr
+            .contains("may not enter zone 'nope'; `wardcell zone list` shows the zones it may"),
+        "{out:?}"
+    );
+    let (_, log) = last_log(&fx);
+    assert_eq!(log.matches(r#""decision":"denied""#).count(), 2, "{log}");
+});
+
+both!(the_chain_is_at_most_8_deep, |fx| {
+    fx.config(&format!(
+        "[zones.agent]\nprofile = \"p\"\ndefault = true\n[zones.any]\nprofile = \"p\"\nenter_from = [\"*\"]\n[profiles.p]\nextends = \"readonly\"\nread = [\"{}\"]\n",
+        fx.bin.display()
+    ));
+    // Each level enters `any` again and prints its depth.
+    fx.write(
+        &fx.proj.join("deeper.sh"),
+        "#!/bin/sh\necho depth $1\nexec wardcell zone enter any -- /bin/sh ./deeper.sh $(($1 + 1))\n",
+    );
+    let out = inside(&fx, "/bin/sh ./deeper.sh 1");
+    assert!(out.stdout.contains("depth 8\n"), "{out:?}");
+    assert!(!out.stdout.contains("depth 9"), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("a chain of entered zones is at most 8 deep"),
+        "{out:?}"
+    );
+});
+
+both!(
+    a_second_concurrent_enter_is_refused_while_list_still_works,
+    |fx| {
+        zones_config(&fx, "");
+        let out = inside(
+            &fx,
+            "wardcell zone enter push -- sh -c 'touch pushed/started; sleep 2' & \
+         while [ ! -e pushed/started ]; do sleep 0.02; done; \
+         wardcell zone enter push -- true; echo second-rc=$?; \
+         wardcell zone list >/dev/null; echo list-rc=$?; wait",
+        );
+        assert!(out.stdout.contains("second-rc=1"), "{out:?}");
+        assert!(out.stdout.contains("list-rc=0"), "{out:?}");
+        assert!(
+            out.stderr
+                .contains("already running a `wardcell zone enter`"),
+            "{out:?}"
+        );
+    }
+);
+
+both!(the_caller_going_away_ends_the_command, |fx| {
+    zones_config(&fx, "");
+    let probe = fx.bin.join("wardcell-probe");
+    let out = inside(
+        &fx,
+        &format!(
+            "wardcell zone enter push -- {} heartbeat pushed/beat & pid=$!; \
+             while [ ! -e pushed/beat ]; do sleep 0.02; done; kill -9 $pid; sleep 0.5; echo killed",
+            probe.display()
+        ),
+    );
+    assert!(out.stdout.contains("killed"), "{out:?}");
+    let beat = fx.proj.join("pushed/beat");
+    let a = fs::read_to_string(&beat).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        a,
+        fs::read_to_string(&beat).unwrap(),
+        "the entered command outlived its caller"
+    );
+    let (_, log) = last_log(&fx);
+    assert!(log.contains("the caller went away"), "{log}");
+});
+
+both!(
+    a_silent_client_is_closed_at_5_seconds_and_a_fifth_is_refused,
+    |fx| {
+        zones_config(&fx, "");
+        let probe = fx.bin.join("wardcell-probe");
+        let out = inside(
+        &fx,
+        &format!(
+            "{p} connect-silent \"$WARDCELL_ZONE_SOCKET\" & {p} connect-many \"$WARDCELL_ZONE_SOCKET\" 5; wait",
+            p = probe.display()
+        ),
+    );
+        let ms: u64 = out
+            .stdout
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("closed after ")?
+                    .strip_suffix(" ms")?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("{out:?}"));
+        assert!((4500..9000).contains(&ms), "closed after {ms} ms");
+        // 1 silent + 4 from connect-many: the last of them is the fifth and is told why.
+        assert!(
+            out.stdout.contains("already serves 4 connections"),
+            "{out:?}"
+        );
+        // Oversized and malformed frames close only their own connection.
+        let out = inside(&fx, "printf '\\377\\377\\377\\377garbage' | (exec 3<>\"$WARDCELL_ZONE_SOCKET\") 2>/dev/null; wardcell zone list >/dev/null; echo rc=$?");
+        assert!(out.stdout.contains("rc=0"), "{out:?}");
+    }
+);
+
+both!(a_host_process_with_forged_variables_is_refused, |fx| {
+    zones_config(&fx, "");
+    let mut run = fx
+        .cmd(&[
+            "run",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo \"$WARDCELL_ZONE_SOCKET\"; exec sleep 30",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(run.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let socket = line.trim().to_string();
+    assert!(socket.ends_with(".sock"), "{socket}");
+    let marker = fx.proj.join("forged-ran");
+    let out: Out = fx
+        .cmd(&[
+            "zone",
+            "enter",
+            "push",
+            "--",
+            "/bin/sh",
+            "-c",
+            &format!("touch {}", marker.display()),
+        ])
+        .env("WARDCELL_SANDBOX", "1")
+        .env("WARDCELL_ZONE", "agent")
+        .env("WARDCELL_ZONE_SOCKET", &socket)
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.starts_with("error: "), "{out:?}");
+    assert!(!marker.exists(), "a host process entered a zone");
+    // zone list is refused the same way.
+    let out: Out = fx
+        .cmd(&["zone", "list"])
+        .env("WARDCELL_SANDBOX", "1")
+        .env("WARDCELL_ZONE", "agent")
+        .env("WARDCELL_ZONE_SOCKET", &socket)
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(!out.stdout.contains("push"), "{out:?}");
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let (_, log) = last_log(&fx);
+    assert!(log.contains("audit.peer_refused"), "{log}");
+    assert!(
+        log.contains("not in this sandbox's network namespace"),
+        "{log}"
+    );
+});
+
+both!(another_runs_sandbox_is_refused, |fx| {
+    zones_config(&fx, "");
+    // Run A keeps its sockets where run B's profile can reach them (a short path: Unix
+    // socket paths are at most 107 bytes).
+    let rt_a = PathBuf::from(format!("/var/tmp/wcrt-{}-{}", std::process::id(), fx.uid()));
+    let _ = fs::remove_dir_all(&rt_a);
+    fs::create_dir_all(&rt_a).unwrap();
+    fx.own(&rt_a);
+    let cfg = fx.home.join(".config/wardcell/zones.toml");
+    let text = fs::read_to_string(&cfg).unwrap().replacen(
+        &format!("read = [\"{}\"]", fx.bin.display()),
+        &format!("read = [\"{}\", \"{}\"]", fx.bin.display(), rt_a.display()),
+        1,
+    );
+    fx.write(&cfg, &text);
+    let mut a = fx
+        .cmd(&[
+            "run",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo \"$WARDCELL_ZONE_SOCKET\"; exec sleep 30",
+        ])
+        .env("XDG_RUNTIME_DIR", &rt_a)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(a.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let socket = line.trim().to_string();
+    assert!(socket.starts_with(rt_a.to_str().unwrap()), "{socket}");
+    let marker = fx.proj.join("cross-run");
+    let out = fx.sh(&format!(
+        "WARDCELL_ZONE_SOCKET={socket} wardcell zone enter push -- touch {}; echo rc=$?",
+        marker.display()
+    ));
+    assert!(out.stdout.contains("rc=1"), "{out:?}");
+    assert!(!marker.exists());
+    assert!(out.stderr.starts_with("error: "), "{out:?}");
+    a.kill().unwrap();
+    a.wait().unwrap();
+    // Run A's log records the refusal: the caller is not in A's sandbox.
+    let run_a = socket.rsplit('/').nth(1).unwrap().to_string();
+    let log = fs::read_to_string(state_runs(&fx).join(format!("{run_a}.jsonl"))).unwrap();
+    assert!(log.contains("audit.peer_refused"), "{log}");
+    let _ = fs::remove_dir_all(&rt_a);
+});
+
+both!(approval_plugin_decides_and_is_audited, |fx| {
+    let plugin = fx.dir.join("approve.sh");
+    fx.write(
+        &plugin,
+        "#!/bin/sh\nread req\ncase \"$req\" in\n  *'\"target\":\"push\"'*) echo '{\"approved\": true, \"reason\": \"ok\", \"approver\": \"ana\", \"reference\": \"CHG-7\"}';;\n  *) echo '{\"approved\": false, \"reason\": \"not during the release freeze\"}';;\nesac\n",
+    );
+    fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    zones_config(
+        &fx,
+        &format!("\n[approval]\nplugin = [\"{}\"]\n", plugin.display()),
+    );
+    // Make push and build require approval.
+    let cfg = fx.home.join(".config/wardcell/zones.toml");
+    let text = fs::read_to_string(&cfg).unwrap().replace(
+        "enter_from = [\"agent\"]\n",
+        "enter_from = [\"agent\"]\nrequires_approval = true\napproval_timeout = \"10s\"\n",
+    );
+    fx.write(&cfg, &text);
+    let out = inside(&fx, "wardcell zone enter push -- true; echo push-rc=$?; wardcell zone enter build -- true; echo build-rc=$?");
+    assert!(out.stdout.contains("push-rc=0"), "{out:?}");
+    assert!(out.stdout.contains("build-rc=1"), "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "error: entering zone 'build' was not approved: not during the release freeze\n"
+        ),
+        "{out:?}"
+    );
+    let (_, log) = last_log(&fx);
+    assert!(
+        log.contains(r#""approver":"ana""#) && log.contains(r#""reference":"CHG-7""#),
+        "{log}"
+    );
+});
+
+both!(an_unwritable_audit_log_refuses_the_entry, |fx| {
+    zones_config(&fx, "");
+    let mut run = fx
+        .cmd(&[
+            "run",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo started; while [ ! -e go ]; do sleep 0.02; done; wardcell zone enter push -- touch pushed/entered; echo rc=$?",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = run.stdout.take().unwrap();
+    let mut first = [0u8; 8];
+    use std::io::Read;
+    stdout.read_exact(&mut first).unwrap();
+    // Break the log: the file becomes a directory, which nobody can append to.
+    let runs = state_runs(&fx);
+    let log = fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
+    fs::remove_file(&log).unwrap();
+    fs::create_dir(&log).unwrap();
+    fx.write(&fx.proj.join("go"), "");
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let mut err = String::new();
+    run.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    run.wait().unwrap();
+    assert!(rest.contains("rc=1"), "{rest} {err}");
+    assert!(err.contains("the audit log cannot be written"), "{err}");
+    assert!(
+        !fx.proj.join("pushed/entered").exists(),
+        "the entry went ahead without its audit record"
+    );
+});
+
+both!(logs_show_and_a_tampered_log_is_caught, |fx| {
+    zones_config(&fx, "");
+    inside(&fx, "wardcell zone enter push -- sh -c 'exit 3'; true").ok();
+    let (id, text) = last_log(&fx);
+    let out = fx.run(&["logs", "verify", &id]);
+    out.ok();
+    assert!(
+        out.stdout
+            .contains("the chain is intact and the run finished"),
+        "{out:?}"
+    );
+    let out = fx.run(&["logs", "show", &id, "--category", "audit"]);
+    out.ok();
+    assert!(
+        out.stdout.contains("audit.decision") && out.stdout.contains("allowed agent -> push"),
+        "{out:?}"
+    );
+    assert!(!out.stdout.contains("run.started"), "{out:?}");
+    let listed = fx.run(&["logs", "list"]);
+    assert!(listed.stdout.contains(&id), "{listed:?}");
+    // Rewrite history: the entered command "exited 0".
+    let path = state_runs(&fx).join(format!("{id}.jsonl"));
+    fx.write(
+        &path,
+        &text.replace(r#""exit_status":3"#, r#""exit_status":0"#),
+    );
+    let out = fx.run(&["logs", "verify", &id]);
+    out.expect_code(1);
+    assert!(
+        out.stderr.contains("tampered with or damaged at line"),
+        "{out:?}"
+    );
+    // Remove a line.
+    let lines: Vec<&str> = text.lines().collect();
+    let without: String = lines
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 1)
+        .map(|(_, l)| format!("{l}\n"))
+        .collect();
+    fx.write(&path, &without);
+    fx.run(&["logs", "verify", &id]).expect_code(1);
+    // Not a run id: refused before any path is built.
+    fx.run(&["logs", "show", "../../../etc/passwd"])
+        .expect_code(1);
+});
+
+both!(the_runs_socket_is_gone_after_the_run, |fx| {
+    zones_config(&fx, "");
+    let out = inside(&fx, "echo \"$WARDCELL_ZONE_SOCKET\"");
+    out.ok();
+    let socket = PathBuf::from(out.stdout.trim());
+    assert!(!socket.exists(), "{} left behind", socket.display());
+    assert!(
+        !socket.parent().unwrap().exists(),
+        "run directory left behind"
+    );
+});
