@@ -5,13 +5,15 @@
 //! It takes these steps:
 //!
 //! 1. take the plan from fd 3 (a Hello, then exactly one `Launch::Run`);
-//! 2. make the run id, the run's directories (0700) and the directories it masks, and
-//!    create the run's audit log;
-//! 3. find wardcell-shim next to itself or in /usr/libexec/wardcell, and decide whether
-//!    the command gets a pty (when stdin and stdout are terminals);
-//! 4. route the signals it forwards into a signalfd;
-//! 5. start the first sandbox (sandbox.rs): new namespaces, its supervisor when it is
-//!    in a zone (supervisor.rs answers `zone list` and decides `zone enter`), its spec;
+//! 2. find wardcell-shim (next to itself or in /usr/libexec/wardcell), decide whether the
+//!    command gets a pty (when stdin and stdout are terminals), and start the first
+//!    sandbox's namespaces and shim at once (sandbox::spawn): the kernel and the other
+//!    core build them while this thread does the rest;
+//! 3. make the run id, the run's directory (0700), the directories every sandbox masks,
+//!    and the run's audit log;
+//! 4. route the signals it forwards into a signalfd (before any thread starts);
+//! 5. complete the sandbox (sandbox::complete): its supervisor when it is in a zone
+//!    (supervisor.rs answers `zone list` and decides `zone enter`), its spec, handover;
 //! 6. relay until it ends, restore the terminal, audit the end, remove the run's
 //!    directory, and exit with the command's status (128+N for a signal).
 
@@ -78,28 +80,44 @@ fn run() -> Result<i32, BrokerError> {
     // 1. The plan.
     let plan = take_plan()?;
 
-    // 2. Run id, directories, audit log.
+    // 2. The first sandbox's namespaces and shim, started at once: the kernel and the
+    //    other core build them while this thread prepares everything else.
+    let shim = find_helper("wardcell-shim")?;
+    let shim = CString::new(shim.as_os_str().as_encoded_bytes())
+        .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))?;
+    let terminal = Terminal::for_stdio()?;
+    let spawned = sandbox::spawn(&shim, terminal.stdio())?;
+
+    // 3. Run id, directories, audit log.
+    let prepared = prepare_run(&plan);
+    let (run_id, run_dir, audit) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            spawned.abandon();
+            return Err(e);
+        }
+    };
+    let run = Arc::new(Run::new(plan, run_id, run_dir.clone(), shim, audit));
+    let result = run_first_sandbox(&run, spawned, terminal);
+    let _ = fs::remove_dir_all(&run_dir);
+    result
+}
+
+/// The run id, its runtime directory (0700) and its audit log; wardcell's own
+/// directories exist afterwards, so that every sandbox can mask them.
+fn prepare_run(plan: &Plan) -> Result<(String, PathBuf, AuditLog), BrokerError> {
     let mut random = [0u8; 4];
     sys::random_bytes(&mut random).map_err(|e| BrokerError::Launch(e.to_string()))?;
     let run_id = runid::new_run_id(random);
-    prepare_own_dirs(&plan)?;
+    prepare_own_dirs(plan)?;
     let run_dir = plan.dirs.runtime.join(&run_id);
     make_private_dir(&run_dir)?;
     let log_path = paths::runs_dir(&plan.dirs).join(format!("{run_id}.jsonl"));
     let audit = AuditLog::create(log_path.clone(), &run_id).map_err(|e| BrokerError::Dir {
-        path: log_path.clone(),
+        path: log_path,
         what: format!("cannot create the run's audit log: {e}"),
     })?;
-
-    // 3. The shim.
-    let shim = find_helper("wardcell-shim")?;
-    let shim = CString::new(shim.as_os_str().as_encoded_bytes())
-        .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))?;
-
-    let run = Arc::new(Run::new(plan, run_id, run_dir.clone(), shim, audit));
-    let result = run_first_sandbox(&run);
-    let _ = fs::remove_dir_all(&run_dir);
-    result
+    Ok((run_id, run_dir, audit))
 }
 
 fn take_plan() -> Result<Plan, BrokerError> {
@@ -182,12 +200,21 @@ fn is_tty(fd: impl AsFd) -> bool {
     termios::tcgetattr(fd).is_ok()
 }
 
-fn run_first_sandbox(run: &Arc<Run>) -> Result<i32, BrokerError> {
+fn run_first_sandbox(
+    run: &Arc<Run>,
+    spawned: sandbox::Spawned,
+    terminal: Terminal,
+) -> Result<i32, BrokerError> {
     let plan = &run.plan;
-    let (zone, profile) = start_profile(plan)?;
+    let (zone, profile) = match start_profile(plan) {
+        Ok(x) => x,
+        Err(e) => {
+            spawned.abandon();
+            return Err(e);
+        }
+    };
     let stdin = std::io::stdin();
     let stdout = std::io::stdout();
-    let pty = is_tty(stdin.as_fd()) && is_tty(stdout.as_fd());
     let caller_env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
@@ -203,40 +230,30 @@ fn run_first_sandbox(run: &Arc<Run>) -> Result<i32, BrokerError> {
             "uid": nix::unistd::getuid().as_raw(),
         }),
     );
-    let terminal = if pty {
-        Some(open_pty(stdin.as_fd())?)
-    } else {
-        None
-    };
 
     // 4. Signals.
     let mut mask = SigSet::empty();
     for &s in FORWARDED {
         mask.add(s);
     }
-    if pty {
+    if terminal.pty.is_some() {
         mask.add(Signal::SIGWINCH);
     }
-    mask.thread_block()
-        .map_err(|e| BrokerError::Sandbox(format!("blocking signals: {e}")))?;
-    let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-        .map_err(|e| BrokerError::Sandbox(format!("signalfd: {e}")))?;
-
-    // 5. Start it.
-    let stdio = match &terminal {
-        Some(t) => {
-            let s = t.slave.as_raw_fd();
-            let err = if is_tty(std::io::stderr().as_fd()) {
-                s
-            } else {
-                2
-            };
-            [s, s, err]
+    let signals = mask
+        .thread_block()
+        .and_then(|()| SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK));
+    let signals = match signals {
+        Ok(s) => s,
+        Err(e) => {
+            spawned.abandon();
+            return Err(BrokerError::Sandbox(format!("signalfd: {e}")));
         }
-        None => [0, 1, 2],
     };
-    let started = sandbox::start(
+
+    // 5. Complete it: supervisor, spec, handover.
+    let started = sandbox::complete(
         run,
+        spawned,
         sandbox::Request {
             profile,
             zone,
@@ -244,8 +261,8 @@ fn run_first_sandbox(run: &Arc<Run>) -> Result<i32, BrokerError> {
             argv: &plan.command,
             cwd: plan.cwd.clone(),
             env: caller_env,
-            stdio,
-            pty,
+            stdio: terminal.stdio(),
+            pty: terminal.pty.is_some(),
         },
     );
     let mut sb = match started {
@@ -259,7 +276,7 @@ fn run_first_sandbox(run: &Arc<Run>) -> Result<i32, BrokerError> {
             return Err(e);
         }
     };
-    let (master, saved) = match terminal {
+    let (master, saved) = match terminal.pty {
         Some(t) => {
             drop(t.slave);
             let saved = enter_raw_mode(stdin.as_fd());
@@ -364,12 +381,47 @@ pub fn describe(outcome: &Outcome, program: &str) -> (i32, Option<String>) {
     }
 }
 
+/// The first sandbox's stdio: the broker's own, or a new pty when a person is at a
+/// terminal (stdin and stdout both terminals).
 struct Terminal {
+    pty: Option<Pty>,
+}
+
+struct Pty {
     master: OwnedFd,
     slave: OwnedFd,
 }
 
-fn open_pty(stdin: std::os::fd::BorrowedFd<'_>) -> Result<Terminal, BrokerError> {
+impl Terminal {
+    fn for_stdio() -> Result<Terminal, BrokerError> {
+        let stdin = std::io::stdin();
+        let pty = if is_tty(stdin.as_fd()) && is_tty(std::io::stdout().as_fd()) {
+            Some(open_pty(stdin.as_fd())?)
+        } else {
+            None
+        };
+        Ok(Terminal { pty })
+    }
+
+    /// Descriptors 0, 1, 2 of the sandbox. stderr goes to the pty only when it is a
+    /// terminal too (so `2>file` keeps working).
+    fn stdio(&self) -> [std::os::fd::RawFd; 3] {
+        match &self.pty {
+            Some(t) => {
+                let s = t.slave.as_raw_fd();
+                let err = if is_tty(std::io::stderr().as_fd()) {
+                    s
+                } else {
+                    2
+                };
+                [s, s, err]
+            }
+            None => [0, 1, 2],
+        }
+    }
+}
+
+fn open_pty(stdin: std::os::fd::BorrowedFd<'_>) -> Result<Pty, BrokerError> {
     let attrs = termios::tcgetattr(stdin).ok();
     let pty = nix::pty::openpty(None, attrs.as_ref())
         .map_err(|e| BrokerError::Sandbox(format!("opening a pty: {e}")))?;
@@ -378,7 +430,7 @@ fn open_pty(stdin: std::os::fd::BorrowedFd<'_>) -> Result<Terminal, BrokerError>
     sys::set_cloexec(pty.slave.as_raw_fd())
         .map_err(|e| BrokerError::Sandbox(format!("pty: {e}")))?;
     let _ = sys::copy_winsize(stdin, pty.master.as_fd());
-    Ok(Terminal {
+    Ok(Pty {
         master: pty.master,
         slave: pty.slave,
     })

@@ -92,29 +92,60 @@ impl Drop for Abort<'_> {
     }
 }
 
-pub fn start(run: &Arc<Run>, req: Request<'_>) -> Result<Sandbox, BrokerError> {
-    // 1. New namespaces and the shim: the kernel builds them while we go on.
+/// A sandbox whose namespaces exist and whose shim is starting, not yet given its spec.
+pub struct Spawned {
+    running: Running,
+}
+
+impl Spawned {
+    /// Kill and reap it: it will not be completed.
+    pub fn abandon(self) {
+        let _ = sys::pidfd_send_signal(self.running.pidfd.as_fd(), libc::SIGKILL);
+        let _ = waitpid(Pid::from_raw(self.running.pid), None);
+    }
+}
+
+/// Step 1: new namespaces and the shim. Returns at once; the kernel (and the other core)
+/// builds the namespaces and execs the shim while the caller prepares the rest.
+pub fn spawn(shim: &CString, stdio: [RawFd; 3]) -> Result<Spawned, BrokerError> {
     let (ours, theirs) =
         UnixStream::pair().map_err(|e| BrokerError::Sandbox(format!("socketpair: {e}")))?;
-    let spawned = sys::spawn::spawn_sandbox(&run.shim, req.stdio, theirs.as_raw_fd())
+    let spawned = sys::spawn::spawn_sandbox(shim, stdio, theirs.as_raw_fd())
         .map_err(|e| BrokerError::Sandbox(sys::spawn::explain_clone_error(&e)))?;
-    drop(theirs);
-    let running = Running {
-        pid: spawned.pid,
-        pidfd: spawned.pidfd,
-        control: ours,
-    };
+    Ok(Spawned {
+        running: Running {
+            pid: spawned.pid,
+            pidfd: spawned.pidfd,
+            control: ours,
+        },
+    })
+}
+
+/// Both steps, for a sandbox started from a supervisor thread.
+pub fn start(run: &Arc<Run>, req: Request<'_>) -> Result<Sandbox, BrokerError> {
+    let spawned = spawn(&run.shim, req.stdio)?;
+    complete(run, spawned, req)
+}
+
+/// Step 2: its supervisor, its spec, and the handover. On any failure the half-started
+/// sandbox is killed and reaped.
+pub fn complete(
+    run: &Arc<Run>,
+    spawned: Spawned,
+    req: Request<'_>,
+) -> Result<Sandbox, BrokerError> {
+    let running = spawned.running;
     let mut abort = Abort {
         running: Some(&running),
         supervisor: None,
     };
 
-    // 2. Its network namespace: how its supervisor will recognise its processes.
+    // Its network namespace: how its supervisor will recognise its processes.
     let netns = sys::peer::netns_of(running.pid).map_err(|e| {
         BrokerError::Sandbox(format!("reading the sandbox's network namespace: {e}"))
     })?;
 
-    // 3. A supervisor, in a zone.
+    // A supervisor, in a zone.
     let name = format!("s{}", run.next_sandbox.fetch_add(1, Ordering::Relaxed));
     let supervisor = match req.zone {
         Some(zone) => {
@@ -126,7 +157,7 @@ pub fn start(run: &Arc<Run>, req: Request<'_>) -> Result<Sandbox, BrokerError> {
         None => None,
     };
 
-    // 4. The spec.
+    // The spec.
     let socket = supervisor.as_ref().map(|s| s.path().to_path_buf());
     let request = spec::Request {
         plan: &run.plan,
@@ -140,7 +171,7 @@ pub fn start(run: &Arc<Run>, req: Request<'_>) -> Result<Sandbox, BrokerError> {
     };
     let spec = spec::build(&request, &|p| p.exists()).map_err(BrokerError::Refused)?;
 
-    // 5. Hand it over.
+    // Hand it over.
     let mut control = running
         .control
         .try_clone()
