@@ -515,3 +515,90 @@ both!(the_runs_socket_is_gone_after_the_run, |fx| {
         "run directory left behind"
     );
 });
+
+both!(the_runs_socket_is_gone_after_a_signal_or_an_error, |fx| {
+    zones_config(&fx, "");
+    let rt = PathBuf::from(format!(
+        "/var/tmp/wcrt-c-{}-{}",
+        std::process::id(),
+        fx.uid()
+    ));
+    let _ = fs::remove_dir_all(&rt);
+    fs::create_dir_all(&rt).unwrap();
+    fx.own(&rt);
+    // Interrupted: SIGINT reaches the broker (as Ctrl-C would without a terminal).
+    let mut run = fx
+        .cmd(&[
+            "run",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo \"$WARDCELL_ZONE_SOCKET\"; exec sleep 30",
+        ])
+        .env("XDG_RUNTIME_DIR", &rt)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(run.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let socket = PathBuf::from(line.trim());
+    assert!(socket.exists(), "{}", socket.display());
+    // SAFETY: kill with a pid we own.
+    unsafe { libc::kill(run.id() as i32, libc::SIGINT) };
+    let status = run.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "the command's own status, 128+SIGINT"
+    );
+    assert!(
+        !socket.parent().unwrap().exists(),
+        "run directory left behind after SIGINT"
+    );
+
+    // Failed: the command does not exist.
+    let out: Out = fx
+        .cmd(&["run", "--", "no-such-command"])
+        .env("XDG_RUNTIME_DIR", &rt)
+        .output()
+        .unwrap()
+        .into();
+    out.expect_code(127);
+    let runtime = rt.join("wardcell");
+    let left: Vec<_> = fs::read_dir(&runtime).unwrap().collect();
+    assert!(left.is_empty(), "run directories left behind: {left:?}");
+
+    // Killed: SIGKILL leaves the directory; the next run sweeps it away.
+    let mut run = fx
+        .cmd(&[
+            "run",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo \"$WARDCELL_ZONE_SOCKET\"; exec sleep 30",
+        ])
+        .env("XDG_RUNTIME_DIR", &rt)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(run.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let killed_dir = PathBuf::from(line.trim()).parent().unwrap().to_path_buf();
+    run.kill().unwrap();
+    run.wait().unwrap();
+    assert!(killed_dir.exists());
+    let out: Out = fx
+        .cmd(&["run", "--", "true"])
+        .env("XDG_RUNTIME_DIR", &rt)
+        .output()
+        .unwrap()
+        .into();
+    out.ok();
+    assert!(!killed_dir.exists(), "a dead run's directory was not swept");
+    let _ = fs::remove_dir_all(&rt);
+});

@@ -37,6 +37,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::termios::{self, SetArg, Termios};
@@ -103,6 +104,47 @@ fn run() -> Result<i32, BrokerError> {
     result
 }
 
+/// Lock `dir` for as long as this broker lives: a run directory whose lock can be taken
+/// belongs to a broker that is gone (killed, so it could not clean up).
+fn hold_run_lock(dir: &Path) -> Result<(), BrokerError> {
+    let f = fs::File::open(dir).map_err(|e| BrokerError::Dir {
+        path: dir.to_path_buf(),
+        what: e.to_string(),
+    })?;
+    let lock =
+        Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| BrokerError::Dir {
+            path: dir.to_path_buf(),
+            what: format!("cannot lock it: {e}"),
+        })?;
+    // Held until the process exits; the kernel releases it however we end.
+    std::mem::forget(lock);
+    Ok(())
+}
+
+/// Remove the directories of runs whose brokers are gone.
+fn sweep_stale_runs(runtime: &Path, ours: &Path) {
+    let Ok(entries) = fs::read_dir(runtime) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let is_run = e
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.len() == 25 && n.as_bytes()[16] == b'-');
+        if !is_run || path == ours || !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let Ok(f) = fs::File::open(&path) else {
+            continue;
+        };
+        if let Ok(lock) = Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            let _ = fs::remove_dir_all(&path);
+            drop(lock);
+        }
+    }
+}
+
 /// The run id, its runtime directory (0700) and its audit log; wardcell's own
 /// directories exist afterwards, so that every sandbox can mask them.
 fn prepare_run(plan: &Plan) -> Result<(String, PathBuf, AuditLog), BrokerError> {
@@ -110,8 +152,17 @@ fn prepare_run(plan: &Plan) -> Result<(String, PathBuf, AuditLog), BrokerError> 
     sys::random_bytes(&mut random).map_err(|e| BrokerError::Launch(e.to_string()))?;
     let run_id = runid::new_run_id(random);
     prepare_own_dirs(plan)?;
+    // Made under a name the sweep ignores, locked, then moved into place: another
+    // broker's sweep never sees it unlocked.
     let run_dir = plan.dirs.runtime.join(&run_id);
-    make_private_dir(&run_dir)?;
+    let making = plan.dirs.runtime.join(format!(".{run_id}"));
+    make_private_dir(&making)?;
+    hold_run_lock(&making)?;
+    fs::rename(&making, &run_dir).map_err(|e| BrokerError::Dir {
+        path: run_dir.clone(),
+        what: format!("cannot create it: {e}"),
+    })?;
+    sweep_stale_runs(&plan.dirs.runtime, &run_dir);
     let log_path = paths::runs_dir(&plan.dirs).join(format!("{run_id}.jsonl"));
     let audit = AuditLog::create(log_path.clone(), &run_id).map_err(|e| BrokerError::Dir {
         path: log_path,
