@@ -72,6 +72,33 @@ fn last_log(fx: &Fixture) -> (String, String) {
     (name.trim_end_matches(".jsonl").to_string(), text)
 }
 
+/// Start `wardcell run` that prints its supervisor socket and sleeps; return the child
+/// and the socket path. `rt` sets XDG_RUNTIME_DIR.
+fn run_printing_socket(
+    fx: &Fixture,
+    rt: Option<&std::path::Path>,
+) -> (std::process::Child, PathBuf) {
+    let mut cmd = fx.cmd(&[
+        "run",
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo \"$WARDCELL_ZONE_SOCKET\"; exec sleep 30",
+    ]);
+    if let Some(rt) = rt {
+        cmd.env("XDG_RUNTIME_DIR", rt);
+    }
+    let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let socket = PathBuf::from(line.trim());
+    assert!(socket.to_string_lossy().ends_with(".sock"), "{line:?}");
+    (child, socket)
+}
+
 both!(list_and_current_match_the_spec, |fx| {
     zones_config(&fx, "");
     let out = inside(
@@ -276,24 +303,8 @@ both!(
 
 both!(a_host_process_with_forged_variables_is_refused, |fx| {
     zones_config(&fx, "");
-    let mut run = fx
-        .cmd(&[
-            "run",
-            "--",
-            "/bin/sh",
-            "-c",
-            "echo \"$WARDCELL_ZONE_SOCKET\"; exec sleep 30",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    use std::io::BufRead;
-    std::io::BufReader::new(run.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let socket = line.trim().to_string();
-    assert!(socket.ends_with(".sock"), "{socket}");
+    let (mut run, socket) = run_printing_socket(&fx, None);
+    let socket = socket.to_string_lossy().into_owned();
     let marker = fx.proj.join("forged-ran");
     let out: Out = fx
         .cmd(&[
@@ -350,24 +361,8 @@ both!(another_runs_sandbox_is_refused, |fx| {
         1,
     );
     fx.write(&cfg, &text);
-    let mut a = fx
-        .cmd(&[
-            "run",
-            "--",
-            "/bin/sh",
-            "-c",
-            "echo \"$WARDCELL_ZONE_SOCKET\"; exec sleep 30",
-        ])
-        .env("XDG_RUNTIME_DIR", &rt_a)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    use std::io::BufRead;
-    std::io::BufReader::new(a.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let socket = line.trim().to_string();
+    let (mut a, socket) = run_printing_socket(&fx, Some(&rt_a));
+    let socket = socket.to_string_lossy().into_owned();
     assert!(socket.starts_with(rt_a.to_str().unwrap()), "{socket}");
     let marker = fx.proj.join("cross-run");
     let out = fx.sh(&format!(
@@ -527,24 +522,7 @@ both!(the_runs_socket_is_gone_after_a_signal_or_an_error, |fx| {
     fs::create_dir_all(&rt).unwrap();
     fx.own(&rt);
     // Interrupted: SIGINT reaches the broker (as Ctrl-C would without a terminal).
-    let mut run = fx
-        .cmd(&[
-            "run",
-            "--",
-            "/bin/sh",
-            "-c",
-            "echo \"$WARDCELL_ZONE_SOCKET\"; exec sleep 30",
-        ])
-        .env("XDG_RUNTIME_DIR", &rt)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    use std::io::BufRead;
-    std::io::BufReader::new(run.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let socket = PathBuf::from(line.trim());
+    let (mut run, socket) = run_printing_socket(&fx, Some(&rt));
     assert!(socket.exists(), "{}", socket.display());
     // SAFETY: kill with a pid we own.
     unsafe { libc::kill(run.id() as i32, libc::SIGINT) };
@@ -572,23 +550,8 @@ both!(the_runs_socket_is_gone_after_a_signal_or_an_error, |fx| {
     assert!(left.is_empty(), "run directories left behind: {left:?}");
 
     // Killed: SIGKILL leaves the directory; the next run sweeps it away.
-    let mut run = fx
-        .cmd(&[
-            "run",
-            "--",
-            "/bin/sh",
-            "-c",
-            "echo \"$WARDCELL_ZONE_SOCKET\"; exec sleep 30",
-        ])
-        .env("XDG_RUNTIME_DIR", &rt)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(run.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let killed_dir = PathBuf::from(line.trim()).parent().unwrap().to_path_buf();
+    let (mut run, socket) = run_printing_socket(&fx, Some(&rt));
+    let killed_dir = socket.parent().unwrap().to_path_buf();
     run.kill().unwrap();
     run.wait().unwrap();
     assert!(killed_dir.exists());

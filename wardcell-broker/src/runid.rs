@@ -3,19 +3,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Civil date from days since 1970-01-01 (proleptic Gregorian).
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
+use wardcell_common::audit::civil;
 
 /// `secs` since the epoch as `YYYYMMDDTHHMMSSZ`.
 pub fn timestamp(secs: i64) -> String {

@@ -128,6 +128,15 @@ impl Supervisor {
         self.run.audit.write(category, event, fields)
     }
 
+    /// A connection closed for a malformed or late request: logged, nothing granted.
+    fn closed(&self, peer: &Peer, reason: &str) {
+        let _ = self.audit(
+            "sandbox",
+            "supervisor.closed",
+            json!({"zone": self.zone, "pid": peer.pid, "reason": reason}),
+        );
+    }
+
     fn handle(&self, mut conn: UnixStream) {
         let _ = conn.set_write_timeout(Some(REQUEST_DEADLINE));
         // 1. Who is calling.
@@ -155,14 +164,7 @@ impl Supervisor {
         })();
         let request = match request {
             Ok(r) => r,
-            Err(e) => {
-                let _ = self.audit(
-                    "sandbox",
-                    "supervisor.closed",
-                    json!({"zone": self.zone, "pid": peer.pid, "reason": e.to_string()}),
-                );
-                return;
-            }
+            Err(e) => return self.closed(&peer, &e.to_string()),
         };
         // 3. Answer.
         match request {
@@ -190,14 +192,7 @@ impl Supervisor {
                 ));
                 let fds = match recv_fds(conn.as_raw_fd(), 3) {
                     Ok(f) => f,
-                    Err(e) => {
-                        let _ = self.audit(
-                            "sandbox",
-                            "supervisor.closed",
-                            json!({"zone": self.zone, "pid": peer.pid, "reason": e.to_string()}),
-                        );
-                        return;
-                    }
+                    Err(e) => return self.closed(&peer, &e.to_string()),
                 };
                 let _ = conn.set_read_timeout(None);
                 self.enter(&mut conn, &peer, &zone, &argv, env, fds);
