@@ -21,6 +21,13 @@ pub struct Running {
     pub control: UnixStream,
 }
 
+impl Running {
+    /// Wait for the shim to be gone (after [`wait`] returned early on its report).
+    pub fn reap(&self) {
+        let _ = waitpid(Pid::from_raw(self.pid), None);
+    }
+}
+
 /// How a sandbox ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -161,7 +168,16 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
             match protocol::read_frame::<ShimReport>(&mut run.control) {
                 Ok(r) => {
                     on_report(&r);
+                    let last = matches!(r, ShimReport::Exited { .. } | ShimReport::Signaled { .. });
                     reports.push(r);
+                    // The command's status is known and there is no pty output to
+                    // drain: finish now rather than wait for the namespaces to be torn
+                    // down. What is left of the sandbox is being killed by its init's
+                    // exit, and dies with the broker in any case.
+                    if last && pty.is_none() {
+                        control_open = false;
+                        break None;
+                    }
                 }
                 Err(_) => control_open = false,
             }

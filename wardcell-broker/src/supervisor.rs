@@ -384,6 +384,8 @@ impl Supervisor {
         };
         let _ = self.audit("audit", "audit.completed", completed(status, &how));
         let _ = protocol::write_frame(conn, &response);
+        // The caller has its answer; now collect the shim.
+        sb.running.reap();
     }
 }
 
