@@ -1,0 +1,315 @@
+//! Name resolution, the address classifier, and dialing the exact address checked.
+//!
+//! The proxy resolves every name itself (the sandbox has no DNS), throws away every
+//! address the matching allow entry does not admit, and connects to one of the addresses
+//! that remain: the address that was checked is the address that is dialed, so a name
+//! that changes its answer between check and use (DNS rebinding) gains nothing.
+
+#![forbid(unsafe_code)]
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+use crate::allow::{Host, Rule, Target};
+
+/// How long a lookup or a connect may take.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What kind of address an IP is, for the egress decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// Routable on the internet: always admitted once the name is allowed.
+    Global,
+    Loopback,
+    /// 169.254.0.0/16 and fe80::/10; cloud metadata services live here.
+    LinkLocal,
+    /// RFC 1918, fc00::/7 and the deprecated fec0::/10.
+    Private,
+    /// 100.64.0.0/10, carrier-grade NAT.
+    Shared,
+    Unspecified,
+    Multicast,
+    /// Broadcast, 240/4, documentation, benchmarking and protocol-assignment ranges.
+    Reserved,
+}
+
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Class::Global => "global",
+            Class::Loopback => "loopback",
+            Class::LinkLocal => "link-local",
+            Class::Private => "private",
+            Class::Shared => "shared (CGNAT)",
+            Class::Unspecified => "unspecified",
+            Class::Multicast => "multicast",
+            Class::Reserved => "reserved",
+        })
+    }
+}
+
+pub fn classify(ip: IpAddr) -> Class {
+    match ip {
+        IpAddr::V4(v4) => classify_v4(v4),
+        IpAddr::V6(v6) => classify_v6(v6),
+    }
+}
+
+fn in_v4(ip: Ipv4Addr, net: [u8; 4], bits: u32) -> bool {
+    let mask = if bits == 0 {
+        0
+    } else {
+        u32::MAX << (32 - bits)
+    };
+    u32::from(ip) & mask == u32::from(Ipv4Addr::from(net)) & mask
+}
+
+fn classify_v4(ip: Ipv4Addr) -> Class {
+    const TABLE: &[([u8; 4], u32, Class)] = &[
+        ([0, 0, 0, 0], 8, Class::Unspecified), // "this network"
+        ([127, 0, 0, 0], 8, Class::Loopback),
+        ([10, 0, 0, 0], 8, Class::Private),
+        ([172, 16, 0, 0], 12, Class::Private),
+        ([192, 168, 0, 0], 16, Class::Private),
+        ([169, 254, 0, 0], 16, Class::LinkLocal),
+        ([100, 64, 0, 0], 10, Class::Shared),
+        ([224, 0, 0, 0], 4, Class::Multicast),
+        ([240, 0, 0, 0], 4, Class::Reserved), // includes 255.255.255.255
+        ([192, 0, 0, 0], 24, Class::Reserved),
+        ([192, 0, 2, 0], 24, Class::Reserved),
+        ([198, 51, 100, 0], 24, Class::Reserved),
+        ([203, 0, 113, 0], 24, Class::Reserved),
+        ([198, 18, 0, 0], 15, Class::Reserved),
+    ];
+    TABLE
+        .iter()
+        .find(|(net, bits, _)| in_v4(ip, *net, *bits))
+        .map_or(Class::Global, |&(_, _, c)| c)
+}
+
+fn classify_v6(ip: Ipv6Addr) -> Class {
+    let s = ip.segments();
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return classify_v4(v4); // ::ffff:a.b.c.d reaches a.b.c.d
+    }
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        // NAT64 (64:ff9b::/96) reaches the embedded IPv4 address.
+        let [a, b] = s[6].to_be_bytes();
+        let [c, d] = s[7].to_be_bytes();
+        return classify_v4(Ipv4Addr::new(a, b, c, d));
+    }
+    if ip.is_unspecified() {
+        Class::Unspecified
+    } else if ip.is_loopback() {
+        Class::Loopback
+    } else if s[..6] == [0; 6] {
+        Class::Reserved // deprecated IPv4-compatible ::a.b.c.d
+    } else if s[0] & 0xffc0 == 0xfe80 {
+        Class::LinkLocal
+    } else if s[0] & 0xfe00 == 0xfc00 || s[0] & 0xffc0 == 0xfec0 {
+        Class::Private
+    } else if s[0] & 0xff00 == 0xff00 {
+        Class::Multicast
+    } else if (s[0] == 0x2001 && s[1] == 0x0db8) || s[..4] == [0x100, 0, 0, 0] {
+        Class::Reserved // documentation, discard-only
+    } else {
+        Class::Global
+    }
+}
+
+/// May a connection admitted by `rule` go to `ip`? Global addresses always; anything
+/// else only when the entry names that very IP, or loopback when the entry is `localhost`.
+pub fn permitted(ip: IpAddr, rule: &Rule) -> Result<(), Class> {
+    match classify(ip) {
+        Class::Global => Ok(()),
+        _ if rule.names_ip(ip) => Ok(()),
+        Class::Loopback if rule.names_localhost() => Ok(()),
+        class => Err(class),
+    }
+}
+
+/// Why a target cannot be reached. The text goes into the Denied event and the 403 body.
+#[derive(Debug)]
+pub enum Unreachable {
+    /// Policy: every address the name has is of a class the entry does not admit.
+    Refused(String),
+    /// The lookup failed or timed out.
+    Lookup(String),
+    /// No address accepted a connection.
+    Connect(String),
+}
+
+impl fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unreachable::Refused(why) => f.write_str(why),
+            Unreachable::Lookup(why) => write!(f, "name lookup failed: {why}"),
+            Unreachable::Connect(why) => write!(f, "cannot connect: {why}"),
+        }
+    }
+}
+
+/// The addresses `t` may be dialed at, given the entry that admitted it.
+pub async fn resolve(t: &Target, rule: &Rule) -> Result<Vec<SocketAddr>, Unreachable> {
+    let candidates: Vec<IpAddr> = match &t.host {
+        Host::Ip(ip) => vec![*ip],
+        // RFC 6761: localhost is loopback, whatever a hosts file or DNS says.
+        h if h.is_localhost() => vec![Ipv4Addr::LOCALHOST.into(), Ipv6Addr::LOCALHOST.into()],
+        Host::Name(name) => {
+            let lookup = tokio::net::lookup_host((name.as_str(), t.port));
+            match tokio::time::timeout(LOOKUP_TIMEOUT, lookup).await {
+                Ok(Ok(addrs)) => addrs.map(|a| a.ip()).collect(),
+                Ok(Err(e)) => return Err(Unreachable::Lookup(e.to_string())),
+                Err(_) => return Err(Unreachable::Lookup("timed out".into())),
+            }
+        }
+    };
+    let mut ok = Vec::new();
+    let mut first_refusal = None;
+    for ip in candidates {
+        match permitted(ip, rule) {
+            Ok(()) => {
+                let a = SocketAddr::new(ip, t.port);
+                if !ok.contains(&a) {
+                    ok.push(a);
+                }
+            }
+            Err(class) => {
+                first_refusal.get_or_insert((ip, class));
+            }
+        }
+    }
+    if !ok.is_empty() {
+        return Ok(ok);
+    }
+    Err(match first_refusal {
+        Some((ip, class)) => Unreachable::Refused(format!(
+            "{} resolves to {ip}, a {class} address, which the allow list does not name explicitly",
+            t.host
+        )),
+        None => Unreachable::Lookup("no addresses".into()),
+    })
+}
+
+/// Connect to the first of `addrs` that answers.
+pub async fn dial(addrs: &[SocketAddr]) -> Result<(TcpStream, SocketAddr), Unreachable> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+    for &a in addrs {
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(a)).await {
+            Ok(Ok(s)) => {
+                let _ = s.set_nodelay(true);
+                return Ok((s, a));
+            }
+            Ok(Err(e)) => last = e,
+            Err(_) => last = io::Error::new(io::ErrorKind::TimedOut, "timed out"),
+        }
+    }
+    Err(Unreachable::Connect(last.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(s: &str) -> Class {
+        classify(s.parse().unwrap())
+    }
+
+    #[test]
+    fn classifies_ipv4() {
+        for (ip, class) in [
+            ("8.8.8.8", Class::Global),
+            ("1.1.1.1", Class::Global),
+            ("100.63.255.255", Class::Global),
+            ("100.128.0.0", Class::Global),
+            ("172.15.255.255", Class::Global),
+            ("172.32.0.0", Class::Global),
+            ("127.0.0.1", Class::Loopback),
+            ("127.255.255.254", Class::Loopback),
+            ("10.1.2.3", Class::Private),
+            ("172.16.0.1", Class::Private),
+            ("172.31.255.255", Class::Private),
+            ("192.168.1.1", Class::Private),
+            ("169.254.169.254", Class::LinkLocal),
+            ("100.64.0.1", Class::Shared),
+            ("100.127.255.255", Class::Shared),
+            ("0.0.0.0", Class::Unspecified),
+            ("0.1.2.3", Class::Unspecified),
+            ("224.0.0.1", Class::Multicast),
+            ("239.255.255.255", Class::Multicast),
+            ("255.255.255.255", Class::Reserved),
+            ("240.0.0.1", Class::Reserved),
+            ("192.0.2.1", Class::Reserved),
+            ("198.18.0.1", Class::Reserved),
+        ] {
+            assert_eq!(c(ip), class, "{ip}");
+        }
+    }
+
+    #[test]
+    fn classifies_ipv6_including_embedded_ipv4() {
+        for (ip, class) in [
+            ("2606:4700::1111", Class::Global),
+            ("::1", Class::Loopback),
+            ("::", Class::Unspecified),
+            ("fe80::1", Class::LinkLocal),
+            ("febf::1", Class::LinkLocal),
+            ("fc00::1", Class::Private),
+            ("fd12:3456::1", Class::Private),
+            ("fec0::1", Class::Private),
+            ("ff02::1", Class::Multicast),
+            ("::ffff:127.0.0.1", Class::Loopback),
+            ("::ffff:169.254.169.254", Class::LinkLocal),
+            ("::ffff:8.8.8.8", Class::Global),
+            ("64:ff9b::10.0.0.1", Class::Private),
+            ("64:ff9b::8.8.8.8", Class::Global),
+            ("::127.0.0.1", Class::Reserved),
+            ("2001:db8::1", Class::Reserved),
+            ("100::1", Class::Reserved),
+        ] {
+            assert_eq!(c(ip), class, "{ip}");
+        }
+    }
+
+    #[test]
+    fn only_a_literal_entry_or_localhost_admits_special_addresses() {
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let meta: IpAddr = "169.254.169.254".parse().unwrap();
+        let name = Rule::parse("internal.example:80").unwrap();
+        assert_eq!(permitted(lo, &name), Err(Class::Loopback));
+        assert_eq!(permitted(meta, &name), Err(Class::LinkLocal));
+        assert_eq!(permitted("8.8.8.8".parse().unwrap(), &name), Ok(()));
+
+        let literal = Rule::parse("169.254.169.254:80").unwrap();
+        assert_eq!(permitted(meta, &literal), Ok(()));
+        assert_eq!(permitted(lo, &literal), Err(Class::Loopback));
+
+        let localhost = Rule::parse("localhost:80").unwrap();
+        assert_eq!(permitted(lo, &localhost), Ok(()));
+        assert_eq!(permitted("::1".parse().unwrap(), &localhost), Ok(()));
+        assert_eq!(
+            permitted("10.0.0.1".parse().unwrap(), &localhost),
+            Err(Class::Private)
+        );
+        assert_eq!(permitted(meta, &localhost), Err(Class::LinkLocal));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_numeric_name_resolving_to_loopback_is_refused() {
+        // "127.1" is not an IP literal to the proxy but getaddrinfo reads it as 127.0.0.1.
+        let rule = Rule::parse("127.1:80").unwrap();
+        let t = Target::new("127.1", 80).unwrap();
+        match resolve(&t, &rule).await {
+            Err(Unreachable::Refused(why)) => assert!(why.contains("loopback"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let rule = Rule::parse("localhost:80").unwrap();
+        let t = Target::new("localhost", 80).unwrap();
+        assert_eq!(resolve(&t, &rule).await.unwrap().len(), 2);
+    }
+}

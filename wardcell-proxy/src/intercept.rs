@@ -1,0 +1,203 @@
+//! TLS interception, only for CONNECTs to a host some credential names.
+//!
+//! The client gets a leaf for the host from the per-run CA and speaks HTTP/1.1 to hyper;
+//! each request goes upstream over rustls to the address that was checked, with the real
+//! host as SNI, verified against the system roots of the environment wardcell was started
+//! in (SSL_CERT_FILE / SSL_CERT_DIR honoured). A request whose path matches a credential
+//! gets it; every request is audited on its own.
+
+#![forbid(unsafe_code)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::upgrade::Upgraded;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, RootCertStore};
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use wardcell_common::protocol::ProxyEvent;
+
+use crate::allow::{Host, Target};
+use crate::ca::Ca;
+use crate::dns;
+use crate::error::Error;
+use crate::forward::{self, text, Body, Counted, Direction, Tally};
+use crate::front::{Ctx, HEADER_TIMEOUT};
+
+/// What interception needs, made before the proxy confines itself.
+pub struct Interceptor {
+    pub ca: Ca,
+    pub upstream: Arc<ClientConfig>,
+}
+
+/// The client configuration for upstream servers: the system roots, loaded now.
+pub fn upstream_config(provider: Arc<CryptoProvider>) -> Result<Arc<ClientConfig>, Error> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = match found.errors.first() {
+            Some(e) => e.to_string(),
+            None => "none found".into(),
+        };
+        return Err(Error::Roots(why));
+    }
+    let mut cfg = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Roots(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// One intercepted tunnel's way upstream: the checked address, and one connection
+/// reused while it stays open (requests on a client connection come one at a time).
+struct Upstream {
+    target: Target,
+    addr: SocketAddr,
+    /// The connection dialed when the CONNECT was admitted, used for the first request.
+    first: std::sync::Mutex<Option<TcpStream>>,
+    sender: Mutex<Option<SendRequest<Counted<Incoming>>>>,
+}
+
+pub async fn serve(
+    client: Upgraded,
+    first: TcpStream,
+    addr: SocketAddr,
+    target: Target,
+    ctx: Arc<Ctx>,
+) {
+    let Some(it) = ctx.intercept.as_ref() else {
+        return;
+    };
+    let cfg = match it.ca.server_config(&target.host) {
+        Ok(c) => c,
+        Err(reason) => {
+            ctx.events.send(ProxyEvent::Denied {
+                host: target.host.to_string(),
+                port: target.port,
+                reason,
+            });
+            return;
+        }
+    };
+    // A client that does not trust the CA gives up here; nothing was sent anywhere.
+    let Ok(tls) = TlsAcceptor::from(cfg).accept(TokioIo::new(client)).await else {
+        return;
+    };
+    let up = Arc::new(Upstream {
+        target,
+        addr,
+        first: std::sync::Mutex::new(Some(first)),
+        sender: Mutex::new(None),
+    });
+    let svc = service_fn(move |req| {
+        let (up, ctx) = (up.clone(), ctx.clone());
+        async move { Ok::<_, Infallible>(request(req, &up, &ctx).await) }
+    });
+    let _ = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(tls), svc)
+        .await;
+}
+
+async fn request(req: Request<Incoming>, up: &Upstream, ctx: &Ctx) -> Response<Body> {
+    // Inside the tunnel a request names no other host than the tunnel's.
+    if let Some(a) = req.uri().authority() {
+        let same = Target::new(a.host(), a.port_u16().unwrap_or(443)).is_ok_and(|t| t == up.target);
+        if !same {
+            return text(
+                StatusCode::MISDIRECTED_REQUEST,
+                format!("wardcell: this tunnel goes to {} only\n", up.target.host),
+            );
+        }
+    }
+    let cred = ctx.creds.for_request(&up.target.host, req.uri().path());
+    let (mut parts, body) = req.into_parts();
+    forward::prepare_request(&mut parts, &up.target, 443);
+    if let Some(c) = cred {
+        let (name, value) = c.header();
+        parts.headers.insert(name, value);
+    }
+    let Some(it) = ctx.intercept.as_ref() else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "wardcell: not intercepting\n".into(),
+        );
+    };
+
+    let mut sender = up.sender.lock().await;
+    let reusable = match sender.as_mut() {
+        Some(s) => s.ready().await.is_ok(),
+        None => false,
+    };
+    if !reusable {
+        *sender = None;
+        match connect(up, it.upstream.clone()).await {
+            Ok(s) => *sender = Some(s),
+            Err(why) => {
+                // Nothing was sent: audited as refused, with the reason (e.g. an untrusted
+                // certificate), never as a connection that carried the credential.
+                let resp = forward::bad_gateway(&up.target, &why);
+                ctx.events.send(ProxyEvent::Denied {
+                    host: up.target.host.to_string(),
+                    port: up.target.port,
+                    reason: why,
+                });
+                return resp;
+            }
+        }
+    }
+    let tally = Tally::new(
+        ctx.events.clone(),
+        up.target.clone(),
+        cred.map(|c| c.name.clone()),
+    );
+    let req = Request::from_parts(parts, Counted::new(body, tally.clone(), Direction::Up));
+    let sent = sender.as_mut().expect("set just above").send_request(req);
+    drop(sender);
+    match sent.await {
+        Ok(resp) => forward::relay_response(resp, tally),
+        Err(e) => forward::bad_gateway(&up.target, &e),
+    }
+}
+
+/// A new TLS connection to the checked address, verified for the real host name.
+async fn connect(
+    up: &Upstream,
+    cfg: Arc<ClientConfig>,
+) -> Result<SendRequest<Counted<Incoming>>, String> {
+    let first = up.first.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let tcp = match first {
+        Some(s) => s,
+        None => dns::dial(&[up.addr]).await.map_err(|u| u.to_string())?.0,
+    };
+    let name = match &up.target.host {
+        Host::Name(n) => ServerName::try_from(n.clone()).map_err(|e| e.to_string())?,
+        Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
+    };
+    let tls = TlsConnector::from(cfg)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS to the upstream server: {e}"))?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}

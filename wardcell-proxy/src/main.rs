@@ -1,0 +1,196 @@
+//! wardcell-proxy: one zone's egress, started by the broker, one per zone of a run.
+//!
+//! It is started with the environment `wardcell run` was started in and the control
+//! socket at fd 3, and then:
+//!
+//! 1. makes itself undumpable, before any secret is in memory;
+//! 2. takes fd 3 (a Unix stream socket, made close-on-exec);
+//! 3. exchanges Hellos, receives the listener (SCM_RIGHTS beside the byte `F`) and the
+//!    `Start` spec;
+//! 4. parses the allow-list;
+//! 5. resolves every credential's secret (environment, owner-only file, or command);
+//! 6. when it has credentials: mints the per-run CA and loads the system roots;
+//! 7. confines itself: no_new_privs, Landlock, seccomp;
+//! 8. reports `Ready` (with the CA certificate when it intercepts), or `Failed` and exits 1
+//!    if any step from 4 on failed;
+//! 9. serves the listener on a single-threaded runtime, sending `Connect` and `Denied`
+//!    events, until the broker closes the control socket.
+
+// sys.rs alone holds `unsafe`; every other module also forbids it on its own.
+#![deny(unsafe_code)]
+
+mod allow;
+mod ca;
+mod confine;
+mod control;
+mod credentials;
+mod dns;
+mod error;
+mod forward;
+mod front;
+mod intercept;
+mod seccomp;
+#[allow(unsafe_code)]
+mod sys;
+mod tunnel;
+
+use std::os::unix::net::UnixStream;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use wardcell_common::plan::ProxySpec;
+use wardcell_common::protocol::ProxyEvent;
+
+use crate::allow::AllowList;
+use crate::ca::Ca;
+use crate::control::{Ended, Events};
+use crate::credentials::Credentials;
+use crate::error::Error;
+use crate::front::Ctx;
+use crate::intercept::Interceptor;
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    match (args.next().as_deref(), args.next()) {
+        (None, _) => {}
+        (Some("--version"), None) => {
+            println!("wardcell-proxy {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        _ => {
+            eprintln!("error: wardcell-proxy takes no arguments; it is started by wardcell-broker");
+            return ExitCode::from(2);
+        }
+    }
+
+    // 1. Undumpable first: nothing of ours is readable through ptrace or /proc from here on.
+    if let Err(e) = sys::set_undumpable() {
+        eprintln!("error: wardcell-proxy: PR_SET_DUMPABLE: {e}");
+        return ExitCode::FAILURE;
+    }
+
+    // 2. The control socket.
+    let fd = match sys::take_control_fd() {
+        Ok(fd) => fd,
+        Err(why) => return fail_quietly(&Error::ControlFd(why)),
+    };
+
+    // 3. Hello, listener, spec.
+    let (mut control, listener, spec) = match control::handshake(fd) {
+        Ok(x) => x,
+        Err(e) => return fail_quietly(&e),
+    };
+
+    // 4 to 7.
+    let (ctx_parts, ca_pem) = match prepare(&spec) {
+        Ok(x) => x,
+        Err(e) => return fail(&mut control, &e),
+    };
+
+    // 8. Ready.
+    if let Err(e) = control::report(&mut control, &ProxyEvent::Ready { ca_pem }) {
+        return fail_quietly(&Error::Control {
+            step: "sending Ready",
+            err: e,
+        });
+    }
+
+    // 9. Serve until the broker goes away.
+    match serve(control, listener, spec, ctx_parts) {
+        Ok(Ended::BrokerGone) => ExitCode::SUCCESS,
+        Ok(Ended::Broken(why)) => {
+            eprintln!("error: wardcell-proxy: control channel: {why}");
+            ExitCode::FAILURE
+        }
+        Err(e) => fail_quietly(&e),
+    }
+}
+
+/// What steps 4 to 6 produce for the server.
+struct Prepared {
+    allow: AllowList,
+    creds: Credentials,
+    intercept: Option<Interceptor>,
+}
+
+/// Steps 4 to 7; returns the CA certificate to announce, if intercepting.
+fn prepare(spec: &ProxySpec) -> Result<(Prepared, Option<String>), Error> {
+    // 4.
+    let allow = AllowList::parse(&spec.allow)?;
+    // 5.
+    let creds = Credentials::resolve(&spec.credentials)?;
+    // 6.
+    let intercept = if creds.is_empty() {
+        None
+    } else {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut hosts = Vec::new();
+        for c in &spec.credentials {
+            for h in &c.hosts {
+                let h = allow::Host::parse(h).map_err(|why| Error::Credential {
+                    name: c.name.clone(),
+                    why,
+                })?;
+                if !hosts.contains(&h) {
+                    hosts.push(h);
+                }
+            }
+        }
+        let ca = Ca::mint(&spec.run_id, &spec.zone, &hosts, provider.clone())?;
+        let upstream = intercept::upstream_config(provider)?;
+        Some(Interceptor { ca, upstream })
+    };
+    let ca_pem = intercept.as_ref().map(|i| i.ca.pem().to_string());
+    // 7.
+    confine::confine()?;
+    Ok((
+        Prepared {
+            allow,
+            creds,
+            intercept,
+        },
+        ca_pem,
+    ))
+}
+
+fn serve(
+    control: UnixStream,
+    listener: std::net::TcpListener,
+    spec: ProxySpec,
+    p: Prepared,
+) -> Result<Ended, Error> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        // Only name lookups block; a few threads are plenty.
+        .max_blocking_threads(4)
+        .build()
+        .map_err(Error::Runtime)?;
+    let ended = rt.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(Error::Runtime)?;
+        let (events, rx) = Events::channel();
+        let ctx = Arc::new(Ctx::new(spec.zone, p.allow, p.creds, p.intercept, events));
+        tokio::spawn(front::serve(listener, ctx));
+        Ok(control::run(control, rx).await)
+    });
+    // Do not wait for a name lookup still blocking on a resolver thread.
+    rt.shutdown_background();
+    ended
+}
+
+/// Tell the broker why, then exit 1.
+fn fail(control: &mut UnixStream, e: &Error) -> ExitCode {
+    let failed = ProxyEvent::Failed {
+        message: e.to_string(),
+    };
+    if control::report(control, &failed).is_err() {
+        eprintln!("error: {e}");
+    }
+    ExitCode::FAILURE
+}
+
+/// The broker cannot be told: say it on stderr, then exit 1.
+fn fail_quietly(e: &Error) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::FAILURE
+}

@@ -1,0 +1,68 @@
+//! The proxy's few calls that need `unsafe`: each block says why it is sound.
+//! Nothing else in the crate uses `unsafe` (every other module is `#![forbid(unsafe_code)]`).
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+use nix::sys::socket::{
+    getsockname, getsockopt, sockopt, AddressFamily, SockType, SockaddrLike, SockaddrStorage,
+};
+use nix::sys::stat::{fstat, SFlag};
+
+/// The descriptor the broker puts the control socket at.
+pub const CONTROL_FD: RawFd = 3;
+
+/// Turn a -1 return into the thread's errno.
+fn cerr(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Take ownership of fd 3 after checking that it is an open Unix stream socket, and
+/// mark it close-on-exec so that a credential command never inherits it.
+pub fn take_control_fd() -> Result<OwnedFd, String> {
+    let st = fstat(CONTROL_FD).map_err(|e| format!("fstat: {e}"))?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFSOCK {
+        return Err("not a socket".into());
+    }
+    // SAFETY: fstat just proved fd 3 is open, and nothing else in this process owns it:
+    // main calls this once, first, before any other descriptor is opened or adopted.
+    let fd = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
+    fcntl(CONTROL_FD, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).map_err(|e| format!("fcntl: {e}"))?;
+    match getsockopt(&fd, sockopt::SockType) {
+        Ok(SockType::Stream) => {}
+        Ok(other) => return Err(format!("a {other:?} socket, not a stream socket")),
+        Err(e) => return Err(format!("getsockopt: {e}")),
+    }
+    let addr: SockaddrStorage = getsockname(CONTROL_FD).map_err(|e| format!("getsockname: {e}"))?;
+    if addr.family() != Some(AddressFamily::Unix) {
+        return Err("not a Unix socket".into());
+    }
+    Ok(fd)
+}
+
+/// Own a descriptor that recvmsg has just delivered as SCM_RIGHTS.
+pub fn own_received_fd(fd: RawFd) -> OwnedFd {
+    // SAFETY: the kernel installed this descriptor in our table during the recvmsg that
+    // returned it; nothing else has seen the number, so this is its only owner.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// prctl(PR_SET_DUMPABLE, 0): no same-uid process may ptrace us, read our memory or
+/// our /proc environ, and no core file is written.
+pub fn set_undumpable() -> io::Result<()> {
+    // SAFETY: integer arguments only; no memory is passed.
+    let r = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    cerr(r).map(drop)
+}
+
+/// prctl(PR_SET_NO_NEW_PRIVS, 1): required before an unprivileged seccomp filter.
+pub fn set_no_new_privs() -> io::Result<()> {
+    // SAFETY: integer arguments only; no memory is passed.
+    let r = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+    cerr(r).map(drop)
+}

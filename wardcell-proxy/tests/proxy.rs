@@ -1,0 +1,535 @@
+//! The proxy end to end: the real binary, started as the broker starts it, with real
+//! servers and real clients (curl, raw sockets) on loopback.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use base64::Engine;
+use wardcell_common::plan::SecretPlan;
+use wardcell_common::protocol::ProxyEvent;
+
+use support::*;
+
+const SECRET: &str = "tok-5f1e9a-never-printed";
+
+fn connect_event(host: &str, port: u16) -> impl Fn(&ProxyEvent) -> bool + '_ {
+    move |e| matches!(e, ProxyEvent::Connect { host: h, port: p, .. } if h == host && *p == port)
+}
+
+fn assert_denied(ev: ProxyEvent, host: &str, port: u16, why: &str) {
+    match ev {
+        ProxyEvent::Denied {
+            host: h,
+            port: p,
+            reason,
+        } => {
+            assert_eq!((h.as_str(), p), (host, port));
+            assert!(reason.contains(why), "reason {reason:?} lacks {why:?}");
+        }
+        other => panic!("expected Denied for {host}:{port}, got {other:?}"),
+    }
+}
+
+/// Nothing the proxy said or printed contains the secret, raw or base64-encoded.
+fn assert_secret_absent(p: &Proxy) {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{SECRET}"));
+    let all = format!("{:?}\n{}", p.seen, p.stderr());
+    assert!(!all.contains(SECRET), "secret leaked: {all}");
+    assert!(!all.contains(&b64), "encoded secret leaked: {all}");
+}
+
+#[test]
+fn version_flag() {
+    let out = std::process::Command::new(PROXY)
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("wardcell-proxy {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn without_credentials_ready_has_no_ca_and_the_proxy_is_confined() {
+    let p = Proxy::start(spec(&["localhost:1".into()], vec![]), &[]);
+    assert_eq!(p.ca_pem(), None);
+    let status = p.status_text();
+    assert_eq!(status_field(&status, "NoNewPrivs:"), 1, "{status}");
+    assert_eq!(status_field(&status, "Seccomp:"), 2, "{status}");
+}
+
+#[test]
+fn connect_tunnel_carries_bytes_and_reports_them() {
+    let upstream = http_server();
+    let mut p = Proxy::start(spec(&[format!("127.0.0.1:{upstream}")], vec![]), &[]);
+    let (mut s, head) = raw_connect(p.port, &format!("127.0.0.1:{upstream}"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let request = "GET /bytes/300000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    s.write_all(request.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{}",
+        &text[..text.len().min(200)]
+    );
+    assert!(got.ends_with(&[b'x'; 1000]));
+    drop(s);
+    match p.event() {
+        ProxyEvent::Connect {
+            host,
+            port,
+            credential,
+            bytes_up,
+            bytes_down,
+        } => {
+            assert_eq!(
+                (host.as_str(), port, credential),
+                ("127.0.0.1", upstream, None)
+            );
+            assert_eq!(bytes_up, request.len() as u64);
+            assert_eq!(bytes_down, got.len() as u64);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn off_list_connect_and_plain_http_get_403_and_denied() {
+    let upstream = http_server();
+    let other = http_server();
+    let mut p = Proxy::start(spec(&[format!("127.0.0.1:{upstream}")], vec![]), &[]);
+
+    // Plain HTTP to another port of an allowed host.
+    let r = curl(&p, &format!("http://127.0.0.1:{other}/x"), &[]);
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("not allowed in zone push"), "{}", r.body);
+    assert_denied(p.event(), "127.0.0.1", other, "not in the allow list");
+
+    // CONNECT to a host that is not on the list (refused before any lookup).
+    let (_s, head) = raw_connect(p.port, "example.com:443");
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    assert_denied(p.event(), "example.com", 443, "not in the allow list");
+
+    // curl's own CONNECT for https.
+    let r = curl(&p, &format!("https://127.0.0.1:{other}/"), &[]);
+    assert_ne!(r.status, 200);
+    assert_denied(p.event(), "127.0.0.1", other, "not in the allow list");
+
+    // An https:// URL in absolute form is not something this proxy forwards.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", p.port)).unwrap();
+    write!(
+        s,
+        "GET https://127.0.0.1:{upstream}/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    )
+    .unwrap();
+    assert!(read_head(&mut s).starts_with("HTTP/1.1 403"));
+    assert_denied(
+        p.event(),
+        "127.0.0.1",
+        upstream,
+        "only http:// URLs and CONNECT",
+    );
+
+    // An origin-form request is not a proxy request at all.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", p.port)).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .unwrap();
+    assert!(read_head(&mut s).starts_with("HTTP/1.1 400"));
+}
+
+#[test]
+fn a_name_resolving_to_loopback_needs_an_explicit_entry() {
+    let upstream = http_server();
+    // A name from the hosts file that maps to loopback, if this machine has one.
+    let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    let hosts_name = hosts
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let ip: std::net::IpAddr = f.next()?.parse().ok()?;
+            ip.is_loopback()
+                .then_some(f.map(str::to_string).collect::<Vec<_>>())
+        })
+        .flatten()
+        .find(|n| n != "localhost" && !n.starts_with("localhost.") && !n.contains(':'));
+    let mut allow = vec![format!("127.1:{upstream}"), format!("localhost:{upstream}")];
+    allow.extend(hosts_name.iter().map(|n| format!("{n}:{upstream}")));
+    let mut p = Proxy::start(spec(&allow, vec![]), &[]);
+
+    // "127.1" is a name to the proxy; getaddrinfo says 127.0.0.1.
+    let (_s, head) = raw_connect(p.port, &format!("127.1:{upstream}"));
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    assert_denied(
+        p.event(),
+        "127.1",
+        upstream,
+        "a loopback address, which the allow list does not name explicitly",
+    );
+    // (curl would rewrite 127.1 to 127.0.0.1 itself, so plain HTTP is tried raw.)
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", p.port)).unwrap();
+    write!(
+        s,
+        "GET http://127.1:{upstream}/ HTTP/1.1\r\nHost: 127.1\r\n\r\n"
+    )
+    .unwrap();
+    assert!(read_head(&mut s).starts_with("HTTP/1.1 403"));
+    assert_denied(p.event(), "127.1", upstream, "loopback");
+
+    // Resolved through the hosts file, under the proxy's Landlock and seccomp.
+    if let Some(name) = &hosts_name {
+        let r = curl(&p, &format!("http://{name}:{upstream}/"), &[]);
+        assert_eq!(r.status, 403, "{}", r.body);
+        assert_denied(p.event(), name, upstream, "loopback");
+    }
+
+    // `localhost` named explicitly admits loopback.
+    let r = curl(&p, &format!("http://localhost:{upstream}/hello"), &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.starts_with("GET /hello\n"), "{}", r.body);
+    assert!(connect_event("localhost", upstream)(&p.event()));
+}
+
+#[test]
+fn plain_http_is_forwarded_without_hop_by_hop_or_proxy_headers() {
+    let upstream = http_server();
+    let mut p = Proxy::start(spec(&[format!("127.0.0.1:{upstream}")], vec![]), &[]);
+    let r = curl(
+        &p,
+        &format!("http://127.0.0.1:{upstream}/echo?q=1"),
+        &[
+            "-H",
+            "Proxy-Authorization: Basic c2VjcmV0OnNlY3JldA==",
+            "-H",
+            "Proxy-Custom: 1",
+            "-H",
+            "Connection: X-Hop",
+            "-H",
+            "X-Hop: 1",
+            "-H",
+            "Keep-Alive: timeout=5",
+            "-H",
+            "X-Kept: yes",
+            "-H",
+            "Host: elsewhere.example",
+        ],
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let body = r.body.to_ascii_lowercase();
+    assert!(body.starts_with("get /echo?q=1\n"), "{body}");
+    assert!(body.contains("x-kept: yes"), "{body}");
+    assert!(
+        body.contains(&format!("host: 127.0.0.1:{upstream}\n")),
+        "{body}"
+    );
+    for gone in ["proxy-", "x-hop", "keep-alive", "elsewhere"] {
+        assert!(!body.contains(gone), "{gone} reached upstream: {body}");
+    }
+    match p.event() {
+        ProxyEvent::Connect {
+            credential,
+            bytes_down,
+            ..
+        } => {
+            assert_eq!(credential, None);
+            assert!(bytes_down > 0);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A proxy for an authenticated zone: credential `company-git` (basic) for `localhost`
+/// under `/company/*`, an HTTPS upstream trusted through SSL_CERT_FILE, and a plain one.
+struct Authenticated {
+    p: Proxy,
+    tls: u16,
+    plain: u16,
+    ca_file: std::path::PathBuf,
+    _dir: TempDir,
+    _ca: TestCa,
+}
+
+fn authenticated() -> Authenticated {
+    let ca = TestCa::new();
+    let tls = https_server(&ca);
+    let plain = http_server();
+    let dir = TempDir::new();
+    let secret = dir.write("token", format!("{SECRET}\n").as_bytes(), 0o600);
+    let cred = basic_credential(
+        "company-git",
+        "localhost",
+        &["/company/*"],
+        SecretPlan::File(secret),
+    );
+    let p = Proxy::start(
+        spec(
+            &[format!("localhost:{tls}"), format!("localhost:{plain}")],
+            vec![cred],
+        ),
+        &[("SSL_CERT_FILE", path_str(&ca.pem_path))],
+    );
+    let pem = p.ca_pem().expect("an intercepting proxy announces its CA");
+    assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{pem}");
+    let ca_file = dir.write("proxy-ca.pem", pem.as_bytes(), 0o644);
+    Authenticated {
+        p,
+        tls,
+        plain,
+        ca_file,
+        _dir: dir,
+        _ca: ca,
+    }
+}
+
+#[test]
+fn credential_attached_through_interception_on_matching_paths_only() {
+    let mut a = authenticated();
+    let expected = format!(
+        "authorization: Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{SECRET}"))
+    );
+    let cacert = path_str(&a.ca_file).to_string();
+
+    // Matching path: attached, even over what the client sent itself.
+    let r = curl(
+        &a.p,
+        &format!("https://localhost:{}/company/repo.git/info/refs", a.tls),
+        &[
+            "--cacert",
+            &cacert,
+            "-H",
+            "Authorization: Bearer client-own",
+            "-H",
+            "Proxy-Secret: 1",
+        ],
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains(&expected), "{}", r.body);
+    assert!(
+        !r.body.contains("client-own") && !r.body.to_ascii_lowercase().contains("proxy-"),
+        "{}",
+        r.body
+    );
+    assert!(
+        r.body.contains(&format!("host: localhost:{}\n", a.tls)),
+        "{}",
+        r.body
+    );
+    match a.p.event() {
+        ProxyEvent::Connect {
+            host,
+            port,
+            credential,
+            ..
+        } => {
+            assert_eq!((host.as_str(), port), ("localhost", a.tls));
+            assert_eq!(credential.as_deref(), Some("company-git"));
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Other path, same host: intercepted, no credential; the client's own header stays.
+    let r = curl(
+        &a.p,
+        &format!("https://localhost:{}/other/x", a.tls),
+        &[
+            "--cacert",
+            &cacert,
+            "-H",
+            "Authorization: Bearer client-own",
+        ],
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!r.body.contains("Basic "), "{}", r.body);
+    assert!(
+        r.body.contains("authorization: Bearer client-own"),
+        "{}",
+        r.body
+    );
+    match a.p.event() {
+        ProxyEvent::Connect { credential, .. } => assert_eq!(credential, None),
+        other => panic!("{other:?}"),
+    }
+
+    // A dot-segment escape from the credential's paths gets nothing.
+    let r = curl(
+        &a.p,
+        &format!("https://localhost:{}/company/../admin", a.tls),
+        &["--cacert", &cacert, "--path-as-is"],
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!r.body.contains("authorization"), "{}", r.body);
+    a.p.event();
+
+    // Plain HTTP to the same host and a matching path: never a credential.
+    let r = curl(
+        &a.p,
+        &format!("http://localhost:{}/company/repo", a.plain),
+        &[],
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!r.body.contains("authorization"), "{}", r.body);
+    match a.p.event() {
+        ProxyEvent::Connect {
+            credential, port, ..
+        } => {
+            assert_eq!((credential, port), (None, a.plain));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_secret_absent(&a.p);
+}
+
+#[test]
+fn chunked_upload_over_one_mib_arrives_intact_through_interception() {
+    let mut a = authenticated();
+    let dir = TempDir::new();
+    // 3 MiB of deterministic, non-repeating bytes.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let data: Vec<u8> = (0..3 * 1024 * 1024)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let file = dir.write("upload.bin", &data, 0o600);
+    let cacert = path_str(&a.ca_file).to_string();
+    let r = curl(
+        &a.p,
+        &format!(
+            "https://localhost:{}/company/repo.git/git-receive-pack",
+            a.tls
+        ),
+        &[
+            "--cacert",
+            &cacert,
+            "-H",
+            "Transfer-Encoding: chunked",
+            "-H",
+            "Content-Type: application/x-git-receive-pack-request",
+            "--data-binary",
+            &format!("@{}", path_str(&file)),
+        ],
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.body.contains(&format!("body-length: {}\n", data.len())),
+        "{}",
+        r.body
+    );
+    assert!(
+        r.body
+            .contains(&format!("body-sha256: {}\n", sha256_hex(&data))),
+        "{}",
+        r.body
+    );
+    assert!(r.body.contains("authorization: Basic "), "{}", r.body);
+    match a.p.event() {
+        ProxyEvent::Connect {
+            bytes_up,
+            credential,
+            ..
+        } => {
+            assert_eq!(bytes_up, data.len() as u64);
+            assert_eq!(credential.as_deref(), Some("company-git"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_secret_absent(&a.p);
+}
+
+#[test]
+fn an_untrusted_upstream_gets_no_request_and_is_audited() {
+    let ca = TestCa::new();
+    let tls = https_server(&ca);
+    let other_ca = TestCa::new(); // the proxy trusts this one, not the server's
+    let dir = TempDir::new();
+    let secret = dir.write("token", SECRET.as_bytes(), 0o600);
+    let cred = basic_credential("company-git", "localhost", &[], SecretPlan::File(secret));
+    let mut p = Proxy::start(
+        spec(&[format!("localhost:{tls}")], vec![cred]),
+        &[("SSL_CERT_FILE", path_str(&other_ca.pem_path))],
+    );
+    let ca_file = dir.write("proxy-ca.pem", p.ca_pem().unwrap().as_bytes(), 0o644);
+    let r = curl(
+        &p,
+        &format!("https://localhost:{tls}/x"),
+        &["--cacert", path_str(&ca_file)],
+    );
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert_denied(p.event(), "localhost", tls, "TLS to the upstream server");
+    assert_secret_absent(&p);
+}
+
+#[test]
+fn credential_file_others_can_read_fails_the_start() {
+    let dir = TempDir::new();
+    let secret = dir.write("token", SECRET.as_bytes(), 0o644);
+    let cred = basic_credential(
+        "company-git",
+        "localhost",
+        &[],
+        SecretPlan::File(secret.clone()),
+    );
+    let mut p = Proxy::start(spec(&["localhost:443".into()], vec![cred]), &[]);
+    match p.first() {
+        ProxyEvent::Failed { message } => {
+            assert!(message.contains(path_str(&secret)), "{message}");
+            assert!(message.contains("chmod 600"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let st = p
+        .wait_exit(Duration::from_secs(10))
+        .expect("the proxy exits");
+    assert_eq!(st.code(), Some(1));
+    assert_secret_absent(&p);
+}
+
+#[test]
+fn missing_secret_variable_fails_the_start() {
+    let cred = basic_credential(
+        "company-git",
+        "localhost",
+        &[],
+        SecretPlan::Env("COMPANY_GIT_TOKEN".into()),
+    );
+    let p = Proxy::start(spec(&["localhost:443".into()], vec![cred.clone()]), &[]);
+    match p.first() {
+        ProxyEvent::Failed { message } => assert!(
+            message.contains("COMPANY_GIT_TOKEN is not set"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // And with the variable set, from the proxy's own environment, it starts.
+    let ca = TestCa::new();
+    let p = Proxy::start(
+        spec(&["localhost:443".into()], vec![cred]),
+        &[
+            ("COMPANY_GIT_TOKEN", SECRET),
+            ("SSL_CERT_FILE", path_str(&ca.pem_path)),
+        ],
+    );
+    assert!(p.ca_pem().is_some());
+    assert_secret_absent(&p);
+}
+
+#[test]
+fn the_proxy_exits_when_the_broker_goes_away() {
+    let mut p = Proxy::start(spec(&["localhost:1".into()], vec![]), &[]);
+    p.ca_pem();
+    p.close_control();
+    let st = p
+        .wait_exit(Duration::from_secs(10))
+        .expect("the proxy exits");
+    assert!(st.success(), "{st:?}");
+}
