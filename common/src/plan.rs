@@ -218,7 +218,16 @@ pub struct SandboxSpec {
     /// Listen on 127.0.0.1:port in the sandbox's network namespace and hand the listener
     /// to the broker (for the zone's proxy) before the command starts.
     pub proxy_port: Option<u16>,
+    /// The system's CA certificates (a PEM file), the start of the bundle given to the
+    /// command when the proxy intercepts TLS.
+    pub system_roots: Option<PathBuf>,
 }
+
+/// Where the CA bundle is, inside a sandbox whose proxy intercepts TLS.
+pub const SANDBOX_CA_BUNDLE: &str = "/dev/wardcell-ca.pem";
+
+/// The port the zone's proxy listens on, on the sandbox's own loopback.
+pub const SANDBOX_PROXY_PORT: u16 = 3128;
 
 /// What one zone's proxy enforces. Sent by the broker with the listener attached.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -195,10 +195,11 @@ pub enum Launch {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum ShimRequest {
     Start(Box<SandboxSpec>),
-    /// The proxy is listening: start the command. `ca_bundle` (PEM) is given to it in
-    /// SSL_CERT_FILE and friends when the proxy intercepts TLS.
+    /// The proxy is serving: start the command. `ca_pem` is the per-run CA certificate
+    /// when the proxy intercepts TLS; the shim appends it to the spec's system roots in
+    /// the bundle that SSL_CERT_FILE and friends name.
     Proceed {
-        ca_bundle: Option<String>,
+        ca_pem: Option<String>,
     },
 }
 

@@ -22,6 +22,7 @@ mod audit;
 mod chain;
 mod error;
 mod peer;
+mod proxy;
 mod relay;
 mod runid;
 mod sandbox;
@@ -314,6 +315,9 @@ fn run_first_sandbox(
             env: caller_env,
             stdio: terminal.stdio(),
             pty: terminal.pty.is_some(),
+            authenticated: zone
+                .and_then(|z| plan.zones.iter().find(|p| p.name == z))
+                .is_some_and(|z| z.authenticated),
         },
     );
     let mut sb = match started {

@@ -11,12 +11,14 @@ use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
 use wardcell_common::plan::{Plan, ProfilePlan, SandboxSpec};
-use wardcell_common::protocol::{self, ShimRequest};
+use wardcell_common::protocol::{self, ShimReport, ShimRequest};
 
 use crate::audit::AuditLog;
 use crate::error::BrokerError;
+use crate::proxy::{self, Proxy};
 use crate::relay::Running;
 use crate::supervisor::Supervisor;
+use crate::sys::peer::recv_fds;
 use crate::{spec, sys};
 
 /// What every sandbox of one top-level run shares.
@@ -55,6 +57,8 @@ pub struct Request<'a> {
     pub env: Vec<(String, String)>,
     pub stdio: [RawFd; 3],
     pub pty: bool,
+    /// The zone is `authenticated`: its proxy attaches the profile's credentials.
+    pub authenticated: bool,
 }
 
 /// A started sandbox.
@@ -63,14 +67,17 @@ pub struct Sandbox {
     pub running: Running,
     pub supervisor: Option<Arc<Supervisor>>,
     pub spec: SandboxSpec,
+    /// Its zone's proxy, when its profile has network.
+    pub proxy: Option<Proxy>,
 }
 
 impl Sandbox {
-    /// Stop serving its socket (it has ended).
-    pub fn retire(&self) {
+    /// It has ended: stop serving its socket, and end its proxy.
+    pub fn retire(&mut self) {
         if let Some(s) = &self.supervisor {
             s.stop();
         }
+        self.proxy = None;
     }
 }
 
@@ -168,6 +175,7 @@ pub fn complete(
         caller_env: req.env,
         zone_socket: socket.as_deref(),
         pty: req.pty,
+        authenticated: req.authenticated,
     };
     let spec = spec::build(&request, &|p| p.exists()).map_err(BrokerError::Refused)?;
 
@@ -184,6 +192,34 @@ pub fn complete(
     })?;
     protocol::write_frame(&mut control, &ShimRequest::Start(Box::new(spec.clone())))?;
 
+    // With network: the shim's listener, from inside the sandbox's network namespace, goes
+    // to the zone's proxy; the command starts once the proxy serves.
+    let proxy = match spec.proxy_port {
+        Some(_) => {
+            match protocol::read_frame::<ShimReport>(&mut control)? {
+                ShimReport::Listener => {}
+                ShimReport::SetupFailed { step, message } => {
+                    return Err(BrokerError::Refused(format!(
+                        "could not start the sandbox: {step}: {message}; `wardcell doctor` checks what this machine supports"
+                    )))
+                }
+                other => {
+                    return Err(BrokerError::Sandbox(format!(
+                        "the shim answered out of turn: {other:?}"
+                    )))
+                }
+            }
+            let mut fds = recv_fds(control.as_raw_fd(), 1)
+                .map_err(|e| BrokerError::Sandbox(format!("the proxy listener: {e}")))?;
+            let zone = req.zone.unwrap_or("-");
+            let (proxy, ca_pem) =
+                proxy::start(run, zone, req.profile, req.authenticated, fds.remove(0))?;
+            protocol::write_frame(&mut control, &ShimRequest::Proceed { ca_pem })?;
+            Some(proxy)
+        }
+        None => None,
+    };
+
     abort.running = None;
     abort.supervisor = None;
     drop(abort);
@@ -192,6 +228,7 @@ pub fn complete(
         running,
         supervisor,
         spec,
+        proxy,
     })
 }
 

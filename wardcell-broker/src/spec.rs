@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use wardcell_common::envrules;
-use wardcell_common::plan::{Plan, ProfilePlan, SandboxSpec};
+use wardcell_common::plan::{
+    Plan, ProfilePlan, SandboxSpec, SANDBOX_CA_BUNDLE, SANDBOX_PROXY_PORT,
+};
 
 /// Readable in every sandbox: its own /proc, and CPU topology (nproc and friends).
 pub const ALWAYS_READ: &[&str] = &["/proc", "/sys/devices/system/cpu"];
@@ -22,6 +24,56 @@ pub struct Request<'a> {
     pub caller_env: Vec<(String, String)>,
     pub zone_socket: Option<&'a Path>,
     pub pty: bool,
+    /// The zone is `authenticated`: its proxy attaches the profile's credentials.
+    pub authenticated: bool,
+}
+
+/// The variables that point a command at its proxy.
+pub const PROXY_VARS: &[&str] = &["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];
+pub const NO_PROXY_VARS: &[&str] = &["NO_PROXY", "no_proxy"];
+/// The variables that name the CA bundle, for the tools that read each.
+pub const CA_VARS: &[&str] = &[
+    "SSL_CERT_FILE",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+];
+/// Where distributions keep their CA bundle, in the order they are tried.
+pub const SYSTEM_ROOTS: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+/// NO_PROXY: the sandbox's own loopback names, except those the allow list names, which
+/// mean the host's loopback and must go through the proxy to reach it.
+pub fn no_proxy(allow: &[String]) -> String {
+    let named = |name: &str| {
+        allow.iter().any(|entry| {
+            entry
+                .rsplit_once(':')
+                .map(|(host, _)| host.trim_start_matches('[').trim_end_matches(']'))
+                == Some(name)
+        })
+    };
+    ["localhost", "127.0.0.1", "::1"]
+        .into_iter()
+        .filter(|n| !named(n))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The system roots: the caller's SSL_CERT_FILE if it names a file, else the first
+/// distribution bundle that exists.
+pub fn system_roots(env: &[(String, String)], exists: &dyn Fn(&Path) -> bool) -> Option<PathBuf> {
+    let given = env
+        .iter()
+        .find(|(k, _)| k == "SSL_CERT_FILE")
+        .map(|(_, v)| PathBuf::from(v))
+        .filter(|p| p.is_absolute() && exists(p));
+    given.or_else(|| SYSTEM_ROOTS.iter().map(PathBuf::from).find(|p| exists(p)))
 }
 
 fn inside(p: &Path, trees: &[PathBuf]) -> Option<PathBuf> {
@@ -136,6 +188,37 @@ pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<Sandbo
         env.push(("WARDCELL_ZONE_SOCKET".into(), sock.display().to_string()));
     }
 
+    // Network: only the zone's proxy, on the sandbox's own loopback.
+    let network = profile.network.enabled();
+    let intercept = network && req.authenticated && !profile.credentials.is_empty();
+    let system_roots = if intercept {
+        system_roots(&req.caller_env, exists)
+    } else {
+        None
+    };
+    let proxy_vars: Vec<&str> = PROXY_VARS
+        .iter()
+        .chain(NO_PROXY_VARS)
+        .chain(CA_VARS)
+        .copied()
+        .collect();
+    env.retain(|(k, _)| !proxy_vars.contains(&k.as_str()));
+    if network {
+        let url = format!("http://127.0.0.1:{SANDBOX_PROXY_PORT}");
+        for k in PROXY_VARS {
+            env.push((k.to_string(), url.clone()));
+        }
+        let direct = no_proxy(&profile.network.allow);
+        for k in NO_PROXY_VARS {
+            env.push((k.to_string(), direct.clone()));
+        }
+    }
+    if intercept {
+        for k in CA_VARS {
+            env.push((k.to_string(), SANDBOX_CA_BUNDLE.to_string()));
+        }
+    }
+
     if req.argv.is_empty() {
         return Err("no command to run; give one after `--`".into());
     }
@@ -147,11 +230,94 @@ pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<Sandbo
         write,
         mask,
         private_tmp,
-        tcp_connect: Vec::new(),
+        tcp_connect: if network {
+            vec![SANDBOX_PROXY_PORT]
+        } else {
+            Vec::new()
+        },
         controlling_tty: req.pty,
         sockets: req.zone_socket.map(Path::to_path_buf).into_iter().collect(),
-        proxy_port: None,
+        proxy_port: network.then_some(SANDBOX_PROXY_PORT),
+        system_roots,
     })
+}
+
+#[cfg(test)]
+mod network_tests {
+    use super::tests_support::*;
+    use super::*;
+
+    #[test]
+    fn loopback_named_by_the_allow_list_goes_through_the_proxy() {
+        assert_eq!(
+            no_proxy(&["git.example.com:443".into()]),
+            "localhost,127.0.0.1,::1"
+        );
+        assert_eq!(no_proxy(&["localhost:8443".into()]), "127.0.0.1,::1");
+        assert_eq!(
+            no_proxy(&["127.0.0.1:80".into(), "[::1]:80".into()]),
+            "localhost"
+        );
+    }
+
+    #[test]
+    fn no_network_means_no_proxy_and_no_tcp() {
+        let plan = plan();
+        let p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
+        let argv = vec!["true".to_string()];
+        let mut r = req(&plan, &p, &argv, Path::new("/home/u/src"));
+        r.caller_env
+            .push(("HTTPS_PROXY".into(), "http://evil:1".into()));
+        let spec = build(&r, &|_| true).unwrap();
+        assert_eq!(spec.proxy_port, None);
+        assert!(spec.tcp_connect.is_empty());
+        assert!(
+            !spec
+                .env
+                .iter()
+                .any(|(k, _)| PROXY_VARS.contains(&k.as_str())),
+            "{:?}",
+            spec.env
+        );
+    }
+
+    #[test]
+    fn network_gets_the_proxy_and_credentials_the_ca() {
+        let plan = plan();
+        let mut p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
+        p.network.allow = vec!["git.example.com:443".into()];
+        let argv = vec!["true".to_string()];
+        let spec = build(&req(&plan, &p, &argv, Path::new("/home/u/src")), &|_| true).unwrap();
+        let get =
+            |s: &SandboxSpec, k: &str| s.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(spec.proxy_port, Some(SANDBOX_PROXY_PORT));
+        assert_eq!(spec.tcp_connect, vec![SANDBOX_PROXY_PORT]);
+        assert_eq!(
+            get(&spec, "HTTPS_PROXY").as_deref(),
+            Some("http://127.0.0.1:3128")
+        );
+        assert_eq!(
+            get(&spec, "SSL_CERT_FILE"),
+            None,
+            "no credentials, no interception"
+        );
+
+        p.credentials = vec!["git".into()];
+        let mut r = req(&plan, &p, &argv, Path::new("/home/u/src"));
+        r.authenticated = true;
+        r.caller_env
+            .push(("SSL_CERT_FILE".into(), "/opt/roots.pem".into()));
+        let spec = build(&r, &|_| true).unwrap();
+        for k in CA_VARS {
+            assert_eq!(get(&spec, k).as_deref(), Some(SANDBOX_CA_BUNDLE), "{k}");
+        }
+        assert_eq!(spec.system_roots, Some(PathBuf::from("/opt/roots.pem")));
+    }
+}
+
+#[cfg(test)]
+mod tests_support {
+    pub use super::tests::{plan, profile, req};
 }
 
 #[cfg(test)]
@@ -161,7 +327,7 @@ mod tests {
         AuditPlan, CredentialPlan, CredentialScheme, Dirs, EnvPlan, SecretPlan, Start,
     };
 
-    fn plan() -> Plan {
+    pub fn plan() -> Plan {
         Plan {
             source: "test".into(),
             cwd: "/home/u/src".into(),
@@ -199,7 +365,7 @@ mod tests {
         }
     }
 
-    fn profile(read: &[&str], write: &[&str]) -> ProfilePlan {
+    pub fn profile(read: &[&str], write: &[&str]) -> ProfilePlan {
         ProfilePlan {
             name: "p".into(),
             read: read.iter().map(PathBuf::from).collect(),
@@ -213,7 +379,7 @@ mod tests {
         }
     }
 
-    fn req<'a>(
+    pub fn req<'a>(
         plan: &'a Plan,
         profile: &'a ProfilePlan,
         argv: &'a [String],
@@ -235,6 +401,7 @@ mod tests {
             ],
             zone_socket: None,
             pty: false,
+            authenticated: false,
         }
     }
 

@@ -320,6 +320,7 @@ impl Supervisor {
                 env,
                 stdio: raw,
                 pty: false,
+                authenticated: zone.authenticated,
             },
         );
         drop(stdio);

@@ -22,6 +22,7 @@ mod sys;
 
 use std::ffi::CString;
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
 use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
@@ -104,6 +105,11 @@ fn main() {
             format!("bringing loopback up: {e}"),
         );
     }
+    if let Some(port) = spec.proxy_port {
+        if let Err(e) = hand_over_listener(&mut control, &spec, port) {
+            setup_failed(&mut control, "network", e);
+        }
+    }
 
     // 3. The command.
     let child = match sys::fork() {
@@ -125,6 +131,43 @@ fn main() {
         ShimReport::Signaled { signal } => 128 + signal,
         _ => 1,
     })
+}
+
+/// With network: a listener on this namespace's loopback for the zone's proxy, handed to
+/// the broker; then wait until the proxy serves, and write the CA bundle it needs.
+fn hand_over_listener(
+    control: &mut UnixStream,
+    spec: &SandboxSpec,
+    port: u16,
+) -> Result<(), String> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port))
+        .map_err(|e| format!("listening on 127.0.0.1:{port} for the proxy: {e}"))?;
+    protocol::write_frame(control, &ShimReport::Listener).map_err(|e| e.to_string())?;
+    sys::send_fd(control, listener.as_raw_fd())
+        .map_err(|e| format!("handing over the listener: {e}"))?;
+    drop(listener);
+    let ca_pem = match protocol::read_frame::<ShimRequest>(control).map_err(|e| e.to_string())? {
+        ShimRequest::Proceed { ca_pem } => ca_pem,
+        ShimRequest::Start(_) => return Err("a second Start".into()),
+    };
+    if let Some(ca) = ca_pem {
+        let mut bundle = match &spec.system_roots {
+            Some(roots) => std::fs::read(roots).map_err(|e| {
+                format!(
+                    "reading the system CA certificates {}: {e}",
+                    roots.display()
+                )
+            })?,
+            None => Vec::new(),
+        };
+        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+            bundle.push(b'\n');
+        }
+        bundle.extend_from_slice(ca.as_bytes());
+        let path = wardcell_common::plan::SANDBOX_CA_BUNDLE;
+        std::fs::write(path, &bundle).map_err(|e| format!("writing {path}: {e}"))?;
+    }
+    Ok(())
 }
 
 /// `--probe`, for `wardcell doctor`: what this kernel offers, as `key=value` lines.

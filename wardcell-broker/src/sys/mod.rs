@@ -79,3 +79,30 @@ pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Start a helper (the proxy) outside any sandbox with `control` as its fd 3, dying with
+/// the thread that starts it. Its environment is the broker's (the caller's).
+pub fn spawn_with_control(
+    path: &std::path::Path,
+    control: RawFd,
+) -> io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(path);
+    cmd.stdin(std::process::Stdio::null());
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // async-signal-safe calls (dup2, fcntl, prctl) on integers captured by value.
+    unsafe {
+        cmd.pre_exec(move || {
+            let ok = if control == LAUNCH_FD {
+                libc::fcntl(LAUNCH_FD, libc::F_SETFD, 0) == 0
+            } else {
+                libc::dup2(control, LAUNCH_FD) == LAUNCH_FD
+            };
+            if !ok || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}

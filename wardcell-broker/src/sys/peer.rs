@@ -104,3 +104,12 @@ pub fn recv_fds(sock: RawFd, want: usize) -> io::Result<Vec<OwnedFd>> {
     }
     Ok(fds)
 }
+
+/// Send `fds` with a 1-byte message ('F') by SCM_RIGHTS.
+pub fn send_fds(sock: RawFd, fds: &[RawFd]) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let iov = [io::IoSlice::new(b"F")];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    sendmsg::<()>(sock, &iov, &cmsg, MsgFlags::empty(), None).map_err(io::Error::from)?;
+    Ok(())
+}
