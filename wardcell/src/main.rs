@@ -8,6 +8,7 @@
 
 mod cli;
 mod context;
+mod credentials;
 mod doctor;
 mod error;
 mod location;

@@ -18,12 +18,13 @@ fn plural(n: usize, word: &str) -> String {
 /// Load and check the configuration and resolve every zone; run nothing.
 pub fn check(config: &ConfigArg) -> Result<(), Error> {
     let host = context::load(config.file.as_deref())?;
-    resolve::resolve(
+    let plan = resolve::resolve(
         &host.config,
         StartRequest::Default,
         Vec::new(),
         &host.context,
     )?;
+    crate::credentials::check_sources(&plan)?;
     output::print(&format!(
         "ok: {}: {}, {}",
         host.config.source,

@@ -18,6 +18,7 @@ use wardcell_common::resolve::{self, StartRequest};
 
 use crate::cli::RunArgs;
 use crate::context;
+use crate::credentials;
 use crate::error::Error;
 
 /// Commands travel as UTF-8 text (the plan is text end to end).
@@ -42,7 +43,9 @@ pub fn run(args: RunArgs) -> Result<Infallible, Error> {
     };
     // 4. The plan: the same value `policy show` prints.
     let plan = resolve::resolve(&host.config, start, command, &host.context)?;
-    // 5. Hand it over.
+    // 5. Secret files nobody else may read, before anything starts.
+    credentials::check_sources(&plan)?;
+    // 6. Hand it over.
     launch(plan)
 }
 
