@@ -19,6 +19,8 @@ pub struct AuditLog {
     path: PathBuf,
     run: String,
     chain: Mutex<Chain>,
+    /// Also send every event to syslog (authpriv): `[audit] syslog = true`.
+    syslog: bool,
 }
 
 struct Chain {
@@ -28,7 +30,7 @@ struct Chain {
 
 impl AuditLog {
     /// Create the run's log; it must not exist yet.
-    pub fn create(path: PathBuf, run: &str) -> io::Result<AuditLog> {
+    pub fn create(path: PathBuf, run: &str, syslog: bool) -> io::Result<AuditLog> {
         OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -42,6 +44,7 @@ impl AuditLog {
                 seq: 0,
                 prev: GENESIS.to_string(),
             }),
+            syslog,
         })
     }
 
@@ -69,6 +72,9 @@ impl AuditLog {
         f.write_all(format!("{line}\n").as_bytes())?;
         chain.prev = audit::hash_line(&line);
         chain.seq += 1;
+        if self.syslog {
+            crate::sys::syslog_authpriv(&line);
+        }
         Ok(())
     }
 }

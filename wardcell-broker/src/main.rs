@@ -165,9 +165,11 @@ fn prepare_run(plan: &Plan) -> Result<(String, PathBuf, AuditLog), BrokerError> 
     })?;
     sweep_stale_runs(&plan.dirs.runtime, &run_dir);
     let log_path = paths::runs_dir(&plan.dirs).join(format!("{run_id}.jsonl"));
-    let audit = AuditLog::create(log_path.clone(), &run_id).map_err(|e| BrokerError::Dir {
-        path: log_path,
-        what: format!("cannot create the run's audit log: {e}"),
+    let audit = AuditLog::create(log_path.clone(), &run_id, plan.audit.syslog).map_err(|e| {
+        BrokerError::Dir {
+            path: log_path,
+            what: format!("cannot create the run's audit log: {e}"),
+        }
     })?;
     Ok((run_id, run_dir, audit))
 }

@@ -5,7 +5,9 @@ use std::path::Path;
 
 use serde::Serialize;
 use wardcell_common::config::Config;
-use wardcell_common::plan::{Plan, ProfilePlan, Start, ZonePlan};
+use wardcell_common::plan::{
+    CredentialPlan, CredentialScheme, Plan, ProfilePlan, SecretPlan, Start, ZonePlan,
+};
 
 use crate::error::Error;
 
@@ -225,6 +227,30 @@ fn zone(out: &mut Vec<String>, z: &ZonePlan) {
 
 /// `policy show` for people: where the configuration came from, then each zone shown
 /// (`only`: just that one), or the profile of a `--profile` plan.
+/// One credential: what it is attached to and where its secret comes from.
+fn credential(c: &CredentialPlan) -> String {
+    let scheme = match c.scheme {
+        CredentialScheme::Basic => format!("basic as {}", c.username.as_deref().unwrap_or("-")),
+        CredentialScheme::Bearer => "bearer".to_string(),
+        CredentialScheme::Header => format!("header {}", c.header.as_deref().unwrap_or("-")),
+    };
+    let paths = if c.paths.is_empty() {
+        "all paths".to_string()
+    } else {
+        c.paths.join(", ")
+    };
+    let source = match &c.secret {
+        SecretPlan::Env(v) => format!("environment variable {v} (removed from every sandbox)"),
+        SecretPlan::File(f) => format!("file {} (hidden from every sandbox)", f.display()),
+        SecretPlan::Command(argv) => format!("command `{}`, run by the proxy", argv.join(" ")),
+    };
+    format!(
+        "{}: {scheme} for {} ({paths}), from {source}",
+        c.name,
+        c.hosts.join(", ")
+    )
+}
+
 pub fn plan_text(plan: &Plan, only: Option<&str>) -> String {
     let mut out = vec![format!("config: {}", plan.source)];
     out.push(format!("home (~): {}", plan.home.display()));
@@ -249,7 +275,14 @@ pub fn plan_text(plan: &Plan, only: Option<&str>) -> String {
             .iter()
             .map(|p| hidden(p))
             .chain([hidden(&plan.dirs.state), hidden(&plan.dirs.runtime)])
+            .chain(plan.credential_files().iter().map(|p| hidden(p)))
             .collect(),
+    );
+    list(
+        &mut out,
+        "",
+        "credentials (resolved by each zone's proxy; values are never shown)",
+        plan.credentials.iter().map(credential).collect(),
     );
     match &plan.start {
         Start::Profile(p) => {
