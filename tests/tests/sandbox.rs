@@ -553,3 +553,67 @@ both!(interactive_shell_gets_a_terminal, |fx| {
     assert!(out.contains("[1]+"), "jobs not listed: {out}");
     assert!(!out.contains("no job control"), "{out}");
 });
+
+both!(host_ipc_is_out_of_reach, |fx| {
+    fx.test_config("");
+    // A System V segment of the same user on the host is invisible inside.
+    let key = (0x5743_0000 + (std::process::id() & 0xffff) + fx.uid() % 7).to_string();
+    let probe = fx.bin.join("wardcell-probe");
+    let host = |args: &[&str]| -> wardcell_tests::Out {
+        let mut c = std::process::Command::new(&probe);
+        c.args(args);
+        if fx.who == wardcell_tests::As::User && wardcell_tests::is_root() {
+            use std::os::unix::process::CommandExt;
+            c.uid(fx.uid()).gid(fx.uid());
+        }
+        c.output().unwrap().into()
+    };
+    host(&["shm-create", &key]).ok();
+    host(&["shm-find", &key]).ok();
+    let out = fx.probe(&["shm-find", &key]);
+    assert!(out.stdout.starts_with("err ENOENT"), "{out:?}");
+    host(&["shm-remove", &key]).ok();
+});
+
+both!(own_directories_stay_protected_through_symlinks, |fx| {
+    let wide = |fx: &wardcell_tests::Fixture| {
+        format!(
+            "[zones.agent]\nprofile = \"wide\"\ndefault = true\n\n[profiles.wide]\nextends = \"developer-readonly\"\nread = [\"{}\"]\nwrite = [\"~\"]\n",
+            fx.bin.display()
+        )
+    };
+    // $HOME itself reached through a symbolic link: masks and pins follow the real path.
+    let link_home = fx.dir.join("home-link");
+    std::os::unix::fs::symlink(&fx.home, &link_home).unwrap();
+    fx.config(&wide(&fx));
+    let h = link_home.to_str().unwrap();
+    let out: wardcell_tests::Out = fx
+        .cmd(&["run", "--", "/bin/sh", "-c", &format!("mv {h}/.config {h}/.config-old; mkdir -p {h}/.config/wardcell && echo planted > {h}/.config/wardcell/zones.toml; echo done")])
+        .env("HOME", &link_home)
+        .output()
+        .unwrap()
+        .into();
+    out.ok();
+    assert!(
+        !fx.home.join(".config-old").exists(),
+        "the config directory was moved aside: {out:?}"
+    );
+    assert_ne!(
+        fs::read_to_string(fx.home.join(".config/wardcell/zones.toml")).unwrap(),
+        "planted\n"
+    );
+
+    // A link on the way to the config, inside the writable home: refused before anything runs.
+    let real = fx.home.join("dotfiles-config");
+    fs::rename(fx.home.join(".config"), &real).unwrap();
+    std::os::unix::fs::symlink(&real, fx.home.join(".config")).unwrap();
+    fx.own(&fx.home);
+    let marker = fx.proj.join("ran");
+    let out = fx.sh(&format!("touch {}", marker.display()));
+    out.expect_code(1);
+    assert!(
+        out.stderr.contains("is reached through the symbolic link"),
+        "{out:?}"
+    );
+    assert!(!marker.exists());
+});

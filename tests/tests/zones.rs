@@ -565,3 +565,41 @@ both!(the_runs_socket_is_gone_after_a_signal_or_an_error, |fx| {
     assert!(!killed_dir.exists(), "a dead run's directory was not swept");
     let _ = fs::remove_dir_all(&rt);
 });
+
+both!(
+    an_entry_running_when_the_run_ends_is_ended_and_audited,
+    |fx| {
+        zones_config(&fx, "");
+        let probe = fx.bin.join("wardcell-probe");
+        // The top-level command leaves an entered command running and ends.
+        let out = inside(
+        &fx,
+        &format!(
+            "wardcell zone enter push -- {} heartbeat pushed/beat & while [ ! -e pushed/beat ]; do sleep 0.02; done; exit 0",
+            probe.display()
+        ),
+    );
+        out.ok();
+        let beat = fx.proj.join("pushed/beat");
+        let a = fs::read_to_string(&beat).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            a,
+            fs::read_to_string(&beat).unwrap(),
+            "the entered command outlived the run"
+        );
+        let (id, log) = last_log(&fx);
+        // Ended by the run's end, or a moment before by its caller's (which died with it).
+        let completed = log
+            .lines()
+            .position(|l| l.contains("\"audit.completed\""))
+            .expect(&log);
+        let finished = log
+            .lines()
+            .position(|l| l.contains("\"run.finished\""))
+            .expect(&log);
+        assert!(completed < finished, "{log}");
+        assert!(log.contains("sandbox was ended"), "{log}");
+        fx.run(&["logs", "verify", &id]).ok();
+    }
+);

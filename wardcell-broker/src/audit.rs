@@ -70,6 +70,10 @@ impl AuditLog {
         }
         // One write(2) of the whole line: no partial line from this process.
         f.write_all(format!("{line}\n").as_bytes())?;
+        // A decision is on disk before what it allows starts.
+        if event == "audit.decision" {
+            f.sync_data()?;
+        }
         chain.prev = audit::hash_line(&line);
         chain.seq += 1;
         if self.syslog {

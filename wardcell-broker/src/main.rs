@@ -269,9 +269,7 @@ fn run_first_sandbox(
     };
     let stdin = std::io::stdin();
     let stdout = std::io::stdout();
-    let caller_env: Vec<(String, String)> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .collect();
+    let caller_env = run.host_env.clone();
     let _ = run.audit.write(
         "run",
         "run.started",
@@ -383,6 +381,7 @@ fn run_first_sandbox(
         let _ = termios::tcsetattr(stdin.as_fd(), SetArg::TCSADRAIN, &saved);
     }
     let (code, message) = describe(&ended.outcome, &sb.spec.argv[0]);
+    run.end_entries();
     let _ = run.audit.write(
         "run",
         "run.finished",

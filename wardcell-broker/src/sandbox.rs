@@ -1,11 +1,12 @@
 //! Starting one sandbox: the same steps for `wardcell run` and for every `zone enter`.
 
 use std::ffi::CString;
+use std::os::fd::OwnedFd;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
@@ -29,18 +30,78 @@ pub struct Run {
     pub dir: PathBuf,
     pub shim: CString,
     pub audit: AuditLog,
+    /// The environment `wardcell run` started in (see spec::Request::host_env).
+    pub host_env: Vec<(String, String)>,
     next_sandbox: AtomicU32,
+    /// Entered sandboxes still running (their pidfds), so the run's end can end them and
+    /// wait for their completions to be audited.
+    entries: Mutex<Vec<(u32, OwnedFd)>>,
+    entries_done: Condvar,
+    ending: AtomicBool,
 }
 
 impl Run {
     pub fn new(plan: Plan, id: String, dir: PathBuf, shim: CString, audit: AuditLog) -> Run {
+        let host_env = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
         Run {
             plan,
             id,
             dir,
             shim,
             audit,
+            host_env,
             next_sandbox: AtomicU32::new(1),
+            entries: Mutex::new(Vec::new()),
+            entries_done: Condvar::new(),
+            ending: AtomicBool::new(false),
+        }
+    }
+
+    /// Record an entered sandbox while it runs; returns the key to [`Run::entry_done`].
+    pub fn entry_started(&self, running: &Running) -> Option<u32> {
+        let fd = running.pidfd.try_clone().ok()?;
+        let key = self.next_sandbox.fetch_add(1, Ordering::Relaxed) | 0x8000_0000;
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((key, fd));
+        Some(key)
+    }
+
+    pub fn entry_done(&self, key: Option<u32>) {
+        if let Some(key) = key {
+            let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+            e.retain(|(k, _)| *k != key);
+            self.entries_done.notify_all();
+        }
+    }
+
+    /// Whether the run is ending (an entry ended now was ended by that).
+    pub fn is_ending(&self) -> bool {
+        self.ending.load(Ordering::SeqCst)
+    }
+
+    /// The top-level command has ended: end every entered sandbox still running and wait
+    /// (a little) until each one's completion is audited.
+    pub fn end_entries(&self) {
+        self.ending.store(true, Ordering::SeqCst);
+        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        for (_, fd) in e.iter() {
+            let _ = sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !e.is_empty() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            e = self
+                .entries_done
+                .wait_timeout(e, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 }
@@ -173,6 +234,7 @@ pub fn complete(
         argv: req.argv,
         cwd: &req.cwd,
         caller_env: req.env,
+        host_env: &run.host_env,
         zone_socket: socket.as_deref(),
         pty: req.pty,
         authenticated: req.authenticated,

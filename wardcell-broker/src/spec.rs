@@ -21,7 +21,11 @@ pub struct Request<'a> {
     pub zone: Option<&'a str>,
     pub argv: &'a [String],
     pub cwd: &'a Path,
+    /// The environment of the command's caller, filtered into the command's.
     pub caller_env: Vec<(String, String)>,
+    /// The environment `wardcell run` started in: the only source of host facts (where
+    /// the host's sockets and CA certificates are). Never a `zone enter` request's.
+    pub host_env: &'a [(String, String)],
     pub zone_socket: Option<&'a Path>,
     pub pty: bool,
     /// The zone is `authenticated`: its proxy attaches the profile's credentials.
@@ -102,9 +106,35 @@ fn host_socket_paths(env: &[(String, String)]) -> Vec<PathBuf> {
     out
 }
 
+/// A symbolic link on the way to `p` whose directory the sandbox may write, and that tree.
+fn symlink_in_writable_tree(
+    p: &Path,
+    write: &[PathBuf],
+    is_symlink: &dyn Fn(&Path) -> bool,
+) -> Option<(PathBuf, PathBuf)> {
+    p.ancestors().filter(|a| is_symlink(a)).find_map(|link| {
+        let dir = link.parent()?;
+        inside(dir, write).map(|w| (link.to_path_buf(), w))
+    })
+}
+
+/// Whether `p` itself is a symbolic link (not following it).
+pub fn is_symlink(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())
+}
+
 /// Build the spec, or say in one line why this profile cannot run here.
 /// `exists` is asked about wardcell's own directories.
 pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<SandboxSpec, String> {
+    build_with(req, exists, &is_symlink)
+}
+
+/// [`build`], with the symlink check given (tests).
+pub fn build_with(
+    req: &Request<'_>,
+    exists: &dyn Fn(&Path) -> bool,
+    is_symlink: &dyn Fn(&Path) -> bool,
+) -> Result<SandboxSpec, String> {
     let profile = req.profile;
     let private_tmp = profile.private_tmp();
     let mut read: Vec<PathBuf> = profile.read.clone();
@@ -119,6 +149,16 @@ pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<Sandbo
     own.push(dirs.state.clone());
     own.push(dirs.runtime.clone());
     for p in &own {
+        if let Some((link, w)) = symlink_in_writable_tree(p, &profile.write, &is_symlink) {
+            return Err(format!(
+                "{} is reached through the symbolic link {}, and profile '{}' lets the sandbox write {}, so it could replace the link and plant a configuration; make {} a real directory or narrow the profile",
+                p.display(),
+                link.display(),
+                profile.name,
+                w.display(),
+                link.display()
+            ));
+        }
         if !exists(p) {
             if let Some(w) = inside(p, &profile.write) {
                 return Err(format!(
@@ -137,7 +177,7 @@ pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<Sandbo
     mask.extend(own);
     mask.extend(req.plan.credential_files());
     let named: Vec<&PathBuf> = profile.read.iter().chain(&profile.write).collect();
-    for s in host_socket_paths(&req.caller_env) {
+    for s in host_socket_paths(req.host_env) {
         if private_tmp && s.starts_with("/tmp") {
             continue; // hidden by the private /tmp already
         }
@@ -192,7 +232,7 @@ pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<Sandbo
     let network = profile.network.enabled();
     let intercept = network && req.authenticated && !profile.credentials.is_empty();
     let system_roots = if intercept {
-        system_roots(&req.caller_env, exists)
+        system_roots(req.host_env, exists)
     } else {
         None
     };
@@ -305,8 +345,9 @@ mod network_tests {
         p.credentials = vec!["git".into()];
         let mut r = req(&plan, &p, &argv, Path::new("/home/u/src"));
         r.authenticated = true;
+        // A request's own SSL_CERT_FILE is never read: only the host's.
         r.caller_env
-            .push(("SSL_CERT_FILE".into(), "/opt/roots.pem".into()));
+            .push(("SSL_CERT_FILE".into(), "/home/u/.ssh/id_ed25519".into()));
         let spec = build(&r, &|_| true).unwrap();
         for k in CA_VARS {
             assert_eq!(get(&spec, k).as_deref(), Some(SANDBOX_CA_BUNDLE), "{k}");
@@ -402,7 +443,20 @@ mod tests {
             zone_socket: None,
             pty: false,
             authenticated: false,
+            host_env: host_env(),
         }
+    }
+
+    /// The environment `wardcell run` started in, in these tests.
+    pub fn host_env() -> &'static [(String, String)] {
+        static ENV: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+        ENV.get_or_init(|| {
+            vec![
+                ("XDG_RUNTIME_DIR".into(), "/run/user/1000".into()),
+                ("SSH_AUTH_SOCK".into(), "/home/u/.agent/sock".into()),
+                ("SSL_CERT_FILE".into(), "/opt/roots.pem".into()),
+            ]
+        })
     }
 
     #[test]
@@ -431,6 +485,20 @@ mod tests {
         assert!(spec.private_tmp);
         assert!(spec.write.contains(&PathBuf::from("/dev")));
         assert!(spec.read.contains(&PathBuf::from("/proc")));
+    }
+
+    #[test]
+    fn host_sockets_come_from_the_host_environment_not_the_request() {
+        let plan = plan();
+        let p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
+        let argv = vec!["true".to_string()];
+        let mut r = req(&plan, &p, &argv, Path::new("/home/u/src"));
+        // A `zone enter` request carries the sandbox's environment, which has none.
+        r.caller_env
+            .retain(|(k, _)| k != "XDG_RUNTIME_DIR" && k != "SSH_AUTH_SOCK");
+        let spec = build(&r, &|_| true).unwrap();
+        assert!(spec.mask.contains(&PathBuf::from("/run/user/1000")));
+        assert!(spec.mask.contains(&PathBuf::from("/home/u/.agent")));
     }
 
     #[test]
@@ -491,6 +559,24 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.starts_with("/etc/wardcell does not exist"), "{e}");
+    }
+
+    #[test]
+    fn a_symlink_to_wardcells_config_inside_a_writable_tree_is_refused() {
+        let plan = plan();
+        let p = profile(&["/usr", "/home/u"], &["/home/u"]);
+        let argv = vec!["true".to_string()];
+        let r = req(&plan, &p, &argv, Path::new("/home/u/src"));
+        let link = |q: &Path| q == Path::new("/home/u/.config");
+        let e = build_with(&r, &|_| true, &link).unwrap_err();
+        assert!(
+            e.contains("through the symbolic link /home/u/.config"),
+            "{e}"
+        );
+        // The same link outside any writable tree is harmless.
+        let p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
+        let r = req(&plan, &p, &argv, Path::new("/home/u/src"));
+        assert!(build_with(&r, &|_| true, &link).is_ok());
     }
 
     #[test]

@@ -348,6 +348,7 @@ impl Supervisor {
             }
         };
         let _ = protocol::write_frame(conn, &ZoneResponse::Started);
+        let entry = self.run.entry_started(&sb.running);
 
         // f. Wait, ending it if the caller goes away; relay the status.
         let ended = relay::wait(
@@ -359,15 +360,14 @@ impl Supervisor {
             &mut |_| {},
         );
         sb.retire();
-        if ended.caller_gone {
-            let _ = self.audit(
-                "audit",
-                "audit.completed",
-                completed(
-                    Value::Null,
-                    "the caller went away; the command's sandbox was ended",
-                ),
-            );
+        if ended.caller_gone || self.run.is_ending() {
+            let how = if ended.caller_gone {
+                "the caller went away; the command's sandbox was ended"
+            } else {
+                "the run ended; the command's sandbox was ended"
+            };
+            let _ = self.audit("audit", "audit.completed", completed(Value::Null, how));
+            self.run.entry_done(entry);
             return;
         }
         let program = argv.first().map(String::as_str).unwrap_or("");
@@ -384,6 +384,7 @@ impl Supervisor {
             _ => "exited".to_string(),
         };
         let _ = self.audit("audit", "audit.completed", completed(status, &how));
+        self.run.entry_done(entry);
         let _ = protocol::write_frame(conn, &response);
         // The caller has its answer; now collect the shim.
         sb.running.reap();

@@ -159,7 +159,10 @@ fn serve(
     spec: ProxySpec,
     p: Prepared,
 ) -> Result<Ended, Error> {
-    let rt = tokio::runtime::Builder::new_current_thread()
+    // Two workers: an intercepted connection decrypts on one side while it encrypts on
+    // the other. Threads start after confinement, so they inherit Landlock and seccomp.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_io()
         .enable_time()
         // Only name lookups block; a few threads are plenty.

@@ -70,7 +70,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<()> {
     //    own: a mount point cannot be renamed, so the sandbox cannot move a masked
     //    directory (wardcell's config, say) aside and plant a new one at its path.
     //    Recursive binds, outermost first, so that nothing already mounted is lost.
-    for dir in pinned_ancestors(&spec.mask, &spec.write) {
+    for dir in pinned_ancestors(&resolved, &spec.write) {
         do_mount(
             Some(path_str(&dir)?),
             &dir,
@@ -245,7 +245,8 @@ fn minimal_dev() -> Result<()> {
         dev,
         Some("tmpfs"),
         MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-        Some("mode=0755,size=64k"),
+        // Room for a CA bundle (system roots + the run's CA) when the proxy intercepts.
+        Some("mode=0755,size=2m"),
     )?;
     for (name, f) in &held {
         let node = dev.join(name);

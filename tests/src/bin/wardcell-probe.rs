@@ -248,6 +248,23 @@ fn main() {
             }
             println!("last got: {}", String::from_utf8_lossy(&all));
         }
+        "shm-create" => {
+            // SAFETY: integer arguments; creates a System V segment under the key.
+            report(
+                unsafe { libc::shmget(num(1) as libc::key_t, 4096, libc::IPC_CREAT | 0o600) }
+                    as i64,
+            )
+        }
+        "shm-find" => {
+            // SAFETY: integer arguments; only looks the key up.
+            report(unsafe { libc::shmget(num(1) as libc::key_t, 0, 0) } as i64)
+        }
+        "shm-remove" => {
+            // SAFETY: integer arguments; finds and removes the segment.
+            let id = unsafe { libc::shmget(num(1) as libc::key_t, 0, 0) };
+            // SAFETY: IPC_RMID with a null buffer.
+            report(unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) } as i64)
+        }
         "heartbeat" => {
             // Write a counter to a file until killed.
             let mut n = 0u64;

@@ -1,4 +1,4 @@
-//! Starting a sandbox: clone3 into new user, mount, network and PID namespaces, then exec
+//! Starting a sandbox: clone3 into new user, mount, network, PID and IPC namespaces, then exec
 //! the shim with just the capabilities it needs to build the sandbox.
 //!
 //! Between clone3 and execve the child runs in a copy of the broker that may hold other
@@ -122,6 +122,7 @@ pub fn spawn_sandbox(shim: &CStr, stdio: [RawFd; 3], control: RawFd) -> io::Resu
             | libc::CLONE_NEWNS
             | libc::CLONE_NEWNET
             | libc::CLONE_NEWPID
+            | libc::CLONE_NEWIPC
             | libc::CLONE_PIDFD) as u64,
         pidfd: &mut pidfd as *mut libc::c_int as u64,
         child_tid: 0,
