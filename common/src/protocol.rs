@@ -228,8 +228,9 @@ pub enum ShimReport {
 // Channel: broker <-> proxy (a socketpair per proxy)
 // ---------------------------------------------------------------------------
 
-/// Broker -> proxy: exactly one message after the Hello, with the TCP listener (already
-/// listening, in the sandbox's network namespace) beside it as SCM_RIGHTS.
+/// Broker -> proxy: exactly one message after the Hello. Just before it, the TCP listener
+/// (already listening, in the sandbox's network namespace) travels as a 1-byte message
+/// ('F') with SCM_RIGHTS.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum ProxyRequest {
     Start(Box<ProxySpec>),
