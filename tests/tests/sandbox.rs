@@ -63,10 +63,17 @@ both!(writes_outside_the_profile_fail, |fx| {
     let target = fx.home.join("notes.txt");
     fx.write(&target, "original");
     let t = target.to_str().unwrap();
+    // Two barriers refuse this: the read-only mount (EROFS) before Landlock (EACCES).
+    let refused = |o: &wardcell_tests::Out| {
+        o.stdout.starts_with("err EROFS") || o.stdout.starts_with("err EACCES")
+    };
     let out = fx.probe(&["write", t, "changed"]);
     out.expect_code(1);
-    assert!(out.stdout.starts_with("err EACCES"), "{out:?}");
+    assert!(refused(&out), "{out:?}");
     let out = fx.probe(&["truncate", t]);
+    assert!(refused(&out), "{out:?}");
+    // Landlock alone: /proc is mounted writable, but the profile only reads it.
+    let out = fx.probe(&["write", "/proc/self/comm", "renamed"]);
     assert!(out.stdout.starts_with("err EACCES"), "{out:?}");
     let out = fx.probe(&["rename", t, fx.proj.join("moved").to_str().unwrap()]);
     assert!(out.stdout.starts_with("err"), "{out:?}");
@@ -616,4 +623,27 @@ both!(own_directories_stay_protected_through_symlinks, |fx| {
         "{out:?}"
     );
     assert!(!marker.exists());
+});
+
+both!(metadata_outside_the_write_trees_cannot_change, |fx| {
+    fx.test_config("");
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let outside = fx.home.join("notes.txt");
+    fx.write(&outside, "kept");
+    fs::set_permissions(&outside, fs::Permissions::from_mode(0o600)).unwrap();
+    let before = fs::metadata(&outside).unwrap();
+    let o = outside.to_str().unwrap();
+    let out = fx.probe(&["chmod", o, "666"]);
+    assert!(out.stdout.starts_with("err EROFS"), "{out:?}");
+    let out = fx.probe(&["utime", o]);
+    assert!(out.stdout.starts_with("err EROFS"), "{out:?}");
+    let after = fs::metadata(&outside).unwrap();
+    assert_eq!(after.mode(), before.mode());
+    assert_eq!(after.mtime(), before.mtime());
+    // Inside the write tree (the project) both work, as builds need.
+    let inside = fx.proj.join("script.sh");
+    fx.write(&inside, "#!/bin/sh\n");
+    fx.probe(&["chmod", inside.to_str().unwrap(), "755"]).ok();
+    fx.probe(&["utime", inside.to_str().unwrap()]).ok();
+    assert_eq!(fs::metadata(&inside).unwrap().mode() & 0o777, 0o755);
 });

@@ -80,7 +80,33 @@ pub fn setup(spec: &SandboxSpec) -> Result<()> {
         )?;
     }
 
-    // 3. A /proc of our own PID namespace: host processes are invisible.
+    // 3. Everything read-only but the write trees: Landlock does not mediate chmod,
+    //    chown, utime or extended attributes, a read-only mount refuses them (EROFS).
+    //    Each write tree is bound onto itself and made writable again, with what is
+    //    mounted below it (a mount that was read-only on the host stays read-only).
+    crate::sys::mount_setattr(Path::new("/"), crate::sys::MOUNT_ATTR_RDONLY, 0, true)
+        .map_err(|e| format!("making the filesystem read-only: {e}"))?;
+    for w in writable_roots(&spec.write) {
+        do_mount(
+            Some(path_str(&w)?),
+            &w,
+            NONE,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            NONE,
+        )?;
+        let clear = crate::sys::MOUNT_ATTR_RDONLY;
+        if let Err(e) = crate::sys::mount_setattr(&w, 0, clear, true) {
+            // A mount below it that the host keeps read-only is locked so: leave those,
+            // and make the tree's own mount writable.
+            if e.raw_os_error() != Some(libc::EPERM) {
+                return Err(format!("making {} writable: {e}", w.display()));
+            }
+            crate::sys::mount_setattr(&w, 0, clear, false)
+                .map_err(|e| format!("making {} writable: {e}", w.display()))?;
+        }
+    }
+
+    // 4. A /proc of our own PID namespace: host processes are invisible.
     do_mount(
         Some("proc"),
         Path::new("/proc"),
@@ -89,10 +115,10 @@ pub fn setup(spec: &SandboxSpec) -> Result<()> {
         NONE,
     )?;
 
-    // 4. A minimal /dev.
+    // 5. A minimal /dev.
     minimal_dev()?;
 
-    // 5. A private /tmp unless the profile names it.
+    // 6. A private /tmp unless the profile names it.
     if spec.private_tmp {
         do_mount(
             Some("tmpfs"),
@@ -103,7 +129,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<()> {
         )?;
     }
 
-    // 6. Masks: deny paths, wardcell's directories, host sockets. A mask names what a
+    // 7. Masks: deny paths, wardcell's directories, host sockets. A mask names what a
     //    path leads to (/var/run is often a link to /run); a missing one hides nothing.
     for path in ordered_masks(&resolved) {
         let inside: Vec<&(PathBuf, fs::File)> =
@@ -155,6 +181,14 @@ fn mask_with_sockets(path: &Path, sockets: &[&(PathBuf, fs::File)]) -> Result<()
 fn path_str(p: &Path) -> Result<&str> {
     p.to_str()
         .ok_or_else(|| format!("path {} is not UTF-8", p.display()))
+}
+
+/// The write trees that exist, without those inside another (already covered), in order.
+pub fn writable_roots(write: &[PathBuf]) -> Vec<PathBuf> {
+    ordered_masks(write)
+        .into_iter()
+        .filter(|w| w.exists())
+        .collect()
 }
 
 /// Masks sorted so parents come first, without any mask that lies inside another (it is

@@ -137,3 +137,45 @@ pub fn send_fd(sock: &std::os::unix::net::UnixStream, fd: RawFd) -> io::Result<(
     sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)?;
     Ok(())
 }
+
+/// mount_setattr(2) on the mount tree at `path`: set and clear MOUNT_ATTR_* flags, on every
+/// mount below it too when `recursive`.
+pub fn mount_setattr(
+    path: &std::path::Path,
+    set: u64,
+    clear: u64,
+    recursive: bool,
+) -> io::Result<()> {
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: a valid C string and a MountAttr that outlives the call, with its size.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    cerr(r).map(drop)
+}
+
+/// MOUNT_ATTR_RDONLY.
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;

@@ -216,6 +216,21 @@ fn main() {
             report(unsafe { libc::truncate(p.as_ptr(), 0) } as i64)
         }
         "link" => report_io(std::fs::hard_link(a(1), a(2))),
+        "chmod" => {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = u32::from_str_radix(&a(2), 8).expect("an octal mode");
+            report_io(std::fs::set_permissions(
+                a(1),
+                std::fs::Permissions::from_mode(mode),
+            ))
+        }
+        "utime" => {
+            let p = c(&a(1));
+            // SAFETY: a valid C string and a null times pointer (now).
+            report(
+                unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), std::ptr::null(), 0) } as i64,
+            )
+        }
         "rename" => report_io(std::fs::rename(a(1), a(2))),
         "mkdir" => report_io(std::fs::create_dir_all(a(1))),
         "connect-unix" => report_io(std::os::unix::net::UnixStream::connect(a(1))),
