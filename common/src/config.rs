@@ -58,6 +58,8 @@ deny = [
 [profiles.developer-readonly]
 extends = "readonly"
 write = ["."]
+# Hooks run on the host at the next commit: readable, never writable.
+read = ["./.git/hooks"]
 "#;
 
 /// Label used in error locations inside [`BUILTIN_PROFILES`] (never expected to appear).
@@ -1508,7 +1510,7 @@ network = {{ allow = ["a.com:443", "b.com:443"] }}
         .unwrap();
         assert!(!c.profiles["base"].builtin);
         let p = c.effective_profile("developer-readonly").unwrap();
-        assert_eq!(p.read, ["/nix", "~", "."]);
+        assert_eq!(p.read, ["/nix", "~", ".", "./.git/hooks"]);
         assert!(
             p.env_deny.is_empty(),
             "the built-in base's env rules went with it"

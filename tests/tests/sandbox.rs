@@ -647,3 +647,28 @@ both!(metadata_outside_the_write_trees_cannot_change, |fx| {
     fx.probe(&["utime", inside.to_str().unwrap()]).ok();
     assert_eq!(fs::metadata(&inside).unwrap().mode() & 0o777, 0o755);
 });
+
+both!(git_hooks_stay_read_only_in_a_writable_project, |fx| {
+    // The built-in default: the project is writable, its hooks are not.
+    let hooks = fx.proj.join(".git/hooks");
+    fx.write(&hooks.join("pre-commit"), "#!/bin/sh\nexit 0\n");
+    let out = fx.sh(
+        "echo planted > .git/hooks/post-checkout; echo rc=$?; echo x > .git/hooks/pre-commit; echo rc=$?; \
+         cat .git/hooks/pre-commit >/dev/null && echo readable; echo ok > .git/HEAD-note && echo project-writable",
+    );
+    out.ok();
+    assert_eq!(
+        out.stdout.matches("rc=1").count() + out.stdout.matches("rc=2").count(),
+        2,
+        "{out:?}"
+    );
+    assert!(
+        out.stdout.contains("readable") && out.stdout.contains("project-writable"),
+        "{out:?}"
+    );
+    assert!(!hooks.join("post-checkout").exists());
+    assert_eq!(
+        fs::read_to_string(hooks.join("pre-commit")).unwrap(),
+        "#!/bin/sh\nexit 0\n"
+    );
+});

@@ -106,6 +106,19 @@ pub fn setup(spec: &SandboxSpec) -> Result<()> {
         }
     }
 
+    //    A read path inside a write tree is the more specific rule: read-only again.
+    for r in readonly_inside(&spec.read, &spec.write) {
+        do_mount(
+            Some(path_str(&r)?),
+            &r,
+            NONE,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            NONE,
+        )?;
+        crate::sys::mount_setattr(&r, crate::sys::MOUNT_ATTR_RDONLY, 0, true)
+            .map_err(|e| format!("making {} read-only: {e}", r.display()))?;
+    }
+
     // 4. A /proc of our own PID namespace: host processes are invisible.
     do_mount(
         Some("proc"),
@@ -181,6 +194,19 @@ fn mask_with_sockets(path: &Path, sockets: &[&(PathBuf, fs::File)]) -> Result<()
 fn path_str(p: &Path) -> Result<&str> {
     p.to_str()
         .ok_or_else(|| format!("path {} is not UTF-8", p.display()))
+}
+
+/// Read paths strictly inside a write tree (and existing): they stay read-only.
+pub fn readonly_inside(read: &[PathBuf], write: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = read
+        .iter()
+        .filter(|r| write.iter().any(|w| r.starts_with(w) && *r != w))
+        .filter(|r| r.exists())
+        .cloned()
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The write trees that exist, without those inside another (already covered), in order.
@@ -325,6 +351,19 @@ mod tests {
 
     fn pb(v: &[&str]) -> Vec<PathBuf> {
         v.iter().map(PathBuf::from).collect()
+    }
+
+    #[test]
+    fn read_paths_inside_write_trees_stay_read_only() {
+        let tmp = std::env::temp_dir().join(format!("wc-ro-{}", std::process::id()));
+        fs::create_dir_all(tmp.join("p/.git/hooks")).unwrap();
+        let read = vec![tmp.clone(), tmp.join("p/.git/hooks"), tmp.join("p/missing")];
+        let write = vec![tmp.join("p")];
+        assert_eq!(
+            readonly_inside(&read, &write),
+            vec![tmp.join("p/.git/hooks")]
+        );
+        fs::remove_dir_all(&tmp).unwrap();
     }
 
     #[test]
