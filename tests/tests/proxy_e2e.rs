@@ -1,0 +1,1325 @@
+//! Each zone's proxy end to end, in real sandboxes: real `git`, real `curl`, and a real
+//! HTTPS server on 127.0.0.1 (tests/fixtures/git_https_server.py, serving a bare
+//! repository through `git http-backend` behind HTTP basic auth). Run as the invoking
+//! user and as an unprivileged uid.
+//!
+//! The server and its certificates belong to the invoking user and live outside
+//! everything a sandbox may read; `wardcell run` is started with SSL_CERT_FILE naming the
+//! test CA (so that the proxy trusts the server) and with the token in the variable the
+//! credential reads.
+//!
+//! The server is `localhost` on the host. Inside, loopback is the sandbox's own, so
+//! NO_PROXY names `localhost,127.0.0.1,::1` except what the zone's allow list names: the
+//! zones here allow `localhost:PORT`, so their clients send it to the proxy as they are.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use wardcell_tests::{both, Fixture, Out};
+
+/// The credential's name in the test config.
+const CRED: &str = "git";
+/// Where the server keeps its repository, relative to GIT_PROJECT_ROOT.
+const REPO_PATH: &str = "/repo.git";
+
+// ---------------------------------------------------------------------------
+// Host tools
+// ---------------------------------------------------------------------------
+
+/// `name` on the test process's PATH, then in the usual places.
+fn which(name: &str) -> PathBuf {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let found = path
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .chain(["/usr/local/bin", "/usr/bin", "/bin"])
+        .map(|d| Path::new(d).join(name))
+        .find(|p| {
+            p.metadata()
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+        .unwrap_or_else(|| panic!("`{name}` is needed for these tests and is not installed"));
+    found
+}
+
+/// The git every part of a test uses: on the host, for the server, and inside (it must
+/// be somewhere a sandbox reads, which /usr is).
+fn git() -> &'static Path {
+    static GIT: OnceLock<PathBuf> = OnceLock::new();
+    GIT.get_or_init(|| {
+        let g = which("git");
+        let g = fs::canonicalize(&g).unwrap_or(g);
+        assert!(
+            g.starts_with("/usr") || g.starts_with("/bin"),
+            "git at {} is outside what a sandbox may read",
+            g.display()
+        );
+        g
+    })
+}
+
+/// A system python3 (the server runs on the host, as the invoking user).
+fn python() -> PathBuf {
+    let system = Path::new("/usr/bin/python3");
+    if system.is_file() {
+        system.to_path_buf()
+    } else {
+        which("python3")
+    }
+}
+
+fn fixture_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/git_https_server.py")
+}
+
+/// PATH for `wardcell run` and everything inside: the staged binaries, then git's
+/// directory, then the system's.
+fn run_path(fx: &Fixture) -> String {
+    format!(
+        "{}:{}:/usr/bin:/bin",
+        fx.bin.display(),
+        git().parent().unwrap().display()
+    )
+}
+
+/// Run a command on the host and return its stdout; panic with everything on failure.
+#[track_caller]
+fn host(cmd: &mut Command) -> String {
+    let out = cmd.stdin(Stdio::null()).output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// git on the host, as the invoking user, without anybody's config.
+fn host_git(dir: &Path) -> Command {
+    let mut c = Command::new(git());
+    c.current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .args([
+            "-c",
+            "user.name=wardcell e2e",
+            "-c",
+            "user.email=e2e@wardcell.invalid",
+        ])
+        // The project may already belong to the fixture's uid.
+        .args(["-c", "safe.directory=*"]);
+    c
+}
+
+/// The proxy binary next to the others (the harness stages only what every test needs).
+fn stage_proxy(fx: &Fixture) {
+    static STAGED: OnceLock<()> = OnceLock::new();
+    STAGED.get_or_init(|| {
+        let dst = fx.bin.join("wardcell-proxy");
+        if dst.is_file() {
+            return;
+        }
+        let exe = std::env::current_exe().unwrap();
+        let deps = exe.parent().unwrap();
+        let profile = if deps.ends_with("deps") {
+            deps.parent().unwrap()
+        } else {
+            deps
+        };
+        let src = profile.join("wardcell-proxy");
+        assert!(
+            src.is_file(),
+            "{} is missing: build the workspace first (`cargo build --workspace`)",
+            src.display()
+        );
+        let tmp = fx
+            .bin
+            .join(format!(".wardcell-proxy.{}", std::process::id()));
+        fs::copy(&src, &tmp).unwrap();
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::rename(&tmp, &dst).unwrap();
+    });
+}
+
+/// A token no test shares with another.
+fn fresh_token() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    format!(
+        "e2eTok{:012x}q{:06x}z{}",
+        nanos & 0xffff_ffff_ffff,
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Bytes that do not compress (so a push of them is large on the wire).
+fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        v.extend_from_slice(&seed.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    Sha256::digest(b)
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect()
+}
+
+/// A port nothing listens on right now (a listener bound and dropped).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A name from this machine's hosts file that maps to a loopback address and is not
+/// `localhost` (for example `vm` or `runsc` on the CI machine), if there is one.
+fn hosts_file_loopback_name() -> Option<String> {
+    let hosts = fs::read_to_string("/etc/hosts").ok()?;
+    hosts
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let ip: std::net::IpAddr = f.next()?.parse().ok()?;
+            ip.is_loopback()
+                .then(|| f.map(str::to_string).collect::<Vec<_>>())
+        })
+        .flatten()
+        .find(|n| {
+            let lower = n.to_ascii_lowercase();
+            lower != "localhost"
+                && !lower.starts_with("localhost.")
+                && !lower.ends_with(".localhost")
+                && n.split('.').all(|label| {
+                    !label.is_empty()
+                        && label
+                            .bytes()
+                            .all(|c| c.is_ascii_alphanumeric() || c == b'-')
+                        && !label.starts_with('-')
+                        && !label.ends_with('-')
+                })
+        })
+}
+
+// ---------------------------------------------------------------------------
+// The upstream: a TLS server with a bare repository, run as the invoking user
+// ---------------------------------------------------------------------------
+
+struct Upstream {
+    child: Child,
+    /// Held open for the server's lifetime (see `--exit-on-stdin-eof`).
+    _lifeline: Option<std::process::ChildStdin>,
+    port: u16,
+    /// The server's own directory (0700, the invoking user's): key, log, repository.
+    dir: PathBuf,
+    /// The test CA, readable by the fixture's uid; outside what a sandbox reads.
+    ca_pem: PathBuf,
+    ca_text: String,
+    token: String,
+    stderr: PathBuf,
+}
+
+impl Upstream {
+    fn start(fx: &Fixture) -> Upstream {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+        stage_proxy(fx);
+        // Beside the fixture, not in it: the harness gives everything in a fixture to
+        // its uid, and this belongs to the invoking user.
+        let base = fx.dir.file_name().unwrap().to_str().unwrap().to_string();
+        let root = &wardcell_tests::staged().root;
+        let dir = root.join(format!("{base}.upstream"));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("srv")).unwrap();
+        fs::create_dir_all(dir.join("uploads")).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+
+        // A CA and a `localhost` certificate signed by it.
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::default();
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "wardcell e2e upstream CA");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "localhost");
+        let leaf = params.signed_by(&key, &ca, &ca_key).unwrap();
+        fs::write(dir.join("cert.pem"), leaf.pem()).unwrap();
+        fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+        let ca_text = ca.pem();
+        let ca_pem = root.join(format!("{base}.upstream-ca.pem"));
+        fs::write(&ca_pem, &ca_text).unwrap();
+        fs::set_permissions(&ca_pem, fs::Permissions::from_mode(0o644)).unwrap();
+
+        host(host_git(&dir.join("srv")).args(["init", "-q", "--bare", "repo.git"]));
+
+        let exec_path = host(host_git(&dir).arg("--exec-path"));
+        let backend = Path::new(exec_path.trim()).join("git-http-backend");
+        assert!(backend.is_file(), "{} is missing", backend.display());
+
+        let token = fresh_token();
+        let stderr = dir.join("server.stderr");
+        let mut child = Command::new(python())
+            .arg(fixture_script())
+            .args(["--cert", dir.join("cert.pem").to_str().unwrap()])
+            .args(["--key", dir.join("key.pem").to_str().unwrap()])
+            .args(["--root", dir.join("srv").to_str().unwrap()])
+            .args(["--backend", backend.to_str().unwrap()])
+            .args(["--log", dir.join("requests.jsonl").to_str().unwrap()])
+            .args(["--uploads", dir.join("uploads").to_str().unwrap()])
+            .env_clear()
+            .env(
+                "PATH",
+                format!("{}:/usr/bin:/bin", git().parent().unwrap().display()),
+            )
+            .env("WARDCELL_TEST_GIT_TOKEN", &token)
+            // If this test process dies without dropping the Upstream, the pipe closes
+            // and the server exits.
+            .arg("--exit-on-stdin-eof")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("start the test server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("PORT ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the test server did not start: {line:?}\n{}",
+                    fs::read_to_string(&stderr).unwrap_or_default()
+                )
+            });
+        Upstream {
+            _lifeline: child.stdin.take(),
+            child,
+            port,
+            dir,
+            ca_pem,
+            ca_text,
+            token,
+            stderr,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.port)
+    }
+
+    fn bare(&self) -> PathBuf {
+        self.dir.join("srv/repo.git")
+    }
+
+    /// What the server's `main` points at, if it exists.
+    fn main_ref(&self) -> Option<String> {
+        let out = host_git(&self.bare())
+            .args(["rev-parse", "--verify", "-q", "refs/heads/main"])
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// The Authorization header the credential should produce.
+    fn basic(&self) -> String {
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD
+                .encode(format!("x-access-token:{}", self.token))
+        )
+    }
+
+    /// The token and its encoded form: what must appear nowhere.
+    fn secrets(&self) -> [String; 2] {
+        [
+            self.token.clone(),
+            base64::engine::general_purpose::STANDARD
+                .encode(format!("x-access-token:{}", self.token)),
+        ]
+    }
+
+    /// Every request the server has seen, in order.
+    fn requests(&self) -> Vec<Value> {
+        fs::read_to_string(self.dir.join("requests.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line from the server"))
+            .collect()
+    }
+
+    fn requests_to(&self, prefix: &str) -> Vec<Value> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r["path"].as_str().unwrap_or("").starts_with(prefix))
+            .collect()
+    }
+
+    fn server_stderr(&self) -> String {
+        fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The project, the config, and running wardcell
+// ---------------------------------------------------------------------------
+
+/// A git repository in the project with one commit (a README and 3 MiB of noise, so
+/// that git sends the pack chunked) and `origin` at the test server. Returns the commit.
+fn project(fx: &Fixture, up: &Upstream) -> String {
+    fs::write(fx.proj.join("README"), "wardcell e2e\n").unwrap();
+    fs::write(
+        fx.proj.join("big.bin"),
+        noise(3 << 20, 0x9e37_79b9_7f4a_7c15),
+    )
+    .unwrap();
+    host(host_git(&fx.proj).args(["init", "-q", "-b", "main"]));
+    host(host_git(&fx.proj).args(["add", "README", "big.bin"]));
+    host(host_git(&fx.proj).args(["commit", "-q", "-m", "first"]));
+    host(host_git(&fx.proj).args(["remote", "add", "origin", &up.url("/repo.git")]));
+    let head = host(host_git(&fx.proj).args(["rev-parse", "HEAD"]))
+        .trim()
+        .to_string();
+    fx.own(&fx.proj);
+    head
+}
+
+/// Zones: `agent` (default; network to the server, the refused names and nothing else;
+/// no credentials), `push` (authenticated, credential `git` for localhost under
+/// /repo.git/*, secret from `secret_env`), `offline` (no network), `elsewhere` (network
+/// to a host that is not loopback only). A copy of the test CA
+/// is put in ~/e2e/ for the commands that check the server's own certificate.
+fn config(fx: &Fixture, up: &Upstream, secret_env: &str, loopback_name: Option<&str>) {
+    let bin = fx.bin.display();
+    let port = up.port;
+    let mut agent_allow = vec![format!("localhost:{port}"), format!("127.1:{port}")];
+    agent_allow.extend(loopback_name.map(|n| format!("{n}:{port}")));
+    let agent_allow = agent_allow
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    fx.write(&fx.home.join("e2e/upstream-ca.pem"), &up.ca_text);
+    fx.config(&format!(
+        r#"
+[zones.agent]
+profile = "dev"
+default = true
+
+[zones.push]
+profile = "pusher"
+description = "Can push to the test git server"
+authenticated = true
+enter_from = ["agent"]
+
+[zones.offline]
+profile = "offline"
+enter_from = ["agent"]
+
+[zones.elsewhere]
+profile = "elsewhere"
+enter_from = ["agent"]
+
+[profiles.dev]
+extends = "developer-readonly"
+read = ["{bin}"]
+network = {{ allow = [{agent_allow}] }}
+
+[profiles.pusher]
+extends = "developer-readonly"
+read = ["{bin}"]
+network = {{ allow = ["localhost:{port}"] }}
+credentials = ["{CRED}"]
+
+[profiles.offline]
+extends = "developer-readonly"
+read = ["{bin}"]
+
+[profiles.elsewhere]
+extends = "developer-readonly"
+read = ["{bin}"]
+network = {{ allow = ["example.invalid:443"] }}
+
+[credentials.{CRED}]
+hosts = ["localhost"]
+paths = ["{REPO_PATH}/*"]
+scheme = "basic"
+username = "x-access-token"
+secret = {{ env = "{secret_env}" }}
+"#
+    ));
+}
+
+/// Write a script under ~/e2e/ (readable inside) and return its path.
+fn script(fx: &Fixture, name: &str, body: &str) -> String {
+    let path = fx.home.join("e2e").join(name);
+    fx.write(&path, &format!("#!/bin/sh\n{body}"));
+    path.display().to_string()
+}
+
+fn runs_dir(fx: &Fixture) -> PathBuf {
+    fx.home.join(".local/state/wardcell/runs")
+}
+
+fn log_names(fx: &Fixture) -> BTreeSet<String> {
+    fs::read_dir(runs_dir(fx))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.ends_with(".jsonl"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One `wardcell run -- /bin/sh -c SCRIPT` as the fixture's uid, with SSL_CERT_FILE at
+/// the test CA and the token in `secret_env`, killed after 180 s. Returns what it printed
+/// and the run's audit log (its lines parsed, and its text).
+fn run(fx: &Fixture, up: &Upstream, secret_env: &str, sh: &str) -> (Out, Vec<Value>, String) {
+    let before = log_names(fx);
+    let mut cmd = fx.cmd(&["run", "--", "/bin/sh", "-c", sh]);
+    cmd.env("PATH", run_path(fx))
+        .env("SSL_CERT_FILE", &up.ca_pem)
+        .env(secret_env, &up.token)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = output_within(cmd, Duration::from_secs(180));
+    let after = log_names(fx);
+    let new: Vec<_> = after.difference(&before).collect();
+    assert_eq!(
+        new.len(),
+        1,
+        "expected one new run log, got {new:?}; {out:#?}"
+    );
+    let text = fs::read_to_string(runs_dir(fx).join(new[0])).unwrap();
+    let lines = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line in the audit log"))
+        .collect();
+    (out, lines, text)
+}
+
+fn output_within(mut cmd: Command, limit: Duration) -> Out {
+    let mut child = cmd.spawn().expect("spawn wardcell");
+    // At most 128 MiB of each stream is kept (the rest is read and dropped), so that a
+    // runaway command cannot take the test's memory.
+    const KEEP: usize = 128 << 20;
+    let pipe = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match r.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            let room = KEEP.saturating_sub(v.len());
+                            v.extend_from_slice(&buf[..n.min(room)]);
+                        }
+                    }
+                }
+            }
+            v
+        })
+    };
+    let so = pipe(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let se = pipe(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = String::from_utf8_lossy(&so.join().unwrap()).into_owned();
+    let stderr = String::from_utf8_lossy(&se.join().unwrap()).into_owned();
+    let Some(status) = status else {
+        panic!("wardcell run took longer than {limit:?}\nstdout: {stdout}\nstderr: {stderr}");
+    };
+    use std::os::unix::process::ExitStatusExt;
+    Out {
+        code: status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+        stdout,
+        stderr,
+    }
+}
+
+/// The value after `key=` on the line starting with `tag `, e.g. `tag code=403 rc=56`.
+#[track_caller]
+fn field(out: &Out, tag: &str, key: &str) -> String {
+    let prefix = format!("{tag} ");
+    out.stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .flat_map(|rest| rest.split_whitespace())
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")).map(str::to_string))
+        .unwrap_or_else(|| panic!("no `{tag} ... {key}=` line; {out:#?}"))
+}
+
+/// The lines of a `== name` section of a script's output, up to the next `== `.
+fn section<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    let head = format!("== {name}");
+    text.lines()
+        .skip_while(|l| *l != head)
+        .skip(1)
+        .take_while(|l| !l.starts_with("== "))
+        .collect()
+}
+
+fn events<'a>(log: &'a [Value], event: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    log.iter().filter(move |l| l["event"] == event)
+}
+
+#[track_caller]
+fn assert_no_secret(what: &str, text: &str, up: &Upstream) {
+    for s in up.secrets() {
+        assert!(!text.contains(&s), "the secret ({s}) is in {what}:\n{text}");
+    }
+}
+
+/// A curl inside, through the proxy, printing `TAG code=.. connect=.. rc=..`.
+fn curl_line(tag: &str, args: &str) -> String {
+    format!(
+        "curl -sS --max-time 30 -o /dev/null -w '{tag} code=%{{http_code}} connect=%{{http_connect}} ' {args}; echo \"rc=$?\"\n"
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------
+
+// The sandbox environment: proxy variables where the profile has network (the proxy on
+// the sandbox's own loopback), NO_PROXY for the sandbox's loopback names the allow list
+// does not claim, a CA bundle only where the proxy intercepts, nothing in a zone
+// without network.
+both!(proxy_variables_are_set_per_zone, |fx| {
+    let up = Upstream::start(&fx);
+    config(&fx, &up, "COMPANY_GIT_TOKEN", None);
+    let dump = script(
+        &fx,
+        "dump-env.sh",
+        "for v in HTTP_PROXY HTTPS_PROXY http_proxy https_proxy NO_PROXY no_proxy \
+           SSL_CERT_FILE CURL_CA_BUNDLE GIT_SSL_CAINFO REQUESTS_CA_BUNDLE NODE_EXTRA_CA_CERTS; do\n\
+           eval \"set=\\${$v+yes}\"; eval \"val=\\${$v-}\"\n\
+           echo \"$WARDCELL_ZONE $v set=${set:-no} value=$val\"\n\
+         done\n\
+         if [ -n \"${SSL_CERT_FILE-}\" ]; then\n\
+           echo \"$WARDCELL_ZONE bundle certs=$(grep -c 'BEGIN CERTIFICATE' \"$SSL_CERT_FILE\")\"\n\
+         fi\n",
+    );
+    let (out, _, _) = run(
+        &fx,
+        &up,
+        "COMPANY_GIT_TOKEN",
+        &format!(
+            "sh {dump}; wardcell zone enter push -- sh {dump}; wardcell zone enter offline -- sh {dump}; \
+             wardcell zone enter elsewhere -- sh {dump}"
+        ),
+    );
+    out.ok();
+
+    let proxy_vars = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];
+    let ca_vars = [
+        "SSL_CERT_FILE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "REQUESTS_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+    ];
+    for zone in ["agent", "push", "elsewhere"] {
+        let proxy = field(&out, &format!("{zone} HTTP_PROXY"), "value");
+        let port: u16 = proxy
+            .strip_prefix("http://127.0.0.1:")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("{zone}: HTTP_PROXY={proxy:?}; {out:#?}"));
+        assert_ne!(port, 0);
+        for v in proxy_vars {
+            assert_eq!(
+                field(&out, &format!("{zone} {v}"), "value"),
+                proxy,
+                "{zone} {v}"
+            );
+        }
+        // Loopback inside is the sandbox's own, except where the allow list names it
+        // (`localhost:PORT` here means the host's, through the proxy).
+        let direct = if zone == "elsewhere" {
+            "localhost,127.0.0.1,::1"
+        } else {
+            "127.0.0.1,::1"
+        };
+        for v in ["NO_PROXY", "no_proxy"] {
+            assert_eq!(
+                field(&out, &format!("{zone} {v}"), "value"),
+                direct,
+                "{zone} {v}"
+            );
+        }
+    }
+    // The agent zone has no credentials, so nothing is intercepted and no bundle given
+    // (SSL_CERT_FILE may be the one `wardcell run` itself was given, passed through).
+    let no_bundle = |zone: &str| {
+        for v in ca_vars {
+            if field(&out, &format!("{zone} {v}"), "set") == "no" {
+                continue;
+            }
+            assert_eq!(v, "SSL_CERT_FILE", "{zone} has {v}: {out:#?}");
+            assert_eq!(
+                field(&out, &format!("{zone} {v}"), "value"),
+                up.ca_pem.display().to_string(),
+                "{zone} {v}"
+            );
+        }
+    };
+    no_bundle("agent");
+    no_bundle("elsewhere");
+    // The push zone's proxy intercepts for its credential's host: one bundle, named by
+    // all five variables.
+    let bundle = field(&out, "push SSL_CERT_FILE", "value");
+    assert!(bundle.starts_with('/'), "{out:#?}");
+    for v in ca_vars {
+        assert_eq!(
+            field(&out, &format!("push {v}"), "value"),
+            bundle,
+            "push {v}"
+        );
+    }
+    // System roots and the run's CA.
+    let certs: u32 = field(&out, "push bundle", "certs").parse().unwrap();
+    assert!(certs >= 2, "{out:#?}");
+    // No network, no proxy variables and no bundle.
+    for v in proxy_vars.iter().chain(&["NO_PROXY", "no_proxy"]) {
+        assert_eq!(
+            field(&out, &format!("offline {v}"), "set"),
+            "no",
+            "offline {v}"
+        );
+    }
+    no_bundle("offline");
+});
+
+// The headline: `git push` through `zone enter push` reaches git-http-backend with the
+// credential the proxy attached; the same push from the agent zone is refused by the
+// server (it arrives without credentials) and changes nothing.
+both!(git_push_works_through_the_push_zone_only, |fx| {
+    let up = Upstream::start(&fx);
+    let head = project(&fx, &up);
+    config(&fx, &up, "COMPANY_GIT_TOKEN", None);
+    let git = git().display();
+
+    // From the agent zone: its proxy tunnels to the server untouched (the agent trusts
+    // the server's CA for this), and the server answers 401.
+    let (out, log, _) = run(
+        &fx,
+        &up,
+        "COMPANY_GIT_TOKEN",
+        &format!(
+            "GIT_SSL_CAINFO=$HOME/e2e/upstream-ca.pem {git} push origin HEAD:main; echo \"agent-push rc=$?\""
+        ),
+    );
+    out.ok();
+    assert_ne!(field(&out, "agent-push", "rc"), "0", "{out:#?}");
+    assert!(
+        out.stderr.contains("Authentication failed")
+            || out.stderr.contains("could not read Username")
+            || out.stderr.contains("401"),
+        "the agent's push failed for another reason than missing credentials: {out:#?}\n{}",
+        up.server_stderr()
+    );
+    assert_eq!(up.main_ref(), None, "the agent zone pushed");
+    let seen = up.requests_to(REPO_PATH);
+    assert!(
+        !seen.is_empty(),
+        "the agent's push never reached the server: {out:#?}"
+    );
+    assert!(
+        seen.iter().all(|r| r["authorization"].is_null()),
+        "a credential reached the server from the agent zone: {seen:#?}"
+    );
+    assert!(
+        events(&log, "proxy.connect").all(|e| e["credential"].is_null()),
+        "{log:#?}"
+    );
+
+    // Through the push zone: the proxy attaches the credential.
+    let before = up.requests().len();
+    let (out, _, _) = run(
+        &fx,
+        &up,
+        "COMPANY_GIT_TOKEN",
+        &format!("wardcell zone enter push -- {git} push origin HEAD:main; echo \"push rc=$?\""),
+    );
+    out.ok();
+    assert_eq!(
+        field(&out, "push", "rc"),
+        "0",
+        "{out:#?}\nserver: {}",
+        up.server_stderr()
+    );
+    assert_eq!(up.main_ref().as_deref(), Some(head.as_str()), "{out:#?}");
+    host(host_git(&up.bare()).args(["fsck", "--strict", "--no-progress"]));
+    host(host_git(&up.bare()).args(["cat-file", "-e", &format!("{head}:big.bin")]));
+    // Every request of the push carried exactly the credential, and the pack (over
+    // 3 MiB of noise) arrived whole.
+    let pushed: Vec<_> = up.requests()[before..]
+        .iter()
+        .filter(|r| r["path"].as_str().unwrap_or("").starts_with(REPO_PATH))
+        .cloned()
+        .collect();
+    assert!(!pushed.is_empty());
+    for r in &pushed {
+        assert_eq!(
+            r["authorization"].as_str(),
+            Some(up.basic().as_str()),
+            "{r}"
+        );
+    }
+    assert!(
+        pushed
+            .iter()
+            .any(|r| r["path"] == "/repo.git/git-receive-pack"
+                && r["body_len"].as_u64().unwrap_or(0) > 3 << 20),
+        "{pushed:#?}"
+    );
+});
+
+// The secret is nowhere a sandboxed process can read: environment, /proc, files under
+// home, project and /tmp, in either zone; nor in the run's audit log. The credential
+// reads a variable (E2E_GIT_CRED) that no built-in deny pattern covers, so it is the
+// credential rule that keeps it out.
+both!(the_token_is_nowhere_a_sandbox_can_read, |fx| {
+    const VAR: &str = "E2E_GIT_CRED";
+    let up = Upstream::start(&fx);
+    config(&fx, &up, VAR, None);
+    fs::write(fx.proj.join("notes.txt"), "nothing secret here\n").unwrap();
+    fx.own(&fx.proj);
+    // Everything readable, printed for the host to search (a search inside would put
+    // the secret into the searching process's own argv).
+    let dump = script(
+        &fx,
+        "dump.sh",
+        "echo \"== env $WARDCELL_ZONE\"; env\n\
+         echo \"== proc $WARDCELL_ZONE\"\n\
+         n=0\n\
+         for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline /proc/self/environ; do\n\
+           if { tr '\\0' '\\n' < \"$f\"; } 2>/dev/null; then n=$((n+1)); fi\n\
+         done\n\
+         echo \"proc-files-read $n\"\n\
+         echo \"== files $WARDCELL_ZONE\"\n\
+         {\n\
+           for d in \"$HOME\" \"$PWD\" /tmp; do\n\
+             find \"$d\" -xdev -type f -readable -size -16M 2>/dev/null\n\
+           done\n\
+           if [ -n \"${SSL_CERT_FILE-}\" ]; then echo \"$SSL_CERT_FILE\"; fi\n\
+         } | while IFS= read -r f; do\n\
+           echo \"-- $f\"; cat \"$f\" 2>/dev/null; echo\n\
+         done | head -c 67108864\n\
+         echo\n\
+         echo \"== end $WARDCELL_ZONE\"\n",
+    );
+    let (out, log, log_text) = run(
+        &fx,
+        &up,
+        VAR,
+        &format!(
+            "echo scratch > /tmp/scratch; \
+             wardcell zone enter push -- \
+               curl -sS --max-time 30 -o /dev/null -w 'authed code=%{{http_code}}\\n' '{url}'; \
+             sh {dump}; wardcell zone enter push -- sh {dump}",
+            url = up.url("/repo.git/info/refs?service=git-upload-pack"),
+        ),
+    );
+    out.ok();
+    // The credential really was in play: the proxy attached it.
+    assert_eq!(field(&out, "authed", "code"), "200", "{out:#?}");
+    let got = up.requests_to(REPO_PATH);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert_eq!(got[0]["authorization"].as_str(), Some(up.basic().as_str()));
+
+    for zone in ["agent", "push"] {
+        let env = section(&out.stdout, &format!("env {zone}"));
+        assert!(
+            env.contains(&format!("WARDCELL_ZONE={zone}").as_str()),
+            "{out:#?}"
+        );
+        assert!(
+            !env.iter().any(|l| l.starts_with(&format!("{VAR}="))),
+            "{VAR} is in zone {zone}'s environment"
+        );
+        let proc = section(&out.stdout, &format!("proc {zone}"));
+        let read: u32 = proc
+            .iter()
+            .find_map(|l| l.strip_prefix("proc-files-read "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(read >= 3, "the /proc search read {read} files in {zone}");
+        let files = section(&out.stdout, &format!("files {zone}"));
+        assert!(
+            files.iter().any(|l| l.ends_with("/notes.txt")),
+            "the file search missed the project in {zone}: {out:#?}"
+        );
+    }
+    assert!(out.stdout.contains("== end push"), "{out:#?}");
+    assert_no_secret("what sandboxes could read", &out.stdout, &up);
+    assert_no_secret("wardcell's stderr", &out.stderr, &up);
+    assert_no_secret("the run's audit log", &log_text, &up);
+    assert!(
+        events(&log, "proxy.connect").any(|e| e["credential"] == CRED),
+        "{log_text}"
+    );
+});
+
+// A request outside the credential's paths gets no credential, and the push zone's
+// proxy really is in the middle for the credential's host (the server's own certificate
+// is not what the client sees), while the agent zone's proxy tunnels untouched.
+both!(paths_outside_the_credential_get_none, |fx| {
+    let up = Upstream::start(&fx);
+    config(&fx, &up, "COMPANY_GIT_TOKEN", None);
+    let mut inner = String::new();
+    for (tag, path) in [
+        ("other", "/other"),
+        ("prefix", "/repo.gitx/info/refs"),
+        ("bare", "/repo.git"),
+        ("inside", "/repo.git/info/refs?service=git-upload-pack"),
+    ] {
+        inner.push_str(&curl_line(tag, &format!("'{}'", up.url(path))));
+    }
+    inner.push_str(&format!(
+        "curl -sS --max-time 30 '{}'\n",
+        up.url("/other/body")
+    ));
+    // With only the server's own CA, the push zone's client rejects what it is shown.
+    inner.push_str(&curl_line(
+        "own-ca",
+        &format!(
+            "--cacert \"$HOME/e2e/upstream-ca.pem\" '{}'",
+            up.url("/own-ca")
+        ),
+    ));
+    let in_push = script(&fx, "paths.sh", &inner);
+    let in_agent = script(
+        &fx,
+        "agent-tunnel.sh",
+        &format!(
+            "{}{}",
+            curl_line(
+                "agent-own-ca",
+                &format!(
+                    "--cacert \"$HOME/e2e/upstream-ca.pem\" '{}'",
+                    up.url("/tunnel")
+                )
+            ),
+            curl_line("agent-system", &format!("'{}'", up.url("/tunnel-system")))
+        ),
+    );
+    let (out, log, _) = run(
+        &fx,
+        &up,
+        "COMPANY_GIT_TOKEN",
+        &format!("wardcell zone enter push -- sh {in_push}; sh {in_agent}"),
+    );
+    out.ok();
+    for tag in ["other", "prefix", "inside"] {
+        assert_eq!(field(&out, tag, "code"), "200", "{tag}: {out:#?}");
+        assert_eq!(field(&out, tag, "rc"), "0", "{tag}: {out:#?}");
+    }
+    // /repo.git itself is not under /repo.git/*: no credential, so the server says 401.
+    assert_eq!(field(&out, "bare", "code"), "401", "{out:#?}");
+    assert!(
+        out.stdout
+            .contains("path /other/body\nauthorization absent\n"),
+        "{out:#?}"
+    );
+    let auth = |p: &str| -> Vec<Value> {
+        up.requests()
+            .into_iter()
+            .filter(|r| r["path"] == p)
+            .map(|r| r["authorization"].clone())
+            .collect()
+    };
+    for p in ["/other", "/repo.gitx/info/refs", "/repo.git", "/other/body"] {
+        assert_eq!(auth(p), vec![Value::Null], "{p}");
+    }
+    assert_eq!(auth("/repo.git/info/refs"), vec![Value::from(up.basic())]);
+    // Intercepted: the push zone is shown the proxy's certificate, not the server's.
+    assert_ne!(field(&out, "own-ca", "rc"), "0", "{out:#?}");
+    assert!(auth("/own-ca").is_empty());
+    // Tunnelled: the agent zone sees the server's certificate and no bundle of ours.
+    assert_eq!(field(&out, "agent-own-ca", "code"), "200", "{out:#?}");
+    assert_ne!(field(&out, "agent-system", "rc"), "0", "{out:#?}");
+    assert_eq!(auth("/tunnel"), vec![Value::Null]);
+    // The audit log names the credential only for the request it was attached to.
+    let with_cred: Vec<_> = events(&log, "proxy.connect")
+        .filter(|e| e["credential"] == CRED)
+        .collect();
+    assert!(!with_cred.is_empty(), "{log:#?}");
+    assert!(with_cred.iter().all(|e| e["zone"] == "push"), "{log:#?}");
+});
+
+// What the proxy refuses: going around it, hosts and ports off the list, and names that
+// resolve to loopback without the list naming loopback explicitly.
+//
+// The loopback names: `127.1` (always; the proxy takes it as a name and the resolver
+// says 127.0.0.1; curl would rewrite it, so it is sent raw through bash's /dev/tcp),
+// and a name from /etc/hosts mapping to loopback when this machine has one (`vm` and
+// `runsc` on the CI machine). Names under `.localhost` are not used: this machine's
+// resolver (files, dns) does not map them.
+both!(off_list_and_around_the_proxy_are_refused, |fx| {
+    let up = Upstream::start(&fx);
+    let name = hosts_file_loopback_name();
+    config(&fx, &up, "COMPANY_GIT_TOKEN", name.as_deref());
+    // A real listener on another port, so that its refusal is the list's doing.
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    let other_port = other.local_addr().unwrap().port();
+    let port = up.port;
+    let mut s = String::new();
+    s.push_str(&curl_line(
+        "noproxy-localhost",
+        &format!("--noproxy '*' -k 'https://localhost:{port}/around'"),
+    ));
+    s.push_str(&curl_line(
+        "noproxy-ip",
+        &format!("--noproxy '*' -k 'https://127.0.0.1:{port}/around'"),
+    ));
+    s.push_str(&curl_line(
+        "noproxy-outside",
+        "--noproxy '*' --connect-timeout 10 http://192.0.2.1/",
+    ));
+    s.push_str(&curl_line("plain-offlist", "http://example.invalid/"));
+    s.push_str(&curl_line(
+        "connect-offport",
+        &format!("-k 'https://localhost:{other_port}/'"),
+    ));
+    s.push_str(&curl_line(
+        "allowed",
+        &format!(
+            "--cacert \"$HOME/e2e/upstream-ca.pem\" '{}'",
+            up.url("/allowed")
+        ),
+    ));
+    if let Some(n) = &name {
+        s.push_str(&curl_line(
+            "connect-name",
+            &format!("-k 'https://{n}:{port}/'"),
+        ));
+        s.push_str(&curl_line("plain-name", &format!("'http://{n}:{port}/'")));
+    }
+    let raw = |tag: &str, request: &str| {
+        format!(
+            "bash -c 'exec 3<>/dev/tcp/127.0.0.1/${{http_proxy##*:}} && printf \"{request}\" >&3 && IFS= read -r line <&3 && echo \"{tag} status=$line\"'\n"
+        )
+    };
+    s.push_str(&raw(
+        "raw-connect-127.1",
+        &format!("CONNECT 127.1:{port} HTTP/1.1\\r\\nHost: 127.1:{port}\\r\\n\\r\\n"),
+    ));
+    s.push_str(&raw(
+        "raw-plain-127.1",
+        &format!(
+            "GET http://127.1:{port}/ HTTP/1.1\\r\\nHost: 127.1:{port}\\r\\nConnection: close\\r\\n\\r\\n"
+        ),
+    ));
+    let refusals = script(&fx, "refusals.sh", &s);
+    let (out, log, log_text) = run(&fx, &up, "COMPANY_GIT_TOKEN", &format!("sh {refusals}"));
+    drop(other);
+    out.ok();
+
+    // Around the proxy there is nothing: curl cannot connect (exit 7).
+    for tag in ["noproxy-localhost", "noproxy-ip", "noproxy-outside"] {
+        assert_eq!(field(&out, tag, "rc"), "7", "{tag}: {out:#?}");
+    }
+    // Off the list: 403 for plain HTTP, 403 to the CONNECT.
+    assert_eq!(field(&out, "plain-offlist", "code"), "403", "{out:#?}");
+    assert_eq!(field(&out, "connect-offport", "connect"), "403", "{out:#?}");
+    assert_ne!(field(&out, "connect-offport", "rc"), "0", "{out:#?}");
+    // The control: what the list names gets through.
+    assert_eq!(field(&out, "allowed", "code"), "200", "{out:#?}");
+    // Names resolving to loopback without an explicit entry.
+    if let Some(n) = &name {
+        assert_eq!(
+            field(&out, "connect-name", "connect"),
+            "403",
+            "{n}: {out:#?}"
+        );
+        assert_eq!(field(&out, "plain-name", "code"), "403", "{n}: {out:#?}");
+    }
+    for tag in ["raw-connect-127.1", "raw-plain-127.1"] {
+        let line = out
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{tag} status=")))
+            .unwrap_or_else(|| panic!("{tag}: {out:#?}"));
+        assert!(line.starts_with("HTTP/1.1 403"), "{tag}: {line:?}");
+    }
+    // Only the allowed request reached the server.
+    let paths: Vec<_> = up
+        .requests()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(paths, ["/allowed"], "{out:#?}");
+
+    // Every refusal is a proxy.denied event in the run's log.
+    let denied: Vec<_> = events(&log, "proxy.denied").collect();
+    let has = |host: &str, port: u16, why: &str| {
+        denied.iter().any(|e| {
+            e["zone"] == "agent"
+                && e["host"] == host
+                && e["port"] == port
+                && e["decision"] == "denied"
+                && e["reason"].as_str().unwrap_or("").contains(why)
+        })
+    };
+    assert!(
+        has("example.invalid", 80, "not in the allow list"),
+        "{log_text}"
+    );
+    assert!(
+        has("localhost", other_port, "not in the allow list"),
+        "{log_text}"
+    );
+    assert!(has("127.1", port, "loopback"), "{log_text}");
+    if let Some(n) = &name {
+        assert!(has(n, port, "loopback"), "{log_text}");
+    }
+    let expected = 4 + if name.is_some() { 2 } else { 0 };
+    assert_eq!(denied.len(), expected, "{log_text}");
+    assert!(
+        events(&log, "proxy.connect").any(|e| e["zone"] == "agent"
+            && e["host"] == "localhost"
+            && e["port"] == port
+            && e["credential"].is_null()),
+        "{log_text}"
+    );
+});
+
+// A chunked upload over 1 MiB through the intercepting path arrives byte for byte.
+both!(a_chunked_upload_through_interception_arrives_intact, |fx| {
+    let up = Upstream::start(&fx);
+    config(&fx, &up, "COMPANY_GIT_TOKEN", None);
+    let data = noise((1 << 20) + 300 * 1024 + 7, 0x2545_f491_4f6c_dd1d);
+    let digest = sha256_hex(&data);
+    fs::write(fx.proj.join("upload.bin"), &data).unwrap();
+    fx.own(&fx.proj);
+    let (out, log, _) = run(
+        &fx,
+        &up,
+        "COMPANY_GIT_TOKEN",
+        &format!(
+            "wardcell zone enter push -- curl -sS --max-time 60 --fail \
+               -T upload.bin -H 'Transfer-Encoding: chunked' '{}'; echo \"upload rc=$?\"",
+            up.url("/upload/blob.bin")
+        ),
+    );
+    out.ok();
+    assert_eq!(
+        field(&out, "upload", "rc"),
+        "0",
+        "{out:#?}\n{}",
+        up.server_stderr()
+    );
+    assert!(
+        out.stdout
+            .contains(&format!("stored {} {digest}\n", data.len())),
+        "{out:#?}"
+    );
+    let stored = fs::read(up.dir.join("uploads/blob.bin")).unwrap();
+    assert_eq!(stored.len(), data.len());
+    assert_eq!(sha256_hex(&stored), digest);
+    let r = up.requests_to("/upload/");
+    assert_eq!(r.len(), 1, "{r:#?}");
+    assert_eq!(r[0]["body_len"].as_u64(), Some(data.len() as u64));
+    assert!(r[0]["authorization"].is_null(), "{r:#?}");
+    let up_bytes: u64 = events(&log, "proxy.connect")
+        .filter(|e| e["zone"] == "push")
+        .map(|e| e["bytes_up"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(up_bytes >= data.len() as u64, "{log:#?}");
+});
+
+// The run's log has `proxy.connect` with the credential's name for the push (zone, host,
+// port, bytes), `proxy.denied` for the push zone's 403s, and never the secret.
+both!(the_audit_log_records_the_push_and_the_refusals, |fx| {
+    let up = Upstream::start(&fx);
+    let head = project(&fx, &up);
+    config(&fx, &up, "COMPANY_GIT_TOKEN", None);
+    let git = git().display();
+    let denied_port = free_port();
+    let inner = script(
+        &fx,
+        "push-and-refusals.sh",
+        &format!(
+            "{git} push -q origin HEAD:main; echo \"push rc=$?\"\n{}{}",
+            curl_line("plain-offlist", "http://example.invalid/x"),
+            curl_line(
+                "connect-offport",
+                &format!("-k 'https://localhost:{denied_port}/'")
+            ),
+        ),
+    );
+    let (out, log, log_text) = run(
+        &fx,
+        &up,
+        "COMPANY_GIT_TOKEN",
+        &format!("wardcell zone enter push -- sh {inner}"),
+    );
+    out.ok();
+    assert_eq!(field(&out, "push", "rc"), "0", "{out:#?}");
+    assert_eq!(up.main_ref().as_deref(), Some(head.as_str()));
+    assert_eq!(field(&out, "plain-offlist", "code"), "403", "{out:#?}");
+    assert_eq!(field(&out, "connect-offport", "connect"), "403", "{out:#?}");
+
+    // Every line is a JSON object with the common fields.
+    for l in &log {
+        for k in ["ts", "run", "category", "event"] {
+            assert!(l.get(k).is_some(), "{k} missing: {l}");
+        }
+    }
+    // The entry itself was decided and audited.
+    assert!(
+        log.iter().any(|l| l["event"] == "audit.decision"
+            && l["decision"] == "allowed"
+            && l["target"] == "push"),
+        "{log_text}"
+    );
+    let connects: Vec<_> = events(&log, "proxy.connect")
+        .filter(|e| e["credential"] == CRED)
+        .collect();
+    assert!(!connects.is_empty(), "{log_text}");
+    for e in &connects {
+        assert_eq!(e["category"], "proxy", "{e}");
+        assert_eq!(e["zone"], "push", "{e}");
+        assert_eq!(e["host"], "localhost", "{e}");
+        assert_eq!(e["port"], up.port, "{e}");
+        assert!(e["bytes_up"].is_u64() && e["bytes_down"].is_u64(), "{e}");
+    }
+    let pushed: u64 = connects
+        .iter()
+        .map(|e| e["bytes_up"].as_u64().unwrap())
+        .sum();
+    assert!(
+        pushed > 3 << 20,
+        "the push's bytes are not counted: {log_text}"
+    );
+    let denied: Vec<_> = events(&log, "proxy.denied").collect();
+    assert_eq!(denied.len(), 2, "{log_text}");
+    for (host, port) in [("example.invalid", 80), ("localhost", denied_port)] {
+        assert!(
+            denied.iter().any(|e| e["category"] == "proxy"
+                && e["zone"] == "push"
+                && e["host"] == host
+                && e["port"] == port
+                && e["decision"] == "denied"
+                && e["reason"].as_str().is_some_and(|r| !r.is_empty())),
+            "no proxy.denied for {host}:{port}: {log_text}"
+        );
+    }
+    assert_no_secret("the run's audit log", &log_text, &up);
+});
+
+// The CA bundle's "system roots" are the machine's (or what `wardcell run` was started
+// with), never a file a sandboxed caller names: an SSL_CERT_FILE set inside the agent
+// zone for `zone enter` must not make the new sandbox's bundle carry a file that neither
+// zone may read.
+both!(a_callers_ssl_cert_file_does_not_reach_the_bundle, |fx| {
+    let up = Upstream::start(&fx);
+    config(&fx, &up, "COMPANY_GIT_TOKEN", None);
+    // Outside every profile (not under home, the project, the system trees or the
+    // binaries), but readable by the fixture's uid.
+    let marker = format!("not-for-any-sandbox-{}", fresh_token());
+    let outside = fx.outside.join("private.txt");
+    fx.write(&outside, &format!("{marker}\n"));
+    let (out, _, _) = run(
+        &fx,
+        &up,
+        "COMPANY_GIT_TOKEN",
+        &format!(
+            "cat {f} >/dev/null 2>&1; echo \"agent-read rc=$?\"; \
+             SSL_CERT_FILE={f} wardcell zone enter push -- \
+               sh -c 'cat \"$SSL_CERT_FILE\"; cat {f} >/dev/null 2>&1; echo \"push-read rc=$?\"'; \
+             echo \"enter rc=$?\"",
+            f = outside.display()
+        ),
+    );
+    out.ok();
+    assert_ne!(
+        field(&out, "agent-read", "rc"),
+        "0",
+        "the file is not outside: {out:#?}"
+    );
+    assert!(
+        !out.stdout.contains(&marker),
+        "a file outside both profiles reached the push zone through the caller's SSL_CERT_FILE: {out:#?}"
+    );
+    assert_ne!(
+        field(&out, "push-read", "rc"),
+        "0",
+        "the file is not outside: {out:#?}"
+    );
+    assert_eq!(field(&out, "enter", "rc"), "0", "{out:#?}");
+});
