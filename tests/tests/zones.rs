@@ -603,3 +603,14 @@ both!(
         fx.run(&["logs", "verify", &id]).ok();
     }
 );
+
+both!(back_to_back_entries_are_not_refused, |fx| {
+    zones_config(&fx, "");
+    // The "one at a time" flag is released before the caller hears the status.
+    let out = inside(
+        &fx,
+        "n=0; for i in $(seq 40); do wardcell zone enter push -- true || n=$((n+1)); done; echo refused=$n",
+    );
+    out.ok();
+    assert!(out.stdout.contains("refused=0"), "{out:?}");
+});

@@ -18,13 +18,22 @@ use crate::error::BrokerError;
 use crate::sandbox::Run;
 use crate::sys;
 
-/// A running proxy; dropping it ends it.
+/// A running proxy; dropping it ends it, after its last events are in the log.
 pub struct Proxy {
     child: Child,
+    /// Our side of its control socket, to say "the sandbox has ended" (end of file).
+    control: UnixStream,
+    /// Told when the proxy's event stream has ended (every event is in the log).
+    drained: std::sync::mpsc::Receiver<()>,
 }
+
+/// How long a proxy may take to finish its connections once its sandbox has ended.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl Drop for Proxy {
     fn drop(&mut self) {
+        let _ = self.control.shutdown(std::net::Shutdown::Write);
+        let _ = self.drained.recv_timeout(DRAIN);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -46,7 +55,12 @@ pub fn start(
     let (mut ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
     let child = sys::spawn_with_control(&path, theirs.as_raw_fd()).map_err(|e| fail("exec", &e))?;
     drop(theirs);
-    let proxy = Proxy { child };
+    let (done, drained) = std::sync::mpsc::channel();
+    let proxy = Proxy {
+        child,
+        control: ours.try_clone().map_err(|e| fail("control socket", &e))?,
+        drained,
+    };
 
     // Only an authenticated zone's proxy gets credentials, and only its profile's.
     let credentials = if authenticated {
@@ -88,7 +102,10 @@ pub fn start(
     let zone = zone.to_string();
     std::thread::Builder::new()
         .name(format!("proxy-events-{zone}"))
-        .spawn(move || audit_events(&run, &zone, ours))
+        .spawn(move || {
+            audit_events(&run, &zone, ours);
+            let _ = done.send(());
+        })
         .map_err(|e| fail("event thread", &e))?;
     Ok((proxy, ca_pem))
 }

@@ -238,7 +238,7 @@ impl Supervisor {
             );
             return;
         }
-        let _entering = Flag(&self.entering);
+        let entering = Flag::hold(&self.entering);
 
         // b. The chain check.
         let zone = match chain::may_enter(&plan.zones, &self.chain, target) {
@@ -249,6 +249,7 @@ impl Supervisor {
                     "audit.decision",
                     decision("denied", denied.reason(), None),
                 );
+                entering.release();
                 refuse(conn, denied.message());
                 return;
             }
@@ -277,6 +278,7 @@ impl Supervisor {
                 "audit.decision",
                 decision("denied", &a.reason, Some(a)),
             );
+            entering.release();
             refuse(
                 conn,
                 format!("entering zone '{target}' was not approved: {}", a.reason),
@@ -294,6 +296,7 @@ impl Supervisor {
                 answer.as_ref(),
             ),
         ) {
+            entering.release();
             refuse(
                 conn,
                 format!("the audit log cannot be written ({e}), so the entry is refused; `wardcell doctor` shows where the log lives"),
@@ -343,6 +346,7 @@ impl Supervisor {
                     "audit.completed",
                     completed(Value::Null, &format!("not started: {message}")),
                 );
+                entering.release();
                 let _ = protocol::write_frame(conn, &ZoneResponse::Failed { message, code: 1 });
                 return;
             }
@@ -385,18 +389,39 @@ impl Supervisor {
         };
         let _ = self.audit("audit", "audit.completed", completed(status, &how));
         self.run.entry_done(entry);
+        entering.release();
         let _ = protocol::write_frame(conn, &response);
         // The caller has its answer; now collect the shim.
         sb.running.reap();
     }
 }
 
-/// Clears an AtomicBool when dropped.
-struct Flag<'a>(&'a AtomicBool);
+/// Holds "an entry is running" for one sandbox. Released before the caller is answered
+/// (so that its next request is not refused), exactly once: a late release must not
+/// clear the flag of an entry that started since.
+struct Flag<'a> {
+    flag: &'a AtomicBool,
+    held: std::cell::Cell<bool>,
+}
+
+impl<'a> Flag<'a> {
+    fn hold(flag: &'a AtomicBool) -> Flag<'a> {
+        Flag {
+            flag,
+            held: std::cell::Cell::new(true),
+        }
+    }
+
+    fn release(&self) {
+        if self.held.replace(false) {
+            self.flag.store(false, Ordering::SeqCst);
+        }
+    }
+}
 
 impl Drop for Flag<'_> {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
+        self.release();
     }
 }
 

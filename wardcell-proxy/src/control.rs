@@ -6,8 +6,9 @@
 //! 4. proxy -> broker: `Ready` or `Failed`; then `Connect` / `Denied` events, written by
 //!    one task in the order they happen.
 //!
-//! The broker sends nothing after `Start`: end of file means it is gone and the proxy
-//! exits; any byte is out of turn and also ends the proxy.
+//! The broker sends nothing after `Start`: end of file means the sandbox has ended (or
+//! the broker is gone); the proxy then finishes the connections in flight, writes their
+//! events, and exits. Any byte is out of turn and ends the proxy at once.
 
 #![forbid(unsafe_code)]
 
@@ -171,7 +172,18 @@ pub enum Ended {
 }
 
 /// Write events in order and watch for the broker going away; returns when either ends.
-pub async fn run(control: UnixStream, mut events: mpsc::UnboundedReceiver<ProxyEvent>) -> Ended {
+/// How long, after the broker's end of file, in-flight connections may take to finish
+/// and their events to be written.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Step 4: write events until the broker closes its side. Then stop accepting (`front`),
+/// let the connections in flight finish (their sandbox is gone, so they end), write every
+/// event they leave, and return: the broker reads to the end before it reaps us.
+pub async fn run(
+    control: UnixStream,
+    mut events: mpsc::UnboundedReceiver<ProxyEvent>,
+    front: tokio::task::AbortHandle,
+) -> Ended {
     let stream = match control
         .set_nonblocking(true)
         .and_then(|()| tokio::net::UnixStream::from_std(control))
@@ -181,6 +193,7 @@ pub async fn run(control: UnixStream, mut events: mpsc::UnboundedReceiver<ProxyE
     };
     let (mut rd, mut wr) = stream.into_split();
     let writer = async move {
+        // Ends when every sender is gone: the accept loop and each connection hold one.
         while let Some(ev) = events.recv().await {
             let frame = match protocol::encode_frame(&ev) {
                 Ok(f) => f,
@@ -193,16 +206,20 @@ pub async fn run(control: UnixStream, mut events: mpsc::UnboundedReceiver<ProxyE
         }
         Ended::BrokerGone
     };
-    let reader = async move {
-        let mut b = [0u8; 1];
-        match rd.read(&mut b).await {
-            Ok(0) => Ended::BrokerGone,
+    tokio::pin!(writer);
+    let mut b = [0u8; 1];
+    tokio::select! {
+        e = &mut writer => e,
+        r = rd.read(&mut b) => match r {
+            Ok(0) => {
+                front.abort();
+                match tokio::time::timeout(DRAIN, &mut writer).await {
+                    Ok(e) => e,
+                    Err(_) => Ended::BrokerGone,
+                }
+            }
             Ok(_) => Ended::Broken("the broker sent a message out of turn".into()),
             Err(e) => Ended::Broken(format!("reading the control socket: {e}")),
-        }
-    };
-    tokio::select! {
-        e = writer => e,
-        e = reader => e,
+        },
     }
 }

@@ -173,8 +173,8 @@ fn serve(
         let listener = tokio::net::TcpListener::from_std(listener).map_err(Error::Runtime)?;
         let (events, rx) = Events::channel();
         let ctx = Arc::new(Ctx::new(spec.zone, p.allow, p.creds, p.intercept, events));
-        tokio::spawn(front::serve(listener, ctx));
-        Ok(control::run(control, rx).await)
+        let front = tokio::spawn(front::serve(listener, ctx));
+        Ok(control::run(control, rx, front.abort_handle()).await)
     });
     // Do not wait for a name lookup still blocking on a resolver thread.
     rt.shutdown_background();
