@@ -31,6 +31,7 @@ pub const BINARIES: &[&str] = &[
     "wardcell",
     "wardcell-broker",
     "wardcell-shim",
+    "wardcell-proxy",
     "wardcell-probe",
 ];
 

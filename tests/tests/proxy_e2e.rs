@@ -127,36 +127,6 @@ fn host_git(dir: &Path) -> Command {
     c
 }
 
-/// The proxy binary next to the others (the harness stages only what every test needs).
-fn stage_proxy(fx: &Fixture) {
-    static STAGED: OnceLock<()> = OnceLock::new();
-    STAGED.get_or_init(|| {
-        let dst = fx.bin.join("wardcell-proxy");
-        if dst.is_file() {
-            return;
-        }
-        let exe = std::env::current_exe().unwrap();
-        let deps = exe.parent().unwrap();
-        let profile = if deps.ends_with("deps") {
-            deps.parent().unwrap()
-        } else {
-            deps
-        };
-        let src = profile.join("wardcell-proxy");
-        assert!(
-            src.is_file(),
-            "{} is missing: build the workspace first (`cargo build --workspace`)",
-            src.display()
-        );
-        let tmp = fx
-            .bin
-            .join(format!(".wardcell-proxy.{}", std::process::id()));
-        fs::copy(&src, &tmp).unwrap();
-        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).unwrap();
-        fs::rename(&tmp, &dst).unwrap();
-    });
-}
-
 /// A token no test shares with another.
 fn fresh_token() -> String {
     static N: AtomicU32 = AtomicU32::new(0);
@@ -252,7 +222,6 @@ struct Upstream {
 impl Upstream {
     fn start(fx: &Fixture) -> Upstream {
         use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
-        stage_proxy(fx);
         // Beside the fixture, not in it: the harness gives everything in a fixture to
         // its uid, and this belongs to the invoking user.
         let base = fx.dir.file_name().unwrap().to_str().unwrap().to_string();
