@@ -52,12 +52,36 @@ fn target_dir() -> PathBuf {
     profile.to_path_buf()
 }
 
-/// Copy the binaries once per test process to a place every uid can execute.
+/// Where each test process stages its binaries and fixtures (followed by its pid).
+const STAGING_PREFIX: &str = "/var/tmp/wardcell-tests-";
+
+/// Remove the staging directories of test processes that are gone.
+fn sweep_stale_staging() {
+    let Ok(entries) = fs::read_dir("/var/tmp") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let Some(pid) = path
+            .to_str()
+            .and_then(|p| p.strip_prefix(STAGING_PREFIX))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir_all(&path);
+        }
+    }
+}
+
+/// Stage the binaries once per test process where every uid can execute them.
 pub fn staged() -> &'static Staged {
     static STAGED: OnceLock<Staged> = OnceLock::new();
     STAGED.get_or_init(|| {
         let from = target_dir();
-        let root = PathBuf::from(format!("/var/tmp/wardcell-tests-{}", std::process::id()));
+        sweep_stale_staging();
+        let root = PathBuf::from(format!("{STAGING_PREFIX}{}", std::process::id()));
         let _ = fs::remove_dir_all(&root);
         let bin = root.join("bin");
         fs::create_dir_all(&bin).expect("create staging dir");
@@ -72,7 +96,10 @@ pub fn staged() -> &'static Staged {
                 src.display()
             );
             let dst = bin.join(name);
-            fs::copy(&src, &dst).unwrap();
+            // A hard link where the checkout shares the filesystem, else a copy.
+            if fs::hard_link(&src, &dst).is_err() {
+                fs::copy(&src, &dst).unwrap();
+            }
             fs::set_permissions(&dst, fs::Permissions::from_mode(0o755)).unwrap();
         }
         Staged { root, bin }
