@@ -64,6 +64,7 @@ fn main() -> ExitCode {
     }
 
     // 1. Undumpable first: nothing of ours is readable through ptrace or /proc from here on.
+    sys::single_malloc_arena();
     if let Err(e) = sys::set_undumpable() {
         eprintln!("error: wardcell-proxy: PR_SET_DUMPABLE: {e}");
         return ExitCode::FAILURE;

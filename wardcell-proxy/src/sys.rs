@@ -66,3 +66,11 @@ pub fn set_no_new_privs() -> io::Result<()> {
     let r = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
     cerr(r).map(drop)
 }
+
+/// One malloc arena for every thread: the runtime's worker threads would otherwise each
+/// keep an arena of their own, and the memory they held during a transfer, at idle.
+pub fn single_malloc_arena() {
+    const M_ARENA_MAX: libc::c_int = -8;
+    // SAFETY: mallopt takes two integers; called once, before any thread is started.
+    unsafe { libc::mallopt(M_ARENA_MAX, 1) };
+}
