@@ -150,6 +150,13 @@ both!(enter_runs_in_a_new_sandbox_under_the_target_profile, |fx| {
         "{log}"
     );
     assert!(log.contains(r#""chain":["agent","push"]"#), "{log}");
+    // Both sandboxes' confinement is on record, the entered one with its zone.
+    assert_eq!(
+        log.matches(r#""event":"sandbox.confined""#).count(),
+        2,
+        "{log}"
+    );
+    assert!(log.contains(r#""zone":"push""#), "{log}");
 });
 
 both!(stdin_is_piped_through_and_exec_failures_relayed, |fx| {

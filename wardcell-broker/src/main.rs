@@ -377,6 +377,13 @@ fn run_first_sandbox(
         &mut on_report,
     );
     sb.retire();
+    if let Some(why) = &ended.bad_report {
+        let _ = run.audit.write(
+            "sandbox",
+            "sandbox.bad_report",
+            json!({"sandbox": name, "reason": why}),
+        );
+    }
     if let Some(saved) = saved {
         let _ = termios::tcsetattr(stdin.as_fd(), SetArg::TCSADRAIN, &saved);
     }

@@ -78,6 +78,8 @@ pub struct Ended {
     pub outcome: Outcome,
     /// The caller went away first, and the sandbox was ended for it.
     pub caller_gone: bool,
+    /// The shim sent something that is not a report; reading stopped there.
+    pub bad_report: Option<String>,
 }
 
 /// Relay until the sandbox ends.
@@ -91,6 +93,7 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
     let mut control_open = true;
     let mut caller_open = caller.is_some();
     let mut caller_gone = false;
+    let mut bad_report: Option<String> = None;
     let mut stdin_open = pty.is_some();
     let mut master_open = pty.is_some();
     let mut buf = vec![0u8; 16 * 1024];
@@ -179,7 +182,11 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
                         break None;
                     }
                 }
-                Err(_) => control_open = false,
+                Err(FrameError::Closed) => control_open = false,
+                Err(e) => {
+                    bad_report = Some(e.to_string());
+                    control_open = false;
+                }
             }
         }
         if let Some(p) = &pty {
@@ -222,12 +229,17 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
                 on_report(&r);
                 reports.push(r);
             }
-            Err(FrameError::Closed) | Err(_) => control_open = false,
+            Err(FrameError::Closed) => control_open = false,
+            Err(e) => {
+                bad_report = Some(e.to_string());
+                control_open = false;
+            }
         }
     }
     Ended {
         outcome: outcome(&reports, status),
         caller_gone,
+        bad_report,
     }
 }
 

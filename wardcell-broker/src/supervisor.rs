@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use wardcell_common::protocol::{self, ZoneEntry, ZoneRequest, ZoneResponse};
+use wardcell_common::protocol::{self, ShimReport, ZoneEntry, ZoneRequest, ZoneResponse};
 
 use crate::approval;
 use crate::chain;
@@ -353,6 +353,7 @@ impl Supervisor {
         };
         let _ = protocol::write_frame(conn, &ZoneResponse::Started);
         let entry = self.run.entry_started(&sb.running);
+        let sb_name = sb.name.clone();
 
         // f. Wait, ending it if the caller goes away; relay the status.
         let ended = relay::wait(
@@ -361,8 +362,27 @@ impl Supervisor {
                 caller: Some(conn.as_fd()),
                 ..Default::default()
             },
-            &mut |_| {},
+            &mut |r| {
+                if let ShimReport::Confined {
+                    landlock_abi,
+                    partial,
+                } = r
+                {
+                    let _ = self.run.audit.write(
+                        "sandbox",
+                        "sandbox.confined",
+                        json!({"sandbox": sb_name, "zone": target, "landlock_abi": landlock_abi, "missing": partial}),
+                    );
+                }
+            },
         );
+        if let Some(why) = &ended.bad_report {
+            let _ = self.audit(
+                "sandbox",
+                "sandbox.bad_report",
+                json!({"sandbox": sb_name, "reason": why}),
+            );
+        }
         sb.retire();
         if ended.caller_gone || self.run.is_ending() {
             let how = if ended.caller_gone {
