@@ -20,15 +20,23 @@ pub enum Denied {
     TooDeep { target: String },
 }
 
+/// A zone name from a request as it may appear in a one-line message: no control
+/// characters, at most 64 characters (zone names are shorter; anything else is a probe).
+fn shown(name: &str) -> String {
+    name.chars().filter(|c| !c.is_control()).take(64).collect()
+}
+
 impl Denied {
     /// The one-line message after `error: `, as the spec words it.
     pub fn message(&self) -> String {
         match self {
             Denied::NotAllowed { target } => format!(
-                "this zone may not enter zone '{target}'; `wardcell zone list` shows the zones it may"
+                "this zone may not enter zone '{}'; `wardcell zone list` shows the zones it may",
+                shown(target)
             ),
             Denied::TooDeep { target } => format!(
-                "this zone may not enter zone '{target}': a chain of entered zones is at most {MAX_CHAIN} deep"
+                "this zone may not enter zone '{}': a chain of entered zones is at most {MAX_CHAIN} deep",
+                shown(target)
             ),
         }
     }
@@ -140,6 +148,19 @@ mod tests {
             unknown.message().replace("nope", "X"),
             forbidden.message().replace("release", "X")
         );
+    }
+
+    #[test]
+    fn a_hostile_zone_name_cannot_forge_lines() {
+        let z = spec_zones();
+        let d = may_enter(&z, &chain(&["agent"]), "x\nerror: approved\r").unwrap_err();
+        assert!(
+            !d.message().contains('\n') && !d.message().contains('\r'),
+            "{}",
+            d.message()
+        );
+        let d = may_enter(&z, &chain(&["agent"]), &"a".repeat(10_000)).unwrap_err();
+        assert!(d.message().len() < 200);
     }
 
     #[test]
