@@ -11,77 +11,21 @@
 #![forbid(unsafe_code)]
 
 use seccompiler::BpfProgram;
-use wardcell_seccomp::{self as filter, Reasoned, NAMESPACE_FLAGS};
+use wardcell_seccomp::{self as filter, Reasoned, ALWAYS_DENIED, NAMESPACE_FLAGS};
 
-/// Refused outright, with why.
+/// Refused besides `wardcell_seccomp::ALWAYS_DENIED`, with why.
 pub const DENIED: &Reasoned<i64> = &[
     (libc::SYS_execve, "the proxy runs no program after start-up"),
     (
         libc::SYS_execveat,
         "the proxy runs no program after start-up",
     ),
-    (libc::SYS_ptrace, "inspecting or steering other processes"),
-    (
-        libc::SYS_process_vm_readv,
-        "reading another process's memory",
-    ),
-    (
-        libc::SYS_process_vm_writev,
-        "writing another process's memory",
-    ),
-    (libc::SYS_mount, "changing the mount table"),
-    (libc::SYS_umount2, "changing the mount table"),
-    (libc::SYS_pivot_root, "changing the root"),
-    (libc::SYS_chroot, "changing the root"),
-    (libc::SYS_open_tree, "new mount API"),
-    (libc::SYS_move_mount, "new mount API"),
-    (libc::SYS_fsopen, "new mount API"),
-    (libc::SYS_fsconfig, "new mount API"),
-    (libc::SYS_fsmount, "new mount API"),
-    (libc::SYS_fspick, "new mount API"),
-    (libc::SYS_mount_setattr, "changing mount flags"),
-    (
-        libc::SYS_setns,
-        "joining another namespace (a sandbox's, say)",
-    ),
-    (libc::SYS_bpf, "loading kernel programs"),
-    (libc::SYS_perf_event_open, "kernel profiling; side channels"),
-    (
-        libc::SYS_io_uring_setup,
-        "io_uring bypasses syscall filtering",
-    ),
-    (
-        libc::SYS_io_uring_enter,
-        "io_uring bypasses syscall filtering",
-    ),
-    (
-        libc::SYS_io_uring_register,
-        "io_uring bypasses syscall filtering",
-    ),
-    (libc::SYS_keyctl, "the kernel keyring outlives the proxy"),
-    (libc::SYS_add_key, "the kernel keyring outlives the proxy"),
-    (
-        libc::SYS_request_key,
-        "the kernel keyring outlives the proxy",
-    ),
-    (
-        libc::SYS_userfaultfd,
-        "a tool for widening kernel race windows",
-    ),
-    (
-        libc::SYS_open_by_handle_at,
-        "opening files by handle bypasses path rules",
-    ),
-    (libc::SYS_kexec_load, "replacing the kernel"),
-    (libc::SYS_kexec_file_load, "replacing the kernel"),
-    (libc::SYS_init_module, "loading kernel modules"),
-    (libc::SYS_finit_module, "loading kernel modules"),
-    (libc::SYS_delete_module, "unloading kernel modules"),
 ];
 
 /// The filters, in the order they are installed.
 pub fn filters() -> Result<Vec<BpfProgram>, String> {
-    let mut deny = filter::unconditional(DENIED);
+    let mut deny = filter::unconditional(ALWAYS_DENIED);
+    deny.extend(filter::unconditional(DENIED));
     deny.insert(libc::SYS_unshare, filter::any_flag(0, NAMESPACE_FLAGS));
     deny.insert(libc::SYS_clone, filter::any_flag(0, NAMESPACE_FLAGS));
     Ok(vec![filter::first_filter(deny)?, filter::clone3_enosys()?])

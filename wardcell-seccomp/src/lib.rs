@@ -22,6 +22,94 @@ pub type Reasoned<T> = [(T, &'static str)];
 /// Rules keyed by syscall number: a syscall with no rules matches whatever its arguments.
 pub type Rules = BTreeMap<i64, Vec<SeccompRule>>;
 
+/// Syscalls no wardcell process but the broker ever needs (a sandboxed command, the
+/// proxy): refused outright, each with why.
+pub const ALWAYS_DENIED: &Reasoned<i64> = &[
+    (libc::SYS_setns, "joining another namespace"),
+    (
+        libc::SYS_mount,
+        "changing the mount table could unmask hidden paths",
+    ),
+    (
+        libc::SYS_umount2,
+        "unmounting a mask would reveal what it hides",
+    ),
+    (libc::SYS_pivot_root, "changing the root"),
+    (libc::SYS_chroot, "changing the root"),
+    (libc::SYS_open_tree, "new mount API: cloning mounts"),
+    (libc::SYS_move_mount, "new mount API: attaching mounts"),
+    (libc::SYS_fsopen, "new mount API: creating filesystems"),
+    (libc::SYS_fsconfig, "new mount API"),
+    (libc::SYS_fsmount, "new mount API"),
+    (libc::SYS_fspick, "new mount API: reconfiguring mounts"),
+    (
+        libc::SYS_mount_setattr,
+        "changing mount flags such as read-only",
+    ),
+    (libc::SYS_ptrace, "inspecting or steering other processes"),
+    (
+        libc::SYS_process_vm_readv,
+        "reading another process's memory",
+    ),
+    (
+        libc::SYS_process_vm_writev,
+        "writing another process's memory",
+    ),
+    (
+        libc::SYS_io_uring_setup,
+        "io_uring bypasses syscall filtering",
+    ),
+    (
+        libc::SYS_io_uring_enter,
+        "io_uring bypasses syscall filtering",
+    ),
+    (
+        libc::SYS_io_uring_register,
+        "io_uring bypasses syscall filtering",
+    ),
+    (
+        libc::SYS_bpf,
+        "loading kernel programs; a large attack surface",
+    ),
+    (
+        libc::SYS_perf_event_open,
+        "kernel profiling; a large attack surface and side channels",
+    ),
+    (
+        libc::SYS_keyctl,
+        "the kernel keyring is shared beyond the sandbox",
+    ),
+    (
+        libc::SYS_add_key,
+        "the kernel keyring is shared beyond the sandbox",
+    ),
+    (
+        libc::SYS_request_key,
+        "the kernel keyring is shared beyond the sandbox",
+    ),
+    (
+        libc::SYS_userfaultfd,
+        "a tool for widening kernel race windows",
+    ),
+    (libc::SYS_kexec_load, "replacing the kernel"),
+    (libc::SYS_kexec_file_load, "replacing the kernel"),
+    (libc::SYS_init_module, "loading kernel modules"),
+    (libc::SYS_finit_module, "loading kernel modules"),
+    (libc::SYS_delete_module, "unloading kernel modules"),
+    (
+        libc::SYS_open_by_handle_at,
+        "opening files by handle bypasses path checks",
+    ),
+    (
+        libc::SYS_acct,
+        "process accounting writes outside the sandbox",
+    ),
+    (libc::SYS_swapon, "system administration"),
+    (libc::SYS_swapoff, "system administration"),
+    (libc::SYS_reboot, "system administration"),
+    (libc::SYS_syslog, "reading the kernel log"),
+];
+
 /// Namespace flags that neither clone(2) nor unshare(2) may carry.
 pub const NAMESPACE_FLAGS: &Reasoned<u64> = &[
     (
@@ -186,6 +274,7 @@ mod tests {
         assert!(first.len() < 4096);
         clone3_enosys().unwrap();
         check_table(NAMESPACE_FLAGS).unwrap();
+        check_table(ALWAYS_DENIED).unwrap();
         assert!(check_table(&[(1i64, "a"), (1, "b")]).is_err());
         assert!(check_table(&[(1i64, "")]).is_err());
     }
