@@ -289,6 +289,15 @@ impl Fixture {
     }
 }
 
+/// Assert that the `wardcell-probe heartbeat` writing `beat` has stopped: its counter
+/// does not move in 300 ms.
+#[track_caller]
+pub fn assert_heartbeat_stopped(beat: &Path, why: &str) {
+    let a = fs::read_to_string(beat).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(a, fs::read_to_string(beat).unwrap(), "{why}");
+}
+
 /// Define a test twice: as the invoking user and as the unprivileged uid.
 #[macro_export]
 macro_rules! both {

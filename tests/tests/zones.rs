@@ -3,7 +3,6 @@
 
 use std::fs;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use wardcell_tests::{both, Fixture, Out};
 
@@ -263,13 +262,7 @@ both!(the_caller_going_away_ends_the_command, |fx| {
     );
     assert!(out.stdout.contains("killed"), "{out:?}");
     let beat = fx.proj.join("pushed/beat");
-    let a = fs::read_to_string(&beat).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        a,
-        fs::read_to_string(&beat).unwrap(),
-        "the entered command outlived its caller"
-    );
+    wardcell_tests::assert_heartbeat_stopped(&beat, "the entered command outlived its caller");
     let (_, log) = last_log(&fx);
     assert!(log.contains("the caller went away"), "{log}");
 });
@@ -588,13 +581,7 @@ both!(
     );
         out.ok();
         let beat = fx.proj.join("pushed/beat");
-        let a = fs::read_to_string(&beat).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        assert_eq!(
-            a,
-            fs::read_to_string(&beat).unwrap(),
-            "the entered command outlived the run"
-        );
+        wardcell_tests::assert_heartbeat_stopped(&beat, "the entered command outlived the run");
         let (id, log) = last_log(&fx);
         // Ended by the run's end, or a moment before by its caller's (which died with it).
         let completed = log
