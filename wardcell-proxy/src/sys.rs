@@ -67,10 +67,15 @@ pub fn set_no_new_privs() -> io::Result<()> {
     cerr(r).map(drop)
 }
 
-/// One malloc arena for every thread: the runtime's worker threads would otherwise each
-/// keep an arena of their own, and the memory they held during a transfer, at idle.
+/// One malloc arena for every thread: with glibc, the runtime's worker threads would
+/// otherwise each keep an arena of their own, and the memory they held during a
+/// transfer, at idle. musl's allocator has no per-thread arenas.
+#[cfg(target_env = "gnu")]
 pub fn single_malloc_arena() {
     const M_ARENA_MAX: libc::c_int = -8;
     // SAFETY: mallopt takes two integers; called once, before any thread is started.
     unsafe { libc::mallopt(M_ARENA_MAX, 1) };
 }
+
+#[cfg(not(target_env = "gnu"))]
+pub fn single_malloc_arena() {}

@@ -267,7 +267,7 @@ mod tests {
     fn building_blocks_compile() {
         let mut rules = unconditional(&[(libc::SYS_bpf, "x")]);
         rules.insert(libc::SYS_unshare, any_flag(0, NAMESPACE_FLAGS));
-        rules.insert(libc::SYS_ioctl, equals_any(1, &[(libc::TIOCSTI, "x")]));
+        rules.insert(libc::SYS_ioctl, equals_any(1, &[(0x5412, "TIOCSTI")]));
         rules.insert(libc::SYS_socket, none_of(0, &[(1, "unix"), (2, "inet")]));
         let first = first_filter(rules).unwrap();
         assert_eq!(first[1].k, X32_SYSCALL_BIT);

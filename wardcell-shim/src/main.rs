@@ -88,6 +88,8 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // The filters do not depend on the spec: compile them while the broker prepares it.
+    let filters = seccomp::filters();
     let spec = match read_spec(&mut control) {
         Ok(s) => s,
         // The broker died or spoke out of turn: nothing to do and no one to tell.
@@ -113,7 +115,7 @@ fn main() {
 
     // 3. The command.
     let child = match sys::fork() {
-        Ok(sys::Forked::Child) => exec_command(&spec, &mut control),
+        Ok(sys::Forked::Child) => exec_command(&spec, &filters, &mut control),
         Ok(sys::Forked::Parent(pid)) => Pid::from_raw(pid),
         Err(e) => setup_failed(&mut control, "fork", e.to_string()),
     };
@@ -237,7 +239,11 @@ fn supervise(child: Pid, waited: &SigSet) -> ShimReport {
 }
 
 /// The command's side of the fork: confine, then exec. Never returns.
-fn exec_command(spec: &SandboxSpec, control: &mut UnixStream) -> ! {
+fn exec_command(
+    spec: &SandboxSpec,
+    filters: &Result<Vec<seccompiler::BpfProgram>, String>,
+    control: &mut UnixStream,
+) -> ! {
     // a. Its own session; a pty from the broker becomes its controlling terminal.
     if let Err(e) = nix::unistd::setsid() {
         setup_failed(control, "setsid", e.to_string());
@@ -281,7 +287,7 @@ fn exec_command(spec: &SandboxSpec, control: &mut UnixStream) -> ! {
         Err(e) => setup_failed(control, "landlock", e),
     }
     // e. Seccomp, last before exec: from here on the syscall surface is the sandbox's.
-    if let Err(e) = seccomp::install() {
+    if let Err(e) = seccomp::install_compiled(filters) {
         setup_failed(control, "seccomp", e);
     }
     // f. Nothing but 0, 1 and 2 survives exec (the control socket is close-on-exec too).

@@ -6,7 +6,7 @@
 
 use std::fs;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{symlink, DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{symlink, DirBuilderExt};
 use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, MsFlags};
@@ -44,10 +44,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<()> {
         .sockets
         .iter()
         .map(|p| {
-            fs::File::options()
-                .read(true)
-                .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-                .open(p)
+            crate::sys::open_path(p)
                 .map(|f| (p.clone(), f))
                 .map_err(|e| format!("opening {}: {e}", p.display()))
         })
@@ -289,11 +286,7 @@ fn minimal_dev() -> Result<()> {
     let mut held = Vec::new();
     for name in DEVICES {
         let host = Path::new("/dev").join(name);
-        match fs::File::options()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-            .open(&host)
-        {
+        match crate::sys::open_path(&host) {
             Ok(f) => held.push((*name, f)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(format!("opening {}: {e}", host.display())),

@@ -15,12 +15,17 @@ use seccompiler::BpfProgram;
 use wardcell_seccomp::{self as filter, Reasoned, ALWAYS_DENIED, NAMESPACE_FLAGS};
 
 /// ioctl requests refused on any descriptor, compared on the low 32 bits of the request.
+// The constants are `c_ulong` for glibc and `c_int` for musl.
+#[allow(clippy::unnecessary_cast)]
 pub const DENIED_IOCTLS: &Reasoned<u64> = &[
     (
-        libc::TIOCSTI,
+        libc::TIOCSTI as u64,
         "pushing input into a terminal another process reads",
     ),
-    (libc::TIOCLINUX, "console selection can also push input"),
+    (
+        libc::TIOCLINUX as u64,
+        "console selection can also push input",
+    ),
 ];
 
 /// Socket families a sandbox may create.
@@ -49,6 +54,11 @@ pub fn filters() -> Result<Vec<BpfProgram>, String> {
 /// Install every filter on the calling thread. no_new_privs must already be set.
 pub fn install() -> Result<(), String> {
     filter::install(&filters()?)
+}
+
+/// Install filters compiled earlier (the shim compiles them while it waits for its spec).
+pub fn install_compiled(compiled: &Result<Vec<BpfProgram>, String>) -> Result<(), String> {
+    filter::install(compiled.as_ref().map_err(Clone::clone)?)
 }
 
 #[cfg(test)]

@@ -1,7 +1,11 @@
 //! The shim's few calls that need `unsafe`: each block says why it is sound.
 
+use std::ffi::CString;
+use std::fs::File;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 /// Turn a -1 return into the thread's errno.
 fn cerr(ret: libc::c_long) -> io::Result<libc::c_long> {
@@ -10,6 +14,19 @@ fn cerr(ret: libc::c_long) -> io::Result<libc::c_long> {
     } else {
         Ok(ret)
     }
+}
+
+/// An `O_PATH` handle on `path`: names the file without opening it (works on sockets,
+/// devices and unreadable files). Not through std: it masks `O_ACCMODE` out of custom
+/// flags, and musl's `O_ACCMODE` includes `O_PATH`.
+pub fn open_path(path: &Path) -> io::Result<File> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; no mode is read
+    // without O_CREAT.
+    let fd = cerr(unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) }.into())?;
+    // SAFETY: the kernel just returned `fd`, and nothing else owns it.
+    Ok(unsafe { File::from_raw_fd(fd as RawFd) })
 }
 
 /// Which side of a fork we are on.
@@ -60,6 +77,12 @@ pub fn set_undumpable() -> io::Result<()> {
 }
 
 /// Set IFF_UP on the loopback interface of our network namespace.
+// The request constants' type differs between glibc (`c_ulong`) and musl (`c_int`).
+#[allow(clippy::unnecessary_cast)]
+const IOCTL_GET_FLAGS: libc::Ioctl = libc::SIOCGIFFLAGS as libc::Ioctl;
+#[allow(clippy::unnecessary_cast)]
+const IOCTL_SET_FLAGS: libc::Ioctl = libc::SIOCSIFFLAGS as libc::Ioctl;
+
 pub fn loopback_up() -> io::Result<()> {
     // SAFETY: socket() with constant arguments; the fd is closed below on every path.
     let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
@@ -73,12 +96,12 @@ pub fn loopback_up() -> io::Result<()> {
     }
     // SAFETY: SIOCGIFFLAGS reads the name and writes ifru_flags inside `req`, which
     // lives for the whole call.
-    let mut r = unsafe { libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut req) };
+    let mut r = unsafe { libc::ioctl(sock, IOCTL_GET_FLAGS, &mut req) };
     if r == 0 {
         // SAFETY: the kernel just filled ifru_flags, the union member we read and set.
         unsafe { req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
         // SAFETY: as above; the kernel reads `req`.
-        r = unsafe { libc::ioctl(sock, libc::SIOCSIFFLAGS, &req) };
+        r = unsafe { libc::ioctl(sock, IOCTL_SET_FLAGS, &req) };
     }
     let err = io::Error::last_os_error();
     // SAFETY: `sock` is ours and closed exactly once.

@@ -1,7 +1,7 @@
 //! Start-up benchmark: `wardcell run -- /bin/true` against bwrap with the same
 //! namespaces (user, net, pid, with /proc and /dev), alternately, and the medians.
 //!
-//! Run: `cargo build --release --workspace && target/release/startup-bench [ROUNDS]`
+//! Run: `cargo build --release --workspace && target/x86_64-unknown-linux-musl/release/startup-bench [ROUNDS]`
 //! (uses the wardcell binaries next to this one; bwrap from PATH). Target: wardcell's
 //! median at or below bwrap's.
 

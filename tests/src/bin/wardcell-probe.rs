@@ -86,13 +86,16 @@ fn main() {
         "tiocsti" => {
             let ch: libc::c_char = b'x' as libc::c_char;
             // High bits set above the 32-bit request must not slip past the filter.
-            let req: libc::c_ulong = if a(1) == "high" {
-                libc::TIOCSTI | 0x1_0000_0000
+            // The raw system call, so that no C library narrows the request to 32 bits.
+            #[allow(clippy::unnecessary_cast)]
+            let tiocsti = libc::TIOCSTI as libc::c_long;
+            let req = if a(1) == "high" {
+                tiocsti | 0x1_0000_0000
             } else {
-                libc::TIOCSTI
+                tiocsti
             };
             // SAFETY: TIOCSTI reads one char from `ch`.
-            report(unsafe { libc::ioctl(0, req, &ch) } as i64)
+            report(unsafe { libc::syscall(libc::SYS_ioctl, 0, req, &ch) })
         }
         "unshare" => {
             let flag = match a(1).as_str() {

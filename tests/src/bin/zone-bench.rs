@@ -1,7 +1,7 @@
 //! `wardcell zone enter Z -- /bin/true` from inside a sandbox, against
 //! `wardcell run -- /bin/true` from the host: medians and their ratio. Target: 1.5x.
 //!
-//! Run: `cargo build --release --workspace && target/release/zone-bench [ROUNDS]`
+//! Run: `cargo build --release --workspace && target/x86_64-unknown-linux-musl/release/zone-bench [ROUNDS]`
 //! It writes a zones.toml in a scratch home under /var/tmp, so it needs no setup.
 
 use std::path::{Path, PathBuf};
