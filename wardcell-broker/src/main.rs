@@ -42,6 +42,8 @@ use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::termios::{self, SetArg, Termios};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
 use serde_json::json;
 
 use wardcell_common::paths;
@@ -64,31 +66,74 @@ const FORWARDED: &[Signal] = &[
 ];
 
 fn main() {
-    if std::env::args().nth(1).as_deref() == Some("--version") {
-        println!("wardcell-broker {}", env!("CARGO_PKG_VERSION"));
-        return;
-    }
-    let code = match run() {
+    let mut args = std::env::args().skip(1);
+    let writer = match (args.next().as_deref(), args.next(), args.next()) {
+        (Some("--version"), None, None) => {
+            println!("wardcell-broker {}", env!("CARGO_PKG_VERSION"));
+            return;
+        }
+        (None, _, _) => None,
+        (Some("--plan-writer"), Some(pid), None) => match pid.parse::<i32>() {
+            Ok(pid) if pid > 0 => Some(Pid::from_raw(pid)),
+            _ => {
+                eprintln!("error: {}", BrokerError::Launch(format!("bad pid {pid:?}")));
+                std::process::exit(1)
+            }
+        },
+        _ => {
+            eprintln!("error: {}", BrokerError::Launch("unknown arguments".into()));
+            std::process::exit(1)
+        }
+    };
+    let code = match run(writer) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
             1
         }
     };
+    if let Some(writer) = writer {
+        // Long gone by now; never wait on it.
+        let _ = waitpid(writer, Some(WaitPidFlag::WNOHANG));
+    }
     std::process::exit(code)
 }
 
-fn run() -> Result<i32, BrokerError> {
-    // 1. The plan.
-    let plan = take_plan()?;
+fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
+    // 1. The first sandbox's namespaces and shim, started at once: the kernel and the
+    //    other core build them while the client's plan writer resolves the plan and this
+    //    thread prepares everything else.
+    let started = (|| {
+        let shim = find_helper("wardcell-shim")?;
+        let shim = CString::new(shim.as_os_str().as_encoded_bytes())
+            .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))?;
+        let terminal = Terminal::for_stdio()?;
+        let spawned = sandbox::spawn(&shim, terminal.stdio())?;
+        Ok((shim, terminal, spawned))
+    })();
 
-    // 2. The first sandbox's namespaces and shim, started at once: the kernel and the
-    //    other core build them while this thread prepares everything else.
-    let shim = find_helper("wardcell-shim")?;
-    let shim = CString::new(shim.as_os_str().as_encoded_bytes())
-        .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))?;
-    let terminal = Terminal::for_stdio()?;
-    let spawned = sandbox::spawn(&shim, terminal.stdio())?;
+    // 2. The plan.
+    // `Err(None)`: the writer closed fd 3 without a plan.
+    let plan = match take_plan() {
+        Ok(Some(plan)) => Ok(plan),
+        Ok(None) => Err(None),
+        Err(e) => Err(Some(e)),
+    };
+    let (plan, (shim, terminal, spawned)) = match (plan, started) {
+        (Ok(plan), Ok(started)) => (plan, started),
+        (Ok(_), Err(e)) => return Err(e),
+        (Err(why), started) => {
+            if let Ok((_, _, spawned)) = started {
+                spawned.abandon();
+            }
+            return match (why, writer) {
+                // The writer said why (or printed help): end as it did, quietly.
+                (None, Some(writer)) => Ok(exit_status_of(writer)),
+                (None, None) => Err(BrokerError::Launch("no plan on fd 3".into())),
+                (Some(e), _) => Err(e),
+            };
+        }
+    };
 
     // 3. Run id, directories, audit log.
     let prepared = prepare_run(&plan);
@@ -103,6 +148,15 @@ fn run() -> Result<i32, BrokerError> {
     let result = run_first_sandbox(&run, spawned, terminal);
     let _ = fs::remove_dir_all(&run_dir);
     result
+}
+
+/// How the plan writer ended, as an exit status for this process (128+N for signal N).
+fn exit_status_of(writer: Pid) -> i32 {
+    match waitpid(writer, None) {
+        Ok(WaitStatus::Exited(_, code)) => code,
+        Ok(WaitStatus::Signaled(_, sig, _)) => 128 + sig as i32,
+        _ => 1,
+    }
 }
 
 /// Lock `dir` for as long as this broker lives: a run directory whose lock can be taken
@@ -174,12 +228,17 @@ fn prepare_run(plan: &Plan) -> Result<(String, PathBuf, AuditLog), BrokerError> 
     Ok((run_id, run_dir, audit))
 }
 
-fn take_plan() -> Result<Plan, BrokerError> {
+/// The plan on fd 3; `None` when the writer closed it without sending anything.
+fn take_plan() -> Result<Option<Plan>, BrokerError> {
     let fd = sys::launch_fd().map_err(|e| BrokerError::Launch(e.to_string()))?;
     let mut s = UnixStream::from(fd);
-    protocol::expect_hello(&mut s).map_err(|e| BrokerError::Launch(e.to_string()))?;
+    match protocol::expect_hello(&mut s) {
+        Ok(()) => {}
+        Err(protocol::FrameError::Closed) => return Ok(None),
+        Err(e) => return Err(BrokerError::Launch(e.to_string())),
+    }
     match protocol::read_frame::<Launch>(&mut s).map_err(|e| BrokerError::Launch(e.to_string()))? {
-        Launch::Run(plan) => Ok(*plan),
+        Launch::Run(plan) => Ok(Some(*plan)),
     }
 }
 

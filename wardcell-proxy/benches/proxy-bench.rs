@@ -6,7 +6,11 @@
 //! - the proxy's VmRSS when idle.
 //!
 //! Run: `cargo bench -p wardcell-proxy --bench proxy-bench` (release profile).
-//! `WARDCELL_BENCH_RUNS` (default 5) and `WARDCELL_BENCH_MIB` (default 1024) adjust it.
+//! `WARDCELL_BENCH_RUNS` (rounds, default 7) and `WARDCELL_BENCH_MIB` (default 1024)
+//! adjust it. Each round runs the direct and the proxied transfer back to back, in
+//! alternating order, and the ratio reported is the median of the rounds' ratios: on a
+//! small shared machine the direct baselines alone vary by 2x from run to run, and
+//! pairing them is what makes the ratio repeatable.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -50,40 +54,81 @@ fn cpu_secs(pid: &str) -> f64 {
     ticks / 100.0
 }
 
-/// Run `f` (which moves `size` bytes) `runs` times; the median rate in MiB/s. Also
-/// prints the CPU time per GiB of this process (client and server) and of the proxy.
-fn measure(
-    name: &str,
-    runs: u64,
-    size: u64,
+/// One measured path: its name, its transfer, and the process whose CPU it adds.
+struct Path<'a> {
+    name: &'static str,
     proxy: Option<u32>,
-    mut f: impl FnMut() -> u64,
-) -> f64 {
-    f(); // warm-up
+    transfer: Box<dyn FnMut() -> u64 + 'a>,
+}
+
+/// The rate of one transfer of `size` bytes, in MiB/s.
+fn timed(path: &mut Path<'_>, size: u64) -> f64 {
+    let t = Instant::now();
+    let n = (path.transfer)();
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(n, size, "{}: short transfer", path.name);
+    size as f64 / (1024.0 * 1024.0) / secs
+}
+
+/// Compare `through` with `direct`, interleaved: each round runs both, in alternating
+/// order, so that whatever else the machine is doing falls on both alike; the figure is
+/// the median of the per-round ratios. Also prints each path's median rate and the CPU
+/// time per GiB of this process (client and server) and of the proxy. Returns the median
+/// ratio.
+fn compare(rounds: u64, size: u64, direct: &mut Path<'_>, through: &mut Path<'_>) -> f64 {
+    timed(direct, size); // warm-up
+    timed(through, size);
     let bench_cpu = cpu_secs("self");
-    let proxy_cpu = proxy.map(|p| cpu_secs(&p.to_string()));
-    let rates: Vec<f64> = (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            let n = f();
-            let secs = t.elapsed().as_secs_f64();
-            assert_eq!(n, size, "{name}: short transfer");
-            size as f64 / (1024.0 * 1024.0) / secs
-        })
-        .collect();
-    let gib = (runs * size) as f64 / (1u64 << 30) as f64;
+    let proxy_cpu = through.proxy.map(|p| cpu_secs(&p.to_string()));
+    let (mut d, mut t, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut through_secs = 0.0;
+    for round in 0..rounds {
+        let (rd, rt) = if round % 2 == 0 {
+            let rd = timed(direct, size);
+            (rd, timed(through, size))
+        } else {
+            let rt = timed(through, size);
+            (timed(direct, size), rt)
+        };
+        through_secs += size as f64 / (1024.0 * 1024.0) / rt;
+        d.push(rd);
+        t.push(rt);
+        ratios.push(rt / rd);
+    }
+    let gib = (2 * rounds * size) as f64 / (1u64 << 30) as f64;
     let bench_cpu = (cpu_secs("self") - bench_cpu) / gib;
-    let proxy_cpu = match (proxy, proxy_cpu) {
-        (Some(p), Some(before)) => format!("{:.2}", (cpu_secs(&p.to_string()) - before) / gib),
+    let proxy_cpu = match (through.proxy, proxy_cpu) {
+        (Some(p), Some(before)) => {
+            let gib = (rounds * size) as f64 / (1u64 << 30) as f64;
+            format!("{:.2}", (cpu_secs(&p.to_string()) - before) / gib)
+        }
         _ => "-".into(),
     };
-    let m = median(rates.clone());
-    let all: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
+    let fmt = |v: &[f64], digits: usize| {
+        v.iter()
+            .map(|r| format!("{r:.digits$}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     println!(
-        "{name:<24} median {m:>6.0} MiB/s  CPU s/GiB: client+server {bench_cpu:.2}, proxy {proxy_cpu}   runs: {}",
-        all.join(" ")
+        "{:<24} median {:>6.0} MiB/s   runs: {}",
+        direct.name,
+        median(d.clone()),
+        fmt(&d, 0)
     );
-    m
+    println!(
+        "{:<24} median {:>6.0} MiB/s   runs: {}   ({:.1} s in all)",
+        through.name,
+        median(t.clone()),
+        fmt(&t, 0),
+        through_secs
+    );
+    println!(
+        "{:<24} per round: {}   CPU s/GiB: client+server {bench_cpu:.2}, proxy {proxy_cpu}",
+        "",
+        fmt(&ratios, 2)
+    );
+    median(ratios)
 }
 
 fn tls_client(root: CertificateDer<'static>) -> tokio_rustls::TlsConnector {
@@ -156,10 +201,10 @@ async fn connect_through(proxy_port: u16, authority: &str) -> tokio::net::TcpStr
 }
 
 fn main() {
-    let runs = env_or("WARDCELL_BENCH_RUNS", 5);
+    let runs = env_or("WARDCELL_BENCH_RUNS", 7);
     let size = env_or("WARDCELL_BENCH_MIB", 1024) * 1024 * 1024;
     println!(
-        "wardcell-proxy benchmark: {} MiB per transfer, {runs} runs each (+1 warm-up), loopback",
+        "wardcell-proxy benchmark: {} MiB per transfer, {runs} rounds (+1 warm-up), loopback",
         size >> 20
     );
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -174,19 +219,25 @@ fn main() {
     std::thread::sleep(Duration::from_millis(300));
     let idle_plain = tunnel_proxy.rss_kib();
 
-    let direct = measure("direct TCP", runs, size, None, || {
-        let mut s = TcpStream::connect(("127.0.0.1", blob)).unwrap();
-        drain(&mut s).unwrap()
-    });
-    let tunnel = measure(
-        "CONNECT tunnel",
+    let tunnel = compare(
         runs,
         size,
-        Some(tunnel_proxy.child.id()),
-        || {
-            let (mut s, head) = raw_connect(tunnel_proxy.port, &format!("127.0.0.1:{blob}"));
-            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-            drain(&mut s).unwrap()
+        &mut Path {
+            name: "direct TCP",
+            proxy: None,
+            transfer: Box::new(|| {
+                let mut s = TcpStream::connect(("127.0.0.1", blob)).unwrap();
+                drain(&mut s).unwrap()
+            }),
+        },
+        &mut Path {
+            name: "CONNECT tunnel",
+            proxy: Some(tunnel_proxy.child.id()),
+            transfer: Box::new(|| {
+                let (mut s, head) = raw_connect(tunnel_proxy.port, &format!("127.0.0.1:{blob}"));
+                assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+                drain(&mut s).unwrap()
+            }),
         },
     );
     std::thread::sleep(Duration::from_secs(1));
@@ -213,25 +264,33 @@ fn main() {
     let proxy_tls_client = tls_client(proxy_ca);
     let authority = format!("localhost:{tls_port}");
     let path = format!("/bytes/{size}");
-    let direct_tls = measure("direct TLS (HTTPS GET)", runs, size, None, || {
-        rt.block_on(async {
-            let tcp = tokio::net::TcpStream::connect(("127.0.0.1", tls_port))
-                .await
-                .unwrap();
-            tcp.set_nodelay(true).unwrap();
-            https_get(tcp, &direct_tls_client, &authority, &path).await
-        })
-    });
-    let intercepted = measure(
-        "intercepted TLS",
+    let ic_pid = ic_proxy.child.id();
+    let ic_port = ic_proxy.port;
+    let intercepted = compare(
         runs,
         size,
-        Some(ic_proxy.child.id()),
-        || {
-            rt.block_on(async {
-                let tcp = connect_through(ic_proxy.port, &authority).await;
-                https_get(tcp, &proxy_tls_client, &authority, &path).await
-            })
+        &mut Path {
+            name: "direct TLS (HTTPS GET)",
+            proxy: None,
+            transfer: Box::new(|| {
+                rt.block_on(async {
+                    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", tls_port))
+                        .await
+                        .unwrap();
+                    tcp.set_nodelay(true).unwrap();
+                    https_get(tcp, &direct_tls_client, &authority, &path).await
+                })
+            }),
+        },
+        &mut Path {
+            name: "intercepted TLS",
+            proxy: Some(ic_pid),
+            transfer: Box::new(|| {
+                rt.block_on(async {
+                    let tcp = connect_through(ic_port, &authority).await;
+                    https_get(tcp, &proxy_tls_client, &authority, &path).await
+                })
+            }),
         },
     );
     // The credential was attached every time.
@@ -250,11 +309,9 @@ fn main() {
 
     let _ = std::io::stdout().flush();
     println!();
-    println!(
-        "tunnel / direct TCP:        {:.2}x   (target >= 0.90x)",
-        tunnel / direct
-    );
-    println!("intercepted / direct TLS:   {:.2}x   (target >= 0.50x; credential attached on {attached} of {} requests)", intercepted / direct_tls, runs + 1);
+    println!("median of per-round ratios, each round both paths, in alternating order:");
+    println!("tunnel / direct TCP:        {tunnel:.2}x   (target >= 0.90x)");
+    println!("intercepted / direct TLS:   {intercepted:.2}x   (target >= 0.50x; credential attached on {attached} of {} requests)", runs + 1);
     println!(
         "proxy VmRSS idle, no credentials, after start:     {:>6} KiB",
         idle_plain

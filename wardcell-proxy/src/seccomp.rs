@@ -4,14 +4,14 @@
 //! Installed after start-up (secrets resolved, CA minted, roots loaded), so it can be
 //! strict about what a network daemon never needs: running programs, inspecting other
 //! processes, mounts, namespaces, and the kernel interfaces with the largest attack
-//! surface. Two stacked filters, because seccompiler gives one action per filter:
-//! 1. the x32 guard, then EPERM for the list below and for namespace flags;
-//! 2. ENOSYS for clone3, so that glibc falls back to clone(2), which filter 1 checks.
+//! surface. One filter (see `wardcell_seccomp::compile`): the x32 guard; EPERM for the
+//! list below and for namespace flags; ENOSYS for clone3, so that libc falls back to
+//! clone(2), whose flags the filter checks.
 
 #![forbid(unsafe_code)]
 
 use seccompiler::BpfProgram;
-use wardcell_seccomp::{self as filter, Reasoned, ALWAYS_DENIED, NAMESPACE_FLAGS};
+use wardcell_seccomp::{self as filter, Part, Reasoned, ALWAYS_DENIED, NAMESPACE_FLAGS};
 
 /// Refused besides `wardcell_seccomp::ALWAYS_DENIED`, with why.
 pub const DENIED: &Reasoned<i64> = &[
@@ -22,13 +22,21 @@ pub const DENIED: &Reasoned<i64> = &[
     ),
 ];
 
-/// The filters, in the order they are installed.
+/// The proxy's policy, as one filter: EPERM for the list below and for namespace flags;
+/// ENOSYS for clone3.
 pub fn filters() -> Result<Vec<BpfProgram>, String> {
     let mut deny = filter::unconditional(ALWAYS_DENIED);
     deny.extend(filter::unconditional(DENIED));
     deny.insert(libc::SYS_unshare, filter::any_flag(0, NAMESPACE_FLAGS));
     deny.insert(libc::SYS_clone, filter::any_flag(0, NAMESPACE_FLAGS));
-    Ok(vec![filter::first_filter(deny)?, filter::clone3_enosys()?])
+    let parts = [
+        Part {
+            rules: deny,
+            errno: libc::EPERM,
+        },
+        filter::clone3_enosys(),
+    ];
+    Ok(vec![filter::compile(&parts)?])
 }
 
 /// Install on the calling thread (threads started later inherit it). The proxy is still
@@ -44,7 +52,7 @@ mod tests {
     #[test]
     fn filters_compile_and_every_rule_has_a_reason() {
         let progs = filters().unwrap();
-        assert_eq!(progs.len(), 2);
+        assert_eq!(progs.len(), 1);
         assert!(progs.iter().all(|p| p.len() < 4096));
         filter::check_table(DENIED).unwrap();
     }

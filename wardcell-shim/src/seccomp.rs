@@ -1,18 +1,17 @@
 //! The seccomp policy of a sandboxed command, kept as reviewed data: every rule carries a
-//! one-line reason. The filters are built and installed by `wardcell-seccomp`.
+//! one-line reason. `wardcell-seccomp` builds it into one filter and installs it.
 //!
-//! Three filters are stacked, because seccompiler gives one action per filter:
-//! 1. EPERM for syscalls (or argument patterns) a sandbox must never use, behind the guard
-//!    that kills any x32-ABI syscall;
+//! Three parts, each with its own errno, behind the guard that kills any x32-ABI syscall:
+//! 1. EPERM for syscalls (or argument patterns) a sandbox must never use;
 //! 2. ENOSYS for clone3, whose flags live behind a pointer a filter cannot read, so libc
-//!    falls back to clone(2), whose flags the first filter does check;
+//!    falls back to clone(2), whose flags part 1 does check;
 //! 3. EAFNOSUPPORT for socket families other than Unix, IPv4 and IPv6.
 //!
 //! Everything not named here is allowed: Landlock, namespaces, read-only mounts and the
 //! dropped capabilities are the other barriers.
 
 use seccompiler::BpfProgram;
-use wardcell_seccomp::{self as filter, Reasoned, ALWAYS_DENIED, NAMESPACE_FLAGS};
+use wardcell_seccomp::{self as filter, Part, Reasoned, ALWAYS_DENIED, NAMESPACE_FLAGS};
 
 /// ioctl requests refused on any descriptor, compared on the low 32 bits of the request.
 // The constants are `c_ulong` for glibc and `c_int` for musl.
@@ -35,23 +34,30 @@ pub const ALLOWED_FAMILIES: &Reasoned<u64> = &[
     (libc::AF_INET6 as u64, "IPv6 (to the proxy on loopback)"),
 ];
 
-/// The filters, in the order they are installed.
+/// The sandbox's policy, as one filter: EPERM for what is always refused, for namespace
+/// flags and for the terminal ioctls; ENOSYS for clone3; EAFNOSUPPORT for other socket
+/// families.
 pub fn filters() -> Result<Vec<BpfProgram>, String> {
-    // 1. EPERM.
     let mut deny = filter::unconditional(ALWAYS_DENIED);
     deny.insert(libc::SYS_unshare, filter::any_flag(0, NAMESPACE_FLAGS));
     deny.insert(libc::SYS_clone, filter::any_flag(0, NAMESPACE_FLAGS));
     deny.insert(libc::SYS_ioctl, filter::equals_any(1, DENIED_IOCTLS));
-    let first = filter::first_filter(deny)?;
-    // 2. ENOSYS for clone3.
-    let second = filter::clone3_enosys()?;
-    // 3. EAFNOSUPPORT for other socket families.
     let socket = [(libc::SYS_socket, filter::none_of(0, ALLOWED_FAMILIES))].into();
-    let third = filter::compile(socket, libc::EAFNOSUPPORT)?;
-    Ok(vec![first, second, third])
+    let parts = [
+        Part {
+            rules: deny,
+            errno: libc::EPERM,
+        },
+        filter::clone3_enosys(),
+        Part {
+            rules: socket,
+            errno: libc::EAFNOSUPPORT,
+        },
+    ];
+    Ok(vec![filter::compile(&parts)?])
 }
 
-/// Install every filter on the calling thread. no_new_privs must already be set.
+/// Install the filters on the calling thread. no_new_privs must already be set.
 pub fn install() -> Result<(), String> {
     filter::install(&filters()?)
 }
@@ -68,7 +74,7 @@ mod tests {
     #[test]
     fn filters_compile_and_fit() {
         let progs = filters().unwrap();
-        assert_eq!(progs.len(), 3);
+        assert_eq!(progs.len(), 1);
         assert!(progs.iter().all(|p| p.len() < 4096));
         assert_eq!(progs[0][..3], wardcell_seccomp::X32_GUARD);
     }

@@ -4,7 +4,8 @@
 //! What works depends on where it runs (see `location`): the host, a sandbox in a
 //! zone, or a sandbox without zones. A command that does not work here is refused
 //! before anything else happens.
-#![forbid(unsafe_code)]
+// `unsafe` is allowed in `sys` alone (one fork).
+#![deny(unsafe_code)]
 
 mod cli;
 mod context;
@@ -16,6 +17,7 @@ mod logs;
 mod output;
 mod policy;
 mod run;
+mod sys;
 mod zones;
 
 use std::process::ExitCode;
@@ -34,22 +36,36 @@ fn main() -> ExitCode {
         return report(Error::Refused(why));
     }
 
-    // 3. Parse the command line as offered here (help and usage errors end here).
+    // 3. `wardcell run` on the host: the broker starts now, in this process, and a copy of
+    //    it (the plan writer) goes on below to parse, resolve and hand over the plan.
+    let mut to_broker = None;
+    if location == Location::Host && args.get(1).is_some_and(|a| a == "run") {
+        match run::start_broker_early() {
+            Ok(socket) => to_broker = Some(socket),
+            Err(e) => return report(e),
+        }
+    }
+
+    // 4. Parse the command line as offered here (help and usage errors end here).
     let cli = match cli::parse(&location, args) {
         Parsed::Run(cli) => cli,
         Parsed::Exit(code) => return code,
     };
 
-    // 4. Do it.
-    match dispatch(cli.command, &location) {
+    // 5. Do it.
+    match dispatch(cli.command, &location, to_broker) {
         Ok(code) => code,
         Err(e) => report(e),
     }
 }
 
-fn dispatch(command: Command, location: &Location) -> Result<ExitCode, Error> {
+fn dispatch(
+    command: Command,
+    location: &Location,
+    to_broker: Option<std::os::unix::net::UnixStream>,
+) -> Result<ExitCode, Error> {
     match (command, location) {
-        (Command::Run(args), Location::Host) => match run::run(args)? {},
+        (Command::Run(args), Location::Host) => return run::run(args, to_broker),
         (Command::Policy(PolicyCommand::Check { config }), Location::Host) => {
             policy::check(&config)?;
         }

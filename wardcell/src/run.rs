@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitCode};
 
 use nix::{fcntl, unistd};
 
@@ -20,6 +20,7 @@ use crate::cli::RunArgs;
 use crate::context;
 use crate::credentials;
 use crate::error::Error;
+use crate::sys;
 
 /// Commands travel as UTF-8 text (the plan is text end to end).
 pub fn utf8_command(args: Vec<OsString>) -> Result<Vec<String>, Error> {
@@ -29,8 +30,10 @@ pub fn utf8_command(args: Vec<OsString>) -> Result<Vec<String>, Error> {
         .collect()
 }
 
-/// Steps of `wardcell run`, on the host.
-pub fn run(args: RunArgs) -> Result<Infallible, Error> {
+/// Steps of `wardcell run`, on the host. With `to_broker` (the broker is already
+/// starting), the plan goes there and this process, the plan writer, ends; without it,
+/// this process execs the broker.
+pub fn run(args: RunArgs, to_broker: Option<UnixStream>) -> Result<ExitCode, Error> {
     // 1. The command, as text.
     let command = utf8_command(args.command)?;
     // 2. The configuration, found and checked.
@@ -46,7 +49,62 @@ pub fn run(args: RunArgs) -> Result<Infallible, Error> {
     // 5. Secret files nobody else may read, before anything starts.
     credentials::check_sources(&plan)?;
     // 6. Hand it over.
-    launch(plan)
+    match to_broker {
+        Some(mut socket) => {
+            let fail = |e: protocol::FrameError| {
+                Error::Launch(format!("handing over the plan to wardcell-broker: {e}"))
+            };
+            protocol::send_hello(&mut socket).map_err(fail)?;
+            protocol::write_frame(&mut socket, &Launch::Run(Box::new(plan))).map_err(fail)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        None => match launch(plan)? {},
+    }
+}
+
+/// Start `wardcell run`'s broker at once. The process forks: the original execs the
+/// broker (keeping its pid, so whoever started `wardcell run` waits on the broker), and
+/// the copy, the plan writer, returns here with its end of the socket the broker reads
+/// the plan from (fd 3). The broker starts building the sandbox while the plan writer
+/// parses the command line and resolves the configuration; if the writer ends without
+/// a plan (a usage error, `--help`, a bad configuration), the broker ends with the
+/// writer's exit status and says nothing: the writer already did.
+pub fn start_broker_early() -> Result<UnixStream, Error> {
+    let broker = find_helper("wardcell-broker")?;
+    let fail = |what: &str, e: &dyn std::fmt::Display| Error::Launch(format!("{what}: {e}"));
+    let (ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
+    match sys::fork().map_err(|e| fail("fork", &e))? {
+        sys::Forked::Child => Ok(ours),
+        sys::Forked::Parent(writer) => {
+            drop(ours);
+            place_at_launch_fd(theirs)?;
+            let e = Command::new(&broker)
+                .arg("--plan-writer")
+                .arg(writer.to_string())
+                .exec();
+            // The writer would hand its plan to no one.
+            let _ = nix::sys::signal::kill(writer, nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::wait::waitpid(writer, None);
+            Err(Error::Launch(format!(
+                "executing {}: {e}",
+                broker.display()
+            )))
+        }
+    }
+}
+
+/// Leave `socket` at fd 3, inheritable, for the broker.
+fn place_at_launch_fd(socket: UnixStream) -> Result<(), Error> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| Error::Launch(format!("{what}: {e}"));
+    if socket.as_raw_fd() != LAUNCH_FD {
+        unistd::dup2(socket.as_raw_fd(), LAUNCH_FD).map_err(|e| fail("dup2", &e))?;
+    } else {
+        // Already at fd 3: keep it open past this function.
+        std::mem::forget(socket);
+    }
+    fcntl::fcntl(LAUNCH_FD, fcntl::FcntlArg::F_SETFD(fcntl::FdFlag::empty()))
+        .map_err(|e| fail("fcntl", &e))?;
+    Ok(())
 }
 
 /// Where the broker is: next to this binary (a cargo build), or in the package's
@@ -81,14 +139,7 @@ pub fn hand_over(plan: Plan) -> Result<PathBuf, Error> {
     protocol::write_frame(&mut ours, &Launch::Run(Box::new(plan)))
         .map_err(|e| fail("handing over the plan", &e))?;
     drop(ours);
-    if theirs.as_raw_fd() != LAUNCH_FD {
-        unistd::dup2(theirs.as_raw_fd(), LAUNCH_FD).map_err(|e| fail("dup2", &e))?;
-    } else {
-        // Already at fd 3: keep it open past this function.
-        std::mem::forget(theirs);
-    }
-    fcntl::fcntl(LAUNCH_FD, fcntl::FcntlArg::F_SETFD(fcntl::FdFlag::empty()))
-        .map_err(|e| fail("fcntl", &e))?;
+    place_at_launch_fd(theirs)?;
     Ok(broker)
 }
 
