@@ -42,7 +42,7 @@ use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::termios::{self, SetArg, Termios};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use serde_json::json;
 
@@ -72,16 +72,37 @@ fn main() {
             println!("wardcell-broker {}", env!("CARGO_PKG_VERSION"));
             return;
         }
-        (None, _, _) => None,
+        // The plan is already waiting on fd 3 (`wardcell doctor`'s trial run).
+        (Some("--plan"), None, None) => None,
+        // The plan is on its way from the client's plan writer (`wardcell run`).
         (Some("--plan-writer"), Some(pid), None) => match pid.parse::<i32>() {
-            Ok(pid) if pid > 0 => Some(Pid::from_raw(pid)),
+            // Only a child of this process (the client forked it before exec) can be the
+            // writer; peek without reaping it.
+            Ok(pid)
+                if pid > 0
+                    && waitid(
+                        Id::Pid(Pid::from_raw(pid)),
+                        WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
+                    )
+                    .is_ok() =>
+            {
+                Some(Pid::from_raw(pid))
+            }
             _ => {
-                eprintln!("error: {}", BrokerError::Launch(format!("bad pid {pid:?}")));
+                eprintln!(
+                    "error: {}",
+                    BrokerError::Launch(format!(
+                        "--plan-writer {pid:?} is not a child of this process"
+                    ))
+                );
                 std::process::exit(1)
             }
         },
         _ => {
-            eprintln!("error: {}", BrokerError::Launch("unknown arguments".into()));
+            eprintln!(
+                "error: {}",
+                BrokerError::Launch("expected --plan-writer PID or --plan".into())
+            );
             std::process::exit(1)
         }
     };

@@ -269,6 +269,7 @@ fn trial_sandbox(r: &mut Report, mut host: context::Host) {
     let started = Instant::now();
     let result = run::hand_over(plan).and_then(|broker| {
         let child = Command::new(broker)
+            .arg("--plan")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

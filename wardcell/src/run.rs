@@ -146,7 +146,7 @@ pub fn hand_over(plan: Plan) -> Result<PathBuf, Error> {
 /// Exec the broker with `plan` waiting on fd 3; returns only on failure.
 pub fn launch(plan: Plan) -> Result<Infallible, Error> {
     let broker = hand_over(plan)?;
-    let e = Command::new(&broker).exec();
+    let e = Command::new(&broker).arg("--plan").exec();
     Err(Error::Launch(format!(
         "executing {}: {e}",
         broker.display()

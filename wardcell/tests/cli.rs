@@ -446,6 +446,13 @@ fn usage_errors_exit_2_on_one_line() {
     }
     let o = s.run(&["zone", "list", "--config", "/x"], IN_ZONE);
     assert!(assert_error(&o, 2).contains("--config does not apply inside a sandbox"));
+
+    // `wardcell run` starts its broker before it parses anything: help still ends with
+    // the help alone, and status 0, from the broker that had nothing to run.
+    let o = s.host(&["run", "--help"]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert!(stdout(&o).contains("Usage: wardcell run"), "{}", stdout(&o));
+    assert_eq!(stderr(&o), "");
 }
 
 #[test]
@@ -527,4 +534,27 @@ fn policy_show_json_is_the_resolved_plan() {
     assert!(
         matches!(plan.start, Start::Profile(ref p) if p.name == "readonly" && p.write.is_empty())
     );
+}
+
+/// The broker is started by `wardcell run` alone: by hand, with or without arguments, it
+/// refuses on one line and starts nothing.
+#[test]
+fn the_broker_refuses_to_start_by_hand() {
+    let broker = Path::new(BIN).with_file_name("wardcell-broker");
+    for args in [
+        vec![],
+        vec!["--plan-writer"],
+        vec!["--plan-writer", "-4"],
+        // Not a child of the broker: no plan writer of its.
+        vec!["--plan-writer", "1"],
+        vec!["--plan-writer", "1", "extra"],
+        vec!["--bogus"],
+    ] {
+        let o = Command::new(&broker).args(&args).output().unwrap();
+        let err = assert_error(&o, 1);
+        assert!(
+            err.starts_with("error: wardcell-broker is started by `wardcell run`, not by hand"),
+            "{args:?}: {err}"
+        );
+    }
 }
