@@ -20,8 +20,14 @@ pub const CATEGORIES: &[&str] = &["run", "audit", "proxy", "sandbox"];
 
 /// Hex SHA-256 of a line (without its newline).
 pub fn hash_line(line: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(line.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    let mut out = String::with_capacity(2 * digest.len());
+    for b in digest {
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0xf)] as char);
+    }
+    out
 }
 
 /// Civil date from days since 1970-01-01 (proleptic Gregorian).

@@ -222,7 +222,6 @@ pub fn parse(location: &Location, args: Vec<OsString>) -> Parsed {
         }
     }
     let parsed = cmd
-        .clone()
         .try_get_matches_from(args)
         .and_then(|m| Cli::from_arg_matches(&m));
     match parsed {

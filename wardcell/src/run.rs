@@ -55,8 +55,10 @@ pub fn run(args: RunArgs, to_broker: Option<UnixStream>) -> Result<ExitCode, Err
                 Error::Launch(format!("handing over the plan to wardcell-broker: {e}"))
             };
             protocol::send_hello(&mut socket).map_err(fail)?;
-            protocol::write_frame(&mut socket, &Launch::Run(Box::new(plan))).map_err(fail)?;
-            Ok(ExitCode::SUCCESS)
+            let launch = Launch::Run(Box::new(plan));
+            protocol::write_frame(&mut socket, &launch).map_err(fail)?;
+            // The writer's work is done: end now, without freeing what it built.
+            std::process::exit(0)
         }
         None => match launch(plan)? {},
     }
