@@ -26,7 +26,7 @@ use crate::control::Events;
 /// an idle proxy holds none (the buffers live only while a tunnel does).
 const CHUNK: usize = 64 * 1024;
 /// Pipe capacity asked for per direction (pages are only used while data is in flight).
-const PIPE: usize = 256 * 1024;
+const PIPE: usize = 1024 * 1024;
 
 pub async fn run(client: Upgraded, mut upstream: TcpStream, target: Target, events: &Events) {
     let (mut up, mut down) = (0u64, 0u64);
