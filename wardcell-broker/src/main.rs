@@ -1,20 +1,22 @@
 //! wardcell-broker: the trusted part of a run, small enough to audit on its own.
 //!
-//! `wardcell run` resolves the configuration into a plan and execs this binary with the
-//! plan on fd 3. The broker never parses TOML or command lines and never reads a secret.
-//! It takes these steps:
+//! `wardcell run` execs this binary at once, and a copy of the client (the plan writer)
+//! resolves the configuration into a plan and sends it on fd 3. The broker never parses
+//! TOML or command lines and never reads a secret. It takes these steps:
 //!
-//! 1. take the plan from fd 3 (a Hello, then exactly one `Launch::Run`);
-//! 2. find wardcell-shim (next to itself or in /usr/libexec/wardcell), decide whether the
+//! 1. find wardcell-shim (next to itself or in /usr/libexec/wardcell), decide whether the
 //!    command gets a pty (when stdin and stdout are terminals), and start the first
-//!    sandbox's namespaces and shim at once (sandbox::spawn): the kernel and the other
-//!    core build them while this thread does the rest;
+//!    sandbox's namespaces and shim at once (sandbox::spawn), while the client's plan
+//!    writer is still resolving the plan;
+//! 2. take the plan from fd 3 (a Hello, then exactly one `Launch::Run`);
 //! 3. make the run id, the run's directory (0700), the directories every sandbox masks,
 //!    and the run's audit log;
-//! 4. route the signals it forwards into a signalfd (before any thread starts);
-//! 5. complete the sandbox (sandbox::complete): its supervisor when it is in a zone
-//!    (supervisor.rs answers `zone list` and decides `zone enter`), its spec, handover;
-//! 6. relay until it ends, restore the terminal, audit the end, remove the run's
+//! 4. complete the sandbox (sandbox::complete): its supervisor's socket when it is in a
+//!    zone, its spec, then, while the shim builds the mounts, audit the run's start,
+//!    route the signals it forwards into a signalfd (before any thread starts), start the
+//!    supervisor (supervisor.rs answers `zone list` and decides `zone enter`) and, with
+//!    network, the proxy; then tell the shim to proceed;
+//! 5. relay until it ends, restore the terminal, audit the end, remove the run's
 //!    directory, and exit with the command's status (128+N for a signal).
 
 mod approval;
@@ -238,7 +240,6 @@ fn prepare_run(plan: &Plan) -> Result<(String, PathBuf, AuditLog), BrokerError> 
         path: run_dir.clone(),
         what: format!("cannot create it: {e}"),
     })?;
-    sweep_stale_runs(&plan.dirs.runtime, &run_dir);
     let log_path = paths::runs_dir(&plan.dirs).join(format!("{run_id}.jsonl"));
     let audit = AuditLog::create(log_path.clone(), &run_id, plan.audit.syslog).map_err(|e| {
         BrokerError::Dir {
@@ -334,6 +335,20 @@ fn is_tty(fd: impl AsFd) -> bool {
     termios::tcgetattr(fd).is_ok()
 }
 
+/// Forwarded signals (and SIGWINCH with a pty) blocked and read from a descriptor.
+fn take_signals(pty: bool) -> Result<SignalFd, BrokerError> {
+    let mut mask = SigSet::empty();
+    for &s in FORWARDED {
+        mask.add(s);
+    }
+    if pty {
+        mask.add(Signal::SIGWINCH);
+    }
+    mask.thread_block()
+        .and_then(|()| SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK))
+        .map_err(|e| BrokerError::Sandbox(format!("signalfd: {e}")))
+}
+
 fn run_first_sandbox(
     run: &Arc<Run>,
     spawned: sandbox::Spawned,
@@ -350,59 +365,61 @@ fn run_first_sandbox(
     let stdin = std::io::stdin();
     let stdout = std::io::stdout();
     let caller_env = run.host_env.clone();
-    let _ = run.audit.write(
-        "run",
-        "run.started",
-        json!({
-            "zone": zone,
-            "profile": profile.name,
-            "command": plan.command,
-            "cwd": plan.cwd,
-            "config": plan.source,
-            "uid": nix::unistd::getuid().as_raw(),
-        }),
-    );
-
-    // 4. Signals.
-    let mut mask = SigSet::empty();
-    for &s in FORWARDED {
-        mask.add(s);
-    }
-    if terminal.pty.is_some() {
-        mask.add(Signal::SIGWINCH);
-    }
-    let signals = mask
-        .thread_block()
-        .and_then(|()| SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK));
-    let signals = match signals {
-        Ok(s) => s,
-        Err(e) => {
-            spawned.abandon();
-            return Err(BrokerError::Sandbox(format!("signalfd: {e}")));
-        }
+    let log_started = || {
+        let _ = run.audit.write(
+            "run",
+            "run.started",
+            json!({
+                "zone": zone,
+                "profile": profile.name,
+                "command": plan.command,
+                "cwd": plan.cwd,
+                "config": plan.source,
+                "uid": nix::unistd::getuid().as_raw(),
+            }),
+        );
     };
 
-    // 5. Complete it: supervisor, spec, handover.
-    let started = sandbox::complete(
-        run,
-        spawned,
-        sandbox::Request {
-            profile,
-            zone,
-            chain: zone.map(|z| vec![z.to_string()]).unwrap_or_default(),
-            argv: &plan.command,
-            cwd: plan.cwd.clone(),
-            env: caller_env,
-            stdio: terminal.stdio(),
-            pty: terminal.pty.is_some(),
-            authenticated: zone
-                .and_then(|z| plan.zones.iter().find(|p| p.name == z))
-                .is_some_and(|z| z.authenticated),
-        },
-    );
-    let mut sb = match started {
-        Ok(sb) => sb,
-        Err(e) => {
+    // 4. Complete it: supervisor, spec, handover. While the shim builds the mounts: the
+    //    run's start is audited, signals are taken over, and stale runs are swept.
+    let (mut logged, mut signals) = (false, None);
+    let started = {
+        let mut before_proceed = || {
+            log_started();
+            logged = true;
+            signals = Some(take_signals(terminal.pty.is_some())?);
+            sweep_stale_runs(&run.plan.dirs.runtime, &run.dir);
+            Ok(())
+        };
+        sandbox::complete(
+            run,
+            spawned,
+            sandbox::Request {
+                profile,
+                zone,
+                chain: zone.map(|z| vec![z.to_string()]).unwrap_or_default(),
+                argv: &plan.command,
+                cwd: plan.cwd.clone(),
+                env: caller_env,
+                stdio: terminal.stdio(),
+                pty: terminal.pty.is_some(),
+                authenticated: zone
+                    .and_then(|z| plan.zones.iter().find(|p| p.name == z))
+                    .is_some_and(|z| z.authenticated),
+            },
+            &mut before_proceed,
+        )
+    };
+    let (mut sb, signals) = match (started, signals) {
+        (Ok(sb), Some(signals)) => (sb, signals),
+        (started, _) => {
+            if !logged {
+                log_started();
+            }
+            let e = match started {
+                Err(e) => e,
+                Ok(_) => BrokerError::Sandbox("the sandbox started without its signals".into()),
+            };
             let _ = run.audit.write(
                 "run",
                 "run.finished",

@@ -192,15 +192,22 @@ pub fn spawn(shim: &CString, stdio: [RawFd; 3]) -> Result<Spawned, BrokerError> 
 /// Both steps, for a sandbox started from a supervisor thread.
 pub fn start(run: &Arc<Run>, req: Request<'_>) -> Result<Sandbox, BrokerError> {
     let spawned = spawn(&run.shim, req.stdio)?;
-    complete(run, spawned, req)
+    complete(run, spawned, req, &mut || Ok(()))
 }
 
 /// Step 2: its supervisor, its spec, and the handover. On any failure the half-started
 /// sandbox is killed and reaped.
+///
+/// The shim gets its spec as soon as it can be built, and builds the mount namespace
+/// while this thread finishes: `before_proceed` runs (the first sandbox's caller audits
+/// the run's start and blocks signals there, before any thread exists), the supervisor
+/// starts serving, and the proxy starts (with network). Only then does the shim get
+/// `Proceed` and start the command.
 pub fn complete(
     run: &Arc<Run>,
     spawned: Spawned,
     req: Request<'_>,
+    before_proceed: &mut dyn FnMut() -> Result<(), BrokerError>,
 ) -> Result<Sandbox, BrokerError> {
     let running = spawned.running;
     let mut abort = Abort {
@@ -217,7 +224,7 @@ pub fn complete(
     let name = format!("s{}", run.next_sandbox.fetch_add(1, Ordering::Relaxed));
     let supervisor = match req.zone {
         Some(zone) => {
-            let s = Supervisor::start(run.clone(), &name, zone, req.chain.clone(), netns)
+            let s = Supervisor::bind(run.clone(), &name, zone, req.chain.clone(), netns)
                 .map_err(|e| BrokerError::Sandbox(format!("starting the zone supervisor: {e}")))?;
             abort.supervisor = Some(s.clone());
             Some(s)
@@ -254,9 +261,17 @@ pub fn complete(
     })?;
     protocol::write_frame(&mut control, &ShimRequest::Start(Box::new(spec.clone())))?;
 
+    // While the shim builds the mounts. `before_proceed` first: the first sandbox's caller
+    // blocks the signals it forwards there, before this process starts any thread.
+    before_proceed()?;
+    if let Some(s) = &supervisor {
+        s.serve_in_background()
+            .map_err(|e| BrokerError::Sandbox(format!("starting the zone supervisor: {e}")))?;
+    }
+
     // With network: the shim's listener, from inside the sandbox's network namespace, goes
     // to the zone's proxy; the command starts once the proxy serves.
-    let proxy = match spec.proxy_port {
+    let (proxy, ca_pem) = match spec.proxy_port {
         Some(_) => {
             match protocol::read_frame::<ShimReport>(&mut control)? {
                 ShimReport::Listener => {}
@@ -276,11 +291,16 @@ pub fn complete(
             let zone = req.zone.unwrap_or("-");
             let (proxy, ca_pem) =
                 proxy::start(run, zone, req.profile, req.authenticated, fds.remove(0))?;
-            protocol::write_frame(&mut control, &ShimRequest::Proceed { ca_pem })?;
-            Some(proxy)
+            (Some(proxy), ca_pem)
         }
-        None => None,
+        None => (None, None),
     };
+    let proceed = protocol::write_frame(&mut control, &ShimRequest::Proceed { ca_pem });
+    // A shim that could not build the sandbox has reported why and exited; the relay
+    // reads that report. With network the shim is known to be alive here.
+    if proxy.is_some() {
+        proceed?;
+    }
 
     abort.running = None;
     abort.supervisor = None;

@@ -49,8 +49,9 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    /// Listen at `<run dir>/<name>.sock` (0600) and serve from a thread of its own.
-    pub fn start(
+    /// Listen at `<run dir>/<name>.sock` (0600); [`Supervisor::serve_in_background`]
+    /// answers.
+    pub fn bind(
         run: Arc<Run>,
         name: &str,
         zone: &str,
@@ -78,11 +79,22 @@ impl Supervisor {
             entering: AtomicBool::new(false),
             active: AtomicUsize::new(0),
         });
-        let server = s.clone();
+        Ok(s)
+    }
+
+    /// Start answering on the socket, in a thread of its own. Until then connections wait
+    /// in the listen backlog; the broker starts it once the sandbox has its spec.
+    pub fn serve_in_background(self: &Arc<Self>) -> io::Result<()> {
+        let server = self.clone();
+        let name = self
+            .path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
         std::thread::Builder::new()
             .name(format!("supervisor-{name}"))
             .spawn(move || server.serve())?;
-        Ok(s)
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {

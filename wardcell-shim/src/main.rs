@@ -108,9 +108,14 @@ fn main() {
         );
     }
     if let Some(port) = spec.proxy_port {
-        if let Err(e) = hand_over_listener(&mut control, &spec, port) {
+        if let Err(e) = hand_over_listener(&mut control, port) {
             setup_failed(&mut control, "network", e);
         }
+    }
+    // The broker says when: it has audited the run's start and, with network, started
+    // the proxy, whose CA the command's bundle then carries.
+    if let Err(e) = await_proceed(&mut control, &spec) {
+        setup_failed(&mut control, "start", e);
     }
 
     // 3. The command.
@@ -136,18 +141,19 @@ fn main() {
 }
 
 /// With network: a listener on this namespace's loopback for the zone's proxy, handed to
-/// the broker; then wait until the proxy serves, and write the CA bundle it needs.
-fn hand_over_listener(
-    control: &mut UnixStream,
-    spec: &SandboxSpec,
-    port: u16,
-) -> Result<(), String> {
+/// the broker.
+fn hand_over_listener(control: &mut UnixStream, port: u16) -> Result<(), String> {
     let listener = std::net::TcpListener::bind(("127.0.0.1", port))
         .map_err(|e| format!("listening on 127.0.0.1:{port} for the proxy: {e}"))?;
     protocol::write_frame(control, &ShimReport::Listener).map_err(|e| e.to_string())?;
     sys::send_fd(control, listener.as_raw_fd())
         .map_err(|e| format!("handing over the listener: {e}"))?;
     drop(listener);
+    Ok(())
+}
+
+/// Wait for the broker's `Proceed`; with the run's CA, write the bundle the command trusts.
+fn await_proceed(control: &mut UnixStream, spec: &SandboxSpec) -> Result<(), String> {
     let ca_pem = match protocol::read_frame::<ShimRequest>(control).map_err(|e| e.to_string())? {
         ShimRequest::Proceed { ca_pem } => ca_pem,
         ShimRequest::Start(_) => return Err("a second Start".into()),
