@@ -96,7 +96,8 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Move bytes from `src` to `dst` through `pipe` until end of file, then half-close `dst`.
-/// The pipe is always empty when `src` is read, so EAGAIN there means `src` has nothing.
+/// Reading and writing overlap: whichever side is ready is served, so neither socket
+/// waits for the other's turn.
 async fn splice_pump(
     src: &TcpStream,
     dst: &TcpStream,
@@ -105,32 +106,49 @@ async fn splice_pump(
 ) -> io::Result<()> {
     let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
     let (pr, pw) = pipe;
+    // Bytes in the pipe. A pipe counts pages, not bytes, so it can be full with fewer
+    // than its capacity in it: a refused read with bytes held is taken as a full pipe
+    // (readiness of `src` kept), and reading waits until some bytes have gone out. With
+    // the pipe empty, a refused read can only mean `src` has nothing.
+    let mut held = 0usize;
+    let mut pipe_full = false;
+    let mut eof = false;
     loop {
-        let n = loop {
-            src.readable().await?;
-            match src.try_io(Interest::READABLE, || {
-                splice(src, None, pw, None, PIPE, flags).map_err(io::Error::from)
-            }) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
-            }
-        };
-        if n == 0 {
+        if eof && held == 0 {
             return nix::sys::socket::shutdown(dst.as_raw_fd(), Shutdown::Write)
                 .map_err(io::Error::from);
         }
-        let mut left = n;
-        while left > 0 {
-            dst.writable().await?;
-            match dst.try_io(Interest::WRITABLE, || {
-                splice(pr, None, dst, None, left, flags).map_err(io::Error::from)
-            }) {
-                Ok(k) => left -= k,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
+        tokio::select! {
+            r = src.readable(), if !eof && !pipe_full => {
+                r?;
+                let got = src.try_io(Interest::READABLE, || {
+                    match splice(src, None, pw, None, PIPE, flags) {
+                        Err(nix::errno::Errno::EAGAIN) if held > 0 => Ok(None),
+                        other => other.map(Some).map_err(io::Error::from),
+                    }
+                });
+                match got {
+                    Ok(Some(0)) => eof = true,
+                    Ok(Some(n)) => held += n,
+                    Ok(None) => pipe_full = true,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            w = dst.writable(), if held > 0 => {
+                w?;
+                match dst.try_io(Interest::WRITABLE, || {
+                    splice(pr, None, dst, None, held, flags).map_err(io::Error::from)
+                }) {
+                    Ok(k) => {
+                        held -= k;
+                        pipe_full = false;
+                        *count += k as u64;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
-        *count += n as u64;
     }
 }

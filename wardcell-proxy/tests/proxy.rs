@@ -533,3 +533,53 @@ fn the_proxy_exits_when_the_broker_goes_away() {
         .expect("the proxy exits");
     assert!(st.success(), "{st:?}");
 }
+
+/// A tunnel whose upstream sends many tiny segments to a client that reads late, and keeps
+/// its end open until the client has had everything: every byte arrives, in order, pushed
+/// along by the proxy itself (no end of file wakes it), and is counted.
+#[test]
+fn a_tunnel_full_of_tiny_segments_still_delivers_everything() {
+    use std::net::TcpListener;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = listener.local_addr().unwrap().port();
+    const WRITES: usize = 20_000;
+    // The upstream keeps its connection open until the client has had every byte: bytes
+    // left behind in the proxy would not be pushed along by the upstream's end of file.
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        for i in 0..WRITES {
+            s.write_all(format!("{:06}\n", i % 1_000_000).as_bytes())
+                .unwrap();
+        }
+        let mut done = [0u8; 5];
+        s.read_exact(&mut done).unwrap();
+        assert_eq!(&done, b"done\n");
+    });
+    let mut p = Proxy::start(spec(&[format!("127.0.0.1:{upstream}")], vec![]), &[]);
+    let (mut s, head) = raw_connect(p.port, &format!("127.0.0.1:{upstream}"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // Let the upstream's segments pile up in the proxy before reading any.
+    std::thread::sleep(Duration::from_millis(500));
+    let want: Vec<u8> = (0..WRITES)
+        .flat_map(|i| format!("{:06}\n", i).into_bytes())
+        .collect();
+    let mut got = vec![0u8; want.len()];
+    s.read_exact(&mut got)
+        .expect("every byte the upstream sent, without its end of file to push them along");
+    assert!(got == want, "the bytes arrived out of order or changed");
+    s.write_all(b"done\n").unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    server.join().unwrap();
+    drop(s);
+    match p.event() {
+        ProxyEvent::Connect {
+            bytes_up,
+            bytes_down,
+            ..
+        } => assert_eq!((bytes_up, bytes_down), (5, want.len() as u64)),
+        other => panic!("{other:?}"),
+    }
+}
