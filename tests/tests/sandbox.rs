@@ -669,3 +669,41 @@ both!(git_hooks_stay_read_only_in_a_writable_project, |fx| {
         "#!/bin/sh\nexit 0\n"
     );
 });
+
+// `wardcell run` forks a plan writer and execs the broker in its own pid; once the
+// sandbox runs, the broker's only child is the sandbox's init: the writer was reaped,
+// not left a zombie for the length of the run.
+both!(the_plan_writer_does_not_outlive_the_start, |fx| {
+    let ready = fx.proj.join("ready");
+    let script = format!("touch {}; sleep 2", ready.display());
+    let mut run = fx
+        .cmd(&["run", "--", "/bin/sh", "-c", &script])
+        .spawn()
+        .expect("spawn wardcell");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !ready.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let broker = run.id();
+    let children =
+        std::fs::read_to_string(format!("/proc/{broker}/task/{broker}/children")).unwrap();
+    let comms: Vec<String> = children
+        .split_whitespace()
+        .map(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        comms,
+        ["wardcell-shim"],
+        "the broker's children: {children}"
+    );
+    assert!(run.wait().unwrap().success());
+});

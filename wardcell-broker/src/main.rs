@@ -168,7 +168,7 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
         }
     };
     let run = Arc::new(Run::new(plan, run_id, run_dir.clone(), shim, audit));
-    let result = run_first_sandbox(&run, spawned, terminal);
+    let result = run_first_sandbox(&run, spawned, terminal, writer);
     let _ = fs::remove_dir_all(&run_dir);
     result
 }
@@ -335,12 +335,14 @@ fn is_tty(fd: impl AsFd) -> bool {
     termios::tcgetattr(fd).is_ok()
 }
 
-/// Forwarded signals (and SIGWINCH with a pty) blocked and read from a descriptor.
+/// Forwarded signals (and SIGWINCH with a pty, and SIGCHLD) blocked and read from a
+/// descriptor.
 fn take_signals(pty: bool) -> Result<SignalFd, BrokerError> {
     let mut mask = SigSet::empty();
     for &s in FORWARDED {
         mask.add(s);
     }
+    mask.add(Signal::SIGCHLD);
     if pty {
         mask.add(Signal::SIGWINCH);
     }
@@ -353,6 +355,7 @@ fn run_first_sandbox(
     run: &Arc<Run>,
     spawned: sandbox::Spawned,
     terminal: Terminal,
+    writer: Option<Pid>,
 ) -> Result<i32, BrokerError> {
     let plan = &run.plan;
     let (zone, profile) = match start_profile(plan) {
@@ -388,6 +391,11 @@ fn run_first_sandbox(
             log_started();
             logged = true;
             signals = Some(take_signals(terminal.pty.is_some())?);
+            // The plan writer exits right after sending the plan. Reaped here if it has,
+            // else on the SIGCHLD the relay now reads: never a zombie for the whole run.
+            if let Some(writer) = writer {
+                let _ = waitpid(writer, Some(WaitPidFlag::WNOHANG));
+            }
             sweep_stale_runs(&run.plan.dirs.runtime, &run.dir);
             Ok(())
         };
@@ -464,6 +472,7 @@ fn run_first_sandbox(
         &mut sb.running,
         relay::Watch {
             signals: Some(&signals),
+            reap: writer,
             pty: master.as_ref().map(|m| relay::PtyRelay {
                 master: m,
                 stdin: stdin.as_fd(),

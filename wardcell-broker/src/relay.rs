@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::sys::signalfd::SignalFd;
-use nix::sys::wait::{waitpid, WaitStatus};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use wardcell_common::protocol::{self, FrameError, ShimReport};
@@ -66,8 +66,10 @@ fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
 /// What to watch besides the sandbox itself.
 #[derive(Default)]
 pub struct Watch<'a> {
-    /// Signals the broker forwards (and SIGWINCH when a pty is relayed).
+    /// Signals the broker forwards (and SIGWINCH when a pty is relayed, and SIGCHLD).
     pub signals: Option<&'a SignalFd>,
+    /// A child of the broker to reap when it exits (the client's plan writer), on SIGCHLD.
+    pub reap: Option<Pid>,
     pub pty: Option<PtyRelay<'a>>,
     /// The `zone enter` connection: when the caller goes away, the sandbox is ended.
     pub caller: Option<BorrowedFd<'a>>,
@@ -88,6 +90,7 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
         signals,
         pty,
         caller,
+        reap,
     } = watch;
     let mut reports: Vec<ShimReport> = Vec::new();
     let mut control_open = true;
@@ -161,6 +164,11 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
                 if sig == Signal::SIGWINCH as i32 {
                     if let Some(p) = &pty {
                         let _ = sys::copy_winsize(p.stdin, p.master.as_fd());
+                    }
+                } else if sig == Signal::SIGCHLD as i32 {
+                    // Never forwarded. The sandbox's own end is watched through its pidfd.
+                    if let Some(pid) = reap {
+                        let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
                     }
                 } else {
                     let _ = sys::pidfd_send_signal(run.pidfd.as_fd(), sig);
