@@ -65,7 +65,12 @@ fn dispatch(
     to_broker: Option<std::os::unix::net::UnixStream>,
 ) -> Result<ExitCode, Error> {
     match (command, location) {
-        (Command::Run(args), Location::Host) => return run::run(args, to_broker),
+        (Command::Run(args), Location::Host) => {
+            // `main` started the broker for every `run` on the host.
+            let to_broker =
+                to_broker.ok_or_else(|| Error::Launch("no broker was started".into()))?;
+            match run::run(args, to_broker)? {}
+        }
         (Command::Policy(PolicyCommand::Check { config }), Location::Host) => {
             policy::check(&config)?;
         }

@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::Command;
 
 use nix::{fcntl, unistd};
 
@@ -30,10 +30,10 @@ pub fn utf8_command(args: Vec<OsString>) -> Result<Vec<String>, Error> {
         .collect()
 }
 
-/// Steps of `wardcell run`, on the host. With `to_broker` (the broker is already
-/// starting), the plan goes there and this process, the plan writer, ends; without it,
-/// this process execs the broker.
-pub fn run(args: RunArgs, to_broker: Option<UnixStream>) -> Result<ExitCode, Error> {
+/// Steps of `wardcell run`, on the host, in the plan writer: the broker is already
+/// starting (see [`start_broker_early`]); the plan goes to it on `to_broker`, and this
+/// process ends.
+pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error> {
     // 1. The command, as text.
     let command = utf8_command(args.command)?;
     // 2. The configuration, found and checked.
@@ -49,19 +49,10 @@ pub fn run(args: RunArgs, to_broker: Option<UnixStream>) -> Result<ExitCode, Err
     // 5. Secret files nobody else may read, before anything starts.
     credentials::check_sources(&plan)?;
     // 6. Hand it over.
-    match to_broker {
-        Some(mut socket) => {
-            let fail = |e: protocol::FrameError| {
-                Error::Launch(format!("handing over the plan to wardcell-broker: {e}"))
-            };
-            protocol::send_hello(&mut socket).map_err(fail)?;
-            let launch = Launch::Run(Box::new(plan));
-            protocol::write_frame(&mut socket, &launch).map_err(fail)?;
-            // The writer's work is done: end now, without freeing what it built.
-            std::process::exit(0)
-        }
-        None => match launch(plan)? {},
-    }
+    let launch = Launch::Run(Box::new(plan));
+    send_plan(&mut to_broker, &launch)?;
+    // The writer's work is done: end now, without freeing what it built.
+    std::process::exit(0)
 }
 
 /// Start `wardcell run`'s broker at once. The process forks: the original execs the
@@ -73,7 +64,6 @@ pub fn run(args: RunArgs, to_broker: Option<UnixStream>) -> Result<ExitCode, Err
 /// writer's exit status and says nothing: the writer already did.
 pub fn start_broker_early() -> Result<UnixStream, Error> {
     let broker = find_helper("wardcell-broker")?;
-    let fail = |what: &str, e: &dyn std::fmt::Display| Error::Launch(format!("{what}: {e}"));
     let (ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
     match sys::fork().map_err(|e| fail("fork", &e))? {
         sys::Forked::Child => Ok(ours),
@@ -95,9 +85,19 @@ pub fn start_broker_early() -> Result<UnixStream, Error> {
     }
 }
 
+/// A launch step that failed: `<what>: <why>`.
+fn fail(what: &str, e: &dyn std::fmt::Display) -> Error {
+    Error::Launch(format!("{what}: {e}"))
+}
+
+/// Write the Hello and the one `Launch` frame (at most 64 KiB) the broker reads on fd 3.
+fn send_plan(socket: &mut UnixStream, launch: &Launch) -> Result<(), Error> {
+    protocol::send_hello(socket).map_err(|e| fail("handing over the plan", &e))?;
+    protocol::write_frame(socket, launch).map_err(|e| fail("handing over the plan", &e))
+}
+
 /// Leave `socket` at fd 3, inheritable, for the broker.
 fn place_at_launch_fd(socket: UnixStream) -> Result<(), Error> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| Error::Launch(format!("{what}: {e}"));
     if socket.as_raw_fd() != LAUNCH_FD {
         unistd::dup2(socket.as_raw_fd(), LAUNCH_FD).map_err(|e| fail("dup2", &e))?;
     } else {
@@ -130,27 +130,14 @@ pub fn find_helper(name: &str) -> Result<PathBuf, Error> {
 /// The descriptor on which the broker expects the plan.
 const LAUNCH_FD: i32 = 3;
 
-/// Put `plan` (a Hello, then one `Launch::Run` frame, at most 64 KiB) in a socketpair
-/// whose reading end is left at fd 3, inheritable, for the broker. The socket buffer
-/// holds the frames until the broker reads them. Returns the broker's path.
+/// Put `plan` in a socketpair whose reading end is left at fd 3, inheritable, for a broker
+/// started with `--plan` (`wardcell doctor`'s trial run). The socket buffer holds the
+/// frames until the broker reads them. Returns the broker's path.
 pub fn hand_over(plan: Plan) -> Result<PathBuf, Error> {
     let broker = find_helper("wardcell-broker")?;
-    let fail = |what: &str, e: &dyn std::fmt::Display| Error::Launch(format!("{what}: {e}"));
     let (mut ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
-    protocol::send_hello(&mut ours).map_err(|e| fail("handing over the plan", &e))?;
-    protocol::write_frame(&mut ours, &Launch::Run(Box::new(plan)))
-        .map_err(|e| fail("handing over the plan", &e))?;
+    send_plan(&mut ours, &Launch::Run(Box::new(plan)))?;
     drop(ours);
     place_at_launch_fd(theirs)?;
     Ok(broker)
-}
-
-/// Exec the broker with `plan` waiting on fd 3; returns only on failure.
-pub fn launch(plan: Plan) -> Result<Infallible, Error> {
-    let broker = hand_over(plan)?;
-    let e = Command::new(&broker).arg("--plan").exec();
-    Err(Error::Launch(format!(
-        "executing {}: {e}",
-        broker.display()
-    )))
 }
