@@ -385,49 +385,43 @@ fn run_first_sandbox(
 
     // 4. Complete it: supervisor, spec, handover. While the shim builds the mounts: the
     //    run's start is audited, signals are taken over, and stale runs are swept.
-    let (mut logged, mut signals) = (false, None);
-    let started = {
-        let mut before_proceed = || {
-            log_started();
-            logged = true;
-            signals = Some(take_signals(terminal.pty.is_some())?);
-            // The plan writer exits right after sending the plan. Reaped here if it has,
-            // else on the SIGCHLD the relay now reads: never a zombie for the whole run.
-            if let Some(writer) = writer {
-                let _ = waitpid(writer, Some(WaitPidFlag::WNOHANG));
-            }
-            sweep_stale_runs(&run.plan.dirs.runtime, &run.dir);
-            Ok(())
-        };
-        sandbox::complete(
-            run,
-            spawned,
-            sandbox::Request {
-                profile,
-                zone,
-                chain: zone.map(|z| vec![z.to_string()]).unwrap_or_default(),
-                argv: &plan.command,
-                cwd: plan.cwd.clone(),
-                env: caller_env,
-                stdio: terminal.stdio(),
-                pty: terminal.pty.is_some(),
-                authenticated: zone
-                    .and_then(|z| plan.zones.iter().find(|p| p.name == z))
-                    .is_some_and(|z| z.authenticated),
-            },
-            &mut before_proceed,
-        )
+    let mut logged = false;
+    let before_proceed = || {
+        log_started();
+        logged = true;
+        let signals = take_signals(terminal.pty.is_some())?;
+        // The plan writer exits right after sending the plan. Reaped here if it has, else
+        // on the SIGCHLD the relay now reads: never a zombie for the whole run.
+        if let Some(writer) = writer {
+            let _ = waitpid(writer, Some(WaitPidFlag::WNOHANG));
+        }
+        sweep_stale_runs(&run.plan.dirs.runtime, &run.dir);
+        Ok(signals)
     };
-    let (mut sb, signals) = match (started, signals) {
-        (Ok(sb), Some(signals)) => (sb, signals),
-        (started, _) => {
+    let started = sandbox::complete(
+        run,
+        spawned,
+        sandbox::Request {
+            profile,
+            zone,
+            chain: zone.map(|z| vec![z.to_string()]).unwrap_or_default(),
+            argv: &plan.command,
+            cwd: plan.cwd.clone(),
+            env: caller_env,
+            stdio: terminal.stdio(),
+            pty: terminal.pty.is_some(),
+            authenticated: zone
+                .and_then(|z| plan.zones.iter().find(|p| p.name == z))
+                .is_some_and(|z| z.authenticated),
+        },
+        before_proceed,
+    );
+    let (mut sb, signals) = match started {
+        Ok(started) => started,
+        Err(e) => {
             if !logged {
                 log_started();
             }
-            let e = match started {
-                Err(e) => e,
-                Ok(_) => BrokerError::Sandbox("the sandbox started without its signals".into()),
-            };
             let _ = run.audit.write(
                 "run",
                 "run.finished",

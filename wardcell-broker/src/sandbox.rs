@@ -192,7 +192,7 @@ pub fn spawn(shim: &CString, stdio: [RawFd; 3]) -> Result<Spawned, BrokerError> 
 /// Both steps, for a sandbox started from a supervisor thread.
 pub fn start(run: &Arc<Run>, req: Request<'_>) -> Result<Sandbox, BrokerError> {
     let spawned = spawn(&run.shim, req.stdio)?;
-    complete(run, spawned, req, &mut || Ok(()))
+    complete(run, spawned, req, || Ok(())).map(|(sandbox, ())| sandbox)
 }
 
 /// Step 2: its supervisor, its spec, and the handover. On any failure the half-started
@@ -202,13 +202,13 @@ pub fn start(run: &Arc<Run>, req: Request<'_>) -> Result<Sandbox, BrokerError> {
 /// while this thread finishes: `before_proceed` runs (the first sandbox's caller audits
 /// the run's start and blocks signals there, before any thread exists), the supervisor
 /// starts serving, and the proxy starts (with network). Only then does the shim get
-/// `Proceed` and start the command.
-pub fn complete(
+/// `Proceed` and start the command. What `before_proceed` made comes back with the sandbox.
+pub fn complete<T>(
     run: &Arc<Run>,
     spawned: Spawned,
     req: Request<'_>,
-    before_proceed: &mut dyn FnMut() -> Result<(), BrokerError>,
-) -> Result<Sandbox, BrokerError> {
+    before_proceed: impl FnOnce() -> Result<T, BrokerError>,
+) -> Result<(Sandbox, T), BrokerError> {
     let running = spawned.running;
     let mut abort = Abort {
         running: Some(&running),
@@ -263,7 +263,7 @@ pub fn complete(
 
     // While the shim builds the mounts. `before_proceed` first: the first sandbox's caller
     // blocks the signals it forwards there, before this process starts any thread.
-    before_proceed()?;
+    let made = before_proceed()?;
     if let Some(s) = &supervisor {
         s.serve_in_background()
             .map_err(|e| BrokerError::Sandbox(format!("starting the zone supervisor: {e}")))?;
@@ -305,13 +305,14 @@ pub fn complete(
     abort.running = None;
     abort.supervisor = None;
     drop(abort);
-    Ok(Sandbox {
+    let sandbox = Sandbox {
         name,
         running,
         supervisor,
         spec,
         proxy,
-    })
+    };
+    Ok((sandbox, made))
 }
 
 fn child_failure(running: &Running) -> String {

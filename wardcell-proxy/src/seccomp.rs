@@ -24,7 +24,7 @@ pub const DENIED: &Reasoned<i64> = &[
 
 /// The proxy's policy, as one filter: EPERM for the list below and for namespace flags;
 /// ENOSYS for clone3.
-pub fn filters() -> Result<Vec<BpfProgram>, String> {
+pub fn policy() -> Result<BpfProgram, String> {
     let mut deny = filter::unconditional(ALWAYS_DENIED);
     deny.extend(filter::unconditional(DENIED));
     deny.insert(libc::SYS_unshare, filter::any_flag(0, NAMESPACE_FLAGS));
@@ -36,13 +36,13 @@ pub fn filters() -> Result<Vec<BpfProgram>, String> {
         },
         filter::clone3_enosys(),
     ];
-    Ok(vec![filter::compile(&parts)?])
+    filter::compile(&parts)
 }
 
 /// Install on the calling thread (threads started later inherit it). The proxy is still
 /// single-threaded here, and no_new_privs is already set.
 pub fn install() -> Result<(), String> {
-    filter::install(&filters()?)
+    filter::install(&policy()?)
 }
 
 #[cfg(test)]
@@ -51,9 +51,7 @@ mod tests {
 
     #[test]
     fn filters_compile_and_every_rule_has_a_reason() {
-        let progs = filters().unwrap();
-        assert_eq!(progs.len(), 1);
-        assert!(progs.iter().all(|p| p.len() < 4096));
+        assert!(policy().unwrap().len() < 4096);
         filter::check_table(DENIED).unwrap();
     }
 }

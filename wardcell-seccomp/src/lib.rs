@@ -427,14 +427,10 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
     sock_filter { code, jt, jf, k }
 }
 
-/// Install `filters` on the calling thread, in order (threads it starts inherit them).
-/// no_new_privs must already be set.
-pub fn install(filters: &[BpfProgram]) -> Result<(), String> {
-    for prog in filters {
-        seccompiler::apply_filter(prog)
-            .map_err(|e| format!("installing the seccomp filter: {e}"))?;
-    }
-    Ok(())
+/// Install `filter` (a whole policy, from [`compile`]) on the calling thread; threads it
+/// starts inherit it. no_new_privs must already be set.
+pub fn install(filter: &BpfProgram) -> Result<(), String> {
+    seccompiler::apply_filter(filter).map_err(|e| format!("installing the seccomp filter: {e}"))
 }
 
 /// Every entry has a reason and none is listed twice.

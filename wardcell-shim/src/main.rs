@@ -88,8 +88,8 @@ fn main() {
             std::process::exit(1);
         }
     };
-    // The filters do not depend on the spec: compile them while the broker prepares it.
-    let filters = seccomp::filters();
+    // The filter does not depend on the spec: compile it while the broker prepares it.
+    let filter = seccomp::policy();
     let spec = match read_spec(&mut control) {
         Ok(s) => s,
         // The broker died or spoke out of turn: nothing to do and no one to tell.
@@ -120,7 +120,7 @@ fn main() {
 
     // 3. The command.
     let child = match sys::fork() {
-        Ok(sys::Forked::Child) => exec_command(&spec, &filters, &mut control),
+        Ok(sys::Forked::Child) => exec_command(&spec, &filter, &mut control),
         Ok(sys::Forked::Parent(pid)) => Pid::from_raw(pid),
         Err(e) => setup_failed(&mut control, "fork", e.to_string()),
     };
@@ -184,7 +184,8 @@ fn probe() -> ! {
     // Install the real filters in a throwaway child and see that it survives.
     let seccomp = match sys::fork() {
         Ok(sys::Forked::Child) => {
-            let ok = nix::sys::prctl::set_no_new_privs().is_ok() && seccomp::install().is_ok();
+            let ok = nix::sys::prctl::set_no_new_privs().is_ok()
+                && seccomp::install(&seccomp::policy()).is_ok();
             std::process::exit(if ok { 0 } else { 1 })
         }
         Ok(sys::Forked::Parent(pid)) => match waitpid(Pid::from_raw(pid), None) {
@@ -247,7 +248,7 @@ fn supervise(child: Pid, waited: &SigSet) -> ShimReport {
 /// The command's side of the fork: confine, then exec. Never returns.
 fn exec_command(
     spec: &SandboxSpec,
-    filters: &Result<Vec<seccompiler::BpfProgram>, String>,
+    filter: &Result<seccompiler::BpfProgram, String>,
     control: &mut UnixStream,
 ) -> ! {
     // a. Its own session; a pty from the broker becomes its controlling terminal.
@@ -293,7 +294,7 @@ fn exec_command(
         Err(e) => setup_failed(control, "landlock", e),
     }
     // e. Seccomp, last before exec: from here on the syscall surface is the sandbox's.
-    if let Err(e) = seccomp::install_compiled(filters) {
+    if let Err(e) = seccomp::install(filter) {
         setup_failed(control, "seccomp", e);
     }
     // f. Nothing but 0, 1 and 2 survives exec (the control socket is close-on-exec too).

@@ -37,7 +37,7 @@ pub const ALLOWED_FAMILIES: &Reasoned<u64> = &[
 /// The sandbox's policy, as one filter: EPERM for what is always refused, for namespace
 /// flags and for the terminal ioctls; ENOSYS for clone3; EAFNOSUPPORT for other socket
 /// families.
-pub fn filters() -> Result<Vec<BpfProgram>, String> {
+pub fn policy() -> Result<BpfProgram, String> {
     let mut deny = filter::unconditional(ALWAYS_DENIED);
     deny.insert(libc::SYS_unshare, filter::any_flag(0, NAMESPACE_FLAGS));
     deny.insert(libc::SYS_clone, filter::any_flag(0, NAMESPACE_FLAGS));
@@ -54,16 +54,12 @@ pub fn filters() -> Result<Vec<BpfProgram>, String> {
             errno: libc::EAFNOSUPPORT,
         },
     ];
-    Ok(vec![filter::compile(&parts)?])
+    filter::compile(&parts)
 }
 
-/// Install the filters on the calling thread. no_new_privs must already be set.
-pub fn install() -> Result<(), String> {
-    filter::install(&filters()?)
-}
-
-/// Install filters compiled earlier (the shim compiles them while it waits for its spec).
-pub fn install_compiled(compiled: &Result<Vec<BpfProgram>, String>) -> Result<(), String> {
+/// Install a filter compiled earlier (the shim compiles it while it waits for its spec)
+/// on the calling thread. no_new_privs must already be set.
+pub fn install(compiled: &Result<BpfProgram, String>) -> Result<(), String> {
     filter::install(compiled.as_ref().map_err(Clone::clone)?)
 }
 
@@ -73,10 +69,9 @@ mod tests {
 
     #[test]
     fn filters_compile_and_fit() {
-        let progs = filters().unwrap();
-        assert_eq!(progs.len(), 1);
-        assert!(progs.iter().all(|p| p.len() < 4096));
-        assert_eq!(progs[0][..3], wardcell_seccomp::X32_GUARD);
+        let prog = policy().unwrap();
+        assert!(prog.len() < 4096);
+        assert_eq!(prog[..3], wardcell_seccomp::X32_GUARD);
     }
 
     #[test]
