@@ -12,6 +12,7 @@
 pub mod audit;
 pub mod config;
 pub mod envrules;
+pub mod gitguard;
 pub mod identity;
 pub mod paths;
 pub mod plan;

@@ -516,6 +516,12 @@ fn run_first_sandbox(
     }
     let (code, message) = describe(&ended.outcome, &sb.spec.argv[0]);
     run.end_entries();
+    for line in run.check_git(&name) {
+        eprintln!(
+            "warning: {line} appeared during this run and runs code the next time git runs in {}; inspect it before you use git there",
+            run.plan.cwd.display()
+        );
+    }
     let _ = run.audit.write(
         "run",
         "run.finished",

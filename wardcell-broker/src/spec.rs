@@ -246,16 +246,15 @@ pub fn build_with(
             id: Some(id),
         });
     }
-    // The client, at the path it was started from, in every zone sandbox.
-    if req.zone.is_some() {
-        if let Some(client) = &req.plan.client {
-            if let Some(id) = ids.get(client) {
-                view.push(ViewEntry {
-                    path: client.clone(),
-                    what: ViewKind::Read,
-                    id: Some(id),
-                });
-            }
+    // The client, at the path it was started from, in every sandbox: `wardcell zone ...`
+    // works wherever it is installed (and says what does not work where it is).
+    if let Some(client) = &req.plan.client {
+        if let Some(id) = ids.get(client) {
+            view.push(ViewEntry {
+                path: client.clone(),
+                what: ViewKind::Read,
+                id: Some(id),
+            });
         }
     }
     for (link, target) in &profile.links {
