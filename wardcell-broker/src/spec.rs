@@ -292,10 +292,16 @@ pub fn build_with(
         &profile.env,
         &req.plan.credential_env_vars(),
     );
-    env.retain(|(k, v)| {
-        k != "SSH_AUTH_SOCK"
-            || std::fs::canonicalize(v).is_ok_and(|c| profile.unix_sockets.contains(&c))
-    });
+    env.retain(|(k, _)| k != "SSH_AUTH_SOCK");
+    let agent = req
+        .host_env
+        .iter()
+        .find(|(k, v)| {
+            k == "SSH_AUTH_SOCK"
+                && std::fs::canonicalize(v).is_ok_and(|c| profile.unix_sockets.contains(&c))
+        })
+        .cloned();
+    env.extend(agent);
     env.push(("WARDCELL_SANDBOX".into(), "1".into()));
     if let Some(zone) = req.zone {
         env.push(("WARDCELL_ZONE".into(), zone.to_string()));
