@@ -11,7 +11,7 @@
 use std::fmt;
 use std::fs::Metadata;
 use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -48,21 +48,19 @@ pub struct Identity {
 impl Identity {
     /// From `fstat` of an (`O_PATH`) descriptor, never from a name.
     pub fn of(meta: &Metadata) -> Identity {
-        let t = meta.file_type();
-        let kind = if t.is_dir() {
-            Kind::Dir
-        } else if t.is_file() {
-            Kind::File
-        } else if t.is_socket() {
-            Kind::Socket
-        } else {
-            Kind::Other
+        Identity::from_stat(meta.dev(), meta.ino(), meta.mode())
+    }
+
+    /// From the fields of a `struct stat`.
+    pub fn from_stat(dev: u64, ino: u64, mode: u32) -> Identity {
+        const S_IFMT: u32 = 0o170000;
+        let kind = match mode & S_IFMT {
+            0o040000 => Kind::Dir,
+            0o100000 => Kind::File,
+            0o140000 => Kind::Socket,
+            _ => Kind::Other,
         };
-        Identity {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            kind,
-        }
+        Identity { dev, ino, kind }
     }
 }
 

@@ -409,8 +409,9 @@ fn changed(path: &Path, e: std::io::Error) -> Failure {
 }
 
 fn identity_of(fd: BorrowedFd<'_>) -> std::io::Result<Identity> {
-    let f = File::from(fd.try_clone_to_owned()?);
-    Ok(Identity::of(&f.metadata()?))
+    use std::os::fd::AsRawFd;
+    let st = nix::sys::stat::fstat(fd.as_raw_fd())?;
+    Ok(Identity::from_stat(st.st_dev, st.st_ino, st.st_mode))
 }
 
 fn dev_of(fd: BorrowedFd<'_>) -> Result<u64> {
@@ -436,8 +437,7 @@ fn split(path: &Path) -> Result<(&Path, &std::ffi::OsStr)> {
 /// where nothing is ever created.
 fn make_dirs(root: &OwnedFd, dir: &Path, ours: &[u64]) -> Result<Option<OwnedFd>> {
     use std::os::fd::AsRawFd;
-    let mut cur = sys::open_nofollow(Some(root.as_fd()), Path::new("/"))
-        .map_err(|e| fail(format!("opening the root: {e}")))?;
+    let mut cur = clone_fd(root.as_fd())?;
     let mut at = PathBuf::from("/");
     for comp in dir.components().skip(1) {
         at.push(comp);
