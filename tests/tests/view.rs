@@ -429,3 +429,32 @@ both!(the_client_is_always_there, |fx| {
     out.ok();
     assert_eq!(out.stdout, "agent\n", "{out:?}");
 });
+
+both!(
+    a_profile_that_reads_everything_still_gets_its_own_proc_tmp_and_masks,
+    |fx| {
+        let bin = fx.bin.display();
+        fx.config(&format!(
+        "[zones.agent]\nprofile = \"all\"\ndefault = true\n[profiles.all]\nread = [\"/\", \"{bin}\"]\nwrite = [\".\"]\ndeny = [\"~/.ssh\"]\n"
+    ));
+        fx.write(&fx.home.join(".ssh/id_ed25519"), "PRIVATE KEY");
+        let tmp = HostTmp::new(&fx, "all");
+        fx.write(&tmp.0.join("host-file"), "x");
+        let out = fx.sh(&format!(
+            "cat /etc/hostname >/dev/null && echo etc-ok; echo made > here && echo proj-ok; \
+         test -e {} && echo host-tmp-visible; cat ~/.ssh/id_ed25519 2>/dev/null && echo key-read; \
+         ls /proc | grep -c '^[0-9]'; touch /etc/x 2>/dev/null && echo etc-written; true",
+            tmp.0.join("host-file").display()
+        ));
+        out.ok();
+        assert!(
+            out.stdout.contains("etc-ok") && out.stdout.contains("proj-ok"),
+            "{out:?}"
+        );
+        for bad in ["host-tmp-visible", "key-read", "etc-written"] {
+            assert!(!out.stdout.contains(bad), "{bad}: {out:?}");
+        }
+        let procs: u32 = out.stdout.lines().find_map(|l| l.parse().ok()).unwrap();
+        assert!(procs < 10, "the host's processes are not listed: {out:?}");
+    }
+);

@@ -154,6 +154,13 @@ pub fn build_with(
         .map(|p| (p, ViewKind::Read))
         .chain(profile.write.iter().map(|p| (p.clone(), ViewKind::Write)));
     for (path, what) in trees {
+        if path.starts_with("/proc") {
+            return Err(format!(
+                "profile '{}' names {}, but every sandbox has a /proc of its own; remove it from the profile",
+                profile.name,
+                path.display()
+            ));
+        }
         let id = ids.get(&path).ok_or_else(|| {
             format!(
                 "{} could not be opened without following a symbolic link when the run started; make it a real directory or remove it from profile '{}'",

@@ -17,6 +17,7 @@
 //! 4. The tmpfs root becomes read-only, the process pivots into it, and the host's tree is
 //!    detached: nothing else of the host exists inside, by any path.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -86,28 +87,27 @@ pub enum Op {
 /// kind is already there; anything inside a mask is hidden (sockets are put inside their
 /// mask); ancestors of protected paths inside writable trees are pinned.
 pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
-    let trees: Vec<(&Path, bool)> = view
-        .iter()
-        .filter_map(|e| match e.what {
-            ViewKind::Read => Some((e.path.as_path(), false)),
-            ViewKind::Write => Some((e.path.as_path(), true)),
-            _ => None,
-        })
-        .collect();
-    let masks: Vec<&Path> = view
+    use std::collections::{BTreeMap, BTreeSet};
+    // Each tree once; named both ways, a tree is writable.
+    let mut trees: BTreeMap<&Path, bool> = BTreeMap::new();
+    for e in view {
+        let writable = match e.what {
+            ViewKind::Read => false,
+            ViewKind::Write => true,
+            _ => continue,
+        };
+        *trees.entry(e.path.as_path()).or_insert(writable) |= writable;
+    }
+    let masks: BTreeSet<&Path> = view
         .iter()
         .filter(|e| e.what == ViewKind::Mask)
         .map(|e| e.path.as_path())
         .collect();
-    let masked_by = |p: &Path| masks.iter().find(|m| p.starts_with(m) && **m != p).copied();
-    // The nearest tree that contains `p` (not `p` itself).
-    let enclosing = |p: &Path| {
-        trees
-            .iter()
-            .filter(|(t, _)| p.starts_with(t) && *t != p)
-            .max_by_key(|(t, _)| t.components().count())
-            .copied()
-    };
+    // Looked up by ancestors, so that long lists stay cheap.
+    let masked = |p: &Path| p.ancestors().skip(1).any(|a| masks.contains(a));
+    // Whether the nearest tree that contains `p` (not `p` itself) is writable.
+    let enclosing = |p: &Path| p.ancestors().skip(1).find_map(|a| trees.get(a).copied());
+    let mut done: BTreeSet<&Path> = BTreeSet::new();
 
     let mut ops: Vec<(PathBuf, Op)> = vec![
         ("/dev".into(), Op::Dev),
@@ -119,19 +119,19 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
         let p = e.path.as_path();
         match &e.what {
             ViewKind::Read | ViewKind::Write => {
-                let writable = e.what == ViewKind::Write;
-                if masked_by(p).is_some() {
+                let writable = trees[p];
+                if masked(p) || !done.insert(p) {
                     continue;
                 }
                 match enclosing(p) {
-                    Some((_, w)) if w == writable => continue,
-                    Some((_, true)) => protected.push(p),
+                    Some(w) if w == writable => continue,
+                    Some(true) => protected.push(p),
                     _ => {}
                 }
                 ops.push((p.to_path_buf(), Op::Tree { writable }));
             }
             ViewKind::Mask => {
-                if masked_by(p).is_some() {
+                if masked(p) {
                     continue;
                 }
                 let sockets: Vec<PathBuf> = view
@@ -139,7 +139,7 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
                     .filter(|s| s.what == ViewKind::Socket && s.path.starts_with(p))
                     .map(|s| s.path.clone())
                     .collect();
-                if matches!(enclosing(p), Some((_, true))) {
+                if enclosing(p) == Some(true) {
                     protected.push(p);
                 }
                 ops.push((p.to_path_buf(), Op::Mask { sockets }));
@@ -148,13 +148,13 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
                 if masks.iter().any(|m| p.starts_with(m)) {
                     continue; // placed by its mask
                 }
-                if matches!(enclosing(p), Some((_, true))) {
+                if enclosing(p) == Some(true) {
                     protected.push(p);
                 }
                 ops.push((p.to_path_buf(), Op::Socket));
             }
             ViewKind::Link(target) => {
-                if masked_by(p).is_none() {
+                if !masked(p) {
                     ops.push((p.to_path_buf(), Op::Link(target.clone())));
                 }
             }
@@ -162,15 +162,11 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
     }
     // Ancestors of protected paths, strictly between their writable tree and them.
     for p in protected {
-        let Some((w, _)) = trees
-            .iter()
-            .filter(|(t, w)| *w && p.starts_with(t) && *t != p)
-            .max_by_key(|(t, _)| t.components().count())
-        else {
+        let Some(w) = p.ancestors().skip(1).find(|a| trees.get(a) == Some(&true)) else {
             continue;
         };
         for a in p.ancestors().skip(1) {
-            if a == *w || !a.starts_with(w) {
+            if a == w || !a.starts_with(w) {
                 break;
             }
             let op = (a.to_path_buf(), Op::Pin);
@@ -201,12 +197,12 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
 /// Carry out the mount part of `spec`.
 pub fn setup(spec: &SandboxSpec) -> Result<View> {
     // 1. Everything from the host, checked, before anything changes.
-    let mut host: Vec<(PathBuf, OwnedFd)> = Vec::new();
+    let mut host: BTreeMap<PathBuf, OwnedFd> = BTreeMap::new();
     for e in &spec.view {
-        if matches!(e.what, ViewKind::Mask | ViewKind::Link(_)) {
+        if matches!(e.what, ViewKind::Mask | ViewKind::Link(_)) || host.contains_key(&e.path) {
             continue;
         }
-        host.push((e.path.clone(), open_checked(e)?));
+        host.insert(e.path.clone(), open_checked(e)?);
     }
     let held_dev = hold_devices()?;
     let system_roots = match &spec.system_roots {
@@ -219,7 +215,14 @@ pub fn setup(spec: &SandboxSpec) -> Result<View> {
         None => None,
     };
     let host_fd = |p: &Path| host_fd(&host, p);
-    let ids = |p: &Path| spec.view.iter().find(|e| e.path == p).and_then(|e| e.id);
+    let mut recorded: BTreeMap<&Path, Identity> = BTreeMap::new();
+    for e in &spec.view {
+        if let Some(id) = e.id {
+            recorded.entry(e.path.as_path()).or_insert(id);
+        }
+    }
+    let ids = |p: &Path| recorded.get(p).copied();
+    let mut ops = plan(&spec.view);
 
     // 2. Nothing we mount propagates back to the host, nor the host's mounts to us.
     do_mount(
@@ -228,13 +231,30 @@ pub fn setup(spec: &SandboxSpec) -> Result<View> {
         None,
         MsFlags::MS_REC | MsFlags::MS_PRIVATE,
     )?;
-    let root = sys::new_fs(c"tmpfs", &[("mode", "0755"), ("size", "1m")], 0)
-        .map_err(|e| fail(format!("making the sandbox's root: {e}")))?;
+    // The root: a fresh tmpfs, or, for a profile that names `/` itself, that tree.
+    let whole = ops
+        .iter()
+        .position(|(p, op)| p == Path::new("/") && matches!(op, Op::Tree { .. }));
+    let (root, mut ours) = match whole.map(|i| ops.remove(i)) {
+        Some((_, Op::Tree { writable })) => {
+            let tree = sys::clone_tree(host_fd(Path::new("/"))?)
+                .map_err(|e| fail(format!("binding /: {e}")))?;
+            let set = TREE_ATTRS | if writable { 0 } else { sys::MOUNT_ATTR_RDONLY };
+            sys::mount_setattr_fd(tree.as_fd(), set, 0, true)
+                .map_err(|e| fail(format!("restricting the mount of /: {e}")))?;
+            (tree, Vec::new())
+        }
+        _ => {
+            let fs = sys::new_fs(c"tmpfs", &[("mode", "0755"), ("size", "1m")], 0)
+                .map_err(|e| fail(format!("making the sandbox's root: {e}")))?;
+            let dev = dev_of(fs.as_fd())?;
+            (fs, vec![dev])
+        }
+    };
     let stage = sys::open_nofollow(None, Path::new("/tmp"))
         .map_err(|e| fail(format!("opening /tmp to build the sandbox's root in: {e}")))?;
     sys::move_mount(root.as_fd(), stage.as_fd())
         .map_err(|e| fail(format!("attaching the sandbox's root: {e}")))?;
-    let mut ours: Vec<u64> = vec![dev_of(root.as_fd())?];
 
     let mut view = View {
         read: Vec::new(),
@@ -242,7 +262,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<View> {
         sockets: Vec::new(),
         system_roots,
     };
-    for (path, op) in plan(&spec.view) {
+    for (path, op) in ops {
         match op {
             Op::Tmp => {
                 let fs = sys::new_fs(
@@ -329,9 +349,14 @@ pub fn setup(spec: &SandboxSpec) -> Result<View> {
 
     // 4. The root read-only, then pivot into it and let the host's tree go. Everything in
     //    the view may be read: what must not be is not in it (masks are empty).
-    sys::mount_setattr_fd(root.as_fd(), sys::MOUNT_ATTR_RDONLY, 0, false)
-        .map_err(|e| fail(format!("making the sandbox's root read-only: {e}")))?;
-    view.read.push(clone_fd(root.as_fd())?);
+    if whole.is_none() {
+        sys::mount_setattr_fd(root.as_fd(), sys::MOUNT_ATTR_RDONLY, 0, false)
+            .map_err(|e| fail(format!("making the sandbox's root read-only: {e}")))?;
+    }
+    match ops_root_writable(whole.is_some(), &spec.view) {
+        true => view.write.push(clone_fd(root.as_fd())?),
+        false => view.read.push(clone_fd(root.as_fd())?),
+    }
     {
         use std::os::fd::AsRawFd;
         nix::unistd::fchdir(root.as_raw_fd())
@@ -344,11 +369,18 @@ pub fn setup(spec: &SandboxSpec) -> Result<View> {
     Ok(view)
 }
 
+/// Whether the view's root is a tree the profile writes (it names `/` for writing).
+fn ops_root_writable(whole: bool, view: &[ViewEntry]) -> bool {
+    whole
+        && view
+            .iter()
+            .any(|e| e.path == Path::new("/") && e.what == ViewKind::Write)
+}
+
 /// The host descriptor opened for `p` in step 1.
-fn host_fd<'a>(host: &'a [(PathBuf, OwnedFd)], p: &Path) -> Result<BorrowedFd<'a>> {
-    host.iter()
-        .find(|(q, _)| q == p)
-        .map(|(_, f)| f.as_fd())
+fn host_fd<'a>(host: &'a BTreeMap<PathBuf, OwnedFd>, p: &Path) -> Result<BorrowedFd<'a>> {
+    host.get(p)
+        .map(|f| f.as_fd())
         .ok_or_else(|| fail(format!("{} was not opened", p.display())))
 }
 
@@ -538,7 +570,7 @@ fn mask(
     path: &Path,
     id: Option<Identity>,
     sockets: &[PathBuf],
-    host: &[(PathBuf, OwnedFd)],
+    host: &BTreeMap<PathBuf, OwnedFd>,
     held_dev: &[(&str, OwnedFd)],
     ours: &[u64],
 ) -> Result<()> {
