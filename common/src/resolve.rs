@@ -256,7 +256,10 @@ pub fn resolve_profile(
         .filter_map(|e| paths::expand(e, home, cwd).ok())
         .chain(unix_sockets.iter().cloned())
     {
-        links_on_the_way(&entry, &mut links);
+        // Only a path that is not its own canonical form has a link on the way.
+        if std::fs::canonicalize(&entry).is_ok_and(|c| c != entry) {
+            links_on_the_way(&entry, &mut links);
+        }
     }
     Ok(ProfilePlan {
         name: p.name,

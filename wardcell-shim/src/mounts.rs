@@ -87,27 +87,32 @@ pub enum Op {
 /// kind is already there; anything inside a mask is hidden (sockets are put inside their
 /// mask); ancestors of protected paths inside writable trees are pinned.
 pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
-    use std::collections::{BTreeMap, BTreeSet};
-    // Each tree once; named both ways, a tree is writable.
-    let mut trees: BTreeMap<&Path, bool> = BTreeMap::new();
+    use std::collections::BTreeSet;
+    // Each tree once; named both ways, a tree is writable. Keyed by bytes: the paths are
+    // canonical, and comparing them component by component costs more.
+    let mut trees: BTreeMap<&[u8], bool> = BTreeMap::new();
     for e in view {
         let writable = match e.what {
             ViewKind::Read => false,
             ViewKind::Write => true,
             _ => continue,
         };
-        *trees.entry(e.path.as_path()).or_insert(writable) |= writable;
+        *trees.entry(key(&e.path)).or_insert(writable) |= writable;
     }
-    let masks: BTreeSet<&Path> = view
+    let masks: BTreeSet<&[u8]> = view
         .iter()
         .filter(|e| e.what == ViewKind::Mask)
-        .map(|e| e.path.as_path())
+        .map(|e| key(&e.path))
         .collect();
     // Looked up by ancestors, so that long lists stay cheap.
-    let masked = |p: &Path| p.ancestors().skip(1).any(|a| masks.contains(a));
+    let masked = |p: &Path| p.ancestors().skip(1).any(|a| masks.contains(key(a)));
     // Whether the nearest tree that contains `p` (not `p` itself) is writable.
-    let enclosing = |p: &Path| p.ancestors().skip(1).find_map(|a| trees.get(a).copied());
-    let mut done: BTreeSet<&Path> = BTreeSet::new();
+    let enclosing = |p: &Path| {
+        p.ancestors()
+            .skip(1)
+            .find_map(|a| trees.get(key(a)).copied())
+    };
+    let mut done: BTreeSet<&[u8]> = BTreeSet::new();
 
     let mut ops: Vec<(PathBuf, Op)> = vec![
         ("/dev".into(), Op::Dev),
@@ -119,8 +124,8 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
         let p = e.path.as_path();
         match &e.what {
             ViewKind::Read | ViewKind::Write => {
-                let writable = trees[p];
-                if masked(p) || !done.insert(p) {
+                let writable = trees[key(p)];
+                if masked(p) || !done.insert(key(p)) {
                     continue;
                 }
                 match enclosing(p) {
@@ -145,7 +150,7 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
                 ops.push((p.to_path_buf(), Op::Mask { sockets }));
             }
             ViewKind::Socket => {
-                if masks.iter().any(|m| p.starts_with(m)) {
+                if masks.contains(key(p)) || masked(p) {
                     continue; // placed by its mask
                 }
                 if enclosing(p) == Some(true) {
@@ -162,7 +167,11 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
     }
     // Ancestors of protected paths, strictly between their writable tree and them.
     for p in protected {
-        let Some(w) = p.ancestors().skip(1).find(|a| trees.get(a) == Some(&true)) else {
+        let Some(w) = p
+            .ancestors()
+            .skip(1)
+            .find(|a| trees.get(key(a)) == Some(&true))
+        else {
             continue;
         };
         for a in p.ancestors().skip(1) {
@@ -182,16 +191,30 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
         Op::Mask { .. } => 2,
         Op::Socket | Op::Link(_) => 3,
     };
-    ops.sort_by(|(a, x), (b, y)| a.cmp(b).then(rank(x).cmp(&rank(y))));
-    // A mask with the same path as a tree hides the tree: keep the mask alone.
+    // A parent's bytes are a prefix of its children's, so byte order puts parents first.
+    ops.sort_by(|(a, x), (b, y)| key(a).cmp(key(b)).then(rank(x).cmp(&rank(y))));
+    // A mask with the same path as a tree hides the tree: keep the mask alone. What shares
+    // a path is adjacent after the sort.
     let mut out: Vec<(PathBuf, Op)> = Vec::with_capacity(ops.len());
     for (p, op) in ops {
         if matches!(op, Op::Mask { .. }) {
-            out.retain(|(q, o)| !(q == &p && matches!(o, Op::Tree { .. })));
+            let mut i = out.len();
+            while i > 0 && key(&out[i - 1].0) == key(&p) {
+                i -= 1;
+                if matches!(out[i].1, Op::Tree { .. }) {
+                    out.remove(i);
+                }
+            }
         }
         out.push((p, op));
     }
     out
+}
+
+/// A canonical path's bytes.
+fn key(p: &Path) -> &[u8] {
+    use std::os::unix::ffi::OsStrExt;
+    p.as_os_str().as_bytes()
 }
 
 /// Carry out the mount part of `spec`.
