@@ -246,9 +246,10 @@ pub struct SandboxSpec {
     /// Listen on 127.0.0.1:port in the sandbox's network namespace and hand the listener
     /// to the broker (for the zone's proxy) before the command starts.
     pub proxy_port: Option<u16>,
-    /// The system's CA certificates (a PEM file), the start of the bundle given to the
-    /// command when the proxy intercepts TLS.
-    pub system_roots: Option<PathBuf>,
+    /// The system's CA certificates (a PEM file, canonical, with what it was when the run
+    /// started), the start of the bundle given to the command when the proxy intercepts
+    /// TLS.
+    pub system_roots: Option<(PathBuf, Identity)>,
 }
 
 /// One path of a sandbox's view.

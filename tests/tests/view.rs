@@ -458,3 +458,69 @@ both!(
         assert!(procs < 10, "the host's processes are not listed: {out:?}");
     }
 );
+
+both!(
+    wardcells_config_linked_into_the_project_stays_masked,
+    |fx| {
+        // A stow-style ~/.config/wardcell -> ../proj/wardcell-conf, with the agent in proj.
+        let real = fx.proj.join("wardcell-conf");
+        let cfg = "[zones.agent]\nprofile = \"test\"\ndefault = true\n\n[profiles.test]\nextends = \"developer-readonly\"\n";
+        fx.write(
+            &real.join("zones.toml"),
+            &format!("{cfg}read = [\"{}\"]\n", fx.bin.display()),
+        );
+        fs::create_dir_all(fx.home.join(".config")).unwrap();
+        std::os::unix::fs::symlink("../proj/wardcell-conf", fx.home.join(".config/wardcell"))
+            .unwrap();
+        fx.own(&fx.home);
+        let out = fx.sh("echo '[zones.evil]' >> wardcell-conf/zones.toml && echo planted; cat wardcell-conf/zones.toml >/dev/null && echo read; mv wardcell-conf w2 && echo moved; true");
+        out.ok();
+        for bad in ["planted", "read", "moved"] {
+            assert!(!out.stdout.contains(bad), "{bad}: {out:?}");
+        }
+        assert!(!fs::read_to_string(real.join("zones.toml"))
+            .unwrap()
+            .contains("evil"));
+    }
+);
+
+both!(
+    a_credential_file_reached_through_a_link_stays_masked,
+    |fx| {
+        let bin = fx.bin.display();
+        fx.write(&fx.home.join(".tokens/real"), "s3cret-token\n");
+        fs::set_permissions(
+            fx.home.join(".tokens/real"),
+            fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(".tokens/real", fx.home.join(".tok")).unwrap();
+        fx.own(&fx.home);
+        fx.config(&format!(
+        "[zones.agent]\nprofile = \"test\"\ndefault = true\n[profiles.test]\nextends = \"developer-readonly\"\nread = [\"{bin}\"]\n\
+         [credentials.c]\nhosts = [\"h.example\"]\nscheme = \"bearer\"\nsecret = {{ file = \"~/.tok\" }}\n"
+    ));
+        let out = fx.sh("cat ~/.tok ~/.tokens/real 2>/dev/null; true");
+        out.ok();
+        assert!(!out.stdout.contains("s3cret"), "{out:?}");
+    }
+);
+
+both!(device_nodes_and_sockets_are_bound_read_only, |fx| {
+    fx.test_config("");
+    let out = fx.sh(
+        "echo x > /dev/null && echo null-ok; chmod 0600 /dev/null 2>/dev/null && echo chmod-dev; \
+         touch -m -d 2001-01-01 /dev/full 2>/dev/null && echo touch-dev; \
+         chmod 0777 \"$WARDCELL_ZONE_SOCKET\" 2>/dev/null && echo chmod-sock; \
+         wardcell zone current",
+    );
+    out.ok();
+    assert!(out.stdout.contains("null-ok"), "{out:?}");
+    for bad in ["chmod-dev", "touch-dev", "chmod-sock"] {
+        assert!(!out.stdout.contains(bad), "{bad}: {out:?}");
+    }
+    assert!(
+        out.stdout.ends_with("agent\n"),
+        "the socket still works: {out:?}"
+    );
+});

@@ -230,6 +230,7 @@ fn prepare_run(plan: &mut Plan) -> Result<(String, PathBuf, AuditLog), BrokerErr
     sys::random_bytes(&mut random).map_err(|e| BrokerError::Launch(e.to_string()))?;
     let run_id = runid::new_run_id(random);
     prepare_own_dirs(plan)?;
+    spec::resolve_own_paths(plan).map_err(BrokerError::Refused)?;
     record_identities(plan);
     // Made under a name the sweep ignores, locked, then moved into place: another
     // broker's sweep never sees it unlocked.
@@ -270,6 +271,10 @@ fn record_identities(plan: &mut Plan) {
     paths.push(plan.dirs.runtime.clone());
     paths.extend(plan.credential_files());
     paths.extend(plan.client.iter().cloned());
+    // The CA certificates the shim starts a bundle with, where they really are.
+    paths.extend(
+        spec::system_roots(&host_env, &|p| p.exists()).and_then(|p| fs::canonicalize(p).ok()),
+    );
     for path in paths {
         if let Ok(id) = sys::identity_of(&path) {
             plan.identities.insert(path, id);

@@ -117,6 +117,54 @@ fn symlink_in_writable_tree(
     })
 }
 
+/// wardcell's own directories and the credential files, where they really are. A link on
+/// the way to one of them that a sandbox of this run could replace (its directory lies in
+/// a tree some profile writes) refuses the run; otherwise each name is followed now, once,
+/// before any sandbox exists, so that masks, pins and identities are the real object's,
+/// not the link's (a `~/.config/wardcell` linked into a project would otherwise stay
+/// writable there).
+pub fn resolve_own_paths(plan: &mut Plan) -> Result<(), String> {
+    let start = match &plan.start {
+        wardcell_common::plan::Start::Profile(p) => Some(p),
+        wardcell_common::plan::Start::Zone(_) => None,
+    };
+    let profiles: Vec<&ProfilePlan> = plan.zones.iter().map(|z| &z.profile).chain(start).collect();
+    let real = |p: &Path| -> Result<PathBuf, String> {
+        for profile in &profiles {
+            if let Some((link, w)) = symlink_in_writable_tree(p, &profile.write, &is_symlink) {
+                return Err(link_refusal(p, &link, &profile.name, &w));
+            }
+        }
+        Ok(std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
+    };
+    let mut dirs = plan.dirs.clone();
+    for d in dirs.config.iter_mut() {
+        *d = real(d)?;
+    }
+    dirs.state = real(&dirs.state)?;
+    dirs.runtime = real(&dirs.runtime)?;
+    let mut credentials = plan.credentials.clone();
+    for c in credentials.iter_mut() {
+        if let wardcell_common::plan::SecretPlan::File(f) = &mut c.secret {
+            *f = real(f)?;
+        }
+    }
+    plan.dirs = dirs;
+    plan.credentials = credentials;
+    Ok(())
+}
+
+fn link_refusal(p: &Path, link: &Path, profile: &str, w: &Path) -> String {
+    format!(
+        "{} is reached through the symbolic link {}, and profile '{}' lets the sandbox write {}, so it could replace the link and plant a configuration; make {} a real directory or narrow the profile",
+        p.display(),
+        link.display(),
+        profile,
+        w.display(),
+        link.display()
+    )
+}
+
 /// Whether `p` itself is a symbolic link (not following it).
 pub fn is_symlink(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())
@@ -184,14 +232,7 @@ pub fn build_with(
     own.push(dirs.runtime.clone());
     for p in &own {
         if let Some((link, w)) = symlink_in_writable_tree(p, write, &is_symlink) {
-            return Err(format!(
-                "{} is reached through the symbolic link {}, and profile '{}' lets the sandbox write {}, so it could replace the link and plant a configuration; make {} a real directory or narrow the profile",
-                p.display(),
-                link.display(),
-                profile.name,
-                w.display(),
-                link.display()
-            ));
+            return Err(link_refusal(p, &link, &profile.name, &w));
         }
         if !exists(p) {
             if let Some(w) = inside(p, write) {
@@ -320,8 +361,11 @@ pub fn build_with(
     // Network: only the zone's proxy, on the sandbox's own loopback.
     let network = profile.network.enabled();
     let intercept = network && req.authenticated && !profile.credentials.is_empty();
+    // Read by the shim only as recorded at the start (a sandbox may write where it is).
     let system_roots = if intercept {
         system_roots(req.host_env, exists)
+            .and_then(|p| std::fs::canonicalize(p).ok())
+            .and_then(|p| ids.get(&p).map(|id| (p, id)))
     } else {
         None
     };
@@ -437,7 +481,8 @@ mod network_tests {
         for k in CA_VARS {
             assert_eq!(get(&spec, k).as_deref(), Some(SANDBOX_CA_BUNDLE), "{k}");
         }
-        assert_eq!(spec.system_roots, Some(PathBuf::from("/opt/roots.pem")));
+        // Not recorded at the start (it does not exist here): no roots rather than any.
+        assert_eq!(spec.system_roots, None);
     }
 }
 

@@ -229,12 +229,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<View> {
     }
     let held_dev = hold_devices()?;
     let system_roots = match &spec.system_roots {
-        Some(path) => Some(read_bounded(path).map_err(|e| {
-            fail(format!(
-                "reading the system CA certificates {}: {e}",
-                path.display()
-            ))
-        })?),
+        Some((path, was)) => Some(read_roots(path, *was)?),
         None => None,
     };
     let host_fd = |p: &Path| host_fd(&host, p);
@@ -349,8 +344,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<View> {
             }
             Op::Socket => {
                 let src = host_fd(&path)?;
-                let copy = sys::clone_tree(src)
-                    .map_err(|e| fail(format!("binding {}: {e}", path.display())))?;
+                let copy = clone_node(src, &path)?;
                 attach(&root, &path, copy.as_fd(), Kind::Socket, ids(&path), &ours)?;
                 view.sockets.push(copy);
             }
@@ -612,8 +606,7 @@ fn mask(
         attach(root, path, fs.as_fd(), Kind::Dir, id, ours)?;
         let inner = [dev_of(fs.as_fd())?];
         for s in sockets {
-            let copy = sys::clone_tree(host_fd(host, s)?)
-                .map_err(|e| fail(format!("binding {}: {e}", s.display())))?;
+            let copy = clone_node(host_fd(host, s)?, s)?;
             let rel = s.strip_prefix(path).unwrap_or(s);
             make_dirs_mode(&fs, rel.parent().unwrap_or(Path::new("")))?;
             attach(
@@ -656,6 +649,21 @@ fn mask(
     .map_err(|e| fail(format!("masking {}: {e}", path.display())))?;
     sys::move_mount(cover.as_fd(), shown.as_fd())
         .map_err(|e| fail(format!("masking {}: {e}", path.display())))
+}
+
+/// A bind of one socket or device node, on a read-only mount: connecting, reading and
+/// writing the device still work, changing the host's inode (chmod, chown, times) does
+/// not (Landlock does not mediate those).
+fn clone_node(fd: BorrowedFd<'_>, path: &Path) -> Result<OwnedFd> {
+    let copy = sys::clone_tree(fd).map_err(|e| fail(format!("binding {}: {e}", path.display())))?;
+    sys::mount_setattr_fd(
+        copy.as_fd(),
+        sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC,
+        0,
+        false,
+    )
+    .map_err(|e| fail(format!("binding {} read-only: {e}", path.display())))?;
+    Ok(copy)
 }
 
 /// Directories 0711 below a mask's own tmpfs, for the sockets it keeps reachable.
@@ -702,8 +710,7 @@ fn minimal_dev(root: &OwnedFd, held: &[(&str, OwnedFd)], ours: &[u64]) -> Result
     .map_err(|e| fail(format!("making /dev: {e}")))?;
     let inner = [dev_of(dev.as_fd())?];
     for (name, f) in held {
-        let node =
-            sys::clone_tree(f.as_fd()).map_err(|e| fail(format!("binding /dev/{name}: {e}")))?;
+        let node = clone_node(f.as_fd(), &Path::new("/dev").join(name))?;
         attach(
             &dev,
             &Path::new("/").join(name),
@@ -756,11 +763,59 @@ fn minimal_dev(root: &OwnedFd, held: &[(&str, OwnedFd)], ours: &[u64]) -> Result
     Ok(dev)
 }
 
-/// A CA bundle is small: read at most 16 MiB of it.
-fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    File::open(path)?.take(16 << 20).read_to_end(&mut out)?;
-    Ok(out)
+/// The system's CA certificates: opened without following a link, the very file recorded
+/// at the start, a regular file, at most 16 MiB, and only its PEM certificate blocks kept
+/// (whatever else a file there holds never reaches the sandbox).
+fn read_roots(path: &Path, was: Identity) -> Result<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    let fd = sys::open_nofollow(None, path).map_err(|e| changed(path, e))?;
+    identity::verify(path, was, identity_of(fd.as_fd())).map_err(|message| Failure {
+        step: "identity",
+        message,
+    })?;
+    if was.kind != Kind::File {
+        return Err(fail(format!("{} is not a regular file", path.display())));
+    }
+    // Reopened for reading through the descriptor, never by name again.
+    let mut text = Vec::new();
+    File::open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .and_then(|f| f.take(16 << 20).read_to_end(&mut text))
+        .map_err(|e| {
+            fail(format!(
+                "reading the system CA certificates {}: {e}",
+                path.display()
+            ))
+        })?;
+    Ok(pem_certificates(&text))
+}
+
+/// Only the `CERTIFICATE` PEM blocks of `text`, each ending with a newline.
+pub fn pem_certificates(text: &[u8]) -> Vec<u8> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let text = String::from_utf8_lossy(text);
+    let mut out = String::new();
+    let mut inside = false;
+    for line in text.lines() {
+        let line = line.trim_end();
+        if line == BEGIN {
+            inside = true;
+        }
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+        if line == END {
+            inside = false;
+        }
+    }
+    if inside {
+        // An unterminated block is dropped.
+        if let Some(i) = out.rfind(BEGIN) {
+            out.truncate(i);
+        }
+    }
+    out.into_bytes()
 }
 
 #[cfg(test)]
@@ -779,6 +834,16 @@ mod tests {
         ops.iter()
             .map(|(p, op)| format!("{} {op:?}", p.display()))
             .collect()
+    }
+
+    #[test]
+    fn only_certificate_blocks_reach_the_bundle() {
+        let text = b"junk SECRET\n-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\nmore SECRET\n-----BEGIN PRIVATE KEY-----\nKKK\n-----END PRIVATE KEY-----\n-----BEGIN CERTIFICATE-----\nBBBB\n";
+        let got = String::from_utf8(pem_certificates(text)).unwrap();
+        assert_eq!(
+            got,
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
+        );
     }
 
     #[test]

@@ -30,7 +30,12 @@ pub fn identity_of(path: &std::path::Path) -> io::Result<wardcell_common::identi
     let fd = openat2(libc::AT_FDCWD, path, how).map_err(io::Error::from)?;
     // SAFETY: openat2 just returned `fd`, and nothing else owns it.
     let file = unsafe { std::fs::File::from_raw_fd(fd) };
-    Ok(wardcell_common::identity::Identity::of(&file.metadata()?))
+    let meta = file.metadata()?;
+    // O_PATH | O_NOFOLLOW opens a final symbolic link itself: never what a plan means.
+    if meta.file_type().is_symlink() {
+        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    }
+    Ok(wardcell_common::identity::Identity::of(&meta))
 }
 
 /// The descriptor on which the client hands over the plan.
