@@ -296,11 +296,15 @@ both!(git_files_made_inside_are_reported_when_the_run_ends, |fx| {
         .collect();
     assert_eq!(warnings.len(), 2, "{out:?}");
     assert!(
-        warnings[0].contains(".git/hooks/post-checkout"),
+        warnings
+            .iter()
+            .any(|w| w.contains(".git/hooks/post-checkout")),
         "{warnings:?}"
     );
     assert!(
-        warnings[1].contains(".git/config\" (core.fsmonitor)"),
+        warnings
+            .iter()
+            .any(|w| w.contains(".git/config\" (core.fsmonitor)")),
         "{warnings:?}"
     );
     let log = last_log(&fx);
@@ -522,5 +526,56 @@ both!(device_nodes_and_sockets_are_bound_read_only, |fx| {
     assert!(
         out.stdout.ends_with("agent\n"),
         "the socket still works: {out:?}"
+    );
+});
+
+both!(
+    git_files_beyond_hooks_and_config_are_reported_and_stop_entries,
+    |fx| {
+        two_zones(&fx);
+        fx.write(&fx.proj.join(".git/config"), "[core]\n\tbare = false\n");
+        fx.write(&fx.proj.join(".git/hooks/pre-commit.sample"), "#!/bin/sh\n");
+        let out = fx.sh("printf '../evil\\n' > .git/commondir && \
+         printf '[core]\\n\\tfsmonitor = ./x\\n' > .git/config.worktree && \
+         wardcell zone enter build -- true; echo rc=$?");
+        assert!(out.stdout.contains("rc=1"), "the entry is refused: {out:?}");
+        assert!(
+            out.stderr
+                .contains("appeared during this run and git would run it in the new sandbox"),
+            "{out:?}"
+        );
+        let warnings: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("warning: "))
+            .collect();
+        assert!(
+            warnings.iter().any(|w| w.contains(".git/commondir")),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains(".git/config.worktree\" (core.fsmonitor)")),
+            "{warnings:?}"
+        );
+        // Removed again, entries work.
+        let out = fx.sh("rm -f .git/commondir .git/config.worktree; wardcell zone enter build -- true; echo rc=$?");
+        assert!(out.stdout.contains("rc=0"), "{out:?}");
+    }
+);
+
+both!(a_rewritten_dot_git_file_is_reported, |fx| {
+    fx.test_config("");
+    // A linked worktree or submodule checkout: .git is a file naming the real directory.
+    fs::create_dir_all(fx.home.join("realgit/hooks")).unwrap();
+    fx.write(&fx.proj.join(".git"), "gitdir: ../realgit\n");
+    let out = fx.sh("mkdir -p evil/hooks && printf 'gitdir: ./evil\\n' > .git");
+    out.ok();
+    assert!(
+        out.stderr
+            .lines()
+            .any(|l| l.starts_with("warning: ") && l.contains("/.git\" (changed")),
+        "{out:?}"
     );
 });

@@ -67,12 +67,21 @@ impl Run {
         }
     }
 
+    /// What can make git run code in the run's repository that was not there at the start.
+    pub fn git_now(&self) -> Vec<String> {
+        self.git_watch
+            .as_ref()
+            .map(gitguard::changes)
+            .unwrap_or_default()
+    }
+
     /// After a sandbox ends: audit what appeared in the run's repository that runs code
     /// on the host (once each). Returns everything found so far, for the run's end.
     pub fn check_git(&self, sandbox: &str) -> Vec<String> {
         let mut found = self.git_found.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(w) = &self.git_watch {
-            let new: Vec<String> = gitguard::changes(w)
+        if self.git_watch.is_some() {
+            let new: Vec<String> = self
+                .git_now()
                 .into_iter()
                 .filter(|l| !found.contains(l))
                 .collect();
@@ -202,8 +211,8 @@ impl Spawned {
     }
 }
 
-/// The run's directory is watched when a sandbox may write it and `.git/hooks` or
-/// `.git/config` is not there to be bound read-only (checked before any sandbox runs).
+/// The run's directory is watched when a sandbox may write it: a snapshot of what can make
+/// git run code there, taken before any sandbox runs code.
 fn git_watch(plan: &Plan) -> Option<gitguard::Watch> {
     let start = match &plan.start {
         wardcell_common::plan::Start::Profile(p) => Some(p),
@@ -215,13 +224,7 @@ fn git_watch(plan: &Plan) -> Option<gitguard::Watch> {
         .map(|z| &z.profile)
         .chain(start)
         .any(|p| p.write.iter().any(|w| plan.cwd.starts_with(w)));
-    let there = |p: &str| std::fs::symlink_metadata(plan.cwd.join(p)).is_ok();
-    gitguard::watch(
-        &plan.cwd,
-        writable,
-        there(".git/hooks"),
-        there(".git/config"),
-    )
+    gitguard::watch(&plan.cwd, writable)
 }
 
 /// Step 1: new namespaces and the shim. Returns at once; the kernel (and the other core)
@@ -242,6 +245,13 @@ pub fn spawn(shim: &CString, stdio: [RawFd; 3]) -> Result<Spawned, BrokerError> 
 
 /// Both steps, for a sandbox started from a supervisor thread.
 pub fn start(run: &Arc<Run>, req: Request<'_>) -> Result<Sandbox, BrokerError> {
+    // Git in the new sandbox would run what a sandbox of this run planted in the
+    // repository: no entry while it is there.
+    if let Some(first) = run.git_now().first() {
+        return Err(BrokerError::Refused(format!(
+            "{first} appeared during this run and git would run it in the new sandbox; remove it, then enter again"
+        )));
+    }
     let spawned = spawn(&run.shim, req.stdio)?;
     complete(run, spawned, req, || Ok(())).map(|(sandbox, ())| sandbox)
 }
