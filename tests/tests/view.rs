@@ -138,32 +138,38 @@ both!(a_project_under_tmp_still_gets_a_private_tmp, |fx| {
     );
 });
 
-/// agent writes the project; build writes ./target only and may be entered from agent.
-fn two_zones(fx: &Fixture) {
+/// Zone `agent` (developer-readonly and the staged binaries, the default) and a zone
+/// `second` that agent may enter, with a profile extending `base` plus `body`.
+fn agent_and(fx: &Fixture, second: &str, base: &str, body: &str) {
     let bin = fx.bin.display();
-    fs::create_dir_all(fx.proj.join("target")).unwrap();
-    fx.own(&fx.proj);
-    fx.write(&fx.home.join(".bashrc"), "# the user's own\n");
     fx.config(&format!(
         r#"
 [zones.agent]
 profile = "dev"
 default = true
 
-[zones.build]
-profile = "builder"
+[zones.{second}]
+profile = "second"
 enter_from = ["agent"]
 
 [profiles.dev]
 extends = "developer-readonly"
 read = ["{bin}"]
 
-[profiles.builder]
-extends = "readonly"
+[profiles.second]
+extends = "{base}"
 read = ["{bin}"]
-write = ["./target"]
+{body}
 "#
     ));
+}
+
+/// agent writes the project; build writes ./target only and may be entered from agent.
+fn two_zones(fx: &Fixture) {
+    fs::create_dir_all(fx.proj.join("target")).unwrap();
+    fx.own(&fx.proj);
+    fx.write(&fx.home.join(".bashrc"), "# the user's own\n");
+    agent_and(fx, "build", "readonly", "write = [\"./target\"]");
 }
 
 both!(an_entry_refuses_a_write_tree_swapped_for_a_link, |fx| {
@@ -361,29 +367,14 @@ both!(missing_write_paths_are_reported, |fx| {
 });
 
 both!(unix_sockets_are_a_zone_property, |fx| {
-    let bin = fx.bin.display();
     let agent_sock = fx.outside.join("agent.sock");
     let _l = listen(&fx, &agent_sock);
-    fx.config(&format!(
-        r#"
-[zones.agent]
-profile = "dev"
-default = true
-
-[zones.push]
-profile = "pusher"
-enter_from = ["agent"]
-
-[profiles.dev]
-extends = "developer-readonly"
-read = ["{bin}"]
-
-[profiles.pusher]
-extends = "developer-readonly"
-read = ["{bin}"]
-unix_sockets = ["$SSH_AUTH_SOCK"]
-"#
-    ));
+    agent_and(
+        &fx,
+        "push",
+        "developer-readonly",
+        "unix_sockets = [\"$SSH_AUTH_SOCK\"]",
+    );
     let sock = agent_sock.display().to_string();
     let script = format!(
         "echo \"agent:[$SSH_AUTH_SOCK]\"; wardcell-probe connect-unix {sock}; \

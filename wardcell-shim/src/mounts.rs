@@ -274,6 +274,10 @@ pub fn setup(spec: &SandboxSpec) -> Result<View> {
     sys::move_mount(root.as_fd(), stage.as_fd())
         .map_err(|e| fail(format!("attaching the sandbox's root: {e}")))?;
 
+    let mut covers = Covers {
+        held_dev: &held_dev,
+        empty: None,
+    };
     let mut view = View {
         read: Vec::new(),
         write: Vec::new(),
@@ -337,7 +341,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<View> {
             }
             Op::Mask { sockets } => {
                 let id = ids(&path);
-                mask(&root, &path, id, &sockets, &host, &held_dev, &ours)?;
+                mask(&root, &path, id, &sockets, &host, &mut covers, &ours)?;
                 for s in &sockets {
                     view.sockets.push(clone_fd(host_fd(s)?)?);
                 }
@@ -588,7 +592,7 @@ fn mask(
     id: Option<Identity>,
     sockets: &[PathBuf],
     host: &BTreeMap<PathBuf, OwnedFd>,
-    held_dev: &[(&str, OwnedFd)],
+    covers: &mut Covers<'_>,
     ours: &[u64],
 ) -> Result<()> {
     let hard = sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC;
@@ -629,14 +633,23 @@ fn mask(
             message,
         })?;
     }
-    let cover = if now.kind == Kind::Dir {
-        sys::new_fs(
-            c"tmpfs",
-            &[("mode", "000"), ("size", "4k"), ("nr_inodes", "1")],
-            hard | sys::MOUNT_ATTR_RDONLY,
-        )
+    let dir = now.kind == Kind::Dir;
+    let cover = if dir {
+        match &covers.empty {
+            // One empty filesystem for every directory mask: a bind of the first.
+            Some(first) => sys::clone_tree(first.as_fd()).and_then(|c| {
+                sys::mount_setattr_fd(c.as_fd(), hard | sys::MOUNT_ATTR_RDONLY, 0, false)?;
+                Ok(c)
+            }),
+            None => sys::new_fs(
+                c"tmpfs",
+                &[("mode", "000"), ("size", "4k"), ("nr_inodes", "1")],
+                hard | sys::MOUNT_ATTR_RDONLY,
+            ),
+        }
     } else {
-        let null = held_dev
+        let null = covers
+            .held_dev
             .iter()
             .find(|(n, _)| *n == "null")
             .map(|(_, f)| f.as_fd())
@@ -648,7 +661,18 @@ fn mask(
     }
     .map_err(|e| fail(format!("masking {}: {e}", path.display())))?;
     sys::move_mount(cover.as_fd(), shown.as_fd())
-        .map_err(|e| fail(format!("masking {}: {e}", path.display())))
+        .map_err(|e| fail(format!("masking {}: {e}", path.display())))?;
+    if dir && covers.empty.is_none() {
+        covers.empty = Some(cover);
+    }
+    Ok(())
+}
+
+/// What masks are made of: the host's /dev/null for files, one empty read-only tmpfs
+/// (made at the first directory mask) for directories.
+struct Covers<'a> {
+    held_dev: &'a [(&'a str, OwnedFd)],
+    empty: Option<OwnedFd>,
 }
 
 /// A bind of one socket or device node, on a read-only mount: connecting, reading and
