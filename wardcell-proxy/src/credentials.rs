@@ -18,6 +18,7 @@ use base64::Engine;
 use hyper::header::{HeaderName, HeaderValue};
 use zeroize::Zeroizing;
 
+use wardcell_common::helper;
 use wardcell_common::plan::{CredentialPlan, CredentialScheme, SecretPlan};
 
 use crate::allow::Host;
@@ -238,9 +239,16 @@ fn read_secret(name: &str, s: &SecretPlan) -> Result<Zeroizing<Vec<u8>>, Error> 
                 .split_first()
                 .ok_or_else(|| bad("the secret command is empty".into()))?;
             // Run before the proxy confines itself: it may need the user's agent or keyring.
-            // Its stderr goes where the proxy's goes; its stdout is the secret.
+            // From `/` with the helper environment, never the project's directory or the
+            // caller's PATH (wardcell_common::helper). Its stderr goes where the proxy's
+            // goes; its stdout is the secret.
             let out = Command::new(prog)
                 .args(args)
+                .current_dir(helper::HELPER_CWD)
+                .env_clear()
+                .envs(helper::helper_env(std::env::vars_os().filter_map(
+                    |(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)),
+                )))
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
