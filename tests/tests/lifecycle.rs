@@ -1,12 +1,14 @@
 //! Host-side helpers live and die with what they serve: the approval plugin (its process
 //! group ends with the caller, the timeout and the run; its answer counts when it exits),
-//! and where the plugin and credential commands run (from `/`, with a minimal
-//! environment).
+//! where the plugin and credential commands run (from `/`, with a minimal environment),
+//! and a zone's proxy that dies mid-run (noticed at once, audited, said on stderr).
 //! Real sandboxes, run as the invoking user and as an unprivileged uid.
 
 use std::fs;
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use wardcell_tests::{both, Fixture};
@@ -353,5 +355,104 @@ secret = {{ command = ["{script}"] }}
             .into();
         out.ok();
         assert_minimal(&notes);
+    }
+);
+
+/// The broker's children named `wardcell-proxy`.
+fn proxies_of(broker: u32) -> Vec<i32> {
+    let mut found = Vec::new();
+    for task in fs::read_dir(format!("/proc/{broker}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let children = fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for pid in children.split_whitespace() {
+            let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == "wardcell-proxy" {
+                found.push(pid.parse().unwrap());
+            }
+        }
+    }
+    found
+}
+
+both!(
+    a_proxy_that_dies_mid_run_is_noticed_audited_and_refuses_at_once,
+    |fx| {
+        fx.config(&format!(
+            r#"
+[zones.agent]
+profile = "p"
+default = true
+
+[profiles.p]
+extends = "readonly"
+read = ["{bin}"]
+network = {{ allow = ["example.com:80"] }}
+"#,
+            bin = fx.bin.display(),
+        ));
+        // Connect to the proxy once it is up, wait for `go`, then try again, timed.
+        let script = format!(
+            "hp=${{HTTP_PROXY#http://}}; hp=${{hp%/}}; host=${{hp%:*}}; port=${{hp##*:}}\n\
+         wardcell-probe tcp $host $port\necho ready\n\
+         while [ ! -e {go} ]; do sleep 0.05; done\n\
+         s=$(date +%s%N); wardcell-probe tcp $host $port; e=$(date +%s%N)\n\
+         echo ms=$(( (e - s) / 1000000 ))\nexit 0",
+            go = fx.home.join("go").display()
+        );
+        let mut run = fx
+            .cmd(&["run", "--", "/bin/sh", "-c", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(run.stdout.take().unwrap());
+        let mut first = String::new();
+        for _ in 0..2 {
+            stdout.read_line(&mut first).unwrap();
+        }
+        assert_eq!(first, "ok\nready\n", "the proxy did not serve at first");
+        // `wardcell run` execs the broker: the child is the broker.
+        let proxies = proxies_of(run.id());
+        assert_eq!(proxies.len(), 1, "{proxies:?}");
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &proxies[0].to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        // Noticed at once: reaped (no zombie) within a second, before the sandbox acts.
+        let until = Instant::now() + Duration::from_secs(2);
+        while Path::new(&format!("/proc/{}", proxies[0])).exists() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            !Path::new(&format!("/proc/{}", proxies[0])).exists(),
+            "the dead proxy was not reaped"
+        );
+        fx.write(&fx.home.join("go"), "");
+        let mut rest = String::new();
+        stdout.read_to_string(&mut rest).unwrap();
+        let mut err = String::new();
+        run.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let status = run.wait().unwrap();
+        assert!(status.success(), "{rest} {err}");
+        assert!(rest.starts_with("err ECONNREFUSED"), "{rest}");
+        let ms: u64 = rest
+            .split("ms=")
+            .nth(1)
+            .and_then(|m| m.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{rest}"));
+        assert!(ms < 1000, "a connection took {ms} ms to fail");
+        assert_eq!(
+        err,
+        "error: the proxy of zone 'agent' died (killed by signal 9); connections from its sandbox now fail; start the run again to get its network back\n"
+    );
+        let log = only_log(&fx);
+        let died = events(&log, "proxy.died");
+        assert_eq!(died.len(), 1, "{log}");
+        assert_eq!(died[0]["zone"], "agent", "{log}");
+        assert_eq!(died[0]["signal"], 9, "{log}");
+        assert!(died[0]["exit_status"].is_null(), "{log}");
     }
 );
