@@ -161,8 +161,13 @@ fn died(run: &Run, zone: &str, status: io::Result<std::process::ExitStatus>) {
         (_, Some(s)) => format!("killed by signal {s}"),
         _ => "ended".to_string(),
     };
+    // `run --profile` has no zone: its proxy is started as zone "-".
+    let whose = match zone {
+        "-" => "the sandbox's proxy".to_string(),
+        z => format!("the proxy of zone '{z}'"),
+    };
     eprintln!(
-        "error: the proxy of zone '{zone}' died ({how}); connections from its sandbox now fail; start the run again to get its network back"
+        "error: {whose} died ({how}); connections from its sandbox now fail; start the run again to get its network back"
     );
 }
 
