@@ -91,15 +91,18 @@ impl Credentials {
 
     /// The credential for a request to `host` with this path, if any.
     pub fn for_request(&self, host: &Host, path: &str) -> Option<&Credential> {
-        if !plain_path(path) {
-            return None;
-        }
-        self.0.iter().find(|c| {
-            c.hosts.contains(host)
-                && (c.paths.is_empty()
-                    || c.paths.iter().any(|p| glob(p.as_bytes(), path.as_bytes())))
-        })
+        self.0
+            .iter()
+            .find(|c| c.hosts.contains(host) && path_admits(&c.paths, path))
     }
+}
+
+/// Whether a credential with path patterns `patterns` (none: every path) attaches to a
+/// request for `path`: only a plain path, matched by some pattern. Pure: unit tests and
+/// the fuzzer call it directly.
+pub fn path_admits(patterns: &[String], path: &str) -> bool {
+    plain_path(path)
+        && (patterns.is_empty() || patterns.iter().any(|p| glob(p.as_bytes(), path.as_bytes())))
 }
 
 fn resolve_one(plan: &CredentialPlan) -> Result<Credential, Error> {
