@@ -155,15 +155,14 @@ both!(
         assert_group_gone(group_in(&notes.join("first-pid")));
         let log = only_log(&fx);
         let decisions = events(&log, "audit.decision");
-        assert!(decisions.len() >= 2, "{log}");
-        assert_eq!(decisions[0]["decision"], "denied", "{log}");
-        assert!(
-            decisions[0]["reason"]
+        // Busy refusals of the retries may come before it: they are other attempts.
+        let gone = decisions.iter().filter(|d| {
+            d["reason"]
                 .as_str()
                 .unwrap()
-                .contains("the caller went away before the approval plugin answered"),
-            "{log}"
-        );
+                .contains("the caller went away before the approval plugin answered")
+        });
+        assert_eq!(gone.count(), 1, "{log}");
         let last = decisions.last().unwrap();
         assert_eq!(last["decision"], "allowed", "{log}");
         assert_eq!(last["approval"]["approver"], "second", "{log}");
