@@ -11,6 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
+use wardcell_common::gitguard;
 use wardcell_common::plan::{Plan, ProfilePlan, SandboxSpec};
 use wardcell_common::protocol::{self, ShimReport, ShimRequest};
 
@@ -38,6 +39,10 @@ pub struct Run {
     entries: Mutex<Vec<(u32, OwnedFd)>>,
     entries_done: Condvar,
     ending: AtomicBool,
+    /// The run's repository, where code-running files may appear (see gitguard), and
+    /// what was found there so far.
+    git_watch: Option<gitguard::Watch>,
+    git_found: Mutex<Vec<String>>,
 }
 
 impl Run {
@@ -45,6 +50,7 @@ impl Run {
         let host_env = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
+        let git_watch = git_watch(&plan);
         Run {
             plan,
             id,
@@ -56,7 +62,30 @@ impl Run {
             entries: Mutex::new(Vec::new()),
             entries_done: Condvar::new(),
             ending: AtomicBool::new(false),
+            git_watch,
+            git_found: Mutex::new(Vec::new()),
         }
+    }
+
+    /// After a sandbox ends: audit what appeared in the run's repository that runs code
+    /// on the host (once each). Returns everything found so far, for the run's end.
+    pub fn check_git(&self, sandbox: &str) -> Vec<String> {
+        let mut found = self.git_found.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = &self.git_watch {
+            let new: Vec<String> = gitguard::changes(w)
+                .into_iter()
+                .filter(|l| !found.contains(l))
+                .collect();
+            if !new.is_empty() {
+                let _ = self.audit.write(
+                    "sandbox",
+                    "sandbox.git_changed",
+                    serde_json::json!({"sandbox": sandbox, "paths": new}),
+                );
+                found.extend(new);
+            }
+        }
+        found.clone()
     }
 
     /// Record an entered sandbox (or an approval plugin) while it runs, by its pidfd;
@@ -172,6 +201,28 @@ impl Spawned {
         let _ = sys::pidfd_send_signal(self.running.pidfd.as_fd(), libc::SIGKILL);
         let _ = waitpid(Pid::from_raw(self.running.pid), None);
     }
+}
+
+/// The run's directory is watched when a sandbox may write it and `.git/hooks` or
+/// `.git/config` is not there to be bound read-only (checked before any sandbox runs).
+fn git_watch(plan: &Plan) -> Option<gitguard::Watch> {
+    let start = match &plan.start {
+        wardcell_common::plan::Start::Profile(p) => Some(p),
+        wardcell_common::plan::Start::Zone(_) => None,
+    };
+    let writable = plan
+        .zones
+        .iter()
+        .map(|z| &z.profile)
+        .chain(start)
+        .any(|p| p.write.iter().any(|w| plan.cwd.starts_with(w)));
+    let there = |p: &str| std::fs::symlink_metadata(plan.cwd.join(p)).is_ok();
+    gitguard::watch(
+        &plan.cwd,
+        writable,
+        there(".git/hooks"),
+        there(".git/config"),
+    )
 }
 
 /// Step 1: new namespaces and the shim. Returns at once; the kernel (and the other core)
