@@ -7,12 +7,16 @@
 //! - [`config`] and [`resolve`]: zones.toml, its validation, and its resolution into a plan.
 //! - [`paths`]: where wardcell's own directories are, and path expansion.
 //! - [`envrules`]: the environment a sandbox receives.
+//! - [`helper`]: where host-side helpers run, with what environment.
+//! - [`approval`]: the approval plugin's answer.
 #![forbid(unsafe_code)]
 
+pub mod approval;
 pub mod audit;
 pub mod config;
 pub mod envrules;
 pub mod gitguard;
+pub mod helper;
 pub mod identity;
 pub mod paths;
 pub mod plan;

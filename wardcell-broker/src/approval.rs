@@ -1,178 +1,274 @@
-//! Asking the machine's approval plugin about one zone entry.
+//! Running the machine's approval plugin for one zone entry (channel E, docs/PROTOCOL.md
+//! section 7). Its answer is parsed in wardcell_common::approval.
 //!
-//! The plugin runs outside any sandbox with one JSON object on stdin and answers with one
-//! JSON object on stdout: `{"approved": bool, "reason": "...", "approver": "...",
-//! "reference": "..."}`. No plugin, a crash, bad JSON, or the zone's timeout is a refusal
-//! whose reason says which. Its answer is read up to [`MAX_ANSWER`] bytes.
+//! The plugin runs outside any sandbox, from `/`, with the helper environment
+//! (wardcell_common::helper), in a process group of its own. Its answer is taken when the
+//! plugin itself exits, whatever its children still hold open; then its whole group is
+//! killed. It is also killed with its group when the caller goes away, when the zone's
+//! `approval_timeout` passes, and when the run ends (the supervisor tracks its pidfd like
+//! an entered sandbox's).
 
-use std::io::{Read, Write};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
 
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
 use serde_json::Value;
 
-/// The most of the plugin's stdout that is read.
-pub const MAX_ANSWER: u64 = 64 * 1024;
+pub use wardcell_common::approval::Answer;
+use wardcell_common::approval::{parse_answer, MAX_ANSWER};
+use wardcell_common::helper;
 
-/// What the plugin said, or why there is no usable answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
-    pub approved: bool,
-    pub reason: String,
-    pub approver: Option<String>,
-    pub reference: Option<String>,
+use crate::sys;
+
+/// A started plugin; dropping it kills its process group and reaps it.
+pub struct Plugin {
+    child: Child,
+    pidfd: OwnedFd,
+    stdout: ChildStdout,
+    reaped: bool,
 }
 
-impl Answer {
-    fn refusal(reason: impl Into<String>) -> Answer {
-        Answer {
-            approved: false,
-            reason: reason.into(),
-            approver: None,
-            reference: None,
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        if !self.reaped {
+            self.end();
+            let _ = self.child.wait();
         }
     }
-
-    pub fn to_json(&self) -> Value {
-        serde_json::json!({
-            "approved": self.approved,
-            "reason": self.reason,
-            "approver": self.approver,
-            "reference": self.reference,
-        })
-    }
 }
 
-/// Parse the plugin's answer. Pure: unit tests call it directly.
-pub fn parse_answer(out: &[u8]) -> Answer {
-    let v: Value = match serde_json::from_slice(out) {
-        Ok(v) => v,
-        Err(_) => return Answer::refusal("the approval plugin's answer is not one JSON object"),
-    };
-    let Some(approved) = v.get("approved").and_then(Value::as_bool) else {
-        return Answer::refusal("the approval plugin's answer has no boolean \"approved\"");
-    };
-    let text = |k: &str| {
-        v.get(k).and_then(Value::as_str).map(|s| {
-            s.chars()
-                .filter(|c| !c.is_control())
-                .take(500)
-                .collect::<String>()
-        })
-    };
-    Answer {
-        approved,
-        reason: text("reason").unwrap_or_else(|| {
-            if approved {
-                "approved"
-            } else {
-                "no reason given"
-            }
-            .to_string()
-        }),
-        approver: text("approver"),
-        reference: text("reference"),
-    }
-}
-
-/// Ask `plugin` about `request`, waiting at most `timeout` (None: as long as it takes).
-pub fn ask(plugin: Option<&[String]>, request: &Value, timeout: Option<Duration>) -> Answer {
-    let Some((prog, args)) = plugin.and_then(|p| p.split_first()) else {
-        return Answer::refusal(
-            "no approval plugin is configured ([approval] plugin in zones.toml)",
-        );
-    };
-    let mut child = match Command::new(prog)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) => return Answer::refusal(format!("the approval plugin could not be started: {e}")),
-    };
-    let mut stdin = child.stdin.take().expect("piped");
-    let mut stdout = child.stdout.take().expect("piped");
-    let input = format!("{request}\n");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        // A plugin that does not read its stdin must not block us: write from here.
-        let _ = stdin.write_all(input.as_bytes());
-        drop(stdin);
-        let mut out = Vec::new();
-        let r = (&mut stdout).take(MAX_ANSWER).read_to_end(&mut out);
-        let _ = tx.send(r.map(|_| out));
-    });
-    let got = match timeout {
-        Some(t) => rx.recv_timeout(t).map_err(|_| ()),
-        None => rx.recv().map_err(|_| ()),
-    };
-    let out = match got {
-        Ok(Ok(out)) => out,
-        Ok(Err(e)) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Answer::refusal(format!("reading the approval plugin's answer failed: {e}"));
-        }
-        Err(()) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Answer::refusal(
-                "the approval plugin did not answer within the zone's approval_timeout",
+impl Plugin {
+    /// Start `plugin` with `request` on its stdin. `host_env` is the environment `wardcell
+    /// run` started in; the plugin gets only the helper variables of it.
+    pub fn start(
+        plugin: Option<&[String]>,
+        request: &Value,
+        host_env: &[(String, String)],
+    ) -> Result<Plugin, Answer> {
+        let Some((prog, args)) = plugin.and_then(|p| p.split_first()) else {
+            return Err(Answer::refusal(
+                "no approval plugin is configured ([approval] plugin in zones.toml)",
+            ));
+        };
+        let mut cmd = Command::new(prog);
+        cmd.args(args)
+            .current_dir(helper::HELPER_CWD)
+            .env_clear()
+            .envs(helper::helper_env(host_env.iter().map(|(k, v)| (k, v))))
+            .process_group(0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let started = sys::die_with_thread(&mut cmd)
+            .spawn()
+            .and_then(
+                |mut child| match sys::pidfd_open(child.id() as libc::pid_t) {
+                    Ok(pidfd) => Ok((child, pidfd)),
+                    Err(e) => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        Err(e)
+                    }
+                },
             );
+        let (mut child, pidfd) = started.map_err(|e| {
+            Answer::refusal(format!("the approval plugin could not be started: {e}"))
+        })?;
+        let mut stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let plugin = Plugin {
+            child,
+            pidfd,
+            stdout,
+            reaped: false,
+        };
+        // Its stdout is drained as it comes, and read to what is there once it exits.
+        fcntl(
+            plugin.stdout.as_raw_fd(),
+            FcntlArg::F_SETFL(OFlag::O_NONBLOCK),
+        )
+        .map_err(|e| Answer::refusal(format!("the approval plugin could not be started: {e}")))?;
+        // A plugin that does not read its stdin must not block the supervisor: written
+        // from a thread of its own, which ends when the plugin's group is killed.
+        let input = format!("{request}\n");
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(input.as_bytes());
+        });
+        Ok(plugin)
+    }
+
+    /// Its pidfd: SIGKILL through it ends the wait in [`Plugin::answer`].
+    pub fn pidfd(&self) -> BorrowedFd<'_> {
+        self.pidfd.as_fd()
+    }
+
+    /// Kill its process group. Safe while the plugin is not reaped: its process ID, which
+    /// is the group's ID, cannot be reused before then.
+    fn end(&self) {
+        let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
+    }
+
+    /// Wait for the answer: until the plugin exits, the caller's connection `caller` shows
+    /// it is gone, or `timeout` (None: as long as it takes) passes.
+    pub fn answer(mut self, timeout: Option<Duration>, caller: BorrowedFd<'_>) -> Answer {
+        let until = timeout.map(|t| Instant::now() + t);
+        let mut out = Vec::new();
+        let mut stdout_open = true;
+        loop {
+            let wait = match until {
+                None => PollTimeout::NONE,
+                Some(until) => {
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Answer::refusal(
+                            "the approval plugin did not answer within the zone's approval_timeout",
+                        );
+                    }
+                    PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX)
+                }
+            };
+            let mut fds = vec![
+                PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN),
+                PollFd::new(caller, PollFlags::POLLIN),
+            ];
+            if stdout_open {
+                fds.push(PollFd::new(self.stdout.as_fd(), PollFlags::POLLIN));
+            }
+            match poll(&mut fds, wait) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Answer::refusal(format!("waiting for the approval plugin: {e}")),
+            }
+            let ready = |i: usize| {
+                fds.get(i)
+                    .and_then(|f| f.revents())
+                    .is_some_and(|r| !r.is_empty())
+            };
+            let (exited, caller_gone, readable) = (ready(0), ready(1), ready(2));
+            drop(fds);
+            if caller_gone {
+                // The caller sends nothing after its request: readable means gone.
+                return Answer::refusal(
+                    "the caller went away before the approval plugin answered; the plugin was ended",
+                );
+            }
+            if readable || exited {
+                match self.drain(&mut out) {
+                    Ok(open) => stdout_open = open,
+                    Err(refusal) => return refusal,
+                }
+            }
+            if exited {
+                // Its children may still hold stdout: what is there now is the answer.
+                self.end();
+                self.reaped = true;
+                return match self.child.wait() {
+                    Ok(status) if status.success() => parse_answer(&out),
+                    Ok(status) => Answer::refusal(format!("the approval plugin failed ({status})")),
+                    Err(e) => Answer::refusal(format!("the approval plugin failed: {e}")),
+                };
+            }
         }
-    };
-    match child.wait() {
-        Ok(status) if status.success() => parse_answer(&out),
-        Ok(status) => Answer::refusal(format!("the approval plugin failed ({status})")),
-        Err(e) => Answer::refusal(format!("the approval plugin failed: {e}")),
+    }
+
+    /// Read what its stdout holds now; false once it is closed.
+    fn drain(&mut self, out: &mut Vec<u8>) -> Result<bool, Answer> {
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.stdout.read(&mut buf) {
+                Ok(0) => return Ok(false),
+                Ok(n) if out.len() + n > MAX_ANSWER => {
+                    return Err(Answer::refusal(format!(
+                        "the approval plugin's answer is longer than {} KiB",
+                        MAX_ANSWER / 1024
+                    )))
+                }
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(Answer::refusal(format!(
+                        "reading the approval plugin's answer failed: {e}"
+                    )))
+                }
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::net::UnixStream;
 
-    #[test]
-    fn answers() {
-        let a = parse_answer(br#"{"approved": true, "approver": "ana", "reference": "T-1"}"#);
-        assert!(a.approved);
-        assert_eq!(a.approver.as_deref(), Some("ana"));
-        let a = parse_answer(br#"{"approved": false, "reason": "not during the release freeze"}"#);
-        assert!(!a.approved);
-        assert_eq!(a.reason, "not during the release freeze");
-        for bad in [&b"nope"[..], b"{}", br#"{"approved": "yes"}"#, b""] {
-            assert!(!parse_answer(bad).approved, "{bad:?}");
+    fn sh(script: &str) -> Vec<String> {
+        vec!["/bin/sh".into(), "-c".into(), script.into()]
+    }
+
+    fn ask(plugin: Option<&[String]>, timeout: Option<Duration>) -> Answer {
+        let (caller, _keep) = UnixStream::pair().unwrap();
+        let req = serde_json::json!({"target": "push"});
+        match Plugin::start(plugin, &req, &[]) {
+            Ok(p) => p.answer(timeout, caller.as_fd()),
+            Err(refusal) => refusal,
         }
-        // Control characters cannot forge extra lines in messages or logs.
-        let a = parse_answer(br#"{"approved": false, "reason": "a\nerror: b"}"#);
-        assert_eq!(a.reason, "aerror: b");
     }
 
     #[test]
     fn a_real_plugin_process() {
-        let sh = |script: &str| vec!["/bin/sh".to_string(), "-c".to_string(), script.to_string()];
-        let req = serde_json::json!({"target": "push"});
         let a = ask(
             Some(&sh(
                 r#"read l; echo '{"approved": true, "approver": "me"}'"#,
             )),
-            &req,
             None,
         );
         assert!(a.approved, "{a:?}");
-        let a = ask(Some(&sh("exit 3")), &req, None);
+        let a = ask(Some(&sh("exit 3")), None);
         assert!(!a.approved && a.reason.contains("failed"), "{a:?}");
-        let a = ask(Some(&sh("sleep 5")), &req, Some(Duration::from_millis(200)));
+        let a = ask(Some(&sh("sleep 5")), Some(Duration::from_millis(200)));
         assert!(
             !a.approved && a.reason.contains("approval_timeout"),
             "{a:?}"
         );
-        let a = ask(None, &req, None);
+        let a = ask(None, None);
         assert!(a.reason.contains("no approval plugin"), "{a:?}");
-        let a = ask(Some(&["/nonexistent/plugin".to_string()]), &req, None);
+        let a = ask(Some(&["/nonexistent/plugin".to_string()]), None);
         assert!(a.reason.contains("could not be started"), "{a:?}");
+        let a = ask(Some(&sh("head -c 70000 /dev/zero")), None);
+        assert!(a.reason.contains("longer than 64 KiB"), "{a:?}");
+    }
+
+    #[test]
+    fn the_answer_counts_when_the_plugin_exits_whatever_its_children_hold() {
+        let start = Instant::now();
+        let a = ask(
+            Some(&sh(r#"sleep 100 & echo '{"approved": true}'"#)),
+            Some(Duration::from_secs(20)),
+        );
+        assert!(a.approved, "{a:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_caller_that_goes_away_ends_the_wait() {
+        let (caller, gone) = UnixStream::pair().unwrap();
+        let req = serde_json::json!({});
+        let p = Plugin::start(Some(&sh("sleep 100")), &req, &[]).unwrap();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(gone);
+        });
+        let a = p.answer(None, caller.as_fd());
+        t.join().unwrap();
+        assert!(a.reason.contains("caller went away"), "{a:?}");
     }
 }

@@ -4,9 +4,10 @@
 //! resolves them itself from the sources the plan names.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use serde_json::json;
@@ -19,12 +20,19 @@ use crate::sandbox::Run;
 use crate::sys;
 
 /// A running proxy; dropping it ends it, after its last events are in the log.
+///
+/// Its event thread owns the process: when the event stream ends, the thread reaps it at
+/// once, and unless the proxy was being retired, writes `proxy.died` and says so on
+/// stderr. The sandbox's listener died with the proxy, so its connections are refused.
 pub struct Proxy {
-    child: Child,
+    /// To kill it without racing the reap (a pidfd cannot name a reused pid).
+    pidfd: OwnedFd,
     /// Our side of its control socket, to say "the sandbox has ended" (end of file).
     control: UnixStream,
-    /// Told when the proxy's event stream has ended (every event is in the log).
-    drained: std::sync::mpsc::Receiver<()>,
+    /// Set before the end of file, so that its exit is not taken for a death.
+    retiring: Arc<AtomicBool>,
+    /// Told when the proxy's event stream has ended and it is reaped.
+    reaped: std::sync::mpsc::Receiver<()>,
 }
 
 /// How long a proxy may take to finish its connections once its sandbox has ended.
@@ -32,10 +40,12 @@ const DRAIN: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl Drop for Proxy {
     fn drop(&mut self) {
+        self.retiring.store(true, Ordering::SeqCst);
         let _ = self.control.shutdown(std::net::Shutdown::Write);
-        let _ = self.drained.recv_timeout(DRAIN);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if self.reaped.recv_timeout(DRAIN).is_err() {
+            let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL);
+            let _ = self.reaped.recv_timeout(DRAIN);
+        }
     }
 }
 
@@ -54,13 +64,14 @@ pub fn start(
     };
     let (mut ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
     let child = sys::spawn_with_control(&path, theirs.as_raw_fd()).map_err(|e| fail("exec", &e))?;
+    // Until the event thread owns it, the child is killed and reaped on any failure.
+    let mut child = Reap(Some(child));
     drop(theirs);
-    let (done, drained) = std::sync::mpsc::channel();
-    let proxy = Proxy {
-        child,
-        control: ours.try_clone().map_err(|e| fail("control socket", &e))?,
-        drained,
-    };
+    let (done, reaped) = std::sync::mpsc::channel();
+    let pid = child.0.as_ref().expect("just spawned").id();
+    let pidfd = sys::pidfd_open(pid as libc::pid_t).map_err(|e| fail("pidfd", &e))?;
+    let control = ours.try_clone().map_err(|e| fail("control socket", &e))?;
+    let retiring = Arc::new(AtomicBool::new(false));
 
     // Only an authenticated zone's proxy gets credentials, and only its profile's.
     let credentials = if authenticated {
@@ -97,17 +108,67 @@ pub fn start(
         Err(e) => return Err(fail("no answer", &e)),
     };
 
-    // Its events, into the run's log, until it is gone.
+    // Its events, into the run's log, until it is gone; then it is reaped.
     let run = run.clone();
     let zone = zone.to_string();
+    let proxy = Proxy {
+        pidfd,
+        control,
+        retiring: retiring.clone(),
+        reaped,
+    };
+    let mut child = child.0.take().expect("owned until here");
     std::thread::Builder::new()
         .name(format!("proxy-events-{zone}"))
         .spawn(move || {
             audit_events(&run, &zone, ours);
+            let status = child.wait();
+            if !retiring.load(Ordering::SeqCst) {
+                died(&run, &zone, status);
+            }
             let _ = done.send(());
         })
         .map_err(|e| fail("event thread", &e))?;
     Ok((proxy, ca_pem))
+}
+
+/// A child killed and reaped when dropped, unless taken.
+struct Reap(Option<Child>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The proxy ended while its sandbox runs: audited, and one line on stderr.
+fn died(run: &Run, zone: &str, status: io::Result<std::process::ExitStatus>) {
+    use std::os::unix::process::ExitStatusExt;
+    let (code, signal) = match &status {
+        Ok(s) => (s.code(), s.signal()),
+        Err(_) => (None, None),
+    };
+    let _ = run.audit.write(
+        "proxy",
+        "proxy.died",
+        json!({"zone": zone, "exit_status": code, "signal": signal}),
+    );
+    let how = match (code, signal) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (_, Some(s)) => format!("killed by signal {s}"),
+        _ => "ended".to_string(),
+    };
+    // `run --profile` has no zone: its proxy is started as zone "-".
+    let whose = match zone {
+        "-" => "the sandbox's proxy".to_string(),
+        z => format!("the proxy of zone '{z}'"),
+    };
+    eprintln!(
+        "error: {whose} died ({how}); connections from its sandbox now fail; start the run again to get its network back"
+    );
 }
 
 fn audit_events(run: &Run, zone: &str, mut events: UnixStream) {

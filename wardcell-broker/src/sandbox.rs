@@ -2,7 +2,7 @@
 
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -97,9 +97,10 @@ impl Run {
         found.clone()
     }
 
-    /// Record an entered sandbox while it runs; returns the key to [`Run::entry_done`].
-    pub fn entry_started(&self, running: &Running) -> Option<u32> {
-        let fd = running.pidfd.try_clone().ok()?;
+    /// Record an entered sandbox (or an approval plugin) while it runs, by its pidfd;
+    /// returns the key to [`Run::entry_done`].
+    pub fn entry_started(&self, pidfd: BorrowedFd<'_>) -> Option<u32> {
+        let fd = pidfd.try_clone_to_owned().ok()?;
         let key = self.next_sandbox.fetch_add(1, Ordering::Relaxed) | 0x8000_0000;
         self.entries
             .lock()

@@ -267,7 +267,9 @@ impl Supervisor {
             }
         };
 
-        // c. Approval, if the zone asks for it.
+        // c. Approval, if the zone asks for it. The plugin is tracked like an entered
+        //    sandbox until its decision is audited, so that the run's end ends it.
+        let mut plugin_key = None;
         let answer = zone.requires_approval.then(|| {
             let request = json!({
                 "run": self.run.id,
@@ -278,11 +280,23 @@ impl Supervisor {
                 "command": argv,
                 "cwd": cwd,
             });
-            approval::ask(
-                plan.approval.as_deref(),
-                &request,
+            let plugin =
+                approval::Plugin::start(plan.approval.as_deref(), &request, &self.run.host_env);
+            let plugin = match plugin {
+                Ok(p) => p,
+                Err(refusal) => return refusal,
+            };
+            plugin_key = self.run.entry_started(plugin.pidfd());
+            let answer = plugin.answer(
                 zone.approval_timeout_secs.map(Duration::from_secs),
-            )
+                conn.as_fd(),
+            );
+            if self.run.is_ending() {
+                return approval::Answer::refusal(
+                    "the run ended before the approval plugin answered; the plugin was ended",
+                );
+            }
+            answer
         });
         if let Some(a) = answer.as_ref().filter(|a| !a.approved) {
             let _ = self.audit(
@@ -290,6 +304,7 @@ impl Supervisor {
                 "audit.decision",
                 decision("denied", &a.reason, Some(a)),
             );
+            self.run.entry_done(plugin_key);
             entering.release();
             refuse(
                 conn,
@@ -308,6 +323,7 @@ impl Supervisor {
                 answer.as_ref(),
             ),
         ) {
+            self.run.entry_done(plugin_key);
             entering.release();
             refuse(
                 conn,
@@ -315,6 +331,8 @@ impl Supervisor {
             );
             return;
         }
+
+        self.run.entry_done(plugin_key);
 
         // e. A brand-new sandbox, with the caller's stdio and working directory.
         let mut chain = self.chain.clone();
@@ -364,7 +382,7 @@ impl Supervisor {
             }
         };
         let _ = protocol::write_frame(conn, &ZoneResponse::Started);
-        let entry = self.run.entry_started(&sb.running);
+        let entry = self.run.entry_started(sb.running.pidfd.as_fd());
         let sb_name = sb.name.clone();
 
         // f. Wait, ending it if the caller goes away; relay the status.

@@ -18,6 +18,7 @@ use base64::Engine;
 use hyper::header::{HeaderName, HeaderValue};
 use zeroize::Zeroizing;
 
+use wardcell_common::helper;
 use wardcell_common::plan::{CredentialPlan, CredentialScheme, SecretPlan};
 
 use crate::allow::Host;
@@ -90,15 +91,18 @@ impl Credentials {
 
     /// The credential for a request to `host` with this path, if any.
     pub fn for_request(&self, host: &Host, path: &str) -> Option<&Credential> {
-        if !plain_path(path) {
-            return None;
-        }
-        self.0.iter().find(|c| {
-            c.hosts.contains(host)
-                && (c.paths.is_empty()
-                    || c.paths.iter().any(|p| glob(p.as_bytes(), path.as_bytes())))
-        })
+        self.0
+            .iter()
+            .find(|c| c.hosts.contains(host) && path_admits(&c.paths, path))
     }
+}
+
+/// Whether a credential with path patterns `patterns` (none: every path) attaches to a
+/// request for `path`: only a plain path, matched by some pattern. Pure: unit tests and
+/// the fuzzer call it directly.
+pub fn path_admits(patterns: &[String], path: &str) -> bool {
+    plain_path(path)
+        && (patterns.is_empty() || patterns.iter().any(|p| glob(p.as_bytes(), path.as_bytes())))
 }
 
 fn resolve_one(plan: &CredentialPlan) -> Result<Credential, Error> {
@@ -238,9 +242,16 @@ fn read_secret(name: &str, s: &SecretPlan) -> Result<Zeroizing<Vec<u8>>, Error> 
                 .split_first()
                 .ok_or_else(|| bad("the secret command is empty".into()))?;
             // Run before the proxy confines itself: it may need the user's agent or keyring.
-            // Its stderr goes where the proxy's goes; its stdout is the secret.
+            // From `/` with the helper environment, never the project's directory or the
+            // caller's PATH (wardcell_common::helper). Its stderr goes where the proxy's
+            // goes; its stdout is the secret.
             let out = Command::new(prog)
                 .args(args)
+                .current_dir(helper::HELPER_CWD)
+                .env_clear()
+                .envs(helper::helper_env(std::env::vars_os().filter_map(
+                    |(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)),
+                )))
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())

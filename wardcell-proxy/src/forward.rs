@@ -198,18 +198,7 @@ pub fn relay_response(resp: Response<Incoming>, tally: Arc<Tally>) -> Response<B
 
 /// A plain `http://` request in absolute form. Never gets a credential: those travel
 /// only inside TLS.
-pub async fn plain(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
-    let uri = req.uri();
-    let Some(authority) = uri.authority() else {
-        return text(
-            StatusCode::BAD_REQUEST,
-            "wardcell: the URL has no host\n".into(),
-        );
-    };
-    let target = match Target::new(authority.host(), authority.port_u16().unwrap_or(80)) {
-        Ok(t) => t,
-        Err(e) => return text(StatusCode::BAD_REQUEST, format!("wardcell: {e}\n")),
-    };
+pub async fn plain(req: Request<Incoming>, target: Target, ctx: Arc<Ctx>) -> Response<Body> {
     let (stream, _addr) = match ctx.admit(&target).await {
         Ok(s) => s,
         Err(refusal) => return refusal,

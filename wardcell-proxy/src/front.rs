@@ -16,7 +16,7 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -144,50 +144,70 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
     }
 }
 
-async fn dispatch(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
-    if req.method() == Method::CONNECT {
-        return connect(req, ctx).await;
+/// What a request head asks for, decided from its method and target alone, before any
+/// I/O. Pure: unit tests and the fuzzer (fuzz/) call it directly.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route {
+    /// `CONNECT host:port`.
+    Connect(Target),
+    /// An absolute `http://` URL.
+    Plain(Target),
+    /// Another scheme, to a host that parses: refused with 403 and a `proxy.denied` event.
+    OtherScheme(Target),
+    /// Refused at once, with this status and message, without an event.
+    Bad(StatusCode, String),
+}
+
+pub fn route(method: &Method, uri: &Uri) -> Route {
+    let bad = |status, msg: &str| Route::Bad(status, msg.to_string());
+    let target = |host: &str, port: u16| {
+        Target::new(host, port)
+            .map_err(|e| Route::Bad(StatusCode::BAD_REQUEST, format!("wardcell: {e}\n")))
+    };
+    if method == Method::CONNECT {
+        let authority = uri.authority().filter(|_| uri.scheme().is_none());
+        let Some((host, port)) = authority.and_then(|a| Some((a.host(), a.port_u16()?))) else {
+            return bad(
+                StatusCode::BAD_REQUEST,
+                "wardcell: CONNECT needs host:port\n",
+            );
+        };
+        return target(host, port).map_or_else(|r| r, Route::Connect);
     }
-    match req.uri().scheme_str() {
-        Some("http") => forward::plain(req, ctx).await,
-        None => text(
+    match uri.scheme_str() {
+        Some("http") => match uri.authority() {
+            Some(a) => {
+                target(a.host(), a.port_u16().unwrap_or(80)).map_or_else(|r| r, Route::Plain)
+            }
+            None => bad(StatusCode::BAD_REQUEST, "wardcell: the URL has no host\n"),
+        },
+        None => bad(
             StatusCode::BAD_REQUEST,
-            "wardcell: this is a proxy: send absolute http:// URLs, or CONNECT for https\n".into(),
+            "wardcell: this is a proxy: send absolute http:// URLs, or CONNECT for https\n",
         ),
-        Some(_) => match req
-            .uri()
+        Some(_) => match uri
             .authority()
             .and_then(|a| Target::new(a.host(), a.port_u16().unwrap_or(443)).ok())
         {
-            Some(t) => ctx.deny(&t, "only http:// URLs and CONNECT are proxied".into()),
-            None => text(
+            Some(t) => Route::OtherScheme(t),
+            None => bad(
                 StatusCode::FORBIDDEN,
-                "wardcell: only http:// URLs and CONNECT are proxied\n".into(),
+                "wardcell: only http:// URLs and CONNECT are proxied\n",
             ),
         },
     }
 }
 
-async fn connect(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
-    let authority = match req.uri().authority() {
-        Some(a) if req.uri().scheme().is_none() => a.clone(),
-        _ => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                "wardcell: CONNECT needs host:port\n".into(),
-            )
-        }
-    };
-    let Some(port) = authority.port_u16() else {
-        return text(
-            StatusCode::BAD_REQUEST,
-            "wardcell: CONNECT needs host:port\n".into(),
-        );
-    };
-    let target = match Target::new(authority.host(), port) {
-        Ok(t) => t,
-        Err(e) => return text(StatusCode::BAD_REQUEST, format!("wardcell: {e}\n")),
-    };
+async fn dispatch(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
+    match route(req.method(), req.uri()) {
+        Route::Connect(target) => connect(req, target, ctx).await,
+        Route::Plain(target) => forward::plain(req, target, ctx).await,
+        Route::OtherScheme(t) => ctx.deny(&t, "only http:// URLs and CONNECT are proxied".into()),
+        Route::Bad(status, message) => text(status, message),
+    }
+}
+
+async fn connect(mut req: Request<Incoming>, target: Target, ctx: Arc<Ctx>) -> Response<Body> {
     let (upstream, addr) = match ctx.admit(&target).await {
         Ok(x) => x,
         Err(refusal) => return refusal,
@@ -212,4 +232,55 @@ async fn connect(mut req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
         }
     });
     Response::new(Body::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(method: &str, uri: &str) -> Route {
+        route(&method.parse().unwrap(), &uri.parse().unwrap())
+    }
+
+    #[test]
+    fn routes_by_method_and_target() {
+        let t = |h: &str, p| Target::new(h, p).unwrap();
+        assert_eq!(
+            r("CONNECT", "git.example.com:443"),
+            Route::Connect(t("git.example.com", 443))
+        );
+        assert_eq!(
+            r("GET", "http://Example.com./a"),
+            Route::Plain(t("example.com", 80))
+        );
+        assert_eq!(
+            r("GET", "http://[::1]:8080/"),
+            Route::Plain(t("[::1]", 8080))
+        );
+        assert_eq!(
+            r("GET", "ftp://example.com/"),
+            Route::OtherScheme(t("example.com", 443))
+        );
+        for (m, u, status) in [
+            ("CONNECT", "git.example.com", 400),
+            ("CONNECT", "http://git.example.com:443", 400),
+            ("CONNECT", "bad_host!:443", 400),
+            ("CONNECT", "example.com:0", 400),
+            ("GET", "/relative", 400),
+            ("GET", "http://ex ample.com/", 400),
+            ("GET", "ftp://bad_host!/", 403),
+        ] {
+            let Ok(uri) = u.parse::<Uri>() else { continue };
+            match route(&m.parse().unwrap(), &uri) {
+                Route::Bad(s, msg) => {
+                    assert_eq!(s.as_u16(), status, "{m} {u}");
+                    assert!(
+                        msg.starts_with("wardcell: ") && msg.ends_with('\n'),
+                        "{msg}"
+                    );
+                }
+                other => panic!("{m} {u}: {other:?}"),
+            }
+        }
+    }
 }

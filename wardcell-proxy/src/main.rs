@@ -16,23 +16,8 @@
 //! 9. serves the listener on a single-threaded runtime, sending `Connect` and `Denied`
 //!    events, until the broker closes the control socket.
 
-// sys.rs alone holds `unsafe`; every other module also forbids it on its own.
-#![deny(unsafe_code)]
-
-mod allow;
-mod ca;
-mod confine;
-mod control;
-mod credentials;
-mod dns;
-mod error;
-mod forward;
-mod front;
-mod intercept;
-mod seccomp;
-#[allow(unsafe_code)]
-mod sys;
-mod tunnel;
+// The modules are in the library (src/lib.rs), so that the fuzz targets reach them.
+#![forbid(unsafe_code)]
 
 use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
@@ -41,13 +26,14 @@ use std::sync::Arc;
 use wardcell_common::plan::ProxySpec;
 use wardcell_common::protocol::ProxyEvent;
 
-use crate::allow::AllowList;
-use crate::ca::Ca;
-use crate::control::{Ended, Events};
-use crate::credentials::Credentials;
-use crate::error::Error;
-use crate::front::Ctx;
-use crate::intercept::Interceptor;
+use wardcell_proxy::allow::{self, AllowList};
+use wardcell_proxy::ca::Ca;
+use wardcell_proxy::control::{self, Ended, Events};
+use wardcell_proxy::credentials::Credentials;
+use wardcell_proxy::error::Error;
+use wardcell_proxy::front::{self, Ctx};
+use wardcell_proxy::intercept::{self, Interceptor};
+use wardcell_proxy::{confine, sys};
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);

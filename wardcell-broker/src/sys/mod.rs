@@ -2,7 +2,9 @@
 //!
 //! - [`spawn`]: clone3 into new namespaces and exec the shim;
 //! - [`launch_fd`]: taking the plan descriptor the client left at fd 3;
-//! - terminal helpers: window size.
+//! - terminal helpers: window size;
+//! - pidfds ([`pidfd_open`], [`pidfd_send_signal`]) and helpers that die with the thread
+//!   that starts them ([`spawn_with_control`], [`die_with_thread`]).
 
 pub mod peer;
 pub mod spawn;
@@ -145,4 +147,28 @@ pub fn syslog_authpriv(line: &str) {
             msg.as_ptr(),
         )
     };
+}
+
+/// pidfd_open(2) for a child of ours that has not been reaped (so `pid` is still its).
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: integer arguments; the kernel returns a new descriptor (close-on-exec) or -1.
+    let fd = cerr(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Have the process `cmd` starts killed when the thread starting it exits (a helper must
+/// not outlive the broker thread waiting for it).
+pub fn die_with_thread(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and makes one
+    // async-signal-safe call (prctl) with integer arguments.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
 }

@@ -1,0 +1,144 @@
+//! Entry points for the fuzz targets in fuzz/ (see README, "Fuzzing"); not an interface.
+//! Each runs the proxy's own code on hostile input and panics when an invariant breaks.
+
+#![forbid(unsafe_code)]
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use http_body_util::Empty;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{header, Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::allow::Target;
+use crate::credentials::path_admits;
+use crate::forward::prepare_request;
+use crate::front::{route, Route};
+
+/// Serve `data` as the bytes a sandbox sends on one connection to the proxy. hyper parses
+/// the request heads, as in front.rs; each head then goes through every decision the
+/// proxy makes before it dials: [`route`], the request a forward would send upstream
+/// ([`prepare_request`]), and, as inside an intercepted tunnel, whether a credential's
+/// path patterns admit its path.
+pub fn request_head(data: &[u8]) {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    let rt = RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime")
+    });
+    rt.block_on(async {
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        // As front.rs serves, except that the end of the input (a half close) does not
+        // drop the heads still buffered behind the first: all of them are decided.
+        let serve = http1::Builder::new()
+            .half_close(true)
+            .serve_connection(TokioIo::new(server), service_fn(decide))
+            .with_upgrades();
+        let feed = async move {
+            let _ = client.write_all(data).await;
+            let _ = client.shutdown().await;
+            let mut answers = Vec::new();
+            let _ = client.read_to_end(&mut answers).await;
+        };
+        let _ = tokio::join!(serve, feed);
+    });
+}
+
+/// Request heads that reached [`decide`] (so a test can tell hyper let them through).
+static DECIDED: AtomicUsize = AtomicUsize::new(0);
+
+async fn decide(req: Request<Incoming>) -> Result<Response<Empty<Bytes>>, Infallible> {
+    DECIDED.fetch_add(1, Ordering::Relaxed);
+    let (mut parts, _body) = req.into_parts();
+    let tunnel = Target::new("git.example.com", 443).expect("a valid host");
+    let patterns = ["/company/*".to_string(), "*/info/refs".to_string()];
+    let admitted = path_admits(&patterns, parts.uri.path());
+    if admitted {
+        let path = parts.uri.path();
+        assert!(!path.split('/').any(|s| s == ".." || s == "."), "{path}");
+    }
+    let (target, default_port) = match route(&parts.method, &parts.uri) {
+        Route::Plain(t) => (t, 80),
+        Route::Connect(_) | Route::OtherScheme(_) | Route::Bad(..) => (tunnel, 443),
+    };
+    prepare_request(&mut parts, &target, default_port);
+    // What leaves: origin form, the checked host, no hop-by-hop or proxy header.
+    assert!(parts.uri.scheme().is_none() && parts.uri.authority().is_none());
+    assert!(parts.uri.to_string().starts_with('/'), "{}", parts.uri);
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .map(|h| h.as_bytes().to_vec());
+    assert_eq!(
+        host,
+        Some(
+            target
+                .host
+                .authority(target.port, default_port)
+                .into_bytes()
+        )
+    );
+    for name in parts.headers.keys() {
+        let n = name.as_str();
+        assert!(
+            !n.starts_with("proxy-") && n != "connection" && n != "transfer-encoding",
+            "{n}"
+        );
+    }
+    Ok(Response::new(Empty::new()))
+}
+
+/// Whether a credential with the one path pattern `pattern` attaches to `path`, checked
+/// against a plain recursive matcher: `*` matches any run of bytes, `/` included.
+pub fn credential_path(pattern: &str, path: &str) -> bool {
+    let got = path_admits(&[pattern.to_string()], path);
+    if pattern.len() <= 64 && path.len() <= 256 {
+        let plain = !path.split('/').any(|s| s == "." || s == "..")
+            && !["%2e", "%2f", "%5c", "\\"]
+                .iter()
+                .any(|s| path.to_ascii_lowercase().contains(s));
+        let want = plain && reference_glob(pattern.as_bytes(), path.as_bytes());
+        assert_eq!(got, want, "pattern {pattern:?}, path {path:?}");
+    }
+    got
+}
+
+/// `*` matches any run of bytes: the textbook table, `m[i][j]` = `p[..i]` matches `s[..j]`.
+fn reference_glob(p: &[u8], s: &[u8]) -> bool {
+    let mut m = vec![vec![false; s.len() + 1]; p.len() + 1];
+    m[0][0] = true;
+    for i in 1..=p.len() {
+        for j in 0..=s.len() {
+            m[i][j] = if p[i - 1] == b'*' {
+                m[i - 1][j] || (j > 0 && m[i][j - 1])
+            } else {
+                j > 0 && m[i - 1][j - 1] && p[i - 1] == s[j - 1]
+            };
+        }
+    }
+    m[p.len()][s.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entry_points_run() {
+        let before = DECIDED.load(Ordering::Relaxed);
+        request_head(b"GET http://example.com/a HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, X-A\r\nX-A: 1\r\nProxy-Authorization: no\r\n\r\nCONNECT git.example.com:443 HTTP/1.1\r\n\r\n");
+        assert_eq!(DECIDED.load(Ordering::Relaxed), before + 2);
+        request_head(b"GET /company/../x HTTP/1.1\r\n\r\n");
+        request_head(b"\x00\xff garbage");
+        assert!(credential_path("/company/*", "/company/a/b"));
+        assert!(!credential_path("/company/*", "/company/../b"));
+        assert!(credential_path("*", ""));
+        assert!(!credential_path("/a*b", "/ac"));
+    }
+}

@@ -1,0 +1,22 @@
+//! wardcell-proxy's modules. The binary (src/main.rs) is the proxy; the library exists so
+//! that the fuzz targets (fuzz/, see README) reach the parsers through [`fuzz`].
+
+// sys.rs alone holds `unsafe`; every other module also forbids it on its own.
+#![deny(unsafe_code)]
+
+pub mod allow;
+pub mod ca;
+pub mod confine;
+pub mod control;
+pub mod credentials;
+pub mod dns;
+pub mod error;
+pub mod forward;
+pub mod front;
+#[doc(hidden)]
+pub mod fuzz;
+pub mod intercept;
+pub mod seccomp;
+#[allow(unsafe_code)]
+pub mod sys;
+pub mod tunnel;
