@@ -272,6 +272,24 @@ both!(dangerous_syscalls_and_families_are_refused, |fx| {
     assert_eq!(out.code, 159, "{out:?}");
 });
 
+both!(syscalls_newer_than_the_table_get_enosys, |fx| {
+    fx.test_config("");
+    let p = fx.bin.join("wardcell-probe");
+    let p = p.display();
+    // open_tree_attr (467, Linux 6.15) would return a descriptor for "/" here; file_getattr
+    // (468) and numbers no kernel has are refused the same way. The newest reviewed
+    // syscall (466, removexattrat) still reaches the kernel, which answers for itself.
+    let out = fx.sh(&format!(
+        "{p} open_tree_attr; {p} syscall-nr 468; {p} syscall-nr 1000; {p} syscall-nr 1073741823; {p} syscall-nr 466; true"
+    ));
+    out.ok();
+    assert_eq!(
+        out.stdout,
+        "err ENOSYS (38)\nerr ENOSYS (38)\nerr ENOSYS (38)\nerr ENOSYS (38)\nerr OTHER (14)\n",
+        "{out:?}"
+    );
+});
+
 both!(the_broker_and_init_are_out_of_reach, |fx| {
     fx.test_config("");
     let mut child = fx
