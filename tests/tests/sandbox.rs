@@ -6,7 +6,7 @@ use std::io::Read;
 use std::net::{TcpListener, UdpSocket};
 use std::time::{Duration, Instant};
 
-use wardcell_tests::both;
+use wardcell_tests::{both, Fixture, Out};
 
 fn status_field<'a>(out: &'a str, field: &str) -> &'a str {
     out.lines()
@@ -289,6 +289,92 @@ both!(syscalls_newer_than_the_table_get_enosys, |fx| {
         "{out:?}"
     );
 });
+
+both!(the_command_starts_with_default_signal_dispositions, |fx| {
+    fx.test_config("");
+    // Nothing ignored, nothing blocked: wardcell's own ignored SIGPIPE (every Rust program
+    // has one) does not leak into the command.
+    let out = fx.run(&[
+        "run",
+        "--",
+        "grep",
+        "-E",
+        "^Sig(Ign|Blk)",
+        "/proc/self/status",
+    ]);
+    out.ok();
+    assert_eq!(sig_mask(&out, "SigBlk"), 0, "{out:?}");
+    assert_eq!(sig_mask(&out, "SigIgn"), 0, "{out:?}");
+    // `wardcell run -- yes | head -1`: yes dies of SIGPIPE, silently, and the run says so
+    // with 128+13.
+    let mut run = fx
+        .cmd(&["run", "--", "yes"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = [0u8; 2];
+    std::io::Read::read_exact(run.stdout.as_mut().unwrap(), &mut line).unwrap();
+    assert_eq!(&line, b"y\n");
+    drop(run.stdout.take());
+    let out: Out = run.wait_with_output().unwrap().into();
+    assert_eq!(out.code, 141, "{out:?}");
+    assert_eq!(out.stderr, "", "{out:?}");
+});
+
+/// The mask of signals 1 to 31 on the `/proc/PID/status` line `key` in `out` (real-time
+/// signals pass through as after any exec: the test harness's own are not wardcell's).
+fn sig_mask(out: &Out, key: &str) -> u64 {
+    let hex = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(":\t"))
+        .unwrap_or_else(|| panic!("no {key}: {out:?}"));
+    u64::from_str_radix(hex, 16).unwrap() & 0x7fff_ffff
+}
+
+/// `wardcell run ARGS` started with SIGHUP and SIGINT ignored, as a shell starts a
+/// background job (SIGINT) under nohup (SIGHUP).
+fn run_ignoring(fx: &Fixture, args: &[&str]) -> std::process::Child {
+    let mut cmd = fx.cmd(args);
+    // SAFETY: signal() with SIG_IGN is async-signal-safe and touches no memory.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+both!(
+    signals_the_caller_ignored_stay_ignored_and_are_not_forwarded,
+    |fx| {
+        fx.test_config("");
+        // What the caller ignored, the command ignores, as after a plain exec.
+        let out: Out = run_ignoring(&fx, &["run", "--", "grep", "^SigIgn", "/proc/self/status"])
+            .wait_with_output()
+            .unwrap()
+            .into();
+        out.ok();
+        assert_eq!(sig_mask(&out, "SigIgn"), 0b11, "SIGHUP and SIGINT: {out:?}");
+        // An ignored SIGINT sent to wardcell is not forwarded, however late it comes:
+        // the command catches SIGINT and sees none.
+        let probe = fx.bin.join("wardcell-probe");
+        let mut run = run_ignoring(&fx, &["run", "--", probe.to_str().unwrap(), "sigint-watch"]);
+        let mut started = [0u8; 8];
+        std::io::Read::read_exact(run.stdout.as_mut().unwrap(), &mut started).unwrap();
+        // SAFETY: kill with the pid of our own child.
+        unsafe { libc::kill(run.id() as i32, libc::SIGINT) };
+        let out: Out = run.wait_with_output().unwrap().into();
+        assert_eq!(out.code, 0, "{out:?}");
+        assert_eq!(out.stdout, "not caught\n", "{out:?}");
+    }
+);
 
 both!(the_broker_and_init_are_out_of_reach, |fx| {
     fx.test_config("");

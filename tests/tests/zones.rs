@@ -760,3 +760,20 @@ both!(a_retry_right_after_a_killed_caller_is_not_refused, |fx| {
     assert!(out.stdout.contains("retried\nretry-rc=0"), "{out:?}");
     assert!(!out.stderr.contains("already running"), "{out:?}");
 });
+
+both!(an_entered_command_ignores_what_its_caller_ignored, |fx| {
+    zones_config(&fx, "");
+    // `trap '' HUP` in the caller: the entered command starts ignoring SIGHUP (bit 0), as
+    // after an exec, and nothing else (not the client's own ignored SIGPIPE).
+    let out = inside(
+        &fx,
+        "grep ^SigIgn /proc/self/status; (trap '' HUP; exec wardcell zone enter push -- grep ^SigIgn /proc/self/status)",
+    );
+    out.ok();
+    let masks: Vec<u64> = out
+        .stdout
+        .lines()
+        .map(|l| u64::from_str_radix(l.trim_start_matches("SigIgn:\t"), 16).unwrap() & 0x7fff_ffff)
+        .collect();
+    assert_eq!(masks, [0, 1], "{out:?}");
+});

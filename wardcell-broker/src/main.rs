@@ -126,12 +126,15 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     // 1. The first sandbox's namespaces and shim, started at once: the kernel and the
     //    other core build them while the client's plan writer resolves the plan and this
     //    thread prepares everything else.
+    // Signals whoever started us ignores: the command starts ignoring them too, as after
+    // an exec, and they are not forwarded (or taken over) either.
+    let ignored = sys::ignored_signals();
     let started = (|| {
         let shim = find_helper("wardcell-shim")?;
         let shim = CString::new(shim.as_os_str().as_encoded_bytes())
             .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))?;
         let terminal = Terminal::for_stdio()?;
-        let spawned = sandbox::spawn(&shim, terminal.stdio())?;
+        let spawned = sandbox::spawn(&shim, terminal.stdio(), ignored)?;
         Ok((shim, terminal, spawned))
     })();
 
@@ -168,7 +171,7 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
         }
     };
     let run = Arc::new(Run::new(plan, run_id, run_dir.clone(), shim, audit));
-    let result = run_first_sandbox(&run, spawned, terminal, writer);
+    let result = run_first_sandbox(&run, spawned, terminal, writer, ignored);
     let _ = fs::remove_dir_all(&run_dir);
     result
 }
@@ -336,11 +339,15 @@ fn is_tty(fd: impl AsFd) -> bool {
 }
 
 /// Forwarded signals (and SIGWINCH with a pty, and SIGCHLD) blocked and read from a
-/// descriptor.
-fn take_signals(pty: bool) -> Result<SignalFd, BrokerError> {
+/// descriptor. One this process was started ignoring stays ignored and is never
+/// forwarded: a blocked signal is queued even when ignored, so taking it would forward it
+/// or not depending on when it came.
+fn take_signals(pty: bool, ignored: u64) -> Result<SignalFd, BrokerError> {
     let mut mask = SigSet::empty();
     for &s in FORWARDED {
-        mask.add(s);
+        if ignored & (1 << (s as i32 - 1)) == 0 {
+            mask.add(s);
+        }
     }
     mask.add(Signal::SIGCHLD);
     if pty {
@@ -356,6 +363,7 @@ fn run_first_sandbox(
     spawned: sandbox::Spawned,
     terminal: Terminal,
     writer: Option<Pid>,
+    ignored: u64,
 ) -> Result<i32, BrokerError> {
     let plan = &run.plan;
     let (zone, profile) = match start_profile(plan) {
@@ -389,7 +397,7 @@ fn run_first_sandbox(
     let before_proceed = || {
         log_started();
         logged = true;
-        let signals = take_signals(terminal.pty.is_some())?;
+        let signals = take_signals(terminal.pty.is_some(), ignored)?;
         // The plan writer exits right after sending the plan. Reaped here if it has, else
         // on the SIGCHLD the relay now reads: never a zombie for the whole run.
         if let Some(writer) = writer {
@@ -409,6 +417,7 @@ fn run_first_sandbox(
             cwd: plan.cwd.clone(),
             env: caller_env,
             stdio: terminal.stdio(),
+            ignored,
             pty: terminal.pty.is_some(),
             authenticated: zone
                 .and_then(|z| plan.zones.iter().find(|p| p.name == z))

@@ -346,6 +346,7 @@ impl Supervisor {
                 cwd: PathBuf::from(&cwd),
                 env,
                 stdio: raw,
+                ignored: peer.ignored,
                 pty: false,
                 authenticated: zone.authenticated,
             },

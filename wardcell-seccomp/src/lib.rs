@@ -338,10 +338,7 @@ pub fn compile(parts: &[Part]) -> Result<BpfProgram, String> {
     }
     out.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
     out.push(stmt(BPF_RET_K, SECCOMP_RET_KILL_PROCESS));
-    out.push(stmt(
-        BPF_RET_K,
-        SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
-    ));
+    out.push(stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::ENOSYS as u32));
     for part in parts {
         out.push(stmt(
             BPF_RET_K,

@@ -4,11 +4,15 @@
 //! CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_SETPCAP in the new user namespace and the
 //! control socket at fd 3. It then:
 //!
-//! 1. resets the signal mask and reads the sandbox spec (after a Hello) from fd 3;
+//! 1. notes which signals it was started ignoring (the caller's, as the broker passed
+//!    them on), puts its own at their defaults (SIGPIPE ignored), blocks what init waits
+//!    for, and reads the sandbox spec (after a Hello) from fd 3;
 //! 2. sets up the mount namespace (mounts.rs) and brings loopback up;
 //! 3. forks the command, which in order: starts a new session (taking a pty given to it
 //!    as controlling terminal), sets no_new_privs, drops every capability, enforces
-//!    Landlock, installs seccomp, marks every fd above 2 close-on-exec, and execs;
+//!    Landlock, installs seccomp, marks every fd above 2 close-on-exec, sets every signal
+//!    disposition to what the caller had (ignored, or the default: never wardcell's own
+//!    ignored SIGPIPE), unblocks every signal, and execs;
 //!    a failed step or exec is reported on fd 3 and nothing runs;
 //! 4. drops its own capabilities and becomes init: forwards signals to the command,
 //!    reaps orphans, and when the command ends, reports its status and exits with it,
@@ -70,7 +74,10 @@ fn main() {
         _ => {}
     }
 
-    // 1. A clean signal state, then the spec.
+    // 1. A clean signal state, then the spec. What the caller ignored, the command will
+    //    ignore; init itself needs SIGCHLD at its default to reap.
+    let inherited = sys::ignored_signals();
+    sys::set_dispositions(1 << (libc::SIGPIPE - 1));
     let mut waited = SigSet::empty();
     waited.add(Signal::SIGCHLD);
     for &s in FORWARDED {
@@ -120,7 +127,7 @@ fn main() {
 
     // 3. The command.
     let child = match sys::fork() {
-        Ok(sys::Forked::Child) => exec_command(&spec, &filter, &mut control),
+        Ok(sys::Forked::Child) => exec_command(&spec, &filter, &mut control, inherited),
         Ok(sys::Forked::Parent(pid)) => Pid::from_raw(pid),
         Err(e) => setup_failed(&mut control, "fork", e.to_string()),
     };
@@ -250,6 +257,7 @@ fn exec_command(
     spec: &SandboxSpec,
     filter: &Result<seccompiler::BpfProgram, String>,
     control: &mut UnixStream,
+    ignored: u64,
 ) -> ! {
     // a. Its own session; a pty from the broker becomes its controlling terminal.
     if let Err(e) = nix::unistd::setsid() {
@@ -301,7 +309,10 @@ fn exec_command(
     if let Err(e) = sys::cloexec_from(3) {
         setup_failed(control, "descriptors", e.to_string());
     }
-    // g. The signals init blocked are the command's again.
+    // g. The dispositions a plain exec by the caller would give (the shim's own ignored
+    //    SIGPIPE must not leak: `yes | head -1` ends by SIGPIPE), and the signals init
+    //    blocked are the command's again.
+    sys::set_dispositions(ignored);
     let _ = SigSet::all().thread_unblock();
     let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
 

@@ -29,6 +29,38 @@ pub fn open_path(path: &Path) -> io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd as RawFd) })
 }
 
+/// The signals 1 to 31 this process ignores (bit N-1 for signal N), SIGPIPE left out:
+/// the Rust runtime ignores it in every program, whatever was inherited.
+pub fn ignored_signals() -> u64 {
+    let mut set = 0;
+    for sig in (1..32).filter(|&s| s != libc::SIGPIPE) {
+        // SAFETY: sigaction is plain old data; a null new action only reads the current
+        // one into `old`.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } == 0
+            && old.sa_sigaction == libc::SIG_IGN
+        {
+            set |= 1 << (sig - 1);
+        }
+    }
+    set
+}
+
+/// Every signal from 1 to 31 ignored if its bit is in `ignored`, else at its default
+/// (SIGKILL and SIGSTOP cannot be changed and are skipped).
+pub fn set_dispositions(ignored: u64) {
+    for sig in (1..32).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
+        let to = if ignored & (1 << (sig - 1)) != 0 {
+            libc::SIG_IGN
+        } else {
+            libc::SIG_DFL
+        };
+        // SAFETY: SIG_IGN and SIG_DFL install no handler; no memory is involved.
+        unsafe { libc::signal(sig, to) };
+    }
+}
+
 /// Which side of a fork we are on.
 pub enum Forked {
     Parent(libc::pid_t),

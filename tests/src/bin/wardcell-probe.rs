@@ -336,6 +336,21 @@ fn main() {
             eprintln!("wardcell-probe: exec {}: {err}", a(3));
             std::process::exit(127)
         }
+        "sigint-watch" => {
+            // Catch SIGINT (whatever its inherited disposition), say we are running, and
+            // after a second say whether one arrived.
+            static CAUGHT: std::sync::atomic::AtomicBool =
+                std::sync::atomic::AtomicBool::new(false);
+            extern "C" fn on_int(_: libc::c_int) {
+                CAUGHT.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+            unsafe { libc::signal(libc::SIGINT, on_int as *const () as libc::sighandler_t) };
+            println!("started");
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            let caught = CAUGHT.load(std::sync::atomic::Ordering::SeqCst);
+            println!("{}", if caught { "caught" } else { "not caught" });
+        }
         "enter-extra-fds" => {
             // COUNT connections to the supervisor at a(1), each a valid `Enter` followed
             // by N descriptors where 3 are expected (alternately N and N+12, so that some

@@ -54,6 +54,24 @@ pub fn copy_winsize(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> io::Result<()> 
     Ok(())
 }
 
+/// The signals 1 to 31 this process ignores, as /proc's `SigIgn` writes them (bit N-1
+/// for signal N), SIGPIPE left out: every Rust program ignores it, whatever it inherited.
+pub fn ignored_signals() -> u64 {
+    let mut set = 0;
+    for sig in (1..32).filter(|&s| s != libc::SIGPIPE) {
+        // SAFETY: sigaction is plain old data; a null new action only reads the current
+        // one into `old`.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } == 0
+            && old.sa_sigaction == libc::SIG_IGN
+        {
+            set |= 1 << (sig - 1);
+        }
+    }
+    set
+}
+
 /// pidfd_send_signal(2).
 pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: i32) -> io::Result<()> {
     // SAFETY: integer arguments and a null siginfo, which the kernel fills in itself.
