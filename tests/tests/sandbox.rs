@@ -811,3 +811,23 @@ both!(the_plan_writer_does_not_outlive_the_start, |fx| {
     );
     assert!(run.wait().unwrap().success());
 });
+
+both!(an_empty_or_multi_line_command_gets_one_line_and_127, |fx| {
+    fx.test_config("");
+    // An empty name is "command not found" (127), as in a shell, not "not executable".
+    let out = fx.run(&["run", "--", ""]);
+    out.expect_code(127);
+    assert!(
+        out.stderr.starts_with("error: ``: command not found"),
+        "{out:?}"
+    );
+    // A name with a newline and an escape sequence: one line, the characters escaped.
+    let out = fx.run(&["run", "--", "no\nsuch\x1b[2J"]);
+    out.expect_code(127);
+    assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with("error: `no\\nsuch\\x1b[2J`: command not found"),
+        "{out:?}"
+    );
+});

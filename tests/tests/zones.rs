@@ -290,6 +290,12 @@ both!(
             })
             .unwrap_or_else(|| panic!("{out:?}"));
         assert!((4500..9000).contains(&ms), "closed after {ms} ms");
+        // Its reason reads as one, not as errno text.
+        let (_, log) = last_log(&fx);
+        assert!(
+            log.contains(r#""reason":"the connection sent no request within 5 s""#),
+            "{log}"
+        );
         // 1 silent + 4 from connect-many: the last of them is the fifth and is told why.
         assert!(
             out.stdout.contains("already serves 4 connections"),
@@ -776,4 +782,24 @@ both!(an_entered_command_ignores_what_its_caller_ignored, |fx| {
         .map(|l| u64::from_str_radix(l.trim_start_matches("SigIgn:\t"), 16).unwrap() & 0x7fff_ffff)
         .collect();
     assert_eq!(masks, [0, 1], "{out:?}");
+});
+
+both!(refusals_and_failures_are_one_line, |fx| {
+    zones_config(&fx, "");
+    let out = inside(
+        &fx,
+        "wardcell zone enter \"$(printf 'pu\\nsh')\" -- true; echo rc=$?; \
+         wardcell zone enter push -- \"$(printf 'no\\nsuch')\"; echo rc=$?; \
+         wardcell zone enter push -- ''; echo rc=$?",
+    );
+    assert_eq!(out.stdout, "rc=1\nrc=127\nrc=127\n", "{out:?}");
+    assert_eq!(out.stderr.lines().count(), 3, "{out:?}");
+    assert!(
+        out.stderr.contains("error: `no\\nsuch`: command not found"),
+        "{out:?}"
+    );
+    assert!(
+        out.stderr.contains("error: ``: command not found"),
+        "{out:?}"
+    );
 });

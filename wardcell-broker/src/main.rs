@@ -51,6 +51,7 @@ use serde_json::json;
 use wardcell_common::paths;
 use wardcell_common::plan::{Plan, ProfilePlan, Start};
 use wardcell_common::protocol::{self, Launch, ShimReport};
+use wardcell_common::text::one_line;
 
 use audit::AuditLog;
 use error::BrokerError;
@@ -111,7 +112,7 @@ fn main() {
     let code = match run(writer) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", one_line(&e.to_string()));
             1
         }
     };
@@ -508,7 +509,7 @@ fn run_first_sandbox(
             Err(BrokerError::Refused(m))
         }
         (_, Some(m)) => {
-            eprintln!("error: {m}");
+            eprintln!("error: {}", one_line(&m));
             Ok(code)
         }
         (_, None) => Ok(code),

@@ -340,7 +340,8 @@ fn exec(spec: &SandboxSpec) -> i32 {
     else {
         return libc::EINVAL;
     };
-    let Some(prog) = spec.argv.first() else {
+    // An empty name names no file: "command not found", as a shell says.
+    let Some(prog) = spec.argv.first().filter(|p| !p.is_empty()) else {
         return libc::ENOENT;
     };
     if prog.contains('/') {
