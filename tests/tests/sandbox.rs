@@ -638,8 +638,10 @@ both!(interactive_shell_gets_a_terminal, |fx| {
     drop(slave);
     let mut w = master.try_clone().unwrap();
     use std::io::Write;
-    w.write_all(b"stty size; case $- in *m*) echo JOBCONTROL-ON;; esac; sleep 5 & jobs; exit 4\n")
-        .unwrap();
+    w.write_all(
+        b"stty size; tty; case $- in *m*) echo JOBCONTROL-ON;; esac; sleep 5 & jobs; exit 4\n",
+    )
+    .unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let mut r = master;
     std::thread::spawn(move || {
@@ -658,6 +660,9 @@ both!(interactive_shell_gets_a_terminal, |fx| {
     assert_eq!(status.code(), Some(4), "{out}");
     assert!(out.contains("33 101"), "window size not passed: {out}");
     assert!(out.contains("JOBCONTROL-ON"), "no job control: {out}");
+    // stdin is the pty's slave, found at /dev/console (as in a container), not "not a tty".
+    assert!(out.contains("\n/dev/console\r\n"), "tty: {out}");
+    assert!(!out.contains("not a tty"), "{out}");
     assert!(out.contains("[1]+"), "jobs not listed: {out}");
     assert!(!out.contains("no job control"), "{out}");
 });

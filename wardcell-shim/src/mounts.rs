@@ -6,7 +6,7 @@
 
 use std::fs;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{symlink, DirBuilderExt};
+use std::os::unix::fs::{symlink, DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, MsFlags};
@@ -126,7 +126,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<()> {
     )?;
 
     // 5. A minimal /dev.
-    minimal_dev()?;
+    minimal_dev(spec.controlling_tty)?;
 
     // 6. A private /tmp unless the profile names it.
     if spec.private_tmp {
@@ -280,10 +280,27 @@ fn mask(path: &Path) -> Result<()> {
     }
 }
 
-fn minimal_dev() -> Result<()> {
+/// With `pty`, fd 0 is the broker's pty slave, a node of the host's devpts that no path
+/// in the sandbox reaches: it is bound at /dev/console (as container managers do), so
+/// that `ttyname(0)` (`tty`) finds it by scanning /dev.
+fn minimal_dev(pty: bool) -> Result<()> {
     // Hold the host's device nodes before /dev is covered, then bind them back in
     // through /proc/self/fd (our fresh /proc).
     let mut held = Vec::new();
+    if pty {
+        // By its name in this namespace's copy of the host's /dev/pts (a mount of the
+        // broker's namespace cannot be bound here), checked to be the same terminal.
+        let slave = fs::read_link("/proc/self/fd/0")
+            .and_then(|name| crate::sys::open_path(&name))
+            .map_err(|e| format!("opening the terminal: {e}"))?;
+        let rdev = |m: std::io::Result<fs::Metadata>| m.ok().map(|m| m.rdev());
+        if rdev(slave.metadata()).is_none()
+            || rdev(fs::metadata("/proc/self/fd/0")) != rdev(slave.metadata())
+        {
+            return Err("the terminal's name leads to another device".into());
+        }
+        held.push(("console", slave));
+    }
     for name in DEVICES {
         let host = Path::new("/dev").join(name);
         match crate::sys::open_path(&host) {
