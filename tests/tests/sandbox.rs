@@ -836,3 +836,30 @@ both!(an_empty_or_multi_line_command_gets_one_line_and_127, |fx| {
         "{out:?}"
     );
 });
+
+both!(a_closed_stdout_or_stdin_stays_closed, |fx| {
+    fx.test_config("");
+    // `wardcell run -- echo hi >&-` (and `cat <&-`) as without wardcell: the command finds
+    // the descriptor closed and fails (rc 1), rather than writing to a /dev/null in its
+    // place and succeeding.
+    let closed = |fd: i32, args: &[&str]| -> Out {
+        let mut cmd = fx.cmd(args);
+        cmd.stderr(std::process::Stdio::piped());
+        // SAFETY: close is async-signal-safe and touches no memory.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                libc::close(fd);
+                Ok(())
+            });
+        }
+        cmd.output().unwrap().into()
+    };
+    let out = closed(1, &["run", "--", "/bin/echo", "hi"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("Bad file descriptor"), "{out:?}");
+    let out = closed(0, &["run", "--", "cat"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("Bad file descriptor"), "{out:?}");
+    // Open ones are untouched.
+    fx.run(&["run", "--", "/bin/echo", "hi"]).ok();
+});

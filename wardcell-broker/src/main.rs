@@ -589,7 +589,14 @@ impl Terminal {
                 };
                 [s, s, err]
             }
-            None => [0, 1, 2],
+            // One the client was started without stays closed in the command.
+            None => [0, 1, 2].map(|fd| {
+                if sys::closed_at_start() & (1 << fd) != 0 {
+                    -1
+                } else {
+                    fd
+                }
+            }),
         }
     }
 }

@@ -309,6 +309,11 @@ fn exec_command(
     if let Err(e) = sys::cloexec_from(3) {
         setup_failed(control, "descriptors", e.to_string());
     }
+    //    A standard descriptor the shim was started without (the caller's `>&-`) is
+    //    closed again: the runtime's /dev/null in its place would hide write errors.
+    for fd in (0..3).filter(|fd| sys::closed_at_start() & (1 << fd) != 0) {
+        let _ = nix::unistd::close(fd);
+    }
     // g. The dispositions a plain exec by the caller would give (the shim's own ignored
     //    SIGPIPE must not leak: `yes | head -1` ends by SIGPIPE), and the signals init
     //    blocked are the command's again.

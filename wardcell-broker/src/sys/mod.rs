@@ -2,7 +2,8 @@
 //!
 //! - [`spawn`]: clone3 into new namespaces and exec the shim;
 //! - [`launch_fd`]: taking the plan descriptor the client left at fd 3;
-//! - terminal helpers: window size.
+//! - terminal helpers: window size;
+//! - which standard descriptors were closed at start ([`closed_at_start`]).
 
 pub mod peer;
 pub mod spawn;
@@ -144,4 +145,27 @@ pub fn syslog_authpriv(line: &str) {
             msg.as_ptr(),
         )
     };
+}
+
+/// Which of descriptors 0, 1 and 2 were closed when this process started (bit N for fd
+/// N). The Rust runtime opens /dev/null in their place before `main`; a command run with
+/// `>&-` must find its stdout closed, as it would without wardcell.
+pub fn closed_at_start() -> u8 {
+    CLOSED_AT_START.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static CLOSED_AT_START: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Run by the C library before `main`, so before the Rust runtime fills the gaps.
+#[used]
+#[link_section = ".init_array"]
+static NOTE_CLOSED_STDIO: extern "C" fn() = note_closed_stdio;
+
+extern "C" fn note_closed_stdio() {
+    let closed = (0..3)
+        .filter(|&fd| {
+            nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD) == Err(nix::errno::Errno::EBADF)
+        })
+        .fold(0u8, |m, fd| m | 1 << fd);
+    CLOSED_AT_START.store(closed, std::sync::atomic::Ordering::Relaxed);
 }

@@ -275,14 +275,18 @@ unsafe fn child_setup(
         }
     }
 
-    // 7. Descriptors: stdio to 0-2, control to 3, everything else closed on exec.
+    // 7. Descriptors: stdio to 0-2 (closed where it is -1), control to 3, everything
+    //    else closed on exec.
     //    Signal dispositions: what the command's caller ignored (never SIGPIPE, which the
     //    broker ignores because Rust does) stays ignored, everything else is default.
     for (target, &src) in stdio.iter().enumerate() {
         let target = target as RawFd;
         // SAFETY: integer arguments; dup2 onto itself is a no-op, so clear CLOEXEC instead.
         let ok = unsafe {
-            if src == target {
+            if src < 0 {
+                libc::close(target);
+                true
+            } else if src == target {
                 libc::fcntl(target, libc::F_SETFD, 0) == 0
             } else {
                 libc::dup2(src, target) == target
