@@ -6,7 +6,8 @@
 //!    nobody; a refusal is audited;
 //! 2. Hello, then one request, all within [`REQUEST_DEADLINE`]; anything malformed or
 //!    out of turn closes the connection and is logged;
-//! 3. `List`: the zones the chain check admits; `Enter`: one at a time per sandbox, the
+//! 3. `List`: the zones the chain check admits; `Enter`: stdio a command may be given
+//!    (pipes, sockets, character devices, regular files), one at a time per sandbox, the
 //!    chain check, the approval plugin if the zone asks for it, the decision audited
 //!    (refused if it cannot be written), a brand-new sandbox with the caller's stdio,
 //!    its exit status relayed, the completion audited.
