@@ -358,7 +358,9 @@ fn main() {
             let (n, count) = (num(2) as usize, num(3) as usize);
             for i in 0..count {
                 let mut s = std::os::unix::net::UnixStream::connect(a(1)).expect("connect");
-                let mut frames = vec![1, 0, 0, 0, 1]; // Hello { version: 1 }
+                // The supervisor's Hello, sent back as ours (whatever the version).
+                let mut frames = vec![0u8; 5];
+                s.read_exact(&mut frames).expect("the supervisor's Hello");
                                                       // Enter { zone: "push", argv: ["true"], env: [] }
                 frames.extend([13, 0, 0, 0, 1, 4]);
                 frames.extend(b"push");
