@@ -863,3 +863,103 @@ both!(a_closed_stdout_or_stdin_stays_closed, |fx| {
     // Open ones are untouched.
     fx.run(&["run", "--", "/bin/echo", "hi"]).ok();
 });
+
+both!(ctrl_z_stops_the_command_as_under_a_shell, |fx| {
+    fx.test_config("");
+    // The user's own interactive shell, on a real pty, runs wardcell in the foreground.
+    let mut master: libc::c_int = -1;
+    let mut slave: libc::c_int = -1;
+    // SAFETY: openpty writes two descriptors; the name, termios and size pointers are null.
+    let r = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0);
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: openpty returned two new descriptors that we now own.
+    let (master, slave) = unsafe {
+        (
+            fs::File::from_raw_fd(master),
+            std::os::fd::OwnedFd::from_raw_fd(slave),
+        )
+    };
+    let mut cmd = std::process::Command::new("/bin/bash");
+    cmd.args(["--norc", "--noprofile", "-i"])
+        .current_dir(&fx.proj)
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", fx.bin.display()))
+        .env("HOME", &fx.home)
+        .env("PS1", "$ ")
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave.try_clone().unwrap());
+    if fx.who == wardcell_tests::As::User && wardcell_tests::is_root() {
+        // SAFETY: fchown on a descriptor we own.
+        unsafe { libc::fchown(slave.as_raw_fd(), fx.uid(), fx.uid()) };
+        std::os::unix::process::CommandExt::uid(&mut cmd, fx.uid());
+        std::os::unix::process::CommandExt::gid(&mut cmd, fx.uid());
+    }
+    // SAFETY: setsid and TIOCSCTTY in the child before exec, as a terminal emulator does.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut shell = cmd.spawn().unwrap();
+    drop(cmd);
+    drop(slave);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut r = master.try_clone().unwrap();
+    let into = seen.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            into.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let wait_for = |what: &str| {
+        let until = Instant::now() + Duration::from_secs(20);
+        while !seen.lock().unwrap().contains(what) {
+            assert!(
+                Instant::now() < until,
+                "no {what:?} in: {}",
+                seen.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let mut w = master;
+    use std::io::Write;
+    w.write_all(b"wardcell run -- /bin/sh -c 'echo STARTED; sleep 1; echo FINISHED'\n")
+        .unwrap();
+    wait_for("STARTED\r\n");
+    std::thread::sleep(Duration::from_millis(200));
+    w.write_all(b"\x1a").unwrap();
+    // The shell has its prompt back, and the command stays stopped past its sleep.
+    wait_for("Stopped");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !seen.lock().unwrap().contains("\nFINISHED\r\n"),
+        "the command ran on: {}",
+        seen.lock().unwrap()
+    );
+    w.write_all(b"fg\n").unwrap();
+    wait_for("\nFINISHED\r\n");
+    w.write_all(b"echo rc=$?; exit\n").unwrap();
+    wait_for("rc=0");
+    let status = shell.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", seen.lock().unwrap());
+});

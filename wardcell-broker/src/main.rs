@@ -481,6 +481,7 @@ fn run_first_sandbox(
                 master: m,
                 stdin: stdin.as_fd(),
                 stdout: stdout.as_fd(),
+                saved: saved.as_ref(),
             }),
             caller: None,
         },

@@ -125,7 +125,17 @@ fn main() {
         setup_failed(&mut control, "start", e);
     }
 
-    // 3. The command.
+    // 3. The command. With a pty, its session is init's: the command's process group
+    //    then has its parent in the same session, so it is not orphaned and Ctrl-Z
+    //    (SIGTSTP from the terminal) stops it, as under a shell.
+    if spec.controlling_tty {
+        if let Err(e) = nix::unistd::setsid()
+            .map_err(std::io::Error::from)
+            .and_then(|_| sys::set_controlling_tty(0))
+        {
+            setup_failed(&mut control, "terminal", format!("TIOCSCTTY: {e}"));
+        }
+    }
     let child = match sys::fork() {
         Ok(sys::Forked::Child) => exec_command(&spec, &filter, &mut control, inherited),
         Ok(sys::Forked::Parent(pid)) => Pid::from_raw(pid),
@@ -137,7 +147,7 @@ fn main() {
         let _ = kill(child, Signal::SIGKILL);
         setup_failed(&mut control, "init", e);
     }
-    let status = supervise(child, &waited);
+    let status = supervise(child, &waited, &mut control);
     report(&mut control, &status);
     let _ = control.flush();
     std::process::exit(match status {
@@ -224,7 +234,7 @@ fn become_init() -> Result<(), String> {
 }
 
 /// Wait for the command, forwarding signals to its process group and reaping orphans.
-fn supervise(child: Pid, waited: &SigSet) -> ShimReport {
+fn supervise(child: Pid, waited: &SigSet, control: &mut UnixStream) -> ShimReport {
     loop {
         let sig = match waited.wait() {
             Ok(s) => s,
@@ -238,12 +248,15 @@ fn supervise(child: Pid, waited: &SigSet) -> ShimReport {
             continue;
         }
         loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED)) {
                 Ok(WaitStatus::Exited(pid, code)) if pid == child => {
                     return ShimReport::Exited { code };
                 }
                 Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
                     return ShimReport::Signaled { signal: sig as i32 };
+                }
+                Ok(WaitStatus::Stopped(pid, sig)) if pid == child => {
+                    report(control, &ShimReport::Stopped { signal: sig as i32 })
                 }
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(_) => {} // an orphan reaped, or a stop: keep going
@@ -259,14 +272,19 @@ fn exec_command(
     control: &mut UnixStream,
     ignored: u64,
 ) -> ! {
-    // a. Its own session; a pty from the broker becomes its controlling terminal.
-    if let Err(e) = nix::unistd::setsid() {
-        setup_failed(control, "setsid", e.to_string());
-    }
+    // a. Its own session; with a pty (init's session, see step 3), its own process
+    //    group in the terminal's foreground (SIGTTOU blocked: until then it is in the
+    //    background).
     if spec.controlling_tty {
-        if let Err(e) = sys::set_controlling_tty(0) {
-            setup_failed(control, "terminal", format!("TIOCSCTTY: {e}"));
+        let _ = SigSet::from(Signal::SIGTTOU).thread_block();
+        let me = nix::unistd::getpid();
+        if let Err(e) =
+            nix::unistd::setpgid(me, me).and_then(|()| nix::unistd::tcsetpgrp(std::io::stdin(), me))
+        {
+            setup_failed(control, "terminal", format!("taking the foreground: {e}"));
         }
+    } else if let Err(e) = nix::unistd::setsid() {
+        setup_failed(control, "setsid", e.to_string());
     }
     if let Err(e) = std::env::set_current_dir(&spec.cwd) {
         setup_failed(

@@ -361,7 +361,7 @@ fn main() {
                 // The supervisor's Hello, sent back as ours (whatever the version).
                 let mut frames = vec![0u8; 5];
                 s.read_exact(&mut frames).expect("the supervisor's Hello");
-                                                      // Enter { zone: "push", argv: ["true"], env: [] }
+                // Enter { zone: "push", argv: ["true"], env: [] }
                 frames.extend([13, 0, 0, 0, 1, 4]);
                 frames.extend(b"push");
                 frames.extend([1, 4]);
