@@ -8,8 +8,9 @@
 //!    them on), puts its own at their defaults (SIGPIPE ignored), blocks what init waits
 //!    for, and reads the sandbox spec (after a Hello) from fd 3;
 //! 2. sets up the mount namespace (mounts.rs) and brings loopback up;
-//! 3. forks the command, which in order: starts a new session (taking a pty given to it
-//!    as controlling terminal), sets no_new_privs, drops every capability, enforces
+//! 3. forks the command (with a pty, init first makes a session of its own with the pty
+//!    as controlling terminal), which in order: starts a new session (with a pty, a
+//!    process group of its own in the terminal's foreground instead), sets no_new_privs, drops every capability, enforces
 //!    Landlock, installs seccomp, marks every fd above 2 close-on-exec, sets every signal
 //!    disposition to what the caller had (ignored, or the default: never wardcell's own
 //!    ignored SIGPIPE), unblocks every signal, and execs;
