@@ -952,12 +952,13 @@ both!(ctrl_z_stops_the_command_as_under_a_shell, |fx| {
     wait_for("Stopped");
     std::thread::sleep(Duration::from_millis(1500));
     assert!(
-        !seen.lock().unwrap().contains("\nFINISHED\r\n"),
+        !seen.lock().unwrap().contains("FINISHED\r\n"),
         "the command ran on: {}",
         seen.lock().unwrap()
     );
     w.write_all(b"fg\n").unwrap();
-    wait_for("\nFINISHED\r\n");
+    // (Not the echoed command line: there a quote follows.)
+    wait_for("FINISHED\r\n");
     w.write_all(b"echo rc=$?; exit\n").unwrap();
     wait_for("rc=0");
     let status = shell.wait().unwrap();

@@ -56,6 +56,19 @@ pub struct PtyRelay<'a> {
 /// ignores it, or an orphaned group, which never gets it, resumes at once); when continued
 /// (`fg`), take the terminal again and continue the command.
 fn suspend(p: &PtyRelay<'_>, run: &Running) {
+    // What the pty echoed before the stop (`^Z`) shows before the shell's prompt.
+    let mut buf = [0u8; 4096];
+    while poll(
+        &mut [PollFd::new(p.master.as_fd(), PollFlags::POLLIN)],
+        PollTimeout::ZERO,
+    )
+    .is_ok_and(|n| n > 0)
+    {
+        match read_some(p.master.as_fd(), &mut buf) {
+            Ok(n) if n > 0 => drop(write_all(p.stdout, &buf[..n])),
+            _ => break,
+        }
+    }
     let raw = termios::tcgetattr(p.stdin).ok();
     if let Some(saved) = p.saved {
         let _ = termios::tcsetattr(p.stdin, SetArg::TCSADRAIN, saved);
