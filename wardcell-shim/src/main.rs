@@ -10,10 +10,11 @@
 //! 2. sets up the mount namespace (mounts.rs) and brings loopback up;
 //! 3. forks the command (with a pty, init first makes a session of its own with the pty
 //!    as controlling terminal), which in order: starts a new session (with a pty, a
-//!    process group of its own in the terminal's foreground instead), sets no_new_privs, drops every capability, enforces
-//!    Landlock, installs seccomp, marks every fd above 2 close-on-exec, sets every signal
-//!    disposition to what the caller had (ignored, or the default: never wardcell's own
-//!    ignored SIGPIPE), unblocks every signal, and execs;
+//!    process group of its own in the terminal's foreground instead), sets no_new_privs,
+//!    drops every capability, enforces Landlock, installs seccomp, marks every fd above 2
+//!    close-on-exec (and closes a standard one the shim was started without), sets every
+//!    signal disposition to what the caller had (ignored, or the default: never
+//!    wardcell's own ignored SIGPIPE), unblocks every signal, and execs;
 //!    a failed step or exec is reported on fd 3 and nothing runs;
 //! 4. drops its own capabilities and becomes init: forwards signals to the command,
 //!    reaps orphans, and when the command ends, reports its status and exits with it,
@@ -260,7 +261,7 @@ fn supervise(child: Pid, waited: &SigSet, control: &mut UnixStream) -> ShimRepor
                     report(control, &ShimReport::Stopped { signal: sig as i32 })
                 }
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
-                Ok(_) => {} // an orphan reaped, or a stop: keep going
+                Ok(_) => {} // an orphan reaped, or stopped: keep going
             }
         }
     }
