@@ -943,14 +943,14 @@ both!(ctrl_z_stops_the_command_as_under_a_shell, |fx| {
     };
     let mut w = master;
     use std::io::Write;
-    w.write_all(b"wardcell run -- /bin/sh -c 'echo STARTED; sleep 1; echo FINISHED'\n")
+    w.write_all(b"wardcell run -- /bin/sh -c 'echo STARTED; sleep 2; echo FINISHED'\n")
         .unwrap();
     wait_for("STARTED\r\n");
     std::thread::sleep(Duration::from_millis(200));
     w.write_all(b"\x1a").unwrap();
     // The shell has its prompt back, and the command stays stopped past its sleep.
     wait_for("Stopped");
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(2500));
     assert!(
         !seen.lock().unwrap().contains("FINISHED\r\n"),
         "the command ran on: {}",
