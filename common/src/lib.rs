@@ -9,6 +9,7 @@
 //! - [`envrules`]: the environment a sandbox receives.
 //! - [`helper`]: where host-side helpers run, with what environment.
 //! - [`approval`]: the approval plugin's answer.
+//! - [`text`]: messages kept on one line.
 #![forbid(unsafe_code)]
 
 pub mod approval;
@@ -22,3 +23,4 @@ pub mod paths;
 pub mod plan;
 pub mod protocol;
 pub mod resolve;
+pub mod text;

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::plan::{Plan, ProxySpec, SandboxSpec};
 
 /// Bumped whenever any message below changes shape.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest payload a frame may carry (the length prefix not included).
 pub const MAX_FRAME_LEN: usize = 64 * 1024;
@@ -222,6 +222,9 @@ pub enum ShimReport {
     Exited { code: i32 },
     /// The command was ended by this signal.
     Signaled { signal: i32 },
+    /// The command was stopped by this signal (Ctrl-Z at its terminal); it goes on when
+    /// init is sent SIGCONT.
+    Stopped { signal: i32 },
 }
 
 // ---------------------------------------------------------------------------

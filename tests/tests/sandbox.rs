@@ -6,7 +6,7 @@ use std::io::Read;
 use std::net::{TcpListener, UdpSocket};
 use std::time::{Duration, Instant};
 
-use wardcell_tests::both;
+use wardcell_tests::{both, Fixture, Out};
 
 fn status_field<'a>(out: &'a str, field: &str) -> &'a str {
     out.lines()
@@ -272,6 +272,110 @@ both!(dangerous_syscalls_and_families_are_refused, |fx| {
     assert_eq!(out.code, 159, "{out:?}");
 });
 
+both!(syscalls_newer_than_the_table_get_enosys, |fx| {
+    fx.test_config("");
+    let p = fx.bin.join("wardcell-probe");
+    let p = p.display();
+    // open_tree_attr (467, Linux 6.15) would return a descriptor for "/" here; file_getattr
+    // (468) and numbers no kernel has are refused the same way. The newest reviewed
+    // syscall (466, removexattrat) still reaches the kernel, which answers for itself.
+    let out = fx.sh(&format!(
+        "{p} open_tree_attr; {p} syscall-nr 468; {p} syscall-nr 1000; {p} syscall-nr 1073741823; {p} syscall-nr 466; true"
+    ));
+    out.ok();
+    assert_eq!(
+        out.stdout,
+        "err ENOSYS (38)\nerr ENOSYS (38)\nerr ENOSYS (38)\nerr ENOSYS (38)\nerr OTHER (14)\n",
+        "{out:?}"
+    );
+});
+
+both!(the_command_starts_with_default_signal_dispositions, |fx| {
+    fx.test_config("");
+    // Nothing ignored, nothing blocked: wardcell's own ignored SIGPIPE (every Rust program
+    // has one) does not leak into the command.
+    let out = fx.run(&[
+        "run",
+        "--",
+        "grep",
+        "-E",
+        "^Sig(Ign|Blk)",
+        "/proc/self/status",
+    ]);
+    out.ok();
+    assert_eq!(sig_mask(&out, "SigBlk"), 0, "{out:?}");
+    assert_eq!(sig_mask(&out, "SigIgn"), 0, "{out:?}");
+    // `wardcell run -- yes | head -1`: yes dies of SIGPIPE, silently, and the run says so
+    // with 128+13.
+    let mut run = fx
+        .cmd(&["run", "--", "yes"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = [0u8; 2];
+    std::io::Read::read_exact(run.stdout.as_mut().unwrap(), &mut line).unwrap();
+    assert_eq!(&line, b"y\n");
+    drop(run.stdout.take());
+    let out: Out = run.wait_with_output().unwrap().into();
+    assert_eq!(out.code, 141, "{out:?}");
+    assert_eq!(out.stderr, "", "{out:?}");
+});
+
+/// The mask of signals 1 to 31 on the `/proc/PID/status` line `key` in `out` (real-time
+/// signals pass through as after any exec: the test harness's own are not wardcell's).
+fn sig_mask(out: &Out, key: &str) -> u64 {
+    let hex = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(":\t"))
+        .unwrap_or_else(|| panic!("no {key}: {out:?}"));
+    u64::from_str_radix(hex, 16).unwrap() & 0x7fff_ffff
+}
+
+/// `wardcell run ARGS` started with SIGHUP and SIGINT ignored, as a shell starts a
+/// background job (SIGINT) under nohup (SIGHUP).
+fn run_ignoring(fx: &Fixture, args: &[&str]) -> std::process::Child {
+    let mut cmd = fx.cmd(args);
+    // SAFETY: signal() with SIG_IGN is async-signal-safe and touches no memory.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+both!(
+    signals_the_caller_ignored_stay_ignored_and_are_not_forwarded,
+    |fx| {
+        fx.test_config("");
+        // What the caller ignored, the command ignores, as after a plain exec.
+        let out: Out = run_ignoring(&fx, &["run", "--", "grep", "^SigIgn", "/proc/self/status"])
+            .wait_with_output()
+            .unwrap()
+            .into();
+        out.ok();
+        assert_eq!(sig_mask(&out, "SigIgn"), 0b11, "SIGHUP and SIGINT: {out:?}");
+        // An ignored SIGINT sent to wardcell is not forwarded, however late it comes:
+        // the command catches SIGINT and sees none.
+        let probe = fx.bin.join("wardcell-probe");
+        let mut run = run_ignoring(&fx, &["run", "--", probe.to_str().unwrap(), "sigint-watch"]);
+        let mut started = [0u8; 8];
+        std::io::Read::read_exact(run.stdout.as_mut().unwrap(), &mut started).unwrap();
+        // SAFETY: kill with the pid of our own child.
+        unsafe { libc::kill(run.id() as i32, libc::SIGINT) };
+        let out: Out = run.wait_with_output().unwrap().into();
+        assert_eq!(out.code, 0, "{out:?}");
+        assert_eq!(out.stdout, "not caught\n", "{out:?}");
+    }
+);
+
 both!(the_broker_and_init_are_out_of_reach, |fx| {
     fx.test_config("");
     let mut child = fx
@@ -534,8 +638,10 @@ both!(interactive_shell_gets_a_terminal, |fx| {
     drop(slave);
     let mut w = master.try_clone().unwrap();
     use std::io::Write;
-    w.write_all(b"stty size; case $- in *m*) echo JOBCONTROL-ON;; esac; sleep 5 & jobs; exit 4\n")
-        .unwrap();
+    w.write_all(
+        b"stty size; tty; case $- in *m*) echo JOBCONTROL-ON;; esac; sleep 5 & jobs; exit 4\n",
+    )
+    .unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let mut r = master;
     std::thread::spawn(move || {
@@ -554,6 +660,9 @@ both!(interactive_shell_gets_a_terminal, |fx| {
     assert_eq!(status.code(), Some(4), "{out}");
     assert!(out.contains("33 101"), "window size not passed: {out}");
     assert!(out.contains("JOBCONTROL-ON"), "no job control: {out}");
+    // stdin is the pty's slave, found at /dev/console (as in a container), not "not a tty".
+    assert!(out.contains("\n/dev/console\r\n"), "tty: {out}");
+    assert!(!out.contains("not a tty"), "{out}");
     assert!(out.contains("[1]+"), "jobs not listed: {out}");
     assert!(!out.contains("no job control"), "{out}");
 });
@@ -706,4 +815,152 @@ both!(the_plan_writer_does_not_outlive_the_start, |fx| {
         "the broker's children: {children}"
     );
     assert!(run.wait().unwrap().success());
+});
+
+both!(an_empty_or_multi_line_command_gets_one_line_and_127, |fx| {
+    fx.test_config("");
+    // An empty name is "command not found" (127), as in a shell, not "not executable".
+    let out = fx.run(&["run", "--", ""]);
+    out.expect_code(127);
+    assert!(
+        out.stderr.starts_with("error: ``: command not found"),
+        "{out:?}"
+    );
+    // A name with a newline and an escape sequence: one line, the characters escaped.
+    let out = fx.run(&["run", "--", "no\nsuch\x1b[2J"]);
+    out.expect_code(127);
+    assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with("error: `no\\nsuch\\x1b[2J`: command not found"),
+        "{out:?}"
+    );
+});
+
+both!(a_closed_stdout_or_stdin_stays_closed, |fx| {
+    fx.test_config("");
+    // `wardcell run -- echo hi >&-` (and `cat <&-`) as without wardcell: the command finds
+    // the descriptor closed and fails (rc 1), rather than writing to a /dev/null in its
+    // place and succeeding.
+    let closed = |fd: i32, args: &[&str]| -> Out {
+        let mut cmd = fx.cmd(args);
+        cmd.stderr(std::process::Stdio::piped());
+        // SAFETY: close is async-signal-safe and touches no memory.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                libc::close(fd);
+                Ok(())
+            });
+        }
+        cmd.output().unwrap().into()
+    };
+    let out = closed(1, &["run", "--", "/bin/echo", "hi"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("Bad file descriptor"), "{out:?}");
+    let out = closed(0, &["run", "--", "cat"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("Bad file descriptor"), "{out:?}");
+    // Open ones are untouched.
+    fx.run(&["run", "--", "/bin/echo", "hi"]).ok();
+});
+
+both!(ctrl_z_stops_the_command_as_under_a_shell, |fx| {
+    fx.test_config("");
+    // The user's own interactive shell, on a real pty, runs wardcell in the foreground.
+    let mut master: libc::c_int = -1;
+    let mut slave: libc::c_int = -1;
+    // SAFETY: openpty writes two descriptors; the name, termios and size pointers are null.
+    let r = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0);
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: openpty returned two new descriptors that we now own.
+    let (master, slave) = unsafe {
+        (
+            fs::File::from_raw_fd(master),
+            std::os::fd::OwnedFd::from_raw_fd(slave),
+        )
+    };
+    let mut cmd = std::process::Command::new("/bin/bash");
+    cmd.args(["--norc", "--noprofile", "-i"])
+        .current_dir(&fx.proj)
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", fx.bin.display()))
+        .env("HOME", &fx.home)
+        .env("PS1", "$ ")
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave.try_clone().unwrap());
+    if fx.who == wardcell_tests::As::User && wardcell_tests::is_root() {
+        // SAFETY: fchown on a descriptor we own.
+        unsafe { libc::fchown(slave.as_raw_fd(), fx.uid(), fx.uid()) };
+        std::os::unix::process::CommandExt::uid(&mut cmd, fx.uid());
+        std::os::unix::process::CommandExt::gid(&mut cmd, fx.uid());
+    }
+    // SAFETY: setsid and TIOCSCTTY in the child before exec, as a terminal emulator does.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut shell = cmd.spawn().unwrap();
+    drop(cmd);
+    drop(slave);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut r = master.try_clone().unwrap();
+    let into = seen.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            into.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let wait_for = |what: &str| {
+        let until = Instant::now() + Duration::from_secs(20);
+        while !seen.lock().unwrap().contains(what) {
+            assert!(
+                Instant::now() < until,
+                "no {what:?} in: {}",
+                seen.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let mut w = master;
+    use std::io::Write;
+    w.write_all(b"wardcell run -- /bin/sh -c 'echo STARTED; sleep 2; echo FINISHED'\n")
+        .unwrap();
+    wait_for("STARTED\r\n");
+    std::thread::sleep(Duration::from_millis(200));
+    w.write_all(b"\x1a").unwrap();
+    // The shell has its prompt back, and the command stays stopped past its sleep.
+    wait_for("Stopped");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        !seen.lock().unwrap().contains("FINISHED\r\n"),
+        "the command ran on: {}",
+        seen.lock().unwrap()
+    );
+    w.write_all(b"fg\n").unwrap();
+    // (Not the echoed command line: there a quote follows.)
+    wait_for("FINISHED\r\n");
+    w.write_all(b"echo rc=$?; exit\n").unwrap();
+    wait_for("rc=0");
+    let status = shell.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", seen.lock().unwrap());
 });

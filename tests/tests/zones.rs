@@ -290,6 +290,12 @@ both!(
             })
             .unwrap_or_else(|| panic!("{out:?}"));
         assert!((4500..9000).contains(&ms), "closed after {ms} ms");
+        // Its reason reads as one, not as errno text.
+        let (_, log) = last_log(&fx);
+        assert!(
+            log.contains(r#""reason":"the connection sent no request within 5 s""#),
+            "{log}"
+        );
         // 1 silent + 4 from connect-many: the last of them is the fifth and is told why.
         assert!(
             out.stdout.contains("already serves 4 connections"),
@@ -607,4 +613,193 @@ both!(back_to_back_entries_are_not_refused, |fx| {
     );
     out.ok();
     assert!(out.stdout.contains("refused=0"), "{out:?}");
+});
+
+/// The broker's open descriptors, by its pid (the client execs the broker in place).
+fn open_fds(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+both!(surplus_descriptors_are_closed_and_refused, |fx| {
+    zones_config(&fx, "");
+    let probe = fx.bin.join("wardcell-probe");
+    // 300 connections with 8 or 20 descriptors where 3 are expected: before the fix each
+    // leaked 4 broker descriptors, and the supervisor ran out of them.
+    let script = format!(
+        "echo ready; read go; {p} enter-extra-fds \"$WARDCELL_ZONE_SOCKET\" 8 300; read go; \
+         wardcell zone enter push -- echo entered; echo rc=$?",
+        p = probe.display()
+    );
+    let mut run = fx
+        .cmd(&["run", "--", "/bin/sh", "-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::{BufRead, Write};
+    let mut input = run.stdin.take().unwrap();
+    let mut lines = std::io::BufReader::new(run.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().unwrap().unwrap();
+    assert_eq!(next(), "ready");
+    let before = open_fds(run.id());
+    input.write_all(b"go\n").unwrap();
+    assert_eq!(next(), "sent 300");
+    let after = open_fds(run.id());
+    input.write_all(b"go\n").unwrap();
+    let rest: Vec<String> = [next(), next()].into();
+    let out: Out = run.wait_with_output().unwrap().into();
+    assert!(
+        after <= before + 1,
+        "the broker holds {after} descriptors after the hostile connections, {before} before"
+    );
+    assert_eq!(rest, ["entered", "rc=0"], "{out:?}");
+    let (_, log) = last_log(&fx);
+    assert!(
+        log.contains("expected 3 descriptors, 8 arrived"),
+        "a surplus is audited with what came: {log}"
+    );
+    assert!(
+        log.contains(
+            "more than the 3 descriptors expected were sent (the control message was truncated)"
+        ),
+        "{log}"
+    );
+});
+
+both!(stdio_that_is_a_directory_or_o_path_is_refused, |fx| {
+    zones_config(&fx, "");
+    let probe = fx.bin.join("wardcell-probe");
+    // The attack: stdin an O_PATH descriptor (or a directory) to "/", through which the
+    // target would walk the caller's mount namespace.
+    let out = inside(
+        &fx,
+        &format!(
+            "{p} with-stdin / opath wardcell zone enter push -- ls /proc/self/fd/0/; echo opath-rc=$?; \
+             wardcell zone enter push -- ls /proc/self/fd/0/ < .; echo dir-rc=$?; \
+             echo fine | wardcell zone enter push -- cat; echo pipe-rc=$?",
+            p = probe.display()
+        ),
+    );
+    assert!(out.stdout.contains("opath-rc=1\n"), "{out:?}");
+    assert!(out.stdout.contains("dir-rc=1\n"), "{out:?}");
+    assert!(out.stdout.contains("fine\npipe-rc=0\n"), "{out:?}");
+    assert!(
+        !out.stdout.contains("proc\n"),
+        "the target listed /: {out:?}"
+    );
+    assert!(
+        out.stderr.contains("error: stdin is an O_PATH descriptor: `wardcell zone enter` passes on only pipes, sockets, character devices and regular files\n"),
+        "{out:?}"
+    );
+    assert!(
+        out.stderr
+            .contains("error: stdin is a directory: `wardcell zone enter` passes on only"),
+        "{out:?}"
+    );
+    assert_eq!(out.stderr.lines().count(), 2, "{out:?}");
+    let (_, log) = last_log(&fx);
+    assert_eq!(
+        log.matches(r#""decision":"denied""#).count(),
+        2,
+        "both refusals are audited: {log}"
+    );
+    assert!(log.contains("stdin is an O_PATH descriptor"), "{log}");
+});
+
+both!(a_fifth_caller_is_told_why_and_audited, |fx| {
+    zones_config(&fx, "");
+    let probe = fx.bin.join("wardcell-probe");
+    // Four silent connections fill the supervisor; each later request is told why, with
+    // the supervisor's message (not "Broken pipe"), and audited.
+    let out = inside(
+        &fx,
+        &format!(
+            "for i in 1 2 3 4; do {p} connect-silent \"$WARDCELL_ZONE_SOCKET\" >/dev/null & done; sleep 0.5; \
+             for i in 1 2 3; do wardcell zone list; echo list-rc=$?; wardcell zone enter push -- true; echo enter-rc=$?; done; wait",
+            p = probe.display()
+        ),
+    );
+    assert_eq!(out.stdout.matches("list-rc=1").count(), 3, "{out:?}");
+    assert_eq!(out.stdout.matches("enter-rc=1").count(), 3, "{out:?}");
+    assert_eq!(
+        out.stderr
+            .matches("error: this sandbox's supervisor already serves 4 connections; try again when one has finished\n")
+            .count(),
+        6,
+        "{out:?}"
+    );
+    let (_, log) = last_log(&fx);
+    assert_eq!(
+        log.matches("\"reason\":\"this sandbox's supervisor already serves 4 connections\"")
+            .count(),
+        6,
+        "{log}"
+    );
+});
+
+both!(a_retry_right_after_a_killed_caller_is_not_refused, |fx| {
+    // The plugin takes a second: the first caller is killed while its entry waits for it.
+    let plugin = fx.dir.join("approve.sh");
+    fx.write(
+        &plugin,
+        "#!/bin/sh\nread req\nsleep 1\necho '{\"approved\": true}'\n",
+    );
+    fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    zones_config(
+        &fx,
+        &format!("\n[approval]\nplugin = [\"{}\"]\n", plugin.display()),
+    );
+    let cfg = fx.home.join(".config/wardcell/zones.toml");
+    let text = fs::read_to_string(&cfg).unwrap().replacen(
+        "enter_from = [\"agent\"]\n",
+        "enter_from = [\"agent\"]\nrequires_approval = true\napproval_timeout = \"10s\"\n",
+        1,
+    );
+    fx.write(&cfg, &text);
+    // The entry's slot is released once its caller is gone, before a retry is refused.
+    let out = inside(
+        &fx,
+        "wardcell zone enter push -- true & pid=$!; sleep 0.3; kill -9 $pid; \
+         wardcell zone enter push -- echo retried; echo retry-rc=$?",
+    );
+    assert!(out.stdout.contains("retried\nretry-rc=0"), "{out:?}");
+    assert!(!out.stderr.contains("already running"), "{out:?}");
+});
+
+both!(an_entered_command_ignores_what_its_caller_ignored, |fx| {
+    zones_config(&fx, "");
+    // `trap '' HUP` in the caller: the entered command starts ignoring SIGHUP (bit 0), as
+    // after an exec, and nothing else (not the client's own ignored SIGPIPE).
+    let out = inside(
+        &fx,
+        "grep ^SigIgn /proc/self/status; (trap '' HUP; exec wardcell zone enter push -- grep ^SigIgn /proc/self/status)",
+    );
+    out.ok();
+    let masks: Vec<u64> = out
+        .stdout
+        .lines()
+        .map(|l| u64::from_str_radix(l.trim_start_matches("SigIgn:\t"), 16).unwrap() & 0x7fff_ffff)
+        .collect();
+    assert_eq!(masks, [0, 1], "{out:?}");
+});
+
+both!(refusals_and_failures_are_one_line, |fx| {
+    zones_config(&fx, "");
+    let out = inside(
+        &fx,
+        "wardcell zone enter \"$(printf 'pu\\nsh')\" -- true; echo rc=$?; \
+         wardcell zone enter push -- \"$(printf 'no\\nsuch')\"; echo rc=$?; \
+         wardcell zone enter push -- ''; echo rc=$?",
+    );
+    assert_eq!(out.stdout, "rc=1\nrc=127\nrc=127\n", "{out:?}");
+    assert_eq!(out.stderr.lines().count(), 3, "{out:?}");
+    assert!(
+        out.stderr.contains("error: `no\\nsuch`: command not found"),
+        "{out:?}"
+    );
+    assert!(
+        out.stderr.contains("error: ``: command not found"),
+        "{out:?}"
+    );
 });

@@ -51,6 +51,7 @@ use serde_json::json;
 use wardcell_common::paths;
 use wardcell_common::plan::{Plan, ProfilePlan, Start};
 use wardcell_common::protocol::{self, Launch, ShimReport};
+use wardcell_common::text::one_line;
 
 use audit::AuditLog;
 use error::BrokerError;
@@ -111,7 +112,7 @@ fn main() {
     let code = match run(writer) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", one_line(&e.to_string()));
             1
         }
     };
@@ -126,12 +127,15 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     // 1. The first sandbox's namespaces and shim, started at once: the kernel and the
     //    other core build them while the client's plan writer resolves the plan and this
     //    thread prepares everything else.
+    // Signals whoever started us ignores: the command starts ignoring them too, as after
+    // an exec, and they are not forwarded (or taken over) either.
+    let ignored = sys::ignored_signals();
     let started = (|| {
         let shim = find_helper("wardcell-shim")?;
         let shim = CString::new(shim.as_os_str().as_encoded_bytes())
             .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))?;
         let terminal = Terminal::for_stdio()?;
-        let spawned = sandbox::spawn(&shim, terminal.stdio())?;
+        let spawned = sandbox::spawn(&shim, terminal.stdio(), ignored)?;
         Ok((shim, terminal, spawned))
     })();
 
@@ -168,7 +172,7 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
         }
     };
     let run = Arc::new(Run::new(plan, run_id, run_dir.clone(), shim, audit));
-    let result = run_first_sandbox(&run, spawned, terminal, writer);
+    let result = run_first_sandbox(&run, spawned, terminal, writer, ignored);
     let _ = fs::remove_dir_all(&run_dir);
     result
 }
@@ -368,11 +372,15 @@ fn is_tty(fd: impl AsFd) -> bool {
 }
 
 /// Forwarded signals (and SIGWINCH with a pty, and SIGCHLD) blocked and read from a
-/// descriptor.
-fn take_signals(pty: bool) -> Result<SignalFd, BrokerError> {
+/// descriptor. One this process was started ignoring stays ignored and is never
+/// forwarded: a blocked signal is queued even when ignored, so taking it would forward it
+/// or not depending on when it came.
+fn take_signals(pty: bool, ignored: u64) -> Result<SignalFd, BrokerError> {
     let mut mask = SigSet::empty();
     for &s in FORWARDED {
-        mask.add(s);
+        if ignored & (1 << (s as i32 - 1)) == 0 {
+            mask.add(s);
+        }
     }
     mask.add(Signal::SIGCHLD);
     if pty {
@@ -388,6 +396,7 @@ fn run_first_sandbox(
     spawned: sandbox::Spawned,
     terminal: Terminal,
     writer: Option<Pid>,
+    ignored: u64,
 ) -> Result<i32, BrokerError> {
     let plan = &run.plan;
     let (zone, profile) = match start_profile(plan) {
@@ -421,7 +430,7 @@ fn run_first_sandbox(
     let before_proceed = || {
         log_started();
         logged = true;
-        let signals = take_signals(terminal.pty.is_some())?;
+        let signals = take_signals(terminal.pty.is_some(), ignored)?;
         // The plan writer exits right after sending the plan. Reaped here if it has, else
         // on the SIGCHLD the relay now reads: never a zombie for the whole run.
         if let Some(writer) = writer {
@@ -441,6 +450,7 @@ fn run_first_sandbox(
             cwd: plan.cwd.clone(),
             env: caller_env,
             stdio: terminal.stdio(),
+            ignored,
             pty: terminal.pty.is_some(),
             authenticated: zone
                 .and_then(|z| plan.zones.iter().find(|p| p.name == z))
@@ -503,6 +513,7 @@ fn run_first_sandbox(
                 master: m,
                 stdin: stdin.as_fd(),
                 stdout: stdout.as_fd(),
+                saved: saved.as_ref(),
             }),
             caller: None,
         },
@@ -537,7 +548,7 @@ fn run_first_sandbox(
             Err(BrokerError::Refused(m))
         }
         (_, Some(m)) => {
-            eprintln!("error: {m}");
+            eprintln!("error: {}", one_line(&m));
             Ok(code)
         }
         (_, None) => Ok(code),
@@ -617,7 +628,14 @@ impl Terminal {
                 };
                 [s, s, err]
             }
-            None => [0, 1, 2],
+            // One the client was started without stays closed in the command.
+            None => [0, 1, 2].map(|fd| {
+                if sys::closed_at_start() & (1 << fd) != 0 {
+                    -1
+                } else {
+                    fd
+                }
+            }),
         }
     }
 }

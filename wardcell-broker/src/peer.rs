@@ -6,7 +6,8 @@
 //! 3. Its pid, read from that pidfd; its network namespace, read from /proc: it must be
 //!    the sandbox's. A process on the host, or in another run's sandbox, or in another
 //!    sandbox of this run, lives in another network namespace.
-//! 4. Its working directory, from /proc (where a `zone enter` command will run).
+//! 4. Its working directory and the signals it ignores, from /proc (where a `zone enter`
+//!    command will run, and what it starts ignoring, as after an exec).
 //! 5. The pidfd is confirmed alive afterwards, so the pid read in 3 and 4 cannot have
 //!    been reused by another process in between.
 
@@ -19,6 +20,8 @@ use crate::sys::peer::{netns_of, peer_cred, peer_pidfd, pid_of_pidfd, pidfd_aliv
 pub struct Peer {
     pub pid: libc::pid_t,
     pub cwd: String,
+    /// `SigIgn`, SIGPIPE left out (the client is a Rust program: it always ignores it).
+    pub ignored: u64,
     _pidfd: OwnedFd,
 }
 
@@ -41,12 +44,22 @@ pub fn verify(conn: &UnixStream, sandbox: NetNs) -> Result<Peer, String> {
         .into_os_string()
         .into_string()
         .map_err(|_| format!("peer {pid}'s working directory is not UTF-8"))?;
+    let ignored = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            let hex = s.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
+            u64::from_str_radix(hex.trim(), 16).ok()
+        })
+        .unwrap_or(0)
+        & 0x7fff_ffff
+        & !(1 << (libc::SIGPIPE - 1));
     if !pidfd_alive(pidfd.as_fd()) {
         return Err(format!("peer {pid} exited while it was being checked"));
     }
     Ok(Peer {
         pid,
         cwd,
+        ignored,
         _pidfd: pidfd,
     })
 }

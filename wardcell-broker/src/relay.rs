@@ -7,6 +7,7 @@ use std::os::unix::net::UnixStream;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::sys::signalfd::SignalFd;
+use nix::sys::termios::{self, SetArg, Termios};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
@@ -41,11 +42,43 @@ pub enum Outcome {
     ChildFailed(i32),
 }
 
-/// The host terminal when the sandbox got a pty: stdin and stdout, and the master.
+/// The host terminal when the sandbox got a pty: stdin and stdout, and the master;
+/// `saved`, its settings before raw mode.
 pub struct PtyRelay<'a> {
     pub master: &'a OwnedFd,
     pub stdin: BorrowedFd<'a>,
     pub stdout: BorrowedFd<'a>,
+    pub saved: Option<&'a Termios>,
+}
+
+/// The command stopped (Ctrl-Z): do as a stopped job does under the user's shell. Give
+/// the terminal back as it was and stop (SIGTSTP: a shell without job control, which
+/// ignores it, or an orphaned group, which never gets it, resumes at once); when continued
+/// (`fg`), take the terminal again and continue the command.
+fn suspend(p: &PtyRelay<'_>, run: &Running) {
+    // What the pty echoed before the stop (`^Z`) shows before the shell's prompt.
+    let mut buf = [0u8; 4096];
+    while poll(
+        &mut [PollFd::new(p.master.as_fd(), PollFlags::POLLIN)],
+        PollTimeout::ZERO,
+    )
+    .is_ok_and(|n| n > 0)
+    {
+        match read_some(p.master.as_fd(), &mut buf) {
+            Ok(n) if n > 0 => drop(write_all(p.stdout, &buf[..n])),
+            _ => break,
+        }
+    }
+    let raw = termios::tcgetattr(p.stdin).ok();
+    if let Some(saved) = p.saved {
+        let _ = termios::tcsetattr(p.stdin, SetArg::TCSADRAIN, saved);
+    }
+    let _ = nix::sys::signal::raise(Signal::SIGTSTP);
+    if let Some(raw) = raw {
+        let _ = termios::tcsetattr(p.stdin, SetArg::TCSADRAIN, &raw);
+    }
+    let _ = sys::copy_winsize(p.stdin, p.master.as_fd());
+    let _ = sys::pidfd_send_signal(run.pidfd.as_fd(), libc::SIGCONT);
 }
 
 fn read_some(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
@@ -179,6 +212,9 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
             match protocol::read_frame::<ShimReport>(&mut run.control) {
                 Ok(r) => {
                     on_report(&r);
+                    if let (ShimReport::Stopped { .. }, Some(p)) = (&r, &pty) {
+                        suspend(p, run);
+                    }
                     let last = matches!(r, ShimReport::Exited { .. } | ShimReport::Signaled { .. });
                     reports.push(r);
                     // The command's status is known and there is no pty output to

@@ -156,6 +156,8 @@ pub struct Request<'a> {
     pub cwd: PathBuf,
     pub env: Vec<(String, String)>,
     pub stdio: [RawFd; 3],
+    /// Signals the command starts ignoring: those its caller ignored (see spawn).
+    pub ignored: u64,
     pub pty: bool,
     /// The zone is `authenticated`: its proxy attaches the profile's credentials.
     pub authenticated: bool,
@@ -230,10 +232,10 @@ fn git_watch(plan: &Plan) -> Option<gitguard::Watch> {
 
 /// Step 1: new namespaces and the shim. Returns at once; the kernel (and the other core)
 /// builds the namespaces and execs the shim while the caller prepares the rest.
-pub fn spawn(shim: &CString, stdio: [RawFd; 3]) -> Result<Spawned, BrokerError> {
+pub fn spawn(shim: &CString, stdio: [RawFd; 3], ignored: u64) -> Result<Spawned, BrokerError> {
     let (ours, theirs) =
         UnixStream::pair().map_err(|e| BrokerError::Sandbox(format!("socketpair: {e}")))?;
-    let spawned = sys::spawn::spawn_sandbox(shim, stdio, theirs.as_raw_fd())
+    let spawned = sys::spawn::spawn_sandbox(shim, stdio, theirs.as_raw_fd(), ignored)
         .map_err(|e| BrokerError::Sandbox(sys::spawn::explain_clone_error(&e)))?;
     Ok(Spawned {
         running: Running {
@@ -253,7 +255,7 @@ pub fn start(run: &Arc<Run>, req: Request<'_>) -> Result<Sandbox, BrokerError> {
             "{first} appeared during this run and git would run it in the new sandbox; remove it, then enter again"
         )));
     }
-    let spawned = spawn(&run.shim, req.stdio)?;
+    let spawned = spawn(&run.shim, req.stdio, req.ignored)?;
     complete(run, spawned, req, || Ok(())).map(|(sandbox, ())| sandbox)
 }
 

@@ -6,7 +6,8 @@
 //!    nobody; a refusal is audited;
 //! 2. Hello, then one request, all within [`REQUEST_DEADLINE`]; anything malformed or
 //!    out of turn closes the connection and is logged;
-//! 3. `List`: the zones the chain check admits; `Enter`: one at a time per sandbox, the
+//! 3. `List`: the zones the chain check admits; `Enter`: stdio a command may be given
+//!    (pipes, sockets, character devices, regular files), one at a time per sandbox, the
 //!    chain check, the approval plugin if the zone asks for it, the decision audited
 //!    (refused if it cannot be written), a brand-new sandbox with the caller's stdio,
 //!    its exit status relayed, the completion audited.
@@ -17,7 +18,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -29,7 +30,7 @@ use crate::chain;
 use crate::peer::{self, Peer};
 use crate::relay::{self, Outcome};
 use crate::sandbox::{self, Run};
-use crate::sys::peer::{recv_fds, NetNs};
+use crate::sys::peer::{recv_fds, unfit_stdio, NetNs};
 
 /// A connection must send its whole request within this.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
@@ -44,7 +45,9 @@ pub struct Supervisor {
     path: PathBuf,
     listener: UnixListener,
     stopped: AtomicBool,
-    entering: AtomicBool,
+    /// The one entry a sandbox runs at a time: its caller's connection, while it runs.
+    entering: Mutex<Option<UnixStream>>,
+    released: Condvar,
     active: AtomicUsize,
 }
 
@@ -76,7 +79,8 @@ impl Supervisor {
             path,
             listener,
             stopped: AtomicBool::new(false),
-            entering: AtomicBool::new(false),
+            entering: Mutex::new(None),
+            released: Condvar::new(),
             active: AtomicUsize::new(0),
         });
         Ok(s)
@@ -120,7 +124,7 @@ impl Supervisor {
             let Ok(conn) = conn else { continue };
             if self.active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
                 self.active.fetch_sub(1, Ordering::SeqCst);
-                refuse_busy(conn);
+                self.refuse_busy(conn);
                 continue;
             }
             let me = self.clone();
@@ -176,6 +180,7 @@ impl Supervisor {
         })();
         let request = match request {
             Ok(r) => r,
+            Err(protocol::FrameError::Io(e)) => return self.closed(&peer, &late(&e, "request")),
             Err(e) => return self.closed(&peer, &e.to_string()),
         };
         // 3. Answer.
@@ -204,7 +209,7 @@ impl Supervisor {
                 ));
                 let fds = match recv_fds(conn.as_raw_fd(), 3) {
                     Ok(f) => f,
-                    Err(e) => return self.closed(&peer, &e.to_string()),
+                    Err(e) => return self.closed(&peer, &late(&e, "descriptors")),
                 };
                 let _ = conn.set_read_timeout(None);
                 self.enter(&mut conn, &peer, &zone, &argv, env, fds);
@@ -240,8 +245,17 @@ impl Supervisor {
             let _ = protocol::write_frame(conn, &ZoneResponse::Refused { message });
         };
 
-        // a. One entry at a time per sandbox.
-        if self.entering.swap(true, Ordering::SeqCst) {
+        // a. Only descriptors a command may be given as its stdio.
+        for (name, fd) in ["stdin", "stdout", "stderr"].into_iter().zip(&stdio) {
+            if let Some(what) = unfit_stdio(fd.as_fd()) {
+                let reason = format!("{name} is {what}: `wardcell zone enter` passes on only pipes, sockets, character devices and regular files");
+                let _ = self.audit("audit", "audit.decision", decision("denied", &reason, None));
+                return refuse(conn, reason);
+            }
+        }
+
+        // b. One entry at a time per sandbox.
+        let Some(entering) = self.take_slot(conn) else {
             let reason = "this sandbox is already running a `wardcell zone enter`";
             let _ = self.audit("audit", "audit.decision", decision("denied", reason, None));
             refuse(
@@ -249,10 +263,9 @@ impl Supervisor {
                 format!("{reason}; wait for it to finish, then try again"),
             );
             return;
-        }
-        let entering = Flag::hold(&self.entering);
+        };
 
-        // b. The chain check.
+        // c. The chain check.
         let zone = match chain::may_enter(&plan.zones, &self.chain, target) {
             Ok(z) => z,
             Err(denied) => {
@@ -267,7 +280,7 @@ impl Supervisor {
             }
         };
 
-        // c. Approval, if the zone asks for it. The plugin is tracked like an entered
+        // d. Approval, if the zone asks for it. The plugin is tracked like an entered
         //    sandbox until its decision is audited, so that the run's end ends it.
         let mut plugin_key = None;
         let answer = zone.requires_approval.then(|| {
@@ -313,7 +326,7 @@ impl Supervisor {
             return;
         }
 
-        // d. The decision, written before anything starts.
+        // e. The decision, written before anything starts.
         if let Err(e) = self.audit(
             "audit",
             "audit.decision",
@@ -334,7 +347,7 @@ impl Supervisor {
 
         self.run.entry_done(plugin_key);
 
-        // e. A brand-new sandbox, with the caller's stdio and working directory.
+        // f. A brand-new sandbox, with the caller's stdio and working directory.
         let mut chain = self.chain.clone();
         chain.push(target.to_string());
         let raw: [RawFd; 3] = [
@@ -352,6 +365,7 @@ impl Supervisor {
                 cwd: PathBuf::from(&cwd),
                 env,
                 stdio: raw,
+                ignored: peer.ignored,
                 pty: false,
                 authenticated: zone.authenticated,
             },
@@ -385,7 +399,7 @@ impl Supervisor {
         let entry = self.run.entry_started(sb.running.pidfd.as_fd());
         let sb_name = sb.name.clone();
 
-        // f. Wait, ending it if the caller goes away; relay the status.
+        // g. Wait, ending it if the caller goes away; relay the status.
         let ended = relay::wait(
             &mut sb.running,
             relay::Watch {
@@ -447,32 +461,99 @@ impl Supervisor {
     }
 }
 
-/// Holds "an entry is running" for one sandbox. Released before the caller is answered
-/// (so that its next request is not refused), exactly once: a late release must not
-/// clear the flag of an entry that started since.
-struct Flag<'a> {
-    flag: &'a AtomicBool,
+/// Holds the sandbox's one entry slot. Released before the caller is answered (so that
+/// its next request is not refused), exactly once.
+struct Slot<'a> {
+    sup: &'a Supervisor,
     held: std::cell::Cell<bool>,
 }
 
-impl<'a> Flag<'a> {
-    fn hold(flag: &'a AtomicBool) -> Flag<'a> {
-        Flag {
-            flag,
-            held: std::cell::Cell::new(true),
-        }
-    }
-
+impl Slot<'_> {
     fn release(&self) {
         if self.held.replace(false) {
-            self.flag.store(false, Ordering::SeqCst);
+            *self.sup.holder() = None;
+            self.sup.released.notify_all();
         }
     }
 }
 
-impl Drop for Flag<'_> {
+impl Drop for Slot<'_> {
     fn drop(&mut self) {
         self.release();
+    }
+}
+
+impl Supervisor {
+    fn holder(&self) -> MutexGuard<'_, Option<UnixStream>> {
+        self.entering.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The entry slot for `conn`; `None` while another caller's entry runs. An entry
+    /// whose caller is gone is being ended: wait for its slot rather than refuse.
+    fn take_slot(&self, conn: &UnixStream) -> Option<Slot<'_>> {
+        let until = Instant::now() + REQUEST_DEADLINE;
+        let mut holder = self.holder();
+        while let Some(h) = holder.as_ref() {
+            let left = until.saturating_duration_since(Instant::now());
+            if !caller_gone(h) || left.is_zero() {
+                return None;
+            }
+            holder = self
+                .released
+                .wait_timeout(holder, left.min(Duration::from_millis(50)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        *holder = Some(conn.try_clone().ok()?);
+        Some(Slot {
+            sup: self,
+            held: std::cell::Cell::new(true),
+        })
+    }
+
+    /// The fifth connection: told why, closed, and audited (a verified peer's; anyone
+    /// else's is refused without a word, as always).
+    fn refuse_busy(&self, mut conn: UnixStream) {
+        let _ = conn.set_write_timeout(Some(Duration::from_millis(200)));
+        let peer = match peer::verify(&conn, self.netns) {
+            Ok(p) => p,
+            Err(why) => {
+                let _ = self.audit(
+                    "audit",
+                    "audit.peer_refused",
+                    json!({"zone": self.zone, "chain": self.chain, "reason": why}),
+                );
+                return;
+            }
+        };
+        let reason =
+            format!("this sandbox's supervisor already serves {MAX_CONNECTIONS} connections");
+        let _ = protocol::send_hello(&mut conn);
+        let _ = protocol::write_frame(
+            &mut conn,
+            &ZoneResponse::Refused {
+                message: format!("{reason}; try again when one has finished"),
+            },
+        );
+        self.closed(&peer, &reason);
+    }
+}
+
+/// A caller sends nothing after its request: a readable connection means it is gone.
+fn caller_gone(conn: &UnixStream) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(conn.as_fd(), PollFlags::POLLIN)];
+    poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
+}
+
+/// Why a read failed, in words: one that timed out ran into the request deadline.
+fn late(e: &io::Error, what: &str) -> String {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => format!(
+            "the connection sent no {what} within {} s",
+            REQUEST_DEADLINE.as_secs()
+        ),
+        _ => e.to_string(),
     }
 }
 
@@ -494,18 +575,4 @@ impl Read for Deadline<'_> {
         self.conn.set_read_timeout(Some(left))?;
         (&*self.conn).read(buf)
     }
-}
-
-/// The fifth connection: told why, and closed.
-fn refuse_busy(mut conn: UnixStream) {
-    let _ = conn.set_write_timeout(Some(Duration::from_millis(200)));
-    let _ = protocol::send_hello(&mut conn);
-    let _ = protocol::write_frame(
-        &mut conn,
-        &ZoneResponse::Refused {
-            message: format!(
-                "this sandbox's supervisor already serves {MAX_CONNECTIONS} connections; try again when one has finished"
-            ),
-        },
-    );
 }

@@ -54,4 +54,17 @@ mod tests {
         assert!(policy().unwrap().len() < 4096);
         filter::check_table(DENIED).unwrap();
     }
+
+    /// Numbers above the reviewed table are refused (ENOSYS) by this filter too: the
+    /// check right after the syscall number is loaded.
+    #[test]
+    fn newer_syscalls_are_refused() {
+        let prog = policy().unwrap();
+        let at = prog
+            .iter()
+            .position(|i| i.code == 0x25 && i.k == wardcell_seccomp::NEWEST_REVIEWED)
+            .expect("the check on the newest reviewed number");
+        let ret = &prog[at + 1 + prog[at].jt as usize];
+        assert_eq!((ret.code, ret.k), (0x06, 0x0005_0000 | libc::ENOSYS as u32));
+    }
 }

@@ -6,7 +6,8 @@
 //! A policy is a list of [`Part`]s, one per errno, and becomes one filter ([`compile`]).
 //! Every filter starts with [`X32_GUARD`]: x32-ABI syscalls share AUDIT_ARCH_X86_64 with
 //! numbers that have bit 30 set, and would otherwise slip past rules keyed on x86_64
-//! numbers.
+//! numbers. Every filter also refuses, with ENOSYS, each syscall number above
+//! [`NEWEST_REVIEWED`]: a syscall the tables were not reviewed against is not allowed.
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -111,6 +112,15 @@ pub const ALWAYS_DENIED: &Reasoned<i64> = &[
     (libc::SYS_reboot, "system administration"),
     (libc::SYS_syslog, "reading the kernel log"),
 ];
+
+/// The newest syscall the tables were reviewed against: `removexattrat`, 466 (Linux
+/// 6.13), the same number on x86_64, aarch64 and riscv64 (their tables agree from 424
+/// on). Every number above it is refused with ENOSYS, what a kernel without it answers,
+/// so programs fall back as they would there. Newer ones are not harmless by default:
+/// `open_tree_attr` (467, Linux 6.15) clones mounts as `open_tree` does. Raise this only
+/// after reviewing each new syscall against [`ALWAYS_DENIED`] and the shim's and the
+/// proxy's own tables.
+pub const NEWEST_REVIEWED: u32 = 466;
 
 /// Namespace flags that neither clone(2) nor unshare(2) may carry.
 pub const NAMESPACE_FLAGS: &Reasoned<u64> = &[
@@ -232,9 +242,10 @@ pub fn clone3_enosys() -> Part {
 /// so the parts share one program:
 /// 1. [`X32_GUARD`];
 /// 2. another architecture: kill the process, as seccompiler's own programs do;
-/// 3. a binary search on the syscall number over every syscall a part names (two
+/// 3. a number above [`NEWEST_REVIEWED`]: ENOSYS;
+/// 4. a binary search on the syscall number over every syscall a part names (two
 ///    instructions per syscall, a handful of comparisons per lookup);
-/// 4. where the search ends: allowed (no part names it), refused with the part's errno
+/// 5. where the search ends: allowed (no part names it), refused with the part's errno
 ///    (the part names it without conditions), or on to the part's own program, which
 ///    seccompiler builds from the part's conditional rules alone.
 ///
@@ -252,16 +263,24 @@ pub fn compile(parts: &[Part]) -> Result<BpfProgram, String> {
             if routes.insert(nr as u32, to).is_some() {
                 return Err(format!("syscall {nr} is in two parts of the policy"));
             }
+            if nr as u32 > NEWEST_REVIEWED {
+                return Err(format!(
+                    "syscall {nr} is newer than the reviewed table ({NEWEST_REVIEWED})"
+                ));
+            }
         }
     }
     let nrs: Vec<u32> = routes.keys().copied().collect();
 
-    // Instruction indexes: guard, arch check, search, then the dispatch table.
+    // Instruction indexes: guard, arch check, the newest number, search, then the
+    // dispatch table.
     const ARCH_CHECK: usize = X32_GUARD.len();
-    const SEARCH: usize = ARCH_CHECK + 3;
+    const NEWEST: usize = ARCH_CHECK + 3;
+    const SEARCH: usize = NEWEST + 1;
     let allow = SEARCH + 2 * nrs.len();
     let kill = allow + 1;
-    let errno_at = |i: usize| kill + 1 + i;
+    let unknown = kill + 1;
+    let errno_at = |i: usize| unknown + 1 + i;
     let programs: Vec<Option<BpfProgram>> = parts
         .iter()
         .map(|p| {
@@ -283,6 +302,7 @@ pub fn compile(parts: &[Part]) -> Result<BpfProgram, String> {
         let target = match to {
             To::Allow => allow,
             To::Kill => kill,
+            To::Unknown => unknown,
             To::Errno(i) => errno_at(i),
             To::Program(i) => jump_at(i),
             To::At(i) => i,
@@ -300,6 +320,12 @@ pub fn compile(parts: &[Part]) -> Result<BpfProgram, String> {
         resolve(ARCH_CHECK + 1, To::Kill)?,
     ));
     out.push(stmt(BPF_LD_W_ABS, DATA_NR));
+    out.push(jump(
+        BPF_JGT_K,
+        NEWEST_REVIEWED,
+        resolve(NEWEST, To::Unknown)?,
+        0,
+    ));
     let mut tree = Vec::with_capacity(2 * nrs.len());
     search(&nrs, &routes, SEARCH, &mut tree);
     for (i, &(code, k, jt, jf)) in tree.iter().enumerate() {
@@ -312,6 +338,7 @@ pub fn compile(parts: &[Part]) -> Result<BpfProgram, String> {
     }
     out.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
     out.push(stmt(BPF_RET_K, SECCOMP_RET_KILL_PROCESS));
+    out.push(stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::ENOSYS as u32));
     for part in parts {
         out.push(stmt(
             BPF_RET_K,
@@ -389,6 +416,8 @@ const DATA_ARCH: u32 = 4;
 enum To {
     Allow,
     Kill,
+    /// Newer than the reviewed table: ENOSYS.
+    Unknown,
     /// Refused with part `i`'s errno.
     Errno(usize),
     /// On to part `i`'s program.
@@ -577,14 +606,25 @@ mod tests {
             .unwrap()
     }
 
+    /// What the number check means, as its own filter: ENOSYS above the newest reviewed
+    /// syscall, allowed otherwise.
+    fn newest_model() -> Vec<sock_filter> {
+        vec![
+            stmt(BPF_LD_W_ABS, DATA_NR),
+            jump(BPF_JGT_K, NEWEST_REVIEWED, 0, 1),
+            stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+            stmt(BPF_RET_K, SECCOMP_RET_ALLOW),
+        ]
+    }
+
     /// The one program decides exactly as the stack of seccompiler programs it replaces
-    /// (one per part, the first behind the x32 guard), for every syscall number with and
-    /// without the x32 bit, this and other architectures, and arguments that hit and miss
-    /// each rule.
+    /// (one per part, the first behind the x32 guard) plus the number check, for every
+    /// syscall number with and without the x32 bit, this and other architectures, and
+    /// arguments that hit and miss each rule.
     #[test]
     fn one_program_decides_exactly_as_the_stack_it_replaces() {
         let parts = sandbox_like_policy();
-        let stack: Vec<Vec<sock_filter>> = parts
+        let mut stack: Vec<Vec<sock_filter>> = parts
             .iter()
             .enumerate()
             .map(|(i, p)| {
@@ -593,6 +633,7 @@ mod tests {
                 prog
             })
             .collect();
+        stack.push(newest_model());
         let one = compile(&parts).unwrap();
 
         let mut values: Vec<u64> = vec![0, 1, 2, 3, 10, u64::MAX, 0x1_0000_5412];
@@ -602,7 +643,11 @@ mod tests {
         let arches = [audit_arch(), 0x4000_0003 /* i386 */, 0];
         let mut seen = BTreeSet::new();
         for arch in arches {
-            for nr in (0..600u32).chain((0..600).map(|n| n | X32_SYSCALL_BIT)) {
+            let far = [1000, 0xffff, 0x3fff_ffff, 0x8000_0000, u32::MAX];
+            for nr in (0..600u32)
+                .chain((0..600).map(|n| n | X32_SYSCALL_BIT))
+                .chain(far)
+            {
                 for &v in &values {
                     let args = [v, v, v, 0, 0, 0];
                     let want = stacked(&stack, nr, arch, args);
@@ -631,7 +676,7 @@ mod tests {
         let parts = sandbox_like_policy();
         let prog = compile(&parts).unwrap();
         let named = |nr: u32| parts.iter().any(|p| p.rules.contains_key(&(nr as i64)));
-        let worst = (0..500u32)
+        let worst = (0..=NEWEST_REVIEWED)
             .filter(|&nr| !named(nr))
             .map(|nr| run(&prog, nr, audit_arch(), [7; 6]))
             .inspect(|&(ret, _)| assert_eq!(ret, SECCOMP_RET_ALLOW))
@@ -639,5 +684,36 @@ mod tests {
             .max()
             .unwrap();
         assert!(worst <= 20, "{worst} steps for an allowed syscall");
+    }
+
+    /// Every number above the newest reviewed syscall is refused with ENOSYS by the
+    /// shim-like and the proxy-like policy alike, `open_tree_attr` (467) first; the newest
+    /// reviewed one itself is decided by the tables; x32 numbers are still killed.
+    #[test]
+    fn numbers_newer_than_the_table_are_refused_with_enosys() {
+        let enosys = SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+        let mut proxy_like = sandbox_like_policy();
+        proxy_like.truncate(2);
+        for parts in [sandbox_like_policy(), proxy_like, vec![]] {
+            let prog = compile(&parts).unwrap();
+            check_jumps(&prog);
+            for nr in [467, 468, 469, 512, 1000, 0xffff, 0x3fff_ffff, 0x8000_0000] {
+                assert_eq!(run(&prog, nr, audit_arch(), [0; 6]).0, enosys, "nr {nr}");
+            }
+            assert_eq!(
+                run(&prog, NEWEST_REVIEWED, audit_arch(), [0; 6]).0,
+                SECCOMP_RET_ALLOW
+            );
+            assert_eq!(
+                run(&prog, 467 | X32_SYSCALL_BIT, audit_arch(), [0; 6]).0,
+                SECCOMP_RET_KILL_PROCESS
+            );
+        }
+        // A table naming a newer syscall is a mistake: it would never be reached.
+        let newer = [Part {
+            rules: unconditional(&[(467, "open_tree_attr")]),
+            errno: libc::EPERM,
+        }];
+        assert!(compile(&newer).is_err());
     }
 }

@@ -4,11 +4,17 @@
 //! CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_SETPCAP in the new user namespace and the
 //! control socket at fd 3. It then:
 //!
-//! 1. resets the signal mask and reads the sandbox spec (after a Hello) from fd 3;
+//! 1. notes which signals it was started ignoring (the caller's, as the broker passed
+//!    them on), puts its own at their defaults (SIGPIPE ignored), blocks what init waits
+//!    for, and reads the sandbox spec (after a Hello) from fd 3;
 //! 2. sets up the mount namespace (mounts.rs) and brings loopback up;
-//! 3. forks the command, which in order: starts a new session (taking a pty given to it
-//!    as controlling terminal), sets no_new_privs, drops every capability, enforces
-//!    Landlock, installs seccomp, marks every fd above 2 close-on-exec, and execs;
+//! 3. forks the command (with a pty, init first makes a session of its own with the pty
+//!    as controlling terminal), which in order: starts a new session (with a pty, a
+//!    process group of its own in the terminal's foreground instead), sets no_new_privs,
+//!    drops every capability, enforces Landlock, installs seccomp, marks every fd above 2
+//!    close-on-exec (and closes a standard one the shim was started without), sets every
+//!    signal disposition to what the caller had (ignored, or the default: never
+//!    wardcell's own ignored SIGPIPE), unblocks every signal, and execs;
 //!    a failed step or exec is reported on fd 3 and nothing runs;
 //! 4. drops its own capabilities and becomes init: forwards signals to the command,
 //!    reaps orphans, and when the command ends, reports its status and exits with it,
@@ -70,7 +76,10 @@ fn main() {
         _ => {}
     }
 
-    // 1. A clean signal state, then the spec.
+    // 1. A clean signal state, then the spec. What the caller ignored, the command will
+    //    ignore; init itself needs SIGCHLD at its default to reap.
+    let inherited = sys::ignored_signals();
+    sys::set_dispositions(1 << (libc::SIGPIPE - 1));
     let mut waited = SigSet::empty();
     waited.add(Signal::SIGCHLD);
     for &s in FORWARDED {
@@ -119,9 +128,19 @@ fn main() {
         setup_failed(&mut control, "start", e);
     }
 
-    // 3. The command.
+    // 3. The command. With a pty, its session is init's: the command's process group
+    //    then has its parent in the same session, so it is not orphaned and Ctrl-Z
+    //    (SIGTSTP from the terminal) stops it, as under a shell.
+    if spec.controlling_tty {
+        if let Err(e) = nix::unistd::setsid()
+            .map_err(std::io::Error::from)
+            .and_then(|_| sys::set_controlling_tty(0))
+        {
+            setup_failed(&mut control, "terminal", format!("TIOCSCTTY: {e}"));
+        }
+    }
     let child = match sys::fork() {
-        Ok(sys::Forked::Child) => exec_command(&spec, &view, &filter, &mut control),
+        Ok(sys::Forked::Child) => exec_command(&spec, &view, &filter, &mut control, inherited),
         Ok(sys::Forked::Parent(pid)) => Pid::from_raw(pid),
         Err(e) => setup_failed(&mut control, "fork", e.to_string()),
     };
@@ -131,7 +150,7 @@ fn main() {
         let _ = kill(child, Signal::SIGKILL);
         setup_failed(&mut control, "init", e);
     }
-    let status = supervise(child, &waited);
+    let status = supervise(child, &waited, &mut control);
     report(&mut control, &status);
     let _ = control.flush();
     std::process::exit(match status {
@@ -221,7 +240,7 @@ fn become_init() -> Result<(), String> {
 }
 
 /// Wait for the command, forwarding signals to its process group and reaping orphans.
-fn supervise(child: Pid, waited: &SigSet) -> ShimReport {
+fn supervise(child: Pid, waited: &SigSet, control: &mut UnixStream) -> ShimReport {
     loop {
         let sig = match waited.wait() {
             Ok(s) => s,
@@ -235,15 +254,18 @@ fn supervise(child: Pid, waited: &SigSet) -> ShimReport {
             continue;
         }
         loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED)) {
                 Ok(WaitStatus::Exited(pid, code)) if pid == child => {
                     return ShimReport::Exited { code };
                 }
                 Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
                     return ShimReport::Signaled { signal: sig as i32 };
                 }
+                Ok(WaitStatus::Stopped(pid, sig)) if pid == child => {
+                    report(control, &ShimReport::Stopped { signal: sig as i32 })
+                }
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
-                Ok(_) => {} // an orphan reaped, or a stop: keep going
+                Ok(_) => {} // an orphan reaped, or stopped: keep going
             }
         }
     }
@@ -255,15 +277,21 @@ fn exec_command(
     view: &mounts::View,
     filter: &Result<seccompiler::BpfProgram, String>,
     control: &mut UnixStream,
+    ignored: u64,
 ) -> ! {
-    // a. Its own session; a pty from the broker becomes its controlling terminal.
-    if let Err(e) = nix::unistd::setsid() {
-        setup_failed(control, "setsid", e.to_string());
-    }
+    // a. Its own session; with a pty (init's session, see step 3), its own process
+    //    group in the terminal's foreground (SIGTTOU blocked: until then it is in the
+    //    background).
     if spec.controlling_tty {
-        if let Err(e) = sys::set_controlling_tty(0) {
-            setup_failed(control, "terminal", format!("TIOCSCTTY: {e}"));
+        let _ = SigSet::from(Signal::SIGTTOU).thread_block();
+        let me = nix::unistd::getpid();
+        if let Err(e) =
+            nix::unistd::setpgid(me, me).and_then(|()| nix::unistd::tcsetpgrp(std::io::stdin(), me))
+        {
+            setup_failed(control, "terminal", format!("taking the foreground: {e}"));
         }
+    } else if let Err(e) = nix::unistd::setsid() {
+        setup_failed(control, "setsid", e.to_string());
     }
     if let Err(e) = std::env::set_current_dir(&spec.cwd) {
         setup_failed(
@@ -302,7 +330,15 @@ fn exec_command(
     if let Err(e) = sys::cloexec_from(3) {
         setup_failed(control, "descriptors", e.to_string());
     }
-    // g. The signals init blocked are the command's again.
+    //    A standard descriptor the shim was started without (the caller's `>&-`) is
+    //    closed again: the runtime's /dev/null in its place would hide write errors.
+    for fd in (0..3).filter(|fd| sys::closed_at_start() & (1 << fd) != 0) {
+        let _ = nix::unistd::close(fd);
+    }
+    // g. The dispositions a plain exec by the caller would give (the shim's own ignored
+    //    SIGPIPE must not leak: `yes | head -1` ends by SIGPIPE), and the signals init
+    //    blocked are the command's again.
+    sys::set_dispositions(ignored);
     let _ = SigSet::all().thread_unblock();
     let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
 
@@ -330,7 +366,8 @@ fn exec(spec: &SandboxSpec) -> i32 {
     else {
         return libc::EINVAL;
     };
-    let Some(prog) = spec.argv.first() else {
+    // An empty name names no file: "command not found", as a shell says.
+    let Some(prog) = spec.argv.first().filter(|p| !p.is_empty()) else {
         return libc::ENOENT;
     };
     if prog.contains('/') {

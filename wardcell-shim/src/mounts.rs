@@ -227,7 +227,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<View> {
         }
         host.insert(e.path.clone(), open_checked(e)?);
     }
-    let held_dev = hold_devices()?;
+    let held_dev = hold_devices(spec.controlling_tty)?;
     let system_roots = match &spec.system_roots {
         Some((path, was)) => Some(read_roots(path, *was)?),
         None => None,
@@ -707,9 +707,26 @@ fn make_dirs_mode(fs: &OwnedFd, rel: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The host's device nodes, held before anything changes.
-fn hold_devices() -> Result<Vec<(&'static str, OwnedFd)>> {
+/// The host's device nodes, held before anything changes. With `pty`, fd 0 is the
+/// broker's pty slave, a node of the host's devpts that no path in the sandbox reaches:
+/// it is held too, to be bound at /dev/console (as container managers do), so that
+/// `ttyname(0)` (`tty`) finds it by scanning /dev.
+fn hold_devices(pty: bool) -> Result<Vec<(&'static str, OwnedFd)>> {
     let mut held = Vec::new();
+    if pty {
+        // By its name in this namespace's copy of the host's /dev/pts (a mount of the
+        // broker's namespace cannot be bound here), checked to be the same terminal.
+        let name = std::fs::read_link("/proc/self/fd/0")
+            .map_err(|e| fail(format!("naming the terminal: {e}")))?;
+        let slave = sys::open_nofollow(None, &name)
+            .map_err(|e| fail(format!("opening the terminal {}: {e}", name.display())))?;
+        use std::os::fd::AsRawFd;
+        let rdev = |fd: i32| nix::sys::stat::fstat(fd).ok().map(|st| st.st_rdev);
+        if rdev(slave.as_raw_fd()).is_none() || rdev(0) != rdev(slave.as_raw_fd()) {
+            return Err(fail("the terminal's name leads to another device".into()));
+        }
+        held.push(("console", slave));
+    }
     for name in DEVICES {
         let host = Path::new("/dev").join(name);
         match sys::open_nofollow(None, &host) {

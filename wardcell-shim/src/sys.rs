@@ -15,6 +15,38 @@ fn cerr(ret: libc::c_long) -> io::Result<libc::c_long> {
     }
 }
 
+/// The signals 1 to 31 this process ignores (bit N-1 for signal N), SIGPIPE left out:
+/// the Rust runtime ignores it in every program, whatever was inherited.
+pub fn ignored_signals() -> u64 {
+    let mut set = 0;
+    for sig in (1..32).filter(|&s| s != libc::SIGPIPE) {
+        // SAFETY: sigaction is plain old data; a null new action only reads the current
+        // one into `old`.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } == 0
+            && old.sa_sigaction == libc::SIG_IGN
+        {
+            set |= 1 << (sig - 1);
+        }
+    }
+    set
+}
+
+/// Every signal from 1 to 31 ignored if its bit is in `ignored`, else at its default
+/// (SIGKILL and SIGSTOP cannot be changed and are skipped).
+pub fn set_dispositions(ignored: u64) {
+    for sig in (1..32).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
+        let to = if ignored & (1 << (sig - 1)) != 0 {
+            libc::SIG_IGN
+        } else {
+            libc::SIG_DFL
+        };
+        // SAFETY: SIG_IGN and SIG_DFL install no handler; no memory is involved.
+        unsafe { libc::signal(sig, to) };
+    }
+}
+
 /// Which side of a fork we are on.
 pub enum Forked {
     Parent(libc::pid_t),
@@ -322,4 +354,27 @@ pub fn new_fs(
     cerr(r)?;
     // SAFETY: integer arguments.
     owned(unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) })
+}
+
+/// Which of descriptors 0, 1 and 2 were closed when this process started (bit N for fd
+/// N). The Rust runtime opens /dev/null in their place before `main`; a command run with
+/// `>&-` must find its stdout closed, as it would without wardcell.
+pub fn closed_at_start() -> u8 {
+    CLOSED_AT_START.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static CLOSED_AT_START: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Run by the C library before `main`, so before the Rust runtime fills the gaps.
+#[used]
+#[link_section = ".init_array"]
+static NOTE_CLOSED_STDIO: extern "C" fn() = note_closed_stdio;
+
+extern "C" fn note_closed_stdio() {
+    let closed = (0..3)
+        .filter(|&fd| {
+            nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD) == Err(nix::errno::Errno::EBADF)
+        })
+        .fold(0u8, |m, fd| m | 1 << fd);
+    CLOSED_AT_START.store(closed, std::sync::atomic::Ordering::Relaxed);
 }

@@ -74,6 +74,11 @@ pub fn start_broker_early() -> Result<UnixStream, Error> {
         sys::Forked::Parent(writer) => {
             drop(ours);
             place_at_launch_fd(theirs)?;
+            // What was closed when we started goes to the broker closed, not as the
+            // runtime's /dev/null.
+            for fd in (0..3).filter(|fd| sys::closed_at_start() & (1 << fd) != 0) {
+                let _ = unistd::close(fd);
+            }
             let e = Command::new(&broker)
                 .arg("--plan-writer")
                 .arg(writer.to_string())

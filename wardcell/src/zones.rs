@@ -36,9 +36,26 @@ fn connect(socket: &Path) -> Result<UnixStream, Error> {
         ))
     };
     let mut s = UnixStream::connect(socket).map_err(|e| fail(&e))?;
-    protocol::send_hello(&mut s).map_err(|e| fail(&e))?;
+    // The supervisor sends its Hello at once; one that refuses the connection follows it
+    // with why and closes, maybe before ours is written.
+    let sent = protocol::send_hello(&mut s);
     protocol::expect_hello(&mut s).map_err(|e| fail(&e))?;
+    ask(&mut s, |_| sent.map_err(std::io::Error::other))?;
     Ok(s)
+}
+
+/// Send a request. A supervisor that refuses the connection (it already serves as many
+/// as it may) answers and closes without reading it: then its answer says why, not the
+/// failed write.
+fn ask(
+    s: &mut UnixStream,
+    send: impl FnOnce(&mut UnixStream) -> std::io::Result<()>,
+) -> Result<(), Error> {
+    let Err(e) = send(s) else { return Ok(()) };
+    match protocol::read_frame(s) {
+        Ok(ZoneResponse::Refused { message }) => Err(Error::Refused(message)),
+        _ => Err(Error::Refused(format!("asking the supervisor: {e}"))),
+    }
 }
 
 fn answer(s: &mut UnixStream) -> Result<ZoneResponse, Error> {
@@ -52,8 +69,9 @@ fn answer(s: &mut UnixStream) -> Result<ZoneResponse, Error> {
 /// Inside a zone: ask the supervisor at `socket` which zones this run may enter.
 pub fn inside_list(socket: &Path, format: Output) -> Result<(), Error> {
     let mut s = connect(socket)?;
-    protocol::write_frame(&mut s, &ZoneRequest::List)
-        .map_err(|e| Error::Refused(format!("asking the supervisor: {e}")))?;
+    ask(&mut s, |s| {
+        protocol::write_frame(s, &ZoneRequest::List).map_err(std::io::Error::other)
+    })?;
     let (current, zones) = match answer(&mut s)? {
         ZoneResponse::Zones { current, zones } => (current, zones),
         ZoneResponse::Refused { message } => return Err(Error::Refused(message)),
@@ -103,13 +121,13 @@ pub fn inside_enter(socket: &Path, zone: &str, command: Vec<String>) -> Result<u
         sendmsg::<()>(s.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)?;
         Ok(())
     };
-    send(&mut s).map_err(|e| Error::Refused(format!("asking the supervisor: {e}")))?;
+    ask(&mut s, send)?;
     loop {
         match answer(&mut s)? {
             ZoneResponse::Started => continue,
             ZoneResponse::Exited { code } => return Ok(code.clamp(0, 255) as u8),
             ZoneResponse::Failed { message, code } => {
-                eprintln!("error: {message}");
+                eprintln!("error: {}", wardcell_common::text::one_line(&message));
                 return Ok(code.clamp(1, 255) as u8);
             }
             ZoneResponse::Refused { message } => return Err(Error::Refused(message)),

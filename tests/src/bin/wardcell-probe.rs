@@ -53,6 +53,36 @@ fn report_io<T>(r: std::io::Result<T>) -> ! {
     }
 }
 
+/// One byte 'F' with `fds` as SCM_RIGHTS.
+fn send_fds(sock: i32, fds: &[i32]) {
+    let mut byte = *b"F";
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let bytes = std::mem::size_of_val(fds);
+    let mut space = vec![0u64; 512];
+    // SAFETY: msghdr is plain old data.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = space.as_mut_ptr().cast();
+    // SAFETY: arithmetic.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(bytes as u32) } as _;
+    // SAFETY: one header in a buffer far larger than it needs; the data follows it.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(bytes as u32) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(c), bytes);
+    }
+    // SAFETY: msg points at live buffers.
+    if unsafe { libc::sendmsg(sock, &msg, 0) } < 0 {
+        eprintln!("sendmsg: {}", std::io::Error::last_os_error());
+    }
+}
+
 fn c(s: &str) -> CString {
     CString::new(s).expect("no NUL")
 }
@@ -265,6 +295,85 @@ fn main() {
                 all.extend_from_slice(&got[..k]);
             }
             println!("last got: {}", String::from_utf8_lossy(&all));
+        }
+        "open_tree_attr" => {
+            // Syscall 467 (Linux 6.15), newer than the reviewed table: with no flags it
+            // returns an O_PATH descriptor to the path, so success is visible.
+            // SAFETY: a valid C string and a null attribute pointer of size 0.
+            report(unsafe {
+                libc::syscall(
+                    467,
+                    libc::AT_FDCWD,
+                    c"/".as_ptr(),
+                    0usize,
+                    std::ptr::null::<u8>(),
+                    0usize,
+                )
+            })
+        }
+        "syscall-nr" => {
+            // SAFETY: zero arguments to a number no table names.
+            report(unsafe { libc::syscall(num(1), 0usize, 0usize, 0usize, 0usize, 0usize) })
+        }
+        "with-stdin" => {
+            // Open a(1) as stdin, O_PATH when a(2) is "opath" (else read-only, as a shell's
+            // `< dir` would), then exec the rest of the arguments.
+            let path = c(&a(1));
+            let flags = if a(2) == "opath" {
+                libc::O_PATH
+            } else {
+                libc::O_RDONLY
+            };
+            // SAFETY: a valid C string; the descriptor becomes fd 0.
+            let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) };
+            // SAFETY: integer arguments; dup2 clears close-on-exec on the copy.
+            if fd < 0 || unsafe { libc::dup2(fd, 0) } != 0 {
+                report(-1)
+            }
+            let err = std::os::unix::process::CommandExt::exec(
+                std::process::Command::new(a(3)).args(&args[4..]),
+            );
+            eprintln!("wardcell-probe: exec {}: {err}", a(3));
+            std::process::exit(127)
+        }
+        "sigint-watch" => {
+            // Catch SIGINT (whatever its inherited disposition), say we are running, and
+            // after a second say whether one arrived.
+            static CAUGHT: std::sync::atomic::AtomicBool =
+                std::sync::atomic::AtomicBool::new(false);
+            extern "C" fn on_int(_: libc::c_int) {
+                CAUGHT.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+            unsafe { libc::signal(libc::SIGINT, on_int as *const () as libc::sighandler_t) };
+            println!("started");
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            let caught = CAUGHT.load(std::sync::atomic::Ordering::SeqCst);
+            println!("{}", if caught { "caught" } else { "not caught" });
+        }
+        "enter-extra-fds" => {
+            // COUNT connections to the supervisor at a(1), each a valid `Enter` followed
+            // by N descriptors where 3 are expected (alternately N and N+12, so that some
+            // control messages are truncated too).
+            let (n, count) = (num(2) as usize, num(3) as usize);
+            for i in 0..count {
+                let mut s = std::os::unix::net::UnixStream::connect(a(1)).expect("connect");
+                // The supervisor's Hello, sent back as ours (whatever the version).
+                let mut frames = vec![0u8; 5];
+                s.read_exact(&mut frames).expect("the supervisor's Hello");
+                // Enter { zone: "push", argv: ["true"], env: [] }
+                frames.extend([13, 0, 0, 0, 1, 4]);
+                frames.extend(b"push");
+                frames.extend([1, 4]);
+                frames.extend(b"true");
+                frames.push(0);
+                s.write_all(&frames).expect("write");
+                let fds = vec![0; if i % 2 == 0 { n } else { n + 12 }];
+                send_fds(std::os::fd::AsRawFd::as_raw_fd(&s), &fds);
+                let mut sink = Vec::new();
+                let _ = s.read_to_end(&mut sink);
+            }
+            println!("sent {count}");
         }
         "shm-create" => {
             // SAFETY: integer arguments; creates a System V segment under the key.

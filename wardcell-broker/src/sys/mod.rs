@@ -5,6 +5,7 @@
 //! - terminal helpers: window size;
 //! - pidfds ([`pidfd_open`], [`pidfd_send_signal`]) and helpers that die with the thread
 //!   that starts them ([`spawn_with_control`], [`die_with_thread`]).
+//! - which standard descriptors were closed at start ([`closed_at_start`]).
 
 pub mod peer;
 pub mod spawn;
@@ -73,6 +74,24 @@ pub fn copy_winsize(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> io::Result<()> 
     // SAFETY: TIOCSWINSZ reads a winsize from `ws`.
     cerr(unsafe { libc::ioctl(to.as_raw_fd(), libc::TIOCSWINSZ, &ws) } as libc::c_long)?;
     Ok(())
+}
+
+/// The signals 1 to 31 this process ignores, as /proc's `SigIgn` writes them (bit N-1
+/// for signal N), SIGPIPE left out: every Rust program ignores it, whatever it inherited.
+pub fn ignored_signals() -> u64 {
+    let mut set = 0;
+    for sig in (1..32).filter(|&s| s != libc::SIGPIPE) {
+        // SAFETY: sigaction is plain old data; a null new action only reads the current
+        // one into `old`.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } == 0
+            && old.sa_sigaction == libc::SIG_IGN
+        {
+            set |= 1 << (sig - 1);
+        }
+    }
+    set
 }
 
 /// pidfd_send_signal(2).
@@ -171,4 +190,27 @@ pub fn die_with_thread(cmd: &mut std::process::Command) -> &mut std::process::Co
             Ok(())
         })
     }
+}
+
+/// Which of descriptors 0, 1 and 2 were closed when this process started (bit N for fd
+/// N). The Rust runtime opens /dev/null in their place before `main`; a command run with
+/// `>&-` must find its stdout closed, as it would without wardcell.
+pub fn closed_at_start() -> u8 {
+    CLOSED_AT_START.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static CLOSED_AT_START: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Run by the C library before `main`, so before the Rust runtime fills the gaps.
+#[used]
+#[link_section = ".init_array"]
+static NOTE_CLOSED_STDIO: extern "C" fn() = note_closed_stdio;
+
+extern "C" fn note_closed_stdio() {
+    let closed = (0..3)
+        .filter(|&fd| {
+            nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD) == Err(nix::errno::Errno::EBADF)
+        })
+        .fold(0u8, |m, fd| m | 1 << fd);
+    CLOSED_AT_START.store(closed, std::sync::atomic::Ordering::Relaxed);
 }

@@ -105,8 +105,14 @@ pub struct Spawned {
 }
 
 /// Start `shim` as PID 1 of new namespaces with `stdio` as its 0, 1, 2 and `control` as
-/// its fd 3. The user namespace maps the caller's uid and gid to themselves.
-pub fn spawn_sandbox(shim: &CStr, stdio: [RawFd; 3], control: RawFd) -> io::Result<Spawned> {
+/// its fd 3, ignoring the signals in `ignored` (bit N-1 for signal N) and every other at
+/// its default. The user namespace maps the caller's uid and gid to themselves.
+pub fn spawn_sandbox(
+    shim: &CStr,
+    stdio: [RawFd; 3],
+    control: RawFd,
+    ignored: u64,
+) -> io::Result<Spawned> {
     // Everything the child needs, prepared while allocation is still allowed.
     // SAFETY: getuid/getgid cannot fail and touch no memory.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -155,10 +161,10 @@ pub fn spawn_sandbox(shim: &CStr, stdio: [RawFd; 3], control: RawFd) -> io::Resu
                     shim,
                     &argv,
                     &envp,
-                    uid_map.as_bytes(),
-                    gid_map.as_bytes(),
+                    (uid_map.as_bytes(), gid_map.as_bytes()),
                     stdio,
                     control,
+                    ignored,
                 )
             }
         }
@@ -198,10 +204,10 @@ unsafe fn child_setup(
     shim: &CStr,
     argv: &[*const libc::c_char; 2],
     envp: &[*const libc::c_char; 1],
-    uid_map: &[u8],
-    gid_map: &[u8],
+    (uid_map, gid_map): (&[u8], &[u8]),
     stdio: [RawFd; 3],
     control: RawFd,
+    ignored: u64,
 ) -> ! {
     let fail = |step: Step| -> ! {
         // SAFETY: _exit is async-signal-safe and never returns.
@@ -269,13 +275,18 @@ unsafe fn child_setup(
         }
     }
 
-    // 7. Descriptors: stdio to 0-2, control to 3, everything else closed on exec.
-    //    Signal dispositions back to default (the broker ignores SIGPIPE, as Rust does).
+    // 7. Descriptors: stdio to 0-2 (closed where it is -1), control to 3, everything
+    //    else closed on exec.
+    //    Signal dispositions: what the command's caller ignored (never SIGPIPE, which the
+    //    broker ignores because Rust does) stays ignored, everything else is default.
     for (target, &src) in stdio.iter().enumerate() {
         let target = target as RawFd;
         // SAFETY: integer arguments; dup2 onto itself is a no-op, so clear CLOEXEC instead.
         let ok = unsafe {
-            if src == target {
+            if src < 0 {
+                libc::close(target);
+                true
+            } else if src == target {
                 libc::fcntl(target, libc::F_SETFD, 0) == 0
             } else {
                 libc::dup2(src, target) == target
@@ -302,8 +313,13 @@ unsafe fn child_setup(
     }
     for sig in 1..32 {
         if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-            // SAFETY: resetting a disposition to SIG_DFL is async-signal-safe.
-            unsafe { libc::signal(sig, libc::SIG_DFL) };
+            let to = if ignored & (1 << (sig - 1)) != 0 {
+                libc::SIG_IGN
+            } else {
+                libc::SIG_DFL
+            };
+            // SAFETY: setting a disposition to SIG_IGN or SIG_DFL is async-signal-safe.
+            unsafe { libc::signal(sig, to) };
         }
     }
 
