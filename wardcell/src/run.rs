@@ -90,7 +90,7 @@ fn fail(what: &str, e: &dyn std::fmt::Display) -> Error {
     Error::Launch(format!("{what}: {e}"))
 }
 
-/// Write the Hello and the one `Launch` frame (at most 64 KiB) the broker reads on fd 3.
+/// Write the Hello and the one `Launch` frame (at most 32 MiB) the broker reads on fd 3.
 fn send_plan(socket: &mut UnixStream, launch: &Launch) -> Result<(), Error> {
     protocol::send_hello(socket).map_err(|e| fail("handing over the plan", &e))?;
     protocol::write_frame(socket, launch).map_err(|e| fail("handing over the plan", &e))
