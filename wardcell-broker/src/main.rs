@@ -369,7 +369,7 @@ fn run_first_sandbox(
     let stdout = std::io::stdout();
     let caller_env = run.host_env.clone();
     let log_started = || {
-        let _ = run.audit.write(
+        run.record(
             "run",
             "run.started",
             json!({
@@ -380,15 +380,16 @@ fn run_first_sandbox(
                 "config": plan.source,
                 "uid": nix::unistd::getuid().as_raw(),
             }),
-        );
+        )
     };
+    let audit_failed = || run.audit.failure().map(BrokerError::Audit);
 
     // 4. Complete it: supervisor, spec, handover. While the shim builds the mounts: the
     //    run's start is audited, signals are taken over, and stale runs are swept.
     let mut logged = false;
     let before_proceed = || {
-        log_started();
         logged = true;
+        log_started().map_err(|e| audit_failed().unwrap_or(BrokerError::Audit(e.to_string())))?;
         let signals = take_signals(terminal.pty.is_some())?;
         // The plan writer exits right after sending the plan. Reaped here if it has, else
         // on the SIGCHLD the relay now reads: never a zombie for the whole run.
@@ -420,14 +421,14 @@ fn run_first_sandbox(
         Ok(started) => started,
         Err(e) => {
             if !logged {
-                log_started();
+                let _ = log_started();
             }
-            let _ = run.audit.write(
+            let _ = run.record(
                 "run",
                 "run.finished",
                 json!({"exit_status": 1, "error": e.to_string()}),
             );
-            return Err(e);
+            return Err(audit_failed().unwrap_or(e));
         }
     };
     let (master, saved) = match terminal.pty {
@@ -439,6 +440,8 @@ fn run_first_sandbox(
         None => (None, None),
     };
 
+    run.set_first(&sb.running);
+
     // 6. Relay to the end.
     let name = sb.name.clone();
     let mut warned = false;
@@ -448,7 +451,7 @@ fn run_first_sandbox(
             partial,
         } = r
         {
-            let _ = run.audit.write(
+            let _ = run.record(
                 "sandbox",
                 "sandbox.confined",
                 json!({"sandbox": name, "landlock_abi": landlock_abi, "missing": partial}),
@@ -478,7 +481,7 @@ fn run_first_sandbox(
     );
     sb.retire();
     if let Some(why) = &ended.bad_report {
-        let _ = run.audit.write(
+        let _ = run.record(
             "sandbox",
             "sandbox.bad_report",
             json!({"sandbox": name, "reason": why}),
@@ -489,11 +492,14 @@ fn run_first_sandbox(
     }
     let (code, message) = describe(&ended.outcome, &sb.spec.argv[0]);
     run.end_entries();
-    let _ = run.audit.write(
+    let _ = run.record(
         "run",
         "run.finished",
         json!({"exit_status": code, "error": message}),
     );
+    if let Some(e) = audit_failed() {
+        return Err(e);
+    }
     match (ended.outcome, message) {
         (Outcome::SetupFailed { .. } | Outcome::ChildFailed(_), Some(m)) => {
             Err(BrokerError::Refused(m))
