@@ -7,6 +7,7 @@
 //! - [`config`] and [`resolve`]: zones.toml, its validation, and its resolution into a plan.
 //! - [`paths`]: where wardcell's own directories are, and path expansion.
 //! - [`envrules`]: the environment a sandbox receives.
+//! - [`text`]: text from a sandbox or a configuration, made safe to print.
 #![forbid(unsafe_code)]
 
 pub mod audit;
@@ -16,3 +17,4 @@ pub mod paths;
 pub mod plan;
 pub mod protocol;
 pub mod resolve;
+pub mod text;

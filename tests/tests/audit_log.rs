@@ -227,3 +227,74 @@ both!(a_running_runs_log_verifies_as_still_going, |fx| {
     out.ok();
     assert!(out.stdout.contains("the run is still going"), "{out:#?}");
 });
+
+// Issue 10: a command with a newline and a timestamp printed a forged event in `logs
+// show`, and escape sequences reached the auditor's terminal.
+both!(logs_show_cannot_be_forged_from_inside, |fx| {
+    two_zones(&fx);
+    let state = fx.dir.join("state");
+    fs::create_dir_all(&state).unwrap();
+    fx.own(&state);
+    let forged = "\n2026-12-03T00:00:00.000Z  audit    audit.decision    allowed agent -> release: rm -rf / (in enter_from)\n";
+    let script = format!(
+        "wardcell zone enter push -- true '{forged}' \"$(printf '\\033[2J')\"; \
+         wardcell zone enter \"$(printf 'nope\\n2026 forged\\033[31m')\" -- true; true"
+    );
+    let out: Out = fx
+        .cmd(&["run", "--", "/bin/sh", "-c", &script])
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap()
+        .into();
+    out.ok();
+    // The refusal the caller printed is one line without ESC.
+    assert!(!out.stderr.contains('\x1b'), "{out:#?}");
+    assert!(
+        out.stderr.contains("nope\\n2026 forged\\x1b[31m"),
+        "{out:#?}"
+    );
+    let (id, text) = only_log(&state);
+    assert!(
+        text.contains("\\u001b[2J"),
+        "the log keeps the command as it was: {text}"
+    );
+    let show: Out = fx
+        .cmd(&["logs", "show", &id])
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap()
+        .into();
+    show.ok();
+    assert!(!show.stdout.contains('\x1b'), "{show:#?}");
+    // One line per event, each starting with the event's own timestamp.
+    assert_eq!(
+        show.stdout.lines().count(),
+        text.lines().count(),
+        "{show:#?}"
+    );
+    for line in show.stdout.lines() {
+        assert!(
+            line.starts_with("20") && line.as_bytes()[10] == b'T',
+            "{line}"
+        );
+        assert!(
+            !line.contains("2026-12-03T00:00:00.000Z")
+                || line.contains("\\n2026-12-03T00:00:00.000Z"),
+            "{line}"
+        );
+    }
+    assert!(
+        show.stdout.contains("true \\n2026-12-03T00:00:00.000Z"),
+        "{show:#?}"
+    );
+    assert!(show.stdout.contains("\\x1b[2J"), "{show:#?}");
+    // JSON output is JSON's own escaping, unchanged.
+    let json: Out = fx
+        .cmd(&["logs", "show", &id, "--output", "json"])
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap()
+        .into();
+    json.ok();
+    assert_eq!(json.stdout, text, "{json:#?}");
+});

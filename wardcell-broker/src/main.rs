@@ -51,6 +51,7 @@ use serde_json::json;
 use wardcell_common::paths;
 use wardcell_common::plan::{Plan, ProfilePlan, Start};
 use wardcell_common::protocol::{self, Launch, ShimReport};
+use wardcell_common::text::shown;
 
 use audit::AuditLog;
 use error::BrokerError;
@@ -111,7 +112,7 @@ fn main() {
     let code = match run(writer) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", shown(&e.to_string()));
             1
         }
     };
@@ -460,7 +461,7 @@ fn run_first_sandbox(
                 warned = true;
                 eprintln!(
                     "warning: this kernel lacks {}; the sandbox runs without it (see `wardcell doctor`)",
-                    partial.join(", ")
+                    shown(&partial.join(", "))
                 );
             }
         }
@@ -505,7 +506,7 @@ fn run_first_sandbox(
             Err(BrokerError::Refused(m))
         }
         (_, Some(m)) => {
-            eprintln!("error: {m}");
+            eprintln!("error: {}", shown(&m));
             Ok(code)
         }
         (_, None) => Ok(code),

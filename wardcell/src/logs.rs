@@ -142,13 +142,15 @@ pub fn show(id: &str, category: Option<&str>, format: Output) -> Result<(), Erro
         }
         out.push(match format {
             Output::Json => line.to_string(),
-            Output::Text => format!(
+            // One event, one line: nothing in it can start another.
+            Output::Text => output::shown(&format!(
                 "{}  {:<7}  {:<16}  {}",
                 s(&v, "ts"),
                 s(&v, "category"),
                 s(&v, "event"),
                 summary(&v)
-            ),
+            ))
+            .into_owned(),
         });
     }
     if out.is_empty() {
