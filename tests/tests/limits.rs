@@ -91,3 +91,99 @@ both!(a_one_megabyte_argument_list_enters_a_zone, |fx| {
         "{out:#?}"
     );
 });
+
+/// Run `wardcell policy check --config PATH` with a deadline: `None` if it had to be
+/// killed.
+fn check_within(fx: &Fixture, path: &std::path::Path, secs: u64) -> Option<wardcell_tests::Out> {
+    let mut child = fx
+        .cmd(&["policy", "check", "--config", path.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Some(child.wait_with_output().unwrap().into())
+}
+
+// Issue 10: `--config /dev/zero` read until memory ran out, `--config FIFO` blocked forever.
+both!(
+    a_configuration_that_is_not_a_regular_file_is_refused,
+    |fx| {
+        let fifo = fx.dir.join("fifo");
+        let st = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        fx.own(&fifo);
+        for path in [std::path::Path::new("/dev/zero"), &fifo, &fx.home] {
+            let out = check_within(&fx, path, 10).expect("policy check blocked");
+            out.expect_code(1);
+            assert_eq!(out.stderr.lines().count(), 1, "{out:#?}");
+            assert!(
+                out.stderr
+                    .contains("it is not a regular file (a directory, a FIFO or a device)"),
+                "{out:#?}"
+            );
+        }
+    }
+);
+
+both!(a_configuration_over_16_mib_is_refused, |fx| {
+    let big = fx.dir.join("big.toml");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(16 * 1024 * 1024 + 1).unwrap();
+    fx.own(&big);
+    let out = check_within(&fx, &big, 10).expect("policy check took too long");
+    out.expect_code(1);
+    assert!(
+        out.stderr.contains(
+            "it is 16777217 bytes, over the 16777216 bytes (16 MiB) a configuration may take"
+        ),
+        "{out:#?}"
+    );
+});
+
+/// A configuration whose profile reads `n` paths (half of them repeats, half missing).
+fn long_read_list(fx: &Fixture, n: usize) -> std::path::PathBuf {
+    let mut toml = String::from(
+        "[zones.agent]\nprofile = \"p\"\ndefault = true\n[profiles.p]\nextends = \"readonly\"\nread = [\n",
+    );
+    for i in 0..n {
+        if i % 2 == 0 {
+            toml.push_str("  \"/usr\",\n");
+        } else {
+            writeln!(toml, "  \"/usr/share/wardcell-missing-{i}\",").unwrap();
+        }
+    }
+    toml.push_str("]\n");
+    let path = fx.dir.join(format!("read-{n}.toml"));
+    fx.write(&path, &toml);
+    path
+}
+
+// Issue 10: `policy check` was quadratic in the length of `read` (200,000 entries took
+// over 20 s). Four times the entries must take about four times as long, not sixteen.
+both!(policy_check_is_linear_in_the_read_list, |fx| {
+    let small = long_read_list(&fx, 10_000);
+    let large = long_read_list(&fx, 40_000);
+    let time = |path: &std::path::Path| {
+        (0..3)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                check_within(&fx, path, 120).expect("too slow").ok();
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::MAX, f64::min)
+    };
+    let (a, b) = (time(&small), time(&large));
+    assert!(b < 10.0 * a, "10,000 entries: {a:.3}s, 40,000: {b:.3}s");
+});
