@@ -187,3 +187,37 @@ both!(policy_check_is_linear_in_the_read_list, |fx| {
     let (a, b) = (time(&small), time(&large));
     assert!(b < 10.0 * a, "10,000 entries: {a:.3}s, 40,000: {b:.3}s");
 });
+
+// A plan over its 32 MiB frame is refused by the client, before anything is sent, with
+// one line that names the limit.
+both!(a_plan_over_its_limit_is_refused_with_one_line, |fx| {
+    // 8 zones, each carrying a resolved profile that skips 10,000 missing paths of
+    // 500 bytes: about 44 MB.
+    let mut toml = String::from("[zones.agent]\nprofile = \"p\"\ndefault = true\n");
+    for i in 0..11 {
+        writeln!(
+            toml,
+            "[zones.z{i}]\nprofile = \"p\"\nenter_from = [\"agent\"]"
+        )
+        .unwrap();
+    }
+    toml.push_str("[profiles.p]\nextends = \"readonly\"\nread = [\n");
+    let long = "x".repeat(220);
+    for i in 0..10_000 {
+        writeln!(toml, "  \"/usr/share/wardcell-missing-{long}/{long}-{i:06}\",").unwrap();
+    }
+    toml.push_str("]\n");
+    fx.config(&toml);
+    let out = fx.run(&["run", "--", "/bin/sh", "-c", "echo ran"]);
+    out.expect_code(1);
+    assert!(out.stdout.is_empty(), "{out:#?}");
+    assert_eq!(out.stderr.lines().count(), 1, "{out:#?}");
+    assert!(
+        out.stderr.starts_with("error: ")
+            && out.stderr.contains("the plan takes ")
+            && out
+                .stderr
+                .contains(" bytes, over its limit of 33554432 bytes (32 MiB)"),
+        "{out:#?}"
+    );
+});

@@ -91,9 +91,12 @@ fn fail(what: &str, e: &dyn std::fmt::Display) -> Error {
 }
 
 /// Write the Hello and the one `Launch` frame (at most 32 MiB) the broker reads on fd 3.
+/// The frame is made first: a plan over its limit sends nothing, not even the Hello, so
+/// the broker ends quietly and this one line is the only one.
 fn send_plan(socket: &mut UnixStream, launch: &Launch) -> Result<(), Error> {
+    let frame = protocol::encode_frame(launch).map_err(|e| fail("handing over the plan", &e))?;
     protocol::send_hello(socket).map_err(|e| fail("handing over the plan", &e))?;
-    protocol::write_frame(socket, launch).map_err(|e| fail("handing over the plan", &e))
+    std::io::Write::write_all(socket, &frame).map_err(|e| fail("handing over the plan", &e))
 }
 
 /// Leave `socket` at fd 3, inheritable, for the broker.
