@@ -204,7 +204,11 @@ both!(a_plan_over_its_limit_is_refused_with_one_line, |fx| {
     toml.push_str("[profiles.p]\nextends = \"readonly\"\nread = [\n");
     let long = "x".repeat(220);
     for i in 0..10_000 {
-        writeln!(toml, "  \"/usr/share/wardcell-missing-{long}/{long}-{i:06}\",").unwrap();
+        writeln!(
+            toml,
+            "  \"/usr/share/wardcell-missing-{long}/{long}-{i:06}\","
+        )
+        .unwrap();
     }
     toml.push_str("]\n");
     fx.config(&toml);
