@@ -58,8 +58,9 @@ deny = [
 [profiles.developer-readonly]
 extends = "readonly"
 write = ["."]
-# Hooks run on the host at the next commit: readable, never writable.
-read = ["./.git/hooks"]
+# Hooks and the repository's configuration (core.hooksPath, core.fsmonitor, aliases...)
+# run code on the host the next time you use git there: readable, never writable.
+read = ["./.git/hooks", "./.git/config"]
 "#;
 
 /// Label used in error locations inside [`BUILTIN_PROFILES`] (never expected to appear).
@@ -114,6 +115,9 @@ pub struct Profile {
     pub env_set: Vec<(String, String)>,
     pub network_allow: Vec<String>,
     pub credentials: Vec<String>,
+    /// Host Unix sockets to bind into the view: paths, or `$NAME` (from the environment
+    /// `run` started in).
+    pub unix_sockets: Vec<String>,
     /// One of wardcell's built-in profiles (not replaced by the file).
     pub builtin: bool,
 }
@@ -188,6 +192,7 @@ impl Config {
             append_unique(&mut out.env_deny, &p.env_deny);
             append_unique(&mut out.network_allow, &p.network_allow);
             append_unique(&mut out.credentials, &p.credentials);
+            append_unique(&mut out.unix_sockets, &p.unix_sockets);
             for (k, v) in &p.env_set {
                 match out.env_set.iter_mut().find(|(ok, _)| ok == k) {
                     Some(slot) => slot.1 = v.clone(),
@@ -508,6 +513,8 @@ struct RawProfile {
     network: Option<RawNetwork>,
     #[serde(default)]
     credentials: List,
+    #[serde(default)]
+    unix_sockets: List,
 }
 
 #[derive(Deserialize, Clone)]
@@ -1009,6 +1016,24 @@ impl<'a> Checker<'a> {
         let read = paths_of("read", &p.read);
         let write = paths_of("write", &p.write);
         let deny = paths_of("deny", &p.deny);
+        let mut unix_sockets: Vec<String> = Vec::new();
+        for entry in &p.unix_sockets {
+            let raw = entry.get_ref();
+            let check = match raw.strip_prefix('$') {
+                Some(var) if paths::is_var_name(var) => Ok(()),
+                Some(_) => Err(format!(
+                    "'{raw}' is not a variable: write $NAME alone (letters, digits, '_'), or a path"
+                )),
+                None if raw.contains('\0') => Err("contains a NUL byte".to_string()),
+                None => paths::expand(raw, Path::new("/home"), Path::new("/cwd")).map(|_| ()),
+            };
+            if let Err(why) = check {
+                self.push(doc.err(&entry.span(), format!("{key}.unix_sockets"), why));
+            }
+            if !unix_sockets.contains(raw) {
+                unix_sockets.push(raw.clone());
+            }
+        }
 
         let mut env_deny = Vec::new();
         let mut env_set = Vec::new();
@@ -1081,6 +1106,7 @@ impl<'a> Checker<'a> {
             env_set,
             network_allow,
             credentials: creds,
+            unix_sockets,
             builtin,
         }
     }
@@ -1576,7 +1602,7 @@ network = {{ allow = ["a.com:443", "b.com:443"] }}
         .unwrap();
         assert!(!c.profiles["base"].builtin);
         let p = c.effective_profile("developer-readonly").unwrap();
-        assert_eq!(p.read, ["/nix", "~", ".", "./.git/hooks"]);
+        assert_eq!(p.read, ["/nix", "~", ".", "./.git/hooks", "./.git/config"]);
         assert!(
             p.env_deny.is_empty(),
             "the built-in base's env rules went with it"

@@ -13,6 +13,8 @@
 pub mod audit;
 pub mod config;
 pub mod envrules;
+pub mod gitguard;
+pub mod identity;
 pub mod paths;
 pub mod plan;
 pub mod protocol;

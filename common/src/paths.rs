@@ -53,6 +53,16 @@ pub fn dirs(
     }
 }
 
+/// Whether `s` is an environment variable name as `unix_sockets` takes it: a letter or
+/// `_`, then letters, digits and `_`.
+pub fn is_var_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// The directory that holds one run's audit log.
 pub fn runs_dir(dirs: &Dirs) -> PathBuf {
     dirs.state.join("runs")

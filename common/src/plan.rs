@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::identity::{Identity, Recorded};
+
 /// Everything the broker needs for one top-level run.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct Plan {
@@ -31,6 +33,12 @@ pub struct Plan {
     pub dirs: Dirs,
     /// Every `[credentials.*]` entry: where each secret comes from, never a secret.
     pub credentials: Vec<CredentialPlan>,
+    /// The `wardcell` client that started the run (canonical): bound at the same path
+    /// into every zone sandbox, so `wardcell zone ...` works wherever it is installed.
+    pub client: Option<PathBuf>,
+    /// What every path above was when the run started. Empty from the client; the broker
+    /// fills it before the first sandbox, opening each path without following links.
+    pub identities: Recorded,
 }
 
 impl Plan {
@@ -43,6 +51,28 @@ impl Plan {
                 _ => None,
             })
             .collect()
+    }
+
+    /// One line for each `write` path a profile of this plan names that does not exist
+    /// here (left out of the sandbox), each profile once.
+    pub fn missing_writes(&self) -> Vec<String> {
+        let start = match &self.start {
+            Start::Profile(p) => Some(p),
+            Start::Zone(_) => None,
+        };
+        let mut out: Vec<String> = Vec::new();
+        for p in self.zones.iter().map(|z| &z.profile).chain(start) {
+            for s in p.skipped.iter().filter(|s| s.rule == "write") {
+                let line = format!(
+                    "warning: profile '{}' writes {:?}, which {}: it is left out of the sandbox; create it first if the sandbox should write there",
+                    p.name, s.path, s.reason
+                );
+                if !out.contains(&line) {
+                    out.push(line);
+                }
+            }
+        }
+        out
     }
 
     /// Files some credential reads: masked in every sandbox.
@@ -89,7 +119,8 @@ pub enum SecretPlan {
     Command(Vec<String>),
 }
 
-/// Where a run starts.
+/// Where a run starts. One value per run: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum Start {
     /// In this zone (one of [`Plan::zones`]).
@@ -135,23 +166,29 @@ pub struct ProfilePlan {
     pub network: NetworkPlan,
     /// Names of `[credentials.*]` entries this profile's proxy may attach.
     pub credentials: Vec<String>,
+    /// Host Unix sockets bound into this profile's sandboxes (`unix_sockets`, `$NAME`
+    /// expanded from the environment `run` started in), canonical.
+    pub unix_sockets: Vec<PathBuf>,
+    /// Symbolic links met on the way to the paths above (`/bin` -> `usr/bin`): the link
+    /// and what it says. A sandbox's view recreates them where they are not already in a
+    /// bound tree, so that `/bin/sh` still works when only `/usr` is bound.
+    pub links: Vec<(PathBuf, PathBuf)>,
 }
 
 impl ProfilePlan {
-    /// `/tmp` is private to the sandbox unless the profile names it.
-    pub fn private_tmp(&self) -> bool {
-        let tmp = std::path::Path::new("/tmp");
-        !self
-            .read
+    /// Every path this profile names, for recording identities.
+    pub fn paths(&self) -> impl Iterator<Item = &PathBuf> {
+        self.read
             .iter()
             .chain(&self.write)
-            .any(|p| p == tmp || p.starts_with(tmp))
+            .chain(&self.deny)
+            .chain(&self.unix_sockets)
     }
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Skipped {
-    /// "read", "write" or "deny".
+    /// "read", "write", "deny" or "unix_sockets".
     pub rule: String,
     /// The entry as the profile wrote it.
     pub path: String,
@@ -198,29 +235,58 @@ pub struct SandboxSpec {
     /// The complete environment of the command.
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
-    /// Landlock: readable and executable trees.
-    pub read: Vec<PathBuf>,
-    /// Landlock: writable trees.
-    pub write: Vec<PathBuf>,
-    /// Made empty and unreadable inside the sandbox (deny paths, wardcell's directories,
-    /// host sockets). Directories get an empty read-only tmpfs, files /dev/null's place.
-    pub mask: Vec<PathBuf>,
-    /// Mount a fresh tmpfs on /tmp (and make it writable).
-    pub private_tmp: bool,
+    /// The sandbox's filesystem: everything in it beyond the fresh tmpfs root, its own
+    /// `/proc`, a minimal `/dev` and a private `/tmp`. Nothing else of the host exists
+    /// inside.
+    pub view: Vec<ViewEntry>,
     /// TCP ports on the sandbox's loopback that it may connect to (the proxy's).
     pub tcp_connect: Vec<u16>,
     /// Make fd 0 the command's controlling terminal (the broker gave it a pty).
     pub controlling_tty: bool,
-    /// Unix sockets of wardcell's own (the sandbox's supervisor) to make reachable at the
-    /// same path, although a mask covers them: that mask becomes traversable (not
-    /// listable) and holds only these.
-    pub sockets: Vec<PathBuf>,
     /// Listen on 127.0.0.1:port in the sandbox's network namespace and hand the listener
     /// to the broker (for the zone's proxy) before the command starts.
     pub proxy_port: Option<u16>,
-    /// The system's CA certificates (a PEM file), the start of the bundle given to the
-    /// command when the proxy intercepts TLS.
-    pub system_roots: Option<PathBuf>,
+    /// The system's CA certificates (a PEM file, canonical, with what it was when the run
+    /// started), the start of the bundle given to the command when the proxy intercepts
+    /// TLS.
+    pub system_roots: Option<(PathBuf, Identity)>,
+}
+
+/// One path of a sandbox's view.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ViewEntry {
+    pub path: PathBuf,
+    pub what: ViewKind,
+    /// What the path was when the run started. The shim opens it without following
+    /// links, compares, and refuses to build the sandbox on a difference. `None` only for
+    /// links and for the supervisor's socket, which the broker made in a directory no
+    /// sandbox can reach.
+    pub id: Option<Identity>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum ViewKind {
+    /// A tree (or file) bound read-only (readable and executable).
+    Read,
+    /// A tree bound writable.
+    Write,
+    /// Hidden: an empty read-only directory, or `/dev/null`'s place.
+    Mask,
+    /// A Unix socket bound at its path (reachable even inside a mask).
+    Socket,
+    /// A symbolic link with this target, made where no bound tree has it already.
+    Link(PathBuf),
+}
+
+impl SandboxSpec {
+    /// The paths of one kind, in the order given.
+    pub fn paths(&self, kind: &ViewKind) -> impl Iterator<Item = &PathBuf> + '_ {
+        let kind = kind.clone();
+        self.view
+            .iter()
+            .filter(move |e| e.what == kind)
+            .map(|e| &e.path)
+    }
 }
 
 /// Where the CA bundle is, inside a sandbox whose proxy intercepts TLS.

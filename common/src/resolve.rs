@@ -37,6 +37,10 @@ pub struct Context {
     /// The directory wardcell was started in: ".".
     pub cwd: PathBuf,
     pub dirs: Dirs,
+    /// The environment `run` started in, for `$NAME` entries of `unix_sockets`.
+    pub getenv: fn(&str) -> Option<String>,
+    /// The client binary that made the plan, bound into every zone sandbox.
+    pub client: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +54,13 @@ pub enum ResolveError {
         name: String,
         source: String,
         known: Vec<String>,
+    },
+    /// A write entry "." that is the home directory or `/` only because the run started
+    /// there.
+    WriteTrap {
+        profile: String,
+        path: PathBuf,
+        home: bool,
     },
 }
 
@@ -85,6 +96,19 @@ impl fmt::Display for ResolveError {
                 config_name(source),
                 known.join(", ")
             ),
+            ResolveError::WriteTrap {
+                profile,
+                path,
+                home: true,
+            } => write!(
+                f,
+                "profile '{profile}' writes \".\", and this run started in your home directory {}, so the sandbox could rewrite ~/.bashrc and your configuration; start wardcell in a project directory, or write \"~\" in the profile if the whole home is meant to be writable",
+                path.display()
+            ),
+            ResolveError::WriteTrap { profile, .. } => write!(
+                f,
+                "profile '{profile}' writes \".\", and this run started in /, so the sandbox could write every file you can; start wardcell in a project directory, or write \"/\" in the profile if that is really meant"
+            ),
         }
     }
 }
@@ -103,7 +127,7 @@ pub fn resolve(
 
     let (start, zones) = match start {
         StartRequest::Profile(name) => {
-            let profile = resolve_profile(cfg, &name, &home, &cwd)?;
+            let profile = resolve_profile(cfg, &name, &home, &cwd, ctx.getenv)?;
             (Start::Profile(profile), Vec::new())
         }
         StartRequest::Default | StartRequest::Zone(_) => {
@@ -130,7 +154,7 @@ pub fn resolve(
                     requires_approval: z.requires_approval,
                     approval_timeout_secs: z.approval_timeout_secs,
                     authenticated: z.authenticated,
-                    profile: resolve_profile(cfg, &z.profile, &home, &cwd)?,
+                    profile: resolve_profile(cfg, &z.profile, &home, &cwd, ctx.getenv)?,
                 });
             }
             zones.sort_by(|a, b| a.name.cmp(&b.name));
@@ -156,6 +180,8 @@ pub fn resolve(
         },
         dirs: ctx.dirs.clone(),
         credentials,
+        client: ctx.client.clone(),
+        identities: Default::default(),
     })
 }
 
@@ -189,6 +215,7 @@ pub fn resolve_profile(
     name: &str,
     home: &Path,
     cwd: &Path,
+    getenv: fn(&str) -> Option<String>,
 ) -> Result<ProfilePlan, ResolveError> {
     let p: Profile = cfg
         .effective_profile(name)
@@ -201,6 +228,40 @@ pub fn resolve_profile(
     let read = resolve_paths("read", &p.read, home, cwd, &mut skipped);
     let write = resolve_paths("write", &p.write, home, cwd, &mut skipped);
     let deny = resolve_paths("deny", &p.deny, home, cwd, &mut skipped);
+    // "." is where the run started: the home directory or / there is a trap, unless the
+    // profile also names it for writing on purpose.
+    let explicit = |target: &Path| {
+        p.write.iter().any(|e| {
+            !(e == "." || e.starts_with("./"))
+                && paths::expand(e, home, cwd).is_ok_and(|x| canonical_or_given(&x) == target)
+        })
+    };
+    if p.write.iter().any(|e| e == "." || e == "./") {
+        for (target, is_home) in [(home, true), (Path::new("/"), false)] {
+            if cwd == target && !explicit(target) {
+                return Err(ResolveError::WriteTrap {
+                    profile: p.name.clone(),
+                    path: cwd.to_path_buf(),
+                    home: is_home,
+                });
+            }
+        }
+    }
+    let unix_sockets = resolve_sockets(&p.unix_sockets, home, cwd, getenv, &mut skipped);
+    let mut links = Vec::new();
+    for entry in p
+        .read
+        .iter()
+        .chain(&p.write)
+        .chain(&p.deny)
+        .filter_map(|e| paths::expand(e, home, cwd).ok())
+        .chain(unix_sockets.iter().cloned())
+    {
+        // Only a path that is not its own canonical form has a link on the way.
+        if std::fs::canonicalize(&entry).is_ok_and(|c| c != entry) {
+            links_on_the_way(&entry, &mut links);
+        }
+    }
     Ok(ProfilePlan {
         name: p.name,
         read,
@@ -215,7 +276,84 @@ pub fn resolve_profile(
             allow: p.network_allow,
         },
         credentials: p.credentials,
+        unix_sockets,
+        links,
     })
+}
+
+/// `unix_sockets`: `$NAME` from the environment `run` started in, or a path; each must
+/// be a socket now. What cannot be is skipped, with the reason.
+fn resolve_sockets(
+    raw: &[String],
+    home: &Path,
+    cwd: &Path,
+    getenv: fn(&str) -> Option<String>,
+    skipped: &mut Vec<Skipped>,
+) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for entry in raw {
+        let path = match entry.strip_prefix('$') {
+            Some(var) => match getenv(var) {
+                Some(v) if v.starts_with('/') => Ok(PathBuf::from(v)),
+                Some(_) => Err(format!("${var} is not an absolute path")),
+                None => Err(format!("${var} is not set")),
+            },
+            None => paths::expand(entry, home, cwd),
+        };
+        let resolved = path.and_then(|p| {
+            let c = std::fs::canonicalize(&p).map_err(|e| match e.kind() {
+                io::ErrorKind::NotFound => "does not exist".to_string(),
+                _ => format!("cannot be resolved: {e}"),
+            })?;
+            use std::os::unix::fs::FileTypeExt;
+            match std::fs::metadata(&c) {
+                Ok(m) if m.file_type().is_socket() => Ok(c),
+                Ok(_) => Err(format!("{} is not a socket", c.display())),
+                Err(e) => Err(format!("cannot be resolved: {e}")),
+            }
+        });
+        match resolved {
+            Ok(p) if !out.contains(&p) => out.push(p),
+            Ok(_) => {}
+            Err(reason) => skipped.push(Skipped {
+                rule: "unix_sockets".into(),
+                path: entry.clone(),
+                reason,
+            }),
+        }
+    }
+    out
+}
+
+/// Record every symbolic link met walking to `path` (as written, expanded), with what it
+/// says, following each to go on. At most 40 links, as the kernel allows.
+fn links_on_the_way(path: &Path, out: &mut Vec<(PathBuf, PathBuf)>) {
+    let mut cur = PathBuf::from("/");
+    let mut pending: Vec<PathBuf> = path
+        .components()
+        .skip(1)
+        .map(|c| PathBuf::from(c.as_os_str()))
+        .collect();
+    pending.reverse();
+    let mut budget = 40;
+    while let Some(comp) = pending.pop() {
+        let next = cur.join(&comp);
+        match std::fs::read_link(&next) {
+            Ok(target) if budget > 0 => {
+                budget -= 1;
+                if !out.iter().any(|(l, _)| *l == next) {
+                    out.push((next.clone(), target.clone()));
+                }
+                // Go on from where the link leads.
+                match std::fs::canonicalize(&next) {
+                    Ok(c) => cur = c,
+                    Err(_) => return,
+                }
+            }
+            Ok(_) => return,
+            Err(_) => cur = next,
+        }
+    }
 }
 
 /// Expand and canonicalise each entry; what cannot be goes to `skipped`. Duplicates
@@ -298,6 +436,8 @@ mod tests {
             dirs: paths::dirs(&|_| None, &home, 1000, None),
             home,
             cwd,
+            getenv: |_| None,
+            client: None,
         }
     }
 

@@ -143,7 +143,7 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
         Ok(None) => Err(None),
         Err(e) => Err(Some(e)),
     };
-    let (plan, (shim, terminal, spawned)) = match (plan, started) {
+    let (mut plan, (shim, terminal, spawned)) = match (plan, started) {
         (Ok(plan), Ok(started)) => (plan, started),
         (Ok(_), Err(e)) => return Err(e),
         (Err(why), started) => {
@@ -160,7 +160,7 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     };
 
     // 3. Run id, directories, audit log.
-    let prepared = prepare_run(&plan);
+    let prepared = prepare_run(&mut plan);
     let (run_id, run_dir, audit) = match prepared {
         Ok(p) => p,
         Err(e) => {
@@ -226,11 +226,13 @@ fn sweep_stale_runs(runtime: &Path, ours: &Path) {
 
 /// The run id, its runtime directory (0700) and its audit log; wardcell's own
 /// directories exist afterwards, so that every sandbox can mask them.
-fn prepare_run(plan: &Plan) -> Result<(String, PathBuf, AuditLog), BrokerError> {
+fn prepare_run(plan: &mut Plan) -> Result<(String, PathBuf, AuditLog), BrokerError> {
     let mut random = [0u8; 4];
     sys::random_bytes(&mut random).map_err(|e| BrokerError::Launch(e.to_string()))?;
     let run_id = runid::new_run_id(random);
     prepare_own_dirs(plan)?;
+    spec::resolve_own_paths(plan).map_err(BrokerError::Refused)?;
+    record_identities(plan);
     // Made under a name the sweep ignores, locked, then moved into place: another
     // broker's sweep never sees it unlocked.
     let run_dir = plan.dirs.runtime.join(&run_id);
@@ -249,6 +251,36 @@ fn prepare_run(plan: &Plan) -> Result<(String, PathBuf, AuditLog), BrokerError> 
         }
     })?;
     Ok((run_id, run_dir, audit))
+}
+
+/// What every path the plan names is now, before any sandbox of this run exists: each
+/// opened without following a link at any component. Sandboxes are built only from paths
+/// that still are what they were here (see `wardcell_common::identity`).
+fn record_identities(plan: &mut Plan) {
+    let host_env: Vec<(String, String)> = std::env::vars().collect();
+    let mut paths: Vec<PathBuf> = spec::host_paths(&host_env);
+    let profiles = plan.zones.iter().map(|z| &z.profile);
+    let start = match &plan.start {
+        Start::Profile(p) => Some(p),
+        Start::Zone(_) => None,
+    };
+    for p in profiles.chain(start) {
+        paths.extend(p.paths().cloned());
+    }
+    paths.extend(plan.dirs.config.iter().cloned());
+    paths.push(plan.dirs.state.clone());
+    paths.push(plan.dirs.runtime.clone());
+    paths.extend(plan.credential_files());
+    paths.extend(plan.client.iter().cloned());
+    // The CA certificates the shim starts a bundle with, where they really are.
+    paths.extend(
+        spec::system_roots(&host_env, &|p| p.exists()).and_then(|p| fs::canonicalize(p).ok()),
+    );
+    for path in paths {
+        if let Ok(id) = sys::identity_of(&path) {
+            plan.identities.insert(path, id);
+        }
+    }
 }
 
 /// The plan on fd 3; `None` when the writer closed it without sending anything.
@@ -493,6 +525,13 @@ fn run_first_sandbox(
     }
     let (code, message) = describe(&ended.outcome, &sb.spec.argv[0]);
     run.end_entries();
+    for line in run.check_git(&name) {
+        eprintln!(
+            "warning: {} appeared during this run and runs code the next time git runs in {}; inspect it before you use git there",
+            shown(&line),
+            shown(&run.plan.cwd.display().to_string())
+        );
+    }
     let _ = run.record(
         "run",
         "run.finished",

@@ -12,6 +12,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
+use wardcell_common::gitguard;
 use wardcell_common::plan::{Plan, ProfilePlan, SandboxSpec};
 use wardcell_common::protocol::{self, ShimReport, ShimRequest};
 
@@ -39,6 +40,10 @@ pub struct Run {
     entries: Mutex<Vec<(u32, OwnedFd)>>,
     entries_done: Condvar,
     ending: AtomicBool,
+    /// The run's repository, where code-running files may appear (see gitguard), and
+    /// what was found there so far.
+    git_watch: Option<gitguard::Watch>,
+    git_found: Mutex<Vec<String>>,
     /// The first sandbox (its pidfd), once it is complete: what ends the run.
     first: OnceLock<OwnedFd>,
 }
@@ -48,6 +53,7 @@ impl Run {
         let host_env = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
+        let git_watch = git_watch(&plan);
         Run {
             plan,
             id,
@@ -59,6 +65,8 @@ impl Run {
             entries: Mutex::new(Vec::new()),
             entries_done: Condvar::new(),
             ending: AtomicBool::new(false),
+            git_watch,
+            git_found: Mutex::new(Vec::new()),
             first: OnceLock::new(),
         }
     }
@@ -93,6 +101,36 @@ impl Run {
         for (_, fd) in e.iter() {
             let _ = sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
         }
+    }
+
+    /// What can make git run code in the run's repository that was not there at the start.
+    pub fn git_now(&self) -> Vec<String> {
+        self.git_watch
+            .as_ref()
+            .map(gitguard::changes)
+            .unwrap_or_default()
+    }
+
+    /// After a sandbox ends: audit what appeared in the run's repository that runs code
+    /// on the host (once each). Returns everything found so far, for the run's end.
+    pub fn check_git(&self, sandbox: &str) -> Vec<String> {
+        let mut found = self.git_found.lock().unwrap_or_else(|p| p.into_inner());
+        if self.git_watch.is_some() {
+            let new: Vec<String> = self
+                .git_now()
+                .into_iter()
+                .filter(|l| !found.contains(l))
+                .collect();
+            if !new.is_empty() {
+                let _ = self.record(
+                    "sandbox",
+                    "sandbox.git_changed",
+                    serde_json::json!({"sandbox": sandbox, "paths": new}),
+                );
+                found.extend(new);
+            }
+        }
+        found.clone()
     }
 
     /// Record an entered sandbox while it runs; returns the key to [`Run::entry_done`].
@@ -212,6 +250,22 @@ impl Spawned {
     }
 }
 
+/// The run's directory is watched when a sandbox may write it: a snapshot of what can make
+/// git run code there, taken before any sandbox runs code.
+fn git_watch(plan: &Plan) -> Option<gitguard::Watch> {
+    let start = match &plan.start {
+        wardcell_common::plan::Start::Profile(p) => Some(p),
+        wardcell_common::plan::Start::Zone(_) => None,
+    };
+    let writable = plan
+        .zones
+        .iter()
+        .map(|z| &z.profile)
+        .chain(start)
+        .any(|p| p.write.iter().any(|w| plan.cwd.starts_with(w)));
+    gitguard::watch(&plan.cwd, writable)
+}
+
 /// Step 1: new namespaces and the shim. Returns at once; the kernel (and the other core)
 /// builds the namespaces and execs the shim while the caller prepares the rest.
 pub fn spawn(shim: &CString, stdio: [RawFd; 3]) -> Result<Spawned, BrokerError> {
@@ -230,6 +284,13 @@ pub fn spawn(shim: &CString, stdio: [RawFd; 3]) -> Result<Spawned, BrokerError> 
 
 /// Both steps, for a sandbox started from a supervisor thread.
 pub fn start(run: &Arc<Run>, req: Request<'_>) -> Result<Sandbox, BrokerError> {
+    // Git in the new sandbox would run what a sandbox of this run planted in the
+    // repository: no entry while it is there.
+    if let Some(first) = run.git_now().first() {
+        return Err(BrokerError::Refused(format!(
+            "{first} appeared during this run and git would run it in the new sandbox; remove it, then enter again"
+        )));
+    }
     let spawned = spawn(&run.shim, req.stdio)?;
     complete(run, spawned, req, || Ok(())).map(|(sandbox, ())| sandbox)
 }

@@ -4,13 +4,12 @@ use std::path::{Path, PathBuf};
 
 use wardcell_common::envrules;
 use wardcell_common::plan::{
-    Plan, ProfilePlan, SandboxSpec, SANDBOX_CA_BUNDLE, SANDBOX_PROXY_PORT,
+    Plan, ProfilePlan, SandboxSpec, ViewEntry, ViewKind, SANDBOX_CA_BUNDLE, SANDBOX_PROXY_PORT,
 };
 
-/// Readable in every sandbox: its own /proc, and CPU topology (nproc and friends).
-pub const ALWAYS_READ: &[&str] = &["/proc", "/sys/devices/system/cpu"];
-/// Writable in every sandbox: its own minimal /dev (null, tty, pts, shm...).
-pub const ALWAYS_WRITE: &[&str] = &["/dev"];
+/// Bound read-only into every sandbox: CPU topology (nproc and friends). Its own /proc,
+/// a minimal /dev and a private /tmp are the shim's to make.
+pub const ALWAYS_READ: &[&str] = &["/sys/devices/system/cpu"];
 /// Where host services keep their sockets. Masked unless a profile names a path in them.
 pub const HOST_SOCKET_DIRS: &[&str] = &["/run", "/var/run"];
 
@@ -118,6 +117,54 @@ fn symlink_in_writable_tree(
     })
 }
 
+/// wardcell's own directories and the credential files, where they really are. A link on
+/// the way to one of them that a sandbox of this run could replace (its directory lies in
+/// a tree some profile writes) refuses the run; otherwise each name is followed now, once,
+/// before any sandbox exists, so that masks, pins and identities are the real object's,
+/// not the link's (a `~/.config/wardcell` linked into a project would otherwise stay
+/// writable there).
+pub fn resolve_own_paths(plan: &mut Plan) -> Result<(), String> {
+    let start = match &plan.start {
+        wardcell_common::plan::Start::Profile(p) => Some(p),
+        wardcell_common::plan::Start::Zone(_) => None,
+    };
+    let profiles: Vec<&ProfilePlan> = plan.zones.iter().map(|z| &z.profile).chain(start).collect();
+    let real = |p: &Path| -> Result<PathBuf, String> {
+        for profile in &profiles {
+            if let Some((link, w)) = symlink_in_writable_tree(p, &profile.write, &is_symlink) {
+                return Err(link_refusal(p, &link, &profile.name, &w));
+            }
+        }
+        Ok(std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
+    };
+    let mut dirs = plan.dirs.clone();
+    for d in dirs.config.iter_mut() {
+        *d = real(d)?;
+    }
+    dirs.state = real(&dirs.state)?;
+    dirs.runtime = real(&dirs.runtime)?;
+    let mut credentials = plan.credentials.clone();
+    for c in credentials.iter_mut() {
+        if let wardcell_common::plan::SecretPlan::File(f) = &mut c.secret {
+            *f = real(f)?;
+        }
+    }
+    plan.dirs = dirs;
+    plan.credentials = credentials;
+    Ok(())
+}
+
+fn link_refusal(p: &Path, link: &Path, profile: &str, w: &Path) -> String {
+    format!(
+        "{} is reached through the symbolic link {}, and profile '{}' lets the sandbox write {}, so it could replace the link and plant a configuration; make {} a real directory or narrow the profile",
+        p.display(),
+        link.display(),
+        profile,
+        w.display(),
+        link.display()
+    )
+}
+
 /// Whether `p` itself is a symbolic link (not following it).
 pub fn is_symlink(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())
@@ -129,6 +176,14 @@ pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<Sandbo
     build_with(req, exists, &is_symlink)
 }
 
+/// Paths the broker records identities for besides the plan's own: host socket
+/// directories (masked where a tree shows them) and the trees every sandbox reads.
+pub fn host_paths(host_env: &[(String, String)]) -> Vec<PathBuf> {
+    let mut out = host_socket_paths(host_env);
+    out.extend(ALWAYS_READ.iter().map(PathBuf::from));
+    out
+}
+
 /// [`build`], with the symlink check given (tests).
 pub fn build_with(
     req: &Request<'_>,
@@ -136,11 +191,38 @@ pub fn build_with(
     is_symlink: &dyn Fn(&Path) -> bool,
 ) -> Result<SandboxSpec, String> {
     let profile = req.profile;
-    let private_tmp = profile.private_tmp();
-    let mut read: Vec<PathBuf> = profile.read.clone();
-    read.extend(ALWAYS_READ.iter().map(PathBuf::from));
-    let mut write: Vec<PathBuf> = profile.write.clone();
-    write.extend(ALWAYS_WRITE.iter().map(PathBuf::from));
+    let ids = &req.plan.identities;
+    let mut view: Vec<ViewEntry> = Vec::new();
+    // Trees, each with what it was when the run started.
+    let trees = profile
+        .read
+        .iter()
+        .cloned()
+        .chain(ALWAYS_READ.iter().map(PathBuf::from))
+        .map(|p| (p, ViewKind::Read))
+        .chain(profile.write.iter().map(|p| (p.clone(), ViewKind::Write)));
+    for (path, what) in trees {
+        if path.starts_with("/proc") {
+            return Err(format!(
+                "profile '{}' names {}, but every sandbox has a /proc of its own; remove it from the profile",
+                profile.name,
+                path.display()
+            ));
+        }
+        let id = ids.get(&path).ok_or_else(|| {
+            format!(
+                "{} could not be opened without following a symbolic link when the run started; make it a real directory or remove it from profile '{}'",
+                path.display(),
+                profile.name
+            )
+        })?;
+        view.push(ViewEntry {
+            path,
+            what,
+            id: Some(id),
+        });
+    }
+    let write = &profile.write;
 
     // wardcell's own directories: masked always, and a missing one inside a writable
     // tree is a place the sandbox could plant a configuration: refuse.
@@ -149,18 +231,11 @@ pub fn build_with(
     own.push(dirs.state.clone());
     own.push(dirs.runtime.clone());
     for p in &own {
-        if let Some((link, w)) = symlink_in_writable_tree(p, &profile.write, &is_symlink) {
-            return Err(format!(
-                "{} is reached through the symbolic link {}, and profile '{}' lets the sandbox write {}, so it could replace the link and plant a configuration; make {} a real directory or narrow the profile",
-                p.display(),
-                link.display(),
-                profile.name,
-                w.display(),
-                link.display()
-            ));
+        if let Some((link, w)) = symlink_in_writable_tree(p, write, &is_symlink) {
+            return Err(link_refusal(p, &link, &profile.name, &w));
         }
         if !exists(p) {
-            if let Some(w) = inside(p, &profile.write) {
+            if let Some(w) = inside(p, write) {
                 return Err(format!(
                     "{} does not exist and profile '{}' lets the sandbox write {}, so it could create it; create {} (an empty directory will do) or narrow the profile",
                     p.display(),
@@ -172,33 +247,77 @@ pub fn build_with(
         }
     }
 
-    // Credential sources are never readable in any sandbox, whatever the profile says.
+    // Masks: deny paths, wardcell's own directories, credential sources (never readable
+    // in any sandbox, whatever the profile says), and host socket directories unless the
+    // profile named something in them. A mask that did not exist at the start hides
+    // nothing; the shim applies one only where a tree shows it.
     let mut mask: Vec<PathBuf> = profile.deny.clone();
     mask.extend(own);
     mask.extend(req.plan.credential_files());
-    let named: Vec<&PathBuf> = profile.read.iter().chain(&profile.write).collect();
+    let named: Vec<&PathBuf> = profile.read.iter().chain(write).collect();
     for s in host_socket_paths(req.host_env) {
-        if private_tmp && s.starts_with("/tmp") {
-            continue; // hidden by the private /tmp already
+        if !named.iter().any(|n| n.starts_with(&s)) {
+            mask.push(s);
         }
-        if named.iter().any(|n| n.starts_with(&s)) {
-            continue; // the profile asked for something in there by name
-        }
-        mask.push(s);
     }
     mask.sort();
     mask.dedup();
-
-    // The working directory must be reachable and not hidden.
-    let cwd = req.cwd;
-    let reachable = inside(cwd, &read).is_some() || inside(cwd, &write).is_some();
-    if private_tmp && cwd.starts_with("/tmp") {
-        return Err(format!(
-            "the working directory {} is under /tmp, which is private to the sandbox in profile '{}'; run from another directory or add /tmp to the profile",
-            cwd.display(),
-            profile.name
-        ));
+    for path in &mask {
+        if let Some(id) = ids.get(path) {
+            view.push(ViewEntry {
+                path: path.clone(),
+                what: ViewKind::Mask,
+                id: Some(id),
+            });
+        }
     }
+
+    // Unix sockets: the supervisor's (made by the broker where no sandbox reaches), and
+    // those the profile names.
+    if let Some(sock) = req.zone_socket {
+        view.push(ViewEntry {
+            path: sock.to_path_buf(),
+            what: ViewKind::Socket,
+            id: None,
+        });
+    }
+    for sock in &profile.unix_sockets {
+        let id = ids.get(sock).ok_or_else(|| {
+            format!(
+                "the socket {} could not be opened when the run started",
+                sock.display()
+            )
+        })?;
+        view.push(ViewEntry {
+            path: sock.clone(),
+            what: ViewKind::Socket,
+            id: Some(id),
+        });
+    }
+    // The client, at the path it was started from, in every sandbox: `wardcell zone ...`
+    // works wherever it is installed (and says what does not work where it is).
+    if let Some(client) = &req.plan.client {
+        if let Some(id) = ids.get(client) {
+            view.push(ViewEntry {
+                path: client.clone(),
+                what: ViewKind::Read,
+                id: Some(id),
+            });
+        }
+    }
+    for (link, target) in &profile.links {
+        view.push(ViewEntry {
+            path: link.clone(),
+            what: ViewKind::Link(target.clone()),
+            id: None,
+        });
+    }
+
+    // The working directory must be in the view and not hidden.
+    let cwd = req.cwd;
+    let reachable = view
+        .iter()
+        .any(|e| matches!(e.what, ViewKind::Read | ViewKind::Write) && cwd.starts_with(&e.path));
     if !reachable {
         return Err(format!(
             "profile '{}' cannot reach the working directory {}; run from a directory it can read, or add this one to its read list",
@@ -214,12 +333,23 @@ pub fn build_with(
         ));
     }
 
-    // Variables a credential reads never enter any sandbox.
+    // Variables a credential reads never enter any sandbox; SSH_AUTH_SOCK only where it
+    // names a socket the view holds.
     let mut env = envrules::filter(
         req.caller_env.clone(),
         &profile.env,
         &req.plan.credential_env_vars(),
     );
+    env.retain(|(k, _)| k != "SSH_AUTH_SOCK");
+    let agent = req
+        .host_env
+        .iter()
+        .find(|(k, v)| {
+            k == "SSH_AUTH_SOCK"
+                && std::fs::canonicalize(v).is_ok_and(|c| profile.unix_sockets.contains(&c))
+        })
+        .cloned();
+    env.extend(agent);
     env.push(("WARDCELL_SANDBOX".into(), "1".into()));
     if let Some(zone) = req.zone {
         env.push(("WARDCELL_ZONE".into(), zone.to_string()));
@@ -231,8 +361,11 @@ pub fn build_with(
     // Network: only the zone's proxy, on the sandbox's own loopback.
     let network = profile.network.enabled();
     let intercept = network && req.authenticated && !profile.credentials.is_empty();
+    // Read by the shim only as recorded at the start (a sandbox may write where it is).
     let system_roots = if intercept {
         system_roots(req.host_env, exists)
+            .and_then(|p| std::fs::canonicalize(p).ok())
+            .and_then(|p| ids.get(&p).map(|id| (p, id)))
     } else {
         None
     };
@@ -266,17 +399,13 @@ pub fn build_with(
         argv: req.argv.to_vec(),
         env,
         cwd: cwd.to_path_buf(),
-        read,
-        write,
-        mask,
-        private_tmp,
+        view,
         tcp_connect: if network {
             vec![SANDBOX_PROXY_PORT]
         } else {
             Vec::new()
         },
         controlling_tty: req.pty,
-        sockets: req.zone_socket.map(Path::to_path_buf).into_iter().collect(),
         proxy_port: network.then_some(SANDBOX_PROXY_PORT),
         system_roots,
     })
@@ -352,7 +481,8 @@ mod network_tests {
         for k in CA_VARS {
             assert_eq!(get(&spec, k).as_deref(), Some(SANDBOX_CA_BUNDLE), "{k}");
         }
-        assert_eq!(spec.system_roots, Some(PathBuf::from("/opt/roots.pem")));
+        // Not recorded at the start (it does not exist here): no roots rather than any.
+        assert_eq!(spec.system_roots, None);
     }
 }
 
@@ -403,7 +533,48 @@ mod tests {
                     secret: SecretPlan::File("/home/u/src/token.txt".into()),
                 },
             ],
+            client: None,
+            identities: recorded(),
         }
+    }
+
+    /// Identities "recorded at the start" for every path these tests name.
+    fn recorded() -> wardcell_common::identity::Recorded {
+        use wardcell_common::identity::{Identity, Kind, Recorded};
+        let mut r = Recorded::default();
+        let paths = [
+            "/usr",
+            "/etc",
+            "/home/u",
+            "/home/u/src",
+            "/home/u/.ssh",
+            "/home/u/.config/wardcell",
+            "/etc/wardcell",
+            "/home/u/.local/state/wardcell",
+            "/run",
+            "/var/run",
+            "/run/user/1000",
+            "/run/user/1000/wardcell",
+            "/home/u/.agent",
+            "/home/u/src/token.txt",
+            "/sys/devices/system/cpu",
+            "/tmp/x",
+            "/run/postgresql",
+        ];
+        for (i, p) in paths.iter().enumerate() {
+            let id = Identity {
+                dev: 1,
+                ino: i as u64 + 1,
+                kind: Kind::Dir,
+            };
+            r.insert(PathBuf::from(p), id);
+        }
+        r
+    }
+
+    /// The masks of a spec.
+    pub fn masks(spec: &SandboxSpec) -> Vec<PathBuf> {
+        spec.paths(&ViewKind::Mask).cloned().collect()
     }
 
     pub fn profile(read: &[&str], write: &[&str]) -> ProfilePlan {
@@ -477,14 +648,14 @@ mod tests {
             "/home/u/src/token.txt",
         ] {
             assert!(
-                spec.mask.contains(&PathBuf::from(m)),
+                masks(&spec).contains(&PathBuf::from(m)),
                 "{m} not masked: {:?}",
-                spec.mask
+                masks(&spec)
             );
         }
-        assert!(spec.private_tmp);
-        assert!(spec.write.contains(&PathBuf::from("/dev")));
-        assert!(spec.read.contains(&PathBuf::from("/proc")));
+        assert!(spec
+            .paths(&ViewKind::Read)
+            .any(|p| p == Path::new("/sys/devices/system/cpu")));
     }
 
     #[test]
@@ -497,8 +668,8 @@ mod tests {
         r.caller_env
             .retain(|(k, _)| k != "XDG_RUNTIME_DIR" && k != "SSH_AUTH_SOCK");
         let spec = build(&r, &|_| true).unwrap();
-        assert!(spec.mask.contains(&PathBuf::from("/run/user/1000")));
-        assert!(spec.mask.contains(&PathBuf::from("/home/u/.agent")));
+        assert!(masks(&spec).contains(&PathBuf::from("/run/user/1000")));
+        assert!(masks(&spec).contains(&PathBuf::from("/home/u/.agent")));
     }
 
     #[test]
@@ -546,7 +717,15 @@ mod tests {
 
         let p = profile(&["/usr", "/tmp/x"], &[]);
         let e = build(&req(&plan, &p, &argv, Path::new("/tmp/x")), &|_| true);
-        assert!(e.is_ok(), "/tmp named by the profile is not private: {e:?}");
+        assert!(
+            e.is_ok(),
+            "a tree under /tmp is bound over the private /tmp: {e:?}"
+        );
+
+        // A tree whose identity was not recorded (a link, or gone) is refused.
+        let p = profile(&["/usr", "/home/u", "/nowhere"], &[]);
+        let e = build(&req(&plan, &p, &argv, Path::new("/home/u/src")), &|_| true).unwrap_err();
+        assert!(e.starts_with("/nowhere could not be opened"), "{e}");
     }
 
     #[test]
@@ -585,7 +764,7 @@ mod tests {
         let p = profile(&["/usr", "/home/u", "/run/postgresql"], &["/home/u/src"]);
         let argv = vec!["true".to_string()];
         let spec = build(&req(&plan, &p, &argv, Path::new("/home/u/src")), &|_| true).unwrap();
-        assert!(!spec.mask.contains(&PathBuf::from("/run")));
-        assert!(spec.mask.contains(&PathBuf::from("/run/user/1000")));
+        assert!(!masks(&spec).contains(&PathBuf::from("/run")));
+        assert!(masks(&spec).contains(&PathBuf::from("/run/user/1000")));
     }
 }

@@ -396,6 +396,7 @@ impl Supervisor {
             );
         }
         sb.retire();
+        self.run.check_git(&sb_name);
         if ended.caller_gone || self.run.is_ending() {
             let how = if ended.caller_gone {
                 "the caller went away; the command's sandbox was ended"

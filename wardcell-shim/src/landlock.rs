@@ -5,11 +5,14 @@
 //! (ABI 4), device ioctls (ABI 5) and signal/abstract-socket scoping (ABI 6) are added
 //! where the kernel has them, and what is missing is reported.
 
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use crate::mounts::View;
 
 use landlock::{
     Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, NetPort, PathBeneath,
-    PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
 /// The newest ABI whose features wardcell uses. Pinned so that a newer crate or kernel
@@ -25,32 +28,32 @@ pub struct Enforced {
     pub missing: Vec<String>,
 }
 
-fn access_for(
-    path: &Path,
-    dir_access: landlock::BitFlags<AccessFs>,
-) -> landlock::BitFlags<AccessFs> {
-    if path.is_dir() {
-        dir_access
-    } else {
-        dir_access & AccessFs::from_file(PINNED)
-    }
-}
+/// ABI 9 (Linux 7.1) controls `connect()` to pathname Unix sockets; where the kernel has
+/// it, only sockets in the view's writable trees and those the spec names are reachable.
+/// Below it, the view alone keeps host sockets out: they do not exist inside.
+pub const UNIX_SOCKET_RULES: ABI = ABI::V9;
 
+/// The rights for a rule on `fd`: a file gets only what applies to files.
 fn beneath(
-    path: &Path,
+    fd: &OwnedFd,
     access: landlock::BitFlags<AccessFs>,
-) -> Result<PathBeneath<PathFd>, String> {
-    let fd = PathFd::new(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(PathBeneath::new(fd, access_for(path, access)))
+) -> Result<PathBeneath<BorrowedFd<'_>>, String> {
+    let is_dir = File::from(fd.try_clone().map_err(|e| e.to_string())?)
+        .metadata()
+        .map_err(|e| e.to_string())?
+        .is_dir();
+    let access = if is_dir {
+        access
+    } else {
+        access & (AccessFs::from_file(PINNED) | AccessFs::ResolveUnix)
+    };
+    Ok(PathBeneath::new(fd.as_fd(), access))
 }
 
-/// Restrict the calling thread (and what it execs) to `read`/`write` trees and TCP
-/// connections to `tcp_connect` ports. Refuses when the filesystem rules cannot be enforced.
-pub fn enforce(
-    read: &[PathBuf],
-    write: &[PathBuf],
-    tcp_connect: &[u16],
-) -> Result<Enforced, String> {
+/// Restrict the calling thread (and what it execs) to the view's trees, by the very
+/// descriptors the view was built from, and TCP connections to `tcp_connect` ports.
+/// Refuses when the filesystem rules cannot be enforced.
+pub fn enforce(view: &View, tcp_connect: &[u16]) -> Result<Enforced, String> {
     let err = |e: landlock::RulesetError| format!("{e}");
     let mut created = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
@@ -61,6 +64,8 @@ pub fn enforce(
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(PINNED))
         .map_err(err)?
+        .handle_access(AccessFs::ResolveUnix)
+        .map_err(err)?
         .handle_access(AccessNet::from_all(PINNED))
         .map_err(err)?
         .scope(Scope::from_all(PINNED))
@@ -68,14 +73,22 @@ pub fn enforce(
         .create()
         .map_err(|e| format!("creating the Landlock ruleset: {e}"))?;
 
-    for p in read {
+    for fd in &view.read {
         created = created
-            .add_rule(beneath(p, AccessFs::from_read(PINNED))?)
+            .add_rule(beneath(fd, AccessFs::from_read(PINNED))?)
             .map_err(err)?;
     }
-    for p in write {
+    for fd in &view.write {
         created = created
-            .add_rule(beneath(p, AccessFs::from_all(PINNED))?)
+            .add_rule(beneath(
+                fd,
+                AccessFs::from_all(PINNED) | AccessFs::ResolveUnix,
+            )?)
+            .map_err(err)?;
+    }
+    for fd in &view.sockets {
+        created = created
+            .add_rule(beneath(fd, AccessFs::ResolveUnix.into())?)
             .map_err(err)?;
     }
     for &port in tcp_connect {
@@ -103,5 +116,6 @@ pub fn enforce(
     if abi < 6 {
         missing.push("signal and abstract-socket scoping (Landlock ABI 6, Linux 6.12)".to_string());
     }
+
     Ok(Enforced { abi, missing })
 }

@@ -96,10 +96,11 @@ fn main() {
         Err(_) => std::process::exit(1),
     };
 
-    // 2. The mount namespace and loopback.
-    if let Err(e) = mounts::setup(&spec) {
-        setup_failed(&mut control, "mounts", e);
-    }
+    // 2. The view (mounts.rs) and loopback.
+    let view = match mounts::setup(&spec) {
+        Ok(v) => v,
+        Err(f) => setup_failed(&mut control, f.step, f.message),
+    };
     if let Err(e) = sys::loopback_up() {
         setup_failed(
             &mut control,
@@ -114,13 +115,13 @@ fn main() {
     }
     // The broker says when: it has audited the run's start and, with network, started
     // the proxy, whose CA the command's bundle then carries.
-    if let Err(e) = await_proceed(&mut control, &spec) {
+    if let Err(e) = await_proceed(&mut control, &view) {
         setup_failed(&mut control, "start", e);
     }
 
     // 3. The command.
     let child = match sys::fork() {
-        Ok(sys::Forked::Child) => exec_command(&spec, &filter, &mut control),
+        Ok(sys::Forked::Child) => exec_command(&spec, &view, &filter, &mut control),
         Ok(sys::Forked::Parent(pid)) => Pid::from_raw(pid),
         Err(e) => setup_failed(&mut control, "fork", e.to_string()),
     };
@@ -153,21 +154,13 @@ fn hand_over_listener(control: &mut UnixStream, port: u16) -> Result<(), String>
 }
 
 /// Wait for the broker's `Proceed`; with the run's CA, write the bundle the command trusts.
-fn await_proceed(control: &mut UnixStream, spec: &SandboxSpec) -> Result<(), String> {
+fn await_proceed(control: &mut UnixStream, view: &mounts::View) -> Result<(), String> {
     let ca_pem = match protocol::read_frame::<ShimRequest>(control).map_err(|e| e.to_string())? {
         ShimRequest::Proceed { ca_pem } => ca_pem,
         ShimRequest::Start(_) => return Err("a second Start".into()),
     };
     if let Some(ca) = ca_pem {
-        let mut bundle = match &spec.system_roots {
-            Some(roots) => std::fs::read(roots).map_err(|e| {
-                format!(
-                    "reading the system CA certificates {}: {e}",
-                    roots.display()
-                )
-            })?,
-            None => Vec::new(),
-        };
+        let mut bundle = view.system_roots.clone().unwrap_or_default();
         if !bundle.is_empty() && !bundle.ends_with(b"\n") {
             bundle.push(b'\n');
         }
@@ -180,7 +173,18 @@ fn await_proceed(control: &mut UnixStream, spec: &SandboxSpec) -> Result<(), Str
 
 /// `--probe`, for `wardcell doctor`: what this kernel offers, as `key=value` lines.
 fn probe() -> ! {
-    println!("landlock_abi={}", sys::landlock_abi());
+    let abi = sys::landlock_abi();
+    println!("landlock_abi={abi}");
+    // Which layer keeps host Unix sockets out: the view always; Landlock's socket rules too
+    // where the kernel has them.
+    println!(
+        "unix_sockets={}",
+        if abi >= landlock::UNIX_SOCKET_RULES as i64 {
+            "view+landlock"
+        } else {
+            "view"
+        }
+    );
     // Install the real filters in a throwaway child and see that it survives.
     let seccomp = match sys::fork() {
         Ok(sys::Forked::Child) => {
@@ -248,6 +252,7 @@ fn supervise(child: Pid, waited: &SigSet) -> ShimReport {
 /// The command's side of the fork: confine, then exec. Never returns.
 fn exec_command(
     spec: &SandboxSpec,
+    view: &mounts::View,
     filter: &Result<seccompiler::BpfProgram, String>,
     control: &mut UnixStream,
 ) -> ! {
@@ -279,11 +284,7 @@ fn exec_command(
         setup_failed(control, "capabilities", e);
     }
     // d. Landlock.
-    let mut write = spec.write.clone();
-    if spec.private_tmp {
-        write.push("/tmp".into());
-    }
-    match landlock::enforce(&spec.read, &write, &spec.tcp_connect) {
+    match landlock::enforce(view, &spec.tcp_connect) {
         Ok(enforced) => report(
             control,
             &ShimReport::Confined {

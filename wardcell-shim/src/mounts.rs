@@ -1,313 +1,725 @@
-//! The sandbox's mount namespace: fresh /proc, a minimal /dev, a private /tmp, masks.
+//! The sandbox's filesystem: a view built from nothing.
 //!
 //! Runs as PID 1 of the new PID namespace, with CAP_SYS_ADMIN in the new user namespace
 //! (raised as an ambient capability by the broker for exactly this), before any
 //! capability is dropped. Every step either succeeds or stops the run.
+//!
+//! 1. Every path of the spec is opened from the host's tree without following a link at
+//!    any component, and compared with what it was when the run started: a sandbox of
+//!    this run may have replaced it since. A difference refuses the sandbox.
+//! 2. The root is a fresh tmpfs. Into it go only: the spec's trees (bound from those
+//!    descriptors, read-only or writable, never setuid or device-bearing), a private
+//!    `/tmp`, a minimal `/dev`, its own `/proc`, the masks, the Unix sockets the spec
+//!    names, and the symbolic links met on the way to the trees. A mount point inside a
+//!    bound tree is opened the same way and must be the very object recorded.
+//! 3. A read-only path inside a writable tree, and each of its ancestors there, is a mount
+//!    point: it cannot be renamed or replaced from inside.
+//! 4. The tmpfs root becomes read-only, the process pivots into it, and the host's tree is
+//!    detached: nothing else of the host exists inside, by any path.
 
-use std::fs;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{symlink, DirBuilderExt};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use nix::mount::{mount, MsFlags};
+use nix::mount::{mount, MntFlags, MsFlags};
+use nix::sys::stat::Mode;
 
-use wardcell_common::plan::SandboxSpec;
+use wardcell_common::identity::{self, Identity, Kind};
+use wardcell_common::plan::{SandboxSpec, ViewEntry, ViewKind};
 
-type Result<T> = std::result::Result<T, String>;
+use crate::sys;
 
-const NONE: Option<&str> = None;
+/// Why a sandbox could not be built: `step` is `identity` when a path changed.
+pub struct Failure {
+    pub step: &'static str,
+    pub message: String,
+}
 
-fn do_mount(
-    src: Option<&str>,
-    target: &Path,
-    fstype: Option<&str>,
-    flags: MsFlags,
-    data: Option<&str>,
-) -> Result<()> {
-    mount(src, target, fstype, flags, data).map_err(|e| {
-        format!(
-            "mounting {} on {}: {e}",
-            fstype.or(src).unwrap_or("(remount)"),
-            target.display()
-        )
-    })
+type Result<T> = std::result::Result<T, Failure>;
+
+fn fail(message: String) -> Failure {
+    Failure {
+        step: "mounts",
+        message,
+    }
+}
+
+/// Descriptors of what the view holds, for Landlock rules that name the same objects.
+pub struct View {
+    pub read: Vec<OwnedFd>,
+    pub write: Vec<OwnedFd>,
+    /// The Unix sockets the view holds (connectable under Landlock's socket rules).
+    pub sockets: Vec<OwnedFd>,
+    /// The system's CA certificates, read before the host's tree went away.
+    pub system_roots: Option<Vec<u8>>,
 }
 
 /// Device nodes every sandbox gets, bound from the host.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
-/// Carry out the mount part of `spec`.
-pub fn setup(spec: &SandboxSpec) -> Result<()> {
-    // 0. Before anything is mounted over them: hold wardcell's own sockets that must stay
-    //    reachable, and resolve every mask (a private /tmp would hide both).
-    let held: Vec<(PathBuf, fs::File)> = spec
-        .sockets
+/// Hard attributes of every tree bound from the host.
+const TREE_ATTRS: u64 = sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV;
+
+/// One step of building the view, in path order (parents first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// A private tmpfs (`/tmp`), a minimal `/dev`, a fresh `/proc`.
+    Tmp,
+    Dev,
+    Proc,
+    /// A tree bound from the host, writable or not.
+    Tree {
+        writable: bool,
+    },
+    /// Make an existing directory of a writable tree a mount point of its own.
+    Pin,
+    /// Hide what is there, keeping the listed sockets reachable.
+    Mask {
+        sockets: Vec<PathBuf>,
+    },
+    Socket,
+    Link(PathBuf),
+}
+
+/// The steps for `view`, in order, with the decisions: a tree inside a tree of the same
+/// kind is already there; anything inside a mask is hidden (sockets are put inside their
+/// mask); ancestors of protected paths inside writable trees are pinned.
+pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
+    use std::collections::BTreeSet;
+    // Each tree once; named both ways, a tree is writable. Keyed by bytes: the paths are
+    // canonical, and comparing them component by component costs more.
+    let mut trees: BTreeMap<&[u8], bool> = BTreeMap::new();
+    for e in view {
+        let writable = match e.what {
+            ViewKind::Read => false,
+            ViewKind::Write => true,
+            _ => continue,
+        };
+        *trees.entry(key(&e.path)).or_insert(writable) |= writable;
+    }
+    let masks: BTreeSet<&[u8]> = view
         .iter()
-        .map(|p| {
-            crate::sys::open_path(p)
-                .map(|f| (p.clone(), f))
-                .map_err(|e| format!("opening {}: {e}", p.display()))
-        })
-        .collect::<Result<_>>()?;
-    let resolved: Vec<PathBuf> = spec
-        .mask
-        .iter()
-        .filter_map(|p| fs::canonicalize(p).ok())
+        .filter(|e| e.what == ViewKind::Mask)
+        .map(|e| key(&e.path))
         .collect();
-    // 1. Nothing we mount propagates back to the host, nor the host's mounts to us.
-    do_mount(
-        NONE,
-        Path::new("/"),
-        NONE,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        NONE,
-    )?;
+    // Looked up by ancestors, so that long lists stay cheap.
+    let masked = |p: &Path| p.ancestors().skip(1).any(|a| masks.contains(key(a)));
+    // Whether the nearest tree that contains `p` (not `p` itself) is writable.
+    let enclosing = |p: &Path| {
+        p.ancestors()
+            .skip(1)
+            .find_map(|a| trees.get(key(a)).copied())
+    };
+    let mut done: BTreeSet<&[u8]> = BTreeSet::new();
 
-    // 2. Make the ancestors of every mask that lie in a writable tree mount points of their
-    //    own: a mount point cannot be renamed, so the sandbox cannot move a masked
-    //    directory (wardcell's config, say) aside and plant a new one at its path.
-    //    Recursive binds, outermost first, so that nothing already mounted is lost.
-    for dir in pinned_ancestors(&resolved, &spec.write) {
-        do_mount(
-            Some(path_str(&dir)?),
-            &dir,
-            NONE,
-            MsFlags::MS_BIND | MsFlags::MS_REC,
-            NONE,
-        )?;
-    }
-
-    // 3. Everything read-only but the write trees: Landlock does not mediate chmod,
-    //    chown, utime or extended attributes, a read-only mount refuses them (EROFS).
-    //    Each write tree is bound onto itself and made writable again, with what is
-    //    mounted below it (a mount that was read-only on the host stays read-only).
-    crate::sys::mount_setattr(Path::new("/"), crate::sys::MOUNT_ATTR_RDONLY, 0, true)
-        .map_err(|e| format!("making the filesystem read-only: {e}"))?;
-    for w in writable_roots(&spec.write) {
-        do_mount(
-            Some(path_str(&w)?),
-            &w,
-            NONE,
-            MsFlags::MS_BIND | MsFlags::MS_REC,
-            NONE,
-        )?;
-        let clear = crate::sys::MOUNT_ATTR_RDONLY;
-        if let Err(e) = crate::sys::mount_setattr(&w, 0, clear, true) {
-            // A mount below it that the host keeps read-only is locked so: leave those,
-            // and make the tree's own mount writable.
-            if e.raw_os_error() != Some(libc::EPERM) {
-                return Err(format!("making {} writable: {e}", w.display()));
+    let mut ops: Vec<(PathBuf, Op)> = vec![
+        ("/dev".into(), Op::Dev),
+        ("/proc".into(), Op::Proc),
+        ("/tmp".into(), Op::Tmp),
+    ];
+    let mut protected: Vec<&Path> = Vec::new();
+    for e in view {
+        let p = e.path.as_path();
+        match &e.what {
+            ViewKind::Read | ViewKind::Write => {
+                let writable = trees[key(p)];
+                if masked(p) || !done.insert(key(p)) {
+                    continue;
+                }
+                match enclosing(p) {
+                    Some(w) if w == writable => continue,
+                    Some(true) => protected.push(p),
+                    _ => {}
+                }
+                ops.push((p.to_path_buf(), Op::Tree { writable }));
             }
-            crate::sys::mount_setattr(&w, 0, clear, false)
-                .map_err(|e| format!("making {} writable: {e}", w.display()))?;
+            ViewKind::Mask => {
+                if masked(p) {
+                    continue;
+                }
+                let sockets: Vec<PathBuf> = view
+                    .iter()
+                    .filter(|s| s.what == ViewKind::Socket && s.path.starts_with(p))
+                    .map(|s| s.path.clone())
+                    .collect();
+                if enclosing(p) == Some(true) {
+                    protected.push(p);
+                }
+                ops.push((p.to_path_buf(), Op::Mask { sockets }));
+            }
+            ViewKind::Socket => {
+                if masks.contains(key(p)) || masked(p) {
+                    continue; // placed by its mask
+                }
+                if enclosing(p) == Some(true) {
+                    protected.push(p);
+                }
+                ops.push((p.to_path_buf(), Op::Socket));
+            }
+            ViewKind::Link(target) => {
+                if !masked(p) {
+                    ops.push((p.to_path_buf(), Op::Link(target.clone())));
+                }
+            }
         }
     }
-
-    //    A read path inside a write tree is the more specific rule: read-only again.
-    for r in readonly_inside(&spec.read, &spec.write) {
-        do_mount(
-            Some(path_str(&r)?),
-            &r,
-            NONE,
-            MsFlags::MS_BIND | MsFlags::MS_REC,
-            NONE,
-        )?;
-        crate::sys::mount_setattr(&r, crate::sys::MOUNT_ATTR_RDONLY, 0, true)
-            .map_err(|e| format!("making {} read-only: {e}", r.display()))?;
+    // Ancestors of protected paths, strictly between their writable tree and them.
+    for p in protected {
+        let Some(w) = p
+            .ancestors()
+            .skip(1)
+            .find(|a| trees.get(key(a)) == Some(&true))
+        else {
+            continue;
+        };
+        for a in p.ancestors().skip(1) {
+            if a == w || !a.starts_with(w) {
+                break;
+            }
+            let op = (a.to_path_buf(), Op::Pin);
+            if !ops.contains(&op) {
+                ops.push(op);
+            }
+        }
     }
+    // Parents first; at one path a tree before what hides or pins it.
+    let rank = |op: &Op| match op {
+        Op::Tmp | Op::Dev | Op::Proc | Op::Tree { .. } => 0,
+        Op::Pin => 1,
+        Op::Mask { .. } => 2,
+        Op::Socket | Op::Link(_) => 3,
+    };
+    // A parent's bytes are a prefix of its children's, so byte order puts parents first.
+    ops.sort_by(|(a, x), (b, y)| key(a).cmp(key(b)).then(rank(x).cmp(&rank(y))));
+    // A mask with the same path as a tree hides the tree: keep the mask alone. What shares
+    // a path is adjacent after the sort.
+    let mut out: Vec<(PathBuf, Op)> = Vec::with_capacity(ops.len());
+    for (p, op) in ops {
+        if matches!(op, Op::Mask { .. }) {
+            let mut i = out.len();
+            while i > 0 && key(&out[i - 1].0) == key(&p) {
+                i -= 1;
+                if matches!(out[i].1, Op::Tree { .. }) {
+                    out.remove(i);
+                }
+            }
+        }
+        out.push((p, op));
+    }
+    out
+}
 
-    // 4. A /proc of our own PID namespace: host processes are invisible.
+/// A canonical path's bytes.
+fn key(p: &Path) -> &[u8] {
+    use std::os::unix::ffi::OsStrExt;
+    p.as_os_str().as_bytes()
+}
+
+/// Carry out the mount part of `spec`.
+pub fn setup(spec: &SandboxSpec) -> Result<View> {
+    // 1. Everything from the host, checked, before anything changes.
+    let mut host: BTreeMap<PathBuf, OwnedFd> = BTreeMap::new();
+    for e in &spec.view {
+        if matches!(e.what, ViewKind::Mask | ViewKind::Link(_)) || host.contains_key(&e.path) {
+            continue;
+        }
+        host.insert(e.path.clone(), open_checked(e)?);
+    }
+    let held_dev = hold_devices()?;
+    let system_roots = match &spec.system_roots {
+        Some((path, was)) => Some(read_roots(path, *was)?),
+        None => None,
+    };
+    let host_fd = |p: &Path| host_fd(&host, p);
+    let mut recorded: BTreeMap<&Path, Identity> = BTreeMap::new();
+    for e in &spec.view {
+        if let Some(id) = e.id {
+            recorded.entry(e.path.as_path()).or_insert(id);
+        }
+    }
+    let ids = |p: &Path| recorded.get(p).copied();
+    let mut ops = plan(&spec.view);
+
+    // 2. Nothing we mount propagates back to the host, nor the host's mounts to us.
     do_mount(
-        Some("proc"),
-        Path::new("/proc"),
-        Some("proc"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        NONE,
+        None,
+        Path::new("/"),
+        None,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
     )?;
+    // The root: a fresh tmpfs, or, for a profile that names `/` itself, that tree.
+    let whole = ops
+        .iter()
+        .position(|(p, op)| p == Path::new("/") && matches!(op, Op::Tree { .. }));
+    let (root, mut ours) = match whole.map(|i| ops.remove(i)) {
+        Some((_, Op::Tree { writable })) => {
+            let tree = sys::clone_tree(host_fd(Path::new("/"))?)
+                .map_err(|e| fail(format!("binding /: {e}")))?;
+            let set = TREE_ATTRS | if writable { 0 } else { sys::MOUNT_ATTR_RDONLY };
+            sys::mount_setattr_fd(tree.as_fd(), set, 0, true)
+                .map_err(|e| fail(format!("restricting the mount of /: {e}")))?;
+            (tree, Vec::new())
+        }
+        _ => {
+            let fs = sys::new_fs(c"tmpfs", &[("mode", "0755"), ("size", "1m")], 0)
+                .map_err(|e| fail(format!("making the sandbox's root: {e}")))?;
+            let dev = dev_of(fs.as_fd())?;
+            (fs, vec![dev])
+        }
+    };
+    let stage = sys::open_nofollow(None, Path::new("/tmp"))
+        .map_err(|e| fail(format!("opening /tmp to build the sandbox's root in: {e}")))?;
+    sys::move_mount(root.as_fd(), stage.as_fd())
+        .map_err(|e| fail(format!("attaching the sandbox's root: {e}")))?;
 
-    // 5. A minimal /dev.
-    minimal_dev()?;
-
-    // 6. A private /tmp unless the profile names it.
-    if spec.private_tmp {
-        do_mount(
-            Some("tmpfs"),
-            Path::new("/tmp"),
-            Some("tmpfs"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            Some("mode=1777"),
-        )?;
+    let mut view = View {
+        read: Vec::new(),
+        write: Vec::new(),
+        sockets: Vec::new(),
+        system_roots,
+    };
+    for (path, op) in ops {
+        match op {
+            Op::Tmp => {
+                let fs = sys::new_fs(
+                    c"tmpfs",
+                    &[("mode", "1777")],
+                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+                )
+                .map_err(|e| fail(format!("making /tmp: {e}")))?;
+                attach(&root, &path, fs.as_fd(), Kind::Dir, None, &ours)?;
+                ours.push(dev_of(fs.as_fd())?);
+                view.write.push(fs);
+            }
+            Op::Dev => {
+                let dev = minimal_dev(&root, &held_dev, &ours)?;
+                ours.push(dev_of(dev.as_fd())?);
+                view.write.push(dev);
+            }
+            Op::Proc => {
+                let fs = sys::new_fs(
+                    c"proc",
+                    &[],
+                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC,
+                )
+                .map_err(|e| fail(format!("mounting /proc: {e}")))?;
+                attach(&root, &path, fs.as_fd(), Kind::Dir, None, &ours)?;
+                view.read.push(fs);
+            }
+            Op::Tree { writable } => {
+                let src = host_fd(&path)?;
+                let tree = sys::clone_tree(src)
+                    .map_err(|e| fail(format!("binding {}: {e}", path.display())))?;
+                let set = TREE_ATTRS | if writable { 0 } else { sys::MOUNT_ATTR_RDONLY };
+                sys::mount_setattr_fd(tree.as_fd(), set, 0, true).map_err(|e| {
+                    fail(format!("restricting the mount of {}: {e}", path.display()))
+                })?;
+                let kind = ids(&path).map(|i| i.kind).unwrap_or(Kind::Dir);
+                attach(&root, &path, tree.as_fd(), kind, ids(&path), &ours)?;
+                if writable {
+                    view.write.push(tree);
+                } else {
+                    view.read.push(tree);
+                }
+            }
+            Op::Pin => {
+                let here = match sys::open_nofollow(Some(root.as_fd()), &path) {
+                    Ok(f) => f,
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                    Err(e) => return Err(changed(&path, e)),
+                };
+                let copy = sys::clone_tree(here.as_fd())
+                    .map_err(|e| fail(format!("pinning {}: {e}", path.display())))?;
+                sys::move_mount(copy.as_fd(), here.as_fd())
+                    .map_err(|e| fail(format!("pinning {}: {e}", path.display())))?;
+            }
+            Op::Mask { sockets } => {
+                let id = ids(&path);
+                mask(&root, &path, id, &sockets, &host, &held_dev, &ours)?;
+                for s in &sockets {
+                    view.sockets.push(clone_fd(host_fd(s)?)?);
+                }
+            }
+            Op::Socket => {
+                let src = host_fd(&path)?;
+                let copy = clone_node(src, &path)?;
+                attach(&root, &path, copy.as_fd(), Kind::Socket, ids(&path), &ours)?;
+                view.sockets.push(copy);
+            }
+            Op::Link(target) => {
+                let (parent, name) = split(&path)?;
+                let dir = make_dirs(&root, parent, &ours)?;
+                if let Some(dir) = dir {
+                    use std::os::fd::AsRawFd;
+                    match nix::unistd::symlinkat(&target, Some(dir.as_raw_fd()), name) {
+                        Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+                        Err(e) => {
+                            return Err(fail(format!("making the link {}: {e}", path.display())))
+                        }
+                    }
+                }
+            }
+        }
     }
 
-    // 7. Masks: deny paths, wardcell's directories, host sockets. A mask names what a
-    //    path leads to (/var/run is often a link to /run); a missing one hides nothing.
-    for path in ordered_masks(&resolved) {
-        let inside: Vec<&(PathBuf, fs::File)> =
-            held.iter().filter(|(s, _)| s.starts_with(&path)).collect();
-        if inside.is_empty() {
-            mask(&path)?;
-        } else {
-            mask_with_sockets(&path, &inside)?;
+    // 4. The root read-only, then pivot into it and let the host's tree go. Everything in
+    //    the view may be read: what must not be is not in it (masks are empty).
+    if whole.is_none() {
+        sys::mount_setattr_fd(root.as_fd(), sys::MOUNT_ATTR_RDONLY, 0, false)
+            .map_err(|e| fail(format!("making the sandbox's root read-only: {e}")))?;
+    }
+    match ops_root_writable(whole.is_some(), &spec.view) {
+        true => view.write.push(clone_fd(root.as_fd())?),
+        false => view.read.push(clone_fd(root.as_fd())?),
+    }
+    {
+        use std::os::fd::AsRawFd;
+        nix::unistd::fchdir(root.as_raw_fd())
+            .map_err(|e| fail(format!("entering the root: {e}")))?;
+    }
+    nix::unistd::pivot_root(".", ".").map_err(|e| fail(format!("pivot_root: {e}")))?;
+    nix::mount::umount2(".", MntFlags::MNT_DETACH)
+        .map_err(|e| fail(format!("detaching the host's tree: {e}")))?;
+    nix::unistd::chdir("/").map_err(|e| fail(format!("chdir /: {e}")))?;
+    Ok(view)
+}
+
+/// Whether the view's root is a tree the profile writes (it names `/` for writing).
+fn ops_root_writable(whole: bool, view: &[ViewEntry]) -> bool {
+    whole
+        && view
+            .iter()
+            .any(|e| e.path == Path::new("/") && e.what == ViewKind::Write)
+}
+
+/// The host descriptor opened for `p` in step 1.
+fn host_fd<'a>(host: &'a BTreeMap<PathBuf, OwnedFd>, p: &Path) -> Result<BorrowedFd<'a>> {
+    host.get(p)
+        .map(|f| f.as_fd())
+        .ok_or_else(|| fail(format!("{} was not opened", p.display())))
+}
+
+fn do_mount(src: Option<&str>, target: &Path, fstype: Option<&str>, flags: MsFlags) -> Result<()> {
+    mount(src, target, fstype, flags, None::<&str>).map_err(|e| {
+        fail(format!(
+            "mounting {} on {}: {e}",
+            fstype.or(src).unwrap_or("(remount)"),
+            target.display()
+        ))
+    })
+}
+
+/// Open a spec path from the host without following links; it must be what it was.
+fn open_checked(e: &ViewEntry) -> Result<OwnedFd> {
+    let opened = sys::open_nofollow(None, &e.path);
+    match e.id {
+        Some(was) => {
+            let now = opened
+                .as_ref()
+                .map_err(clone_err)
+                .and_then(|f| identity_of(f.as_fd()));
+            identity::verify(&e.path, was, now).map_err(|message| Failure {
+                step: "identity",
+                message,
+            })?;
+            opened.map_err(|e| fail(e.to_string()))
         }
+        None => {
+            let f = opened.map_err(|err| changed(&e.path, err))?;
+            let id = identity_of(f.as_fd()).map_err(|err| changed(&e.path, err))?;
+            if e.what == ViewKind::Socket && id.kind != Kind::Socket {
+                return Err(Failure {
+                    step: "identity",
+                    message: format!("{} is not a socket", e.path.display()),
+                });
+            }
+            Ok(f)
+        }
+    }
+}
+
+fn clone_err(e: &std::io::Error) -> std::io::Error {
+    match e.raw_os_error() {
+        Some(n) => std::io::Error::from_raw_os_error(n),
+        None => std::io::Error::other(e.to_string()),
+    }
+}
+
+fn changed(path: &Path, e: std::io::Error) -> Failure {
+    Failure {
+        step: "identity",
+        message: format!(
+            "{} cannot be opened without following a symbolic link ({e}); nothing was started",
+            path.display()
+        ),
+    }
+}
+
+fn identity_of(fd: BorrowedFd<'_>) -> std::io::Result<Identity> {
+    use std::os::fd::AsRawFd;
+    let st = nix::sys::stat::fstat(fd.as_raw_fd())?;
+    Ok(Identity::from_stat(st.st_dev, st.st_ino, st.st_mode))
+}
+
+fn dev_of(fd: BorrowedFd<'_>) -> Result<u64> {
+    identity_of(fd)
+        .map(|i| i.dev)
+        .map_err(|e| fail(format!("fstat: {e}")))
+}
+
+fn clone_fd(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
+    fd.try_clone_to_owned()
+        .map_err(|e| fail(format!("dup: {e}")))
+}
+
+fn split(path: &Path) -> Result<(&Path, &std::ffi::OsStr)> {
+    match (path.parent(), path.file_name()) {
+        (Some(p), Some(n)) => Ok((p, n)),
+        _ => Err(fail(format!("{} cannot be a mount point", path.display()))),
+    }
+}
+
+/// The directory `dir` in the view, made (0755, each missing component) where it lies in
+/// a filesystem of our own; `None` when it is missing inside a tree bound from the host,
+/// where nothing is ever created.
+fn make_dirs(root: &OwnedFd, dir: &Path, ours: &[u64]) -> Result<Option<OwnedFd>> {
+    use std::os::fd::AsRawFd;
+    let mut cur = clone_fd(root.as_fd())?;
+    let mut at = PathBuf::from("/");
+    for comp in dir.components().skip(1) {
+        at.push(comp);
+        let next = match sys::open_nofollow(Some(cur.as_fd()), Path::new(comp.as_os_str())) {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                if !ours.contains(&dev_of(cur.as_fd())?) {
+                    return Ok(None);
+                }
+                nix::sys::stat::mkdirat(
+                    Some(cur.as_raw_fd()),
+                    comp.as_os_str(),
+                    Mode::from_bits_truncate(0o755),
+                )
+                .map_err(|e| fail(format!("creating {}: {e}", at.display())))?;
+                sys::open_nofollow(Some(cur.as_fd()), Path::new(comp.as_os_str()))
+                    .map_err(|e| fail(format!("opening {}: {e}", at.display())))?
+            }
+            Err(e) => return Err(changed(&at, e)),
+        };
+        cur = next;
+    }
+    Ok(Some(cur))
+}
+
+/// Attach `mnt` at `path` in the view. The mount point is made where it lies in one of our
+/// own filesystems; inside a tree bound from the host it must exist and, when `id` is
+/// given, be that very object (a sandbox may have swapped it since it was opened).
+fn attach(
+    root: &OwnedFd,
+    path: &Path,
+    mnt: BorrowedFd<'_>,
+    kind: Kind,
+    id: Option<Identity>,
+    ours: &[u64],
+) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let (parent, name) = split(path)?;
+    let dir = make_dirs(root, parent, ours)?.ok_or_else(|| {
+        fail(format!(
+            "{} does not exist in the sandbox's view to mount on",
+            parent.display()
+        ))
+    })?;
+    let target = match sys::open_nofollow(Some(dir.as_fd()), Path::new(name)) {
+        Ok(t) => {
+            let mine = ours.contains(&dev_of(dir.as_fd())?);
+            if let (Some(was), false) = (id, mine) {
+                identity::verify(path, was, identity_of(t.as_fd())).map_err(|message| Failure {
+                    step: "identity",
+                    message,
+                })?;
+            }
+            t
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            if !ours.contains(&dev_of(dir.as_fd())?) {
+                return Err(fail(format!(
+                    "{} does not exist in the sandbox's view to mount on",
+                    path.display()
+                )));
+            }
+            if kind == Kind::Dir {
+                nix::sys::stat::mkdirat(
+                    Some(dir.as_raw_fd()),
+                    name,
+                    Mode::from_bits_truncate(0o755),
+                )
+                .map_err(|e| fail(format!("creating {}: {e}", path.display())))?;
+            } else {
+                let fd = nix::fcntl::openat(
+                    Some(dir.as_raw_fd()),
+                    name,
+                    nix::fcntl::OFlag::O_CREAT
+                        | nix::fcntl::OFlag::O_EXCL
+                        | nix::fcntl::OFlag::O_WRONLY
+                        | nix::fcntl::OFlag::O_CLOEXEC,
+                    Mode::from_bits_truncate(0o644),
+                )
+                .map_err(|e| fail(format!("creating {}: {e}", path.display())))?;
+                let _ = nix::unistd::close(fd);
+            }
+            sys::open_nofollow(Some(dir.as_fd()), Path::new(name))
+                .map_err(|e| fail(format!("opening {}: {e}", path.display())))?
+        }
+        Err(e) => return Err(changed(path, e)),
+    };
+    sys::move_mount(mnt, target.as_fd())
+        .map_err(|e| fail(format!("mounting on {}: {e}", path.display())))
+}
+
+/// Make `path` empty and unreadable where the view shows it: an empty read-only tmpfs
+/// with mode 000 for a directory, a read-only `/dev/null` in the place of anything else.
+/// With sockets inside, a tmpfs whose directories can be traversed but not listed (0711)
+/// holding only those, then made read-only.
+fn mask(
+    root: &OwnedFd,
+    path: &Path,
+    id: Option<Identity>,
+    sockets: &[PathBuf],
+    host: &BTreeMap<PathBuf, OwnedFd>,
+    held_dev: &[(&str, OwnedFd)],
+    ours: &[u64],
+) -> Result<()> {
+    let hard = sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC;
+    let shown = match sys::open_nofollow(Some(root.as_fd()), path) {
+        Ok(f) => Some(f),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
+        Err(e) => return Err(changed(path, e)),
+    };
+    if shown.is_none() && sockets.is_empty() {
+        return Ok(()); // nothing of it in the view
+    }
+    if !sockets.is_empty() {
+        let fs = sys::new_fs(c"tmpfs", &[("mode", "0711"), ("size", "16k")], hard)
+            .map_err(|e| fail(format!("masking {}: {e}", path.display())))?;
+        attach(root, path, fs.as_fd(), Kind::Dir, id, ours)?;
+        let inner = [dev_of(fs.as_fd())?];
+        for s in sockets {
+            let copy = clone_node(host_fd(host, s)?, s)?;
+            let rel = s.strip_prefix(path).unwrap_or(s);
+            make_dirs_mode(&fs, rel.parent().unwrap_or(Path::new("")))?;
+            attach(
+                &fs,
+                &Path::new("/").join(rel),
+                copy.as_fd(),
+                Kind::Socket,
+                None,
+                &inner,
+            )?;
+        }
+        return sys::mount_setattr_fd(fs.as_fd(), sys::MOUNT_ATTR_RDONLY, 0, false)
+            .map_err(|e| fail(format!("masking {}: {e}", path.display())));
+    }
+    let shown = shown.expect("checked above");
+    let now = identity_of(shown.as_fd()).map_err(|e| changed(path, e))?;
+    if let Some(was) = id {
+        identity::verify(path, was, Ok(now)).map_err(|message| Failure {
+            step: "identity",
+            message,
+        })?;
+    }
+    let cover = if now.kind == Kind::Dir {
+        sys::new_fs(
+            c"tmpfs",
+            &[("mode", "000"), ("size", "4k"), ("nr_inodes", "1")],
+            hard | sys::MOUNT_ATTR_RDONLY,
+        )
+    } else {
+        let null = held_dev
+            .iter()
+            .find(|(n, _)| *n == "null")
+            .map(|(_, f)| f.as_fd())
+            .ok_or_else(|| fail("no /dev/null on this host to mask files with".into()))?;
+        sys::clone_tree(null).and_then(|c| {
+            sys::mount_setattr_fd(c.as_fd(), hard | sys::MOUNT_ATTR_RDONLY, 0, false)?;
+            Ok(c)
+        })
+    }
+    .map_err(|e| fail(format!("masking {}: {e}", path.display())))?;
+    sys::move_mount(cover.as_fd(), shown.as_fd())
+        .map_err(|e| fail(format!("masking {}: {e}", path.display())))
+}
+
+/// A bind of one socket or device node, on a read-only mount: connecting, reading and
+/// writing the device still work, changing the host's inode (chmod, chown, times) does
+/// not (Landlock does not mediate those).
+fn clone_node(fd: BorrowedFd<'_>, path: &Path) -> Result<OwnedFd> {
+    let copy = sys::clone_tree(fd).map_err(|e| fail(format!("binding {}: {e}", path.display())))?;
+    sys::mount_setattr_fd(
+        copy.as_fd(),
+        sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC,
+        0,
+        false,
+    )
+    .map_err(|e| fail(format!("binding {} read-only: {e}", path.display())))?;
+    Ok(copy)
+}
+
+/// Directories 0711 below a mask's own tmpfs, for the sockets it keeps reachable.
+fn make_dirs_mode(fs: &OwnedFd, rel: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut cur = clone_fd(fs.as_fd())?;
+    for comp in rel.components() {
+        let name = comp.as_os_str();
+        match nix::sys::stat::mkdirat(Some(cur.as_raw_fd()), name, Mode::from_bits_truncate(0o711))
+        {
+            Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+            Err(e) => return Err(fail(format!("creating {}: {e}", rel.display()))),
+        }
+        cur = sys::open_nofollow(Some(cur.as_fd()), Path::new(name))
+            .map_err(|e| fail(format!("opening {}: {e}", rel.display())))?;
     }
     Ok(())
 }
 
-/// A mask that still lets the sandbox reach the given sockets by name: a tmpfs whose
-/// directories can be traversed but not listed (0711), holding only those sockets, bound
-/// in from the host, then made read-only.
-fn mask_with_sockets(path: &Path, sockets: &[&(PathBuf, fs::File)]) -> Result<()> {
-    let hard = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    // Under a private /tmp the masked directory may not exist yet: make the mount point.
-    fs::create_dir_all(path).map_err(|e| format!("creating {}: {e}", path.display()))?;
-    do_mount(
-        Some("tmpfs"),
-        path,
-        Some("tmpfs"),
-        hard,
-        Some("mode=0711,size=16k"),
-    )?;
-    for (sock, f) in sockets {
-        if let Some(dir) = sock.parent() {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o711)
-                .create(dir)
-                .map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        }
-        fs::File::create(sock).map_err(|e| format!("creating {}: {e}", sock.display()))?;
-        let src = format!("/proc/self/fd/{}", f.as_raw_fd());
-        do_mount(Some(&src), sock, NONE, MsFlags::MS_BIND, NONE)?;
-    }
-    do_mount(
-        NONE,
-        path,
-        NONE,
-        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | hard,
-        NONE,
-    )
-}
-
-fn path_str(p: &Path) -> Result<&str> {
-    p.to_str()
-        .ok_or_else(|| format!("path {} is not UTF-8", p.display()))
-}
-
-/// Read paths strictly inside a write tree (and existing): they stay read-only.
-pub fn readonly_inside(read: &[PathBuf], write: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = read
-        .iter()
-        .filter(|r| write.iter().any(|w| r.starts_with(w) && *r != w))
-        .filter(|r| r.exists())
-        .cloned()
-        .collect();
-    out.sort();
-    out.dedup();
-    out
-}
-
-/// The write trees that exist, without those inside another (already covered), in order.
-pub fn writable_roots(write: &[PathBuf]) -> Vec<PathBuf> {
-    ordered_masks(write)
-        .into_iter()
-        .filter(|w| w.exists())
-        .collect()
-}
-
-/// Masks sorted so parents come first, without any mask that lies inside another (it is
-/// hidden already, and its path cannot be reached to mount on).
-pub fn ordered_masks(masks: &[PathBuf]) -> Vec<PathBuf> {
-    let mut sorted: Vec<PathBuf> = masks.to_vec();
-    sorted.sort();
-    sorted.dedup();
-    let mut out: Vec<PathBuf> = Vec::new();
-    for p in sorted {
-        if !out.iter().any(|q| p.starts_with(q)) {
-            out.push(p);
-        }
-    }
-    out
-}
-
-/// Ancestors of masks (and the masks' parents' chain) whose parent directory the sandbox
-/// may write, outermost first. The masks themselves become mount points when masked.
-pub fn pinned_ancestors(masks: &[PathBuf], write: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    for m in ordered_masks(masks) {
-        for a in m.ancestors().skip(1) {
-            if a == Path::new("/") {
-                break;
-            }
-            let parent_writable = a
-                .parent()
-                .is_some_and(|parent| write.iter().any(|w| parent.starts_with(w)));
-            if parent_writable && a.is_dir() && !out.iter().any(|o| o == a) {
-                out.push(a.to_path_buf());
-            }
-        }
-    }
-    // Outermost first: a recursive bind of an outer directory carries the inner ones.
-    out.sort_by_key(|p| p.components().count());
-    out
-}
-
-/// Make `path` empty and unreadable: an empty read-only tmpfs with mode 000 for a
-/// directory, a read-only /dev/null in the place of anything else.
-fn mask(path: &Path) -> Result<()> {
-    let meta = match fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(format!("masking {}: {e}", path.display())),
-    };
-    let hard = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    if meta.is_dir() {
-        do_mount(
-            Some("tmpfs"),
-            path,
-            Some("tmpfs"),
-            hard | MsFlags::MS_RDONLY,
-            Some("mode=000,size=4k,nr_inodes=1"),
-        )
-    } else {
-        do_mount(Some("/dev/null"), path, NONE, MsFlags::MS_BIND, NONE)?;
-        do_mount(
-            NONE,
-            path,
-            NONE,
-            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | hard,
-            NONE,
-        )
-    }
-}
-
-fn minimal_dev() -> Result<()> {
-    // Hold the host's device nodes before /dev is covered, then bind them back in
-    // through /proc/self/fd (our fresh /proc).
+/// The host's device nodes, held before anything changes.
+fn hold_devices() -> Result<Vec<(&'static str, OwnedFd)>> {
     let mut held = Vec::new();
     for name in DEVICES {
         let host = Path::new("/dev").join(name);
-        match crate::sys::open_path(&host) {
+        match sys::open_nofollow(None, &host) {
             Ok(f) => held.push((*name, f)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("opening {}: {e}", host.display())),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(fail(format!("opening {}: {e}", host.display()))),
         }
     }
-    let dev = Path::new("/dev");
-    do_mount(
-        Some("tmpfs"),
-        dev,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+    Ok(held)
+}
+
+/// A minimal /dev: a small tmpfs with the held device nodes bound in, the usual links, a
+/// fresh devpts and a /dev/shm.
+fn minimal_dev(root: &OwnedFd, held: &[(&str, OwnedFd)], ours: &[u64]) -> Result<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    let dev = sys::new_fs(
+        c"tmpfs",
         // Room for a CA bundle (system roots + the run's CA) when the proxy intercepts.
-        Some("mode=0755,size=2m"),
-    )?;
-    for (name, f) in &held {
-        let node = dev.join(name);
-        fs::File::create(&node).map_err(|e| format!("creating {}: {e}", node.display()))?;
-        let src = format!("/proc/self/fd/{}", f.as_raw_fd());
-        do_mount(Some(&src), &node, NONE, MsFlags::MS_BIND, NONE)?;
+        &[("mode", "0755"), ("size", "2m")],
+        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC,
+    )
+    .map_err(|e| fail(format!("making /dev: {e}")))?;
+    let inner = [dev_of(dev.as_fd())?];
+    for (name, f) in held {
+        let node = clone_node(f.as_fd(), &Path::new("/dev").join(name))?;
+        attach(
+            &dev,
+            &Path::new("/").join(name),
+            node.as_fd(),
+            Kind::Other,
+            None,
+            &inner,
+        )?;
     }
-    drop(held);
     let links = [
         ("fd", "/proc/self/fd"),
         ("stdin", "/proc/self/fd/0"),
@@ -316,76 +728,208 @@ fn minimal_dev() -> Result<()> {
         ("ptmx", "pts/ptmx"),
     ];
     for (name, target) in links {
-        symlink(target, dev.join(name)).map_err(|e| format!("creating /dev/{name}: {e}"))?;
+        nix::unistd::symlinkat(target, Some(dev.as_raw_fd()), name)
+            .map_err(|e| fail(format!("creating /dev/{name}: {e}")))?;
     }
-    for sub in ["pts", "shm"] {
-        fs::create_dir(dev.join(sub)).map_err(|e| format!("creating /dev/{sub}: {e}"))?;
+    let pts = sys::new_fs(
+        c"devpts",
+        &[("newinstance", ""), ("ptmxmode", "0666"), ("mode", "620")],
+        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC,
+    )
+    .map_err(|e| fail(format!("mounting /dev/pts: {e}")))?;
+    attach(
+        &dev,
+        Path::new("/pts"),
+        pts.as_fd(),
+        Kind::Dir,
+        None,
+        &inner,
+    )?;
+    let shm = sys::new_fs(
+        c"tmpfs",
+        &[("mode", "1777")],
+        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+    )
+    .map_err(|e| fail(format!("mounting /dev/shm: {e}")))?;
+    attach(
+        &dev,
+        Path::new("/shm"),
+        shm.as_fd(),
+        Kind::Dir,
+        None,
+        &inner,
+    )?;
+    attach(root, Path::new("/dev"), dev.as_fd(), Kind::Dir, None, ours)?;
+    Ok(dev)
+}
+
+/// The system's CA certificates: opened without following a link, the very file recorded
+/// at the start, a regular file, at most 16 MiB, and only its PEM certificate blocks kept
+/// (whatever else a file there holds never reaches the sandbox).
+fn read_roots(path: &Path, was: Identity) -> Result<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    let fd = sys::open_nofollow(None, path).map_err(|e| changed(path, e))?;
+    identity::verify(path, was, identity_of(fd.as_fd())).map_err(|message| Failure {
+        step: "identity",
+        message,
+    })?;
+    if was.kind != Kind::File {
+        return Err(fail(format!("{} is not a regular file", path.display())));
     }
-    do_mount(
-        Some("devpts"),
-        &dev.join("pts"),
-        Some("devpts"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-        Some("newinstance,ptmxmode=0666,mode=620"),
-    )?;
-    do_mount(
-        Some("tmpfs"),
-        &dev.join("shm"),
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some("mode=1777"),
-    )?;
-    Ok(())
+    // Reopened for reading through the descriptor, never by name again.
+    let mut text = Vec::new();
+    File::open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .and_then(|f| f.take(16 << 20).read_to_end(&mut text))
+        .map_err(|e| {
+            fail(format!(
+                "reading the system CA certificates {}: {e}",
+                path.display()
+            ))
+        })?;
+    Ok(pem_certificates(&text))
+}
+
+/// Only the `CERTIFICATE` PEM blocks of `text`, each ending with a newline.
+pub fn pem_certificates(text: &[u8]) -> Vec<u8> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let text = String::from_utf8_lossy(text);
+    let mut out = String::new();
+    let mut inside = false;
+    for line in text.lines() {
+        let line = line.trim_end();
+        if line == BEGIN {
+            inside = true;
+        }
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+        if line == END {
+            inside = false;
+        }
+    }
+    if inside {
+        // An unterminated block is dropped.
+        if let Some(i) = out.rfind(BEGIN) {
+            out.truncate(i);
+        }
+    }
+    out.into_bytes()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn pb(v: &[&str]) -> Vec<PathBuf> {
-        v.iter().map(PathBuf::from).collect()
+    fn e(path: &str, what: ViewKind) -> ViewEntry {
+        ViewEntry {
+            path: path.into(),
+            what,
+            id: None,
+        }
+    }
+
+    fn paths(ops: &[(PathBuf, Op)]) -> Vec<String> {
+        ops.iter()
+            .map(|(p, op)| format!("{} {op:?}", p.display()))
+            .collect()
     }
 
     #[test]
-    fn read_paths_inside_write_trees_stay_read_only() {
-        let tmp = std::env::temp_dir().join(format!("wc-ro-{}", std::process::id()));
-        fs::create_dir_all(tmp.join("p/.git/hooks")).unwrap();
-        let read = vec![tmp.clone(), tmp.join("p/.git/hooks"), tmp.join("p/missing")];
-        let write = vec![tmp.join("p")];
+    fn only_certificate_blocks_reach_the_bundle() {
+        let text = b"junk SECRET\n-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\nmore SECRET\n-----BEGIN PRIVATE KEY-----\nKKK\n-----END PRIVATE KEY-----\n-----BEGIN CERTIFICATE-----\nBBBB\n";
+        let got = String::from_utf8(pem_certificates(text)).unwrap();
         assert_eq!(
-            readonly_inside(&read, &write),
-            vec![tmp.join("p/.git/hooks")]
+            got,
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
         );
-        fs::remove_dir_all(&tmp).unwrap();
     }
 
     #[test]
-    fn masks_inside_masks_are_dropped() {
-        let m = ordered_masks(&pb(&[
-            "/h/.ssh/keys",
-            "/run",
-            "/h/.ssh",
-            "/run/user/1",
-            "/h/.ssh",
-        ]));
-        assert_eq!(m, pb(&["/h/.ssh", "/run"]));
+    fn nested_trees_of_one_kind_are_bound_once() {
+        let ops = plan(&[
+            e("/usr", ViewKind::Read),
+            e("/usr/bin", ViewKind::Read),
+            e("/h", ViewKind::Read),
+            e("/h/p", ViewKind::Write),
+            e("/h/p/sub", ViewKind::Write),
+        ]);
+        let got = paths(&ops);
+        assert!(
+            got.contains(&"/usr Tree { writable: false }".to_string()),
+            "{got:?}"
+        );
+        assert!(!got.iter().any(|s| s.starts_with("/usr/bin ")), "{got:?}");
+        assert!(
+            got.contains(&"/h/p Tree { writable: true }".to_string()),
+            "{got:?}"
+        );
+        assert!(!got.iter().any(|s| s.starts_with("/h/p/sub ")), "{got:?}");
     }
 
     #[test]
-    fn ancestors_pinned_only_where_writable() {
-        let tmp = std::env::temp_dir().join(format!("wc-pin-{}", std::process::id()));
-        let cfg = tmp.join("home/.config/wardcell");
-        fs::create_dir_all(&cfg).unwrap();
-        let home = tmp.join("home");
-        // With the home writable, .config must not be renamable.
-        let got = pinned_ancestors(std::slice::from_ref(&cfg), std::slice::from_ref(&home));
-        assert_eq!(got, vec![tmp.join("home/.config")]);
-        // With only the project writable, nothing needs pinning.
-        let got = pinned_ancestors(std::slice::from_ref(&cfg), &[tmp.join("elsewhere")]);
-        assert!(got.is_empty());
-        // With the parent of home writable, home itself is pinned too, outermost first.
-        let got = pinned_ancestors(&[cfg], std::slice::from_ref(&tmp));
-        assert_eq!(got, vec![home, tmp.join("home/.config")]);
-        fs::remove_dir_all(&tmp).unwrap();
+    fn read_only_inside_writable_is_bound_with_its_ancestors_pinned() {
+        let ops = plan(&[
+            e("/p", ViewKind::Write),
+            e("/p/.git/hooks", ViewKind::Read),
+            e("/p/.git/config", ViewKind::Read),
+        ]);
+        let got = paths(&ops);
+        assert_eq!(
+            got,
+            [
+                "/dev Dev",
+                "/p Tree { writable: true }",
+                "/p/.git Pin",
+                "/p/.git/config Tree { writable: false }",
+                "/p/.git/hooks Tree { writable: false }",
+                "/proc Proc",
+                "/tmp Tmp",
+            ]
+        );
+    }
+
+    #[test]
+    fn masks_hide_what_is_inside_them_but_keep_their_sockets() {
+        let ops = plan(&[
+            e("/h", ViewKind::Write),
+            e("/h/.ssh", ViewKind::Mask),
+            e("/h/.ssh/known_hosts", ViewKind::Read),
+            e("/h/.ssh/inner", ViewKind::Mask),
+            e("/run/user/1/wardcell", ViewKind::Mask),
+            e("/run/user/1/wardcell/r/s1.sock", ViewKind::Socket),
+            e("/h/agent.sock", ViewKind::Socket),
+        ]);
+        let got = paths(&ops);
+        assert!(!got.iter().any(|s| s.contains("known_hosts")), "{got:?}");
+        assert!(!got.iter().any(|s| s.contains("inner")), "{got:?}");
+        assert!(
+            got.contains(
+                &"/run/user/1/wardcell Mask { sockets: [\"/run/user/1/wardcell/r/s1.sock\"] }"
+                    .to_string()
+            ),
+            "{got:?}"
+        );
+        assert!(
+            !got.iter().any(|s| s.ends_with("s1.sock Socket")),
+            "{got:?}"
+        );
+        assert!(got.contains(&"/h/agent.sock Socket".to_string()), "{got:?}");
+    }
+
+    #[test]
+    fn a_mask_on_a_tree_hides_the_tree() {
+        let ops = plan(&[e("/x", ViewKind::Read), e("/x", ViewKind::Mask)]);
+        let got = paths(&ops);
+        assert!(!got.iter().any(|s| s.starts_with("/x Tree")), "{got:?}");
+        assert!(got.iter().any(|s| s.starts_with("/x Mask")), "{got:?}");
+    }
+
+    #[test]
+    fn trees_under_tmp_go_on_the_private_tmp() {
+        let ops = plan(&[e("/tmp/proj", ViewKind::Write), e("/usr", ViewKind::Read)]);
+        let at = |p: &str| ops.iter().position(|(q, _)| q == Path::new(p)).unwrap();
+        assert!(at("/tmp") < at("/tmp/proj"));
     }
 }

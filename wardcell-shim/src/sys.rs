@@ -1,7 +1,6 @@
 //! The shim's few calls that need `unsafe`: each block says why it is sound.
 
 use std::ffi::CString;
-use std::fs::File;
 use std::io;
 use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -14,19 +13,6 @@ fn cerr(ret: libc::c_long) -> io::Result<libc::c_long> {
     } else {
         Ok(ret)
     }
-}
-
-/// An `O_PATH` handle on `path`: names the file without opening it (works on sockets,
-/// devices and unreadable files). Not through std: it masks `O_ACCMODE` out of custom
-/// flags, and musl's `O_ACCMODE` includes `O_PATH`.
-pub fn open_path(path: &Path) -> io::Result<File> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `c` is a NUL-terminated string that outlives the call; no mode is read
-    // without O_CREAT.
-    let fd = cerr(unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) }.into())?;
-    // SAFETY: the kernel just returned `fd`, and nothing else owns it.
-    Ok(unsafe { File::from_raw_fd(fd as RawFd) })
 }
 
 /// Which side of a fork we are on.
@@ -161,44 +147,179 @@ pub fn send_fd(sock: &std::os::unix::net::UnixStream, fd: RawFd) -> io::Result<(
     Ok(())
 }
 
-/// mount_setattr(2) on the mount tree at `path`: set and clear MOUNT_ATTR_* flags, on every
-/// mount below it too when `recursive`.
-pub fn mount_setattr(
-    path: &std::path::Path,
-    set: u64,
-    clear: u64,
-    recursive: bool,
-) -> io::Result<()> {
+/// MOUNT_ATTR_RDONLY.
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+/// MOUNT_ATTR_NOSUID and MOUNT_ATTR_NODEV.
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+const AT_EMPTY_PATH: libc::c_uint = 0x1000;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+
+fn owned(ret: libc::c_long) -> io::Result<std::os::fd::OwnedFd> {
+    let fd = cerr(ret)?;
+    // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// openat2(2), `O_PATH`, refusing a symbolic link at any component and magic links;
+/// with `beneath`, `path` is taken below `dir` and cannot leave it.
+pub fn open_nofollow(
+    dir: Option<std::os::fd::BorrowedFd<'_>>,
+    path: &Path,
+) -> io::Result<std::os::fd::OwnedFd> {
     #[repr(C)]
-    struct MountAttr {
-        attr_set: u64,
-        attr_clr: u64,
-        propagation: u64,
-        userns_fd: u64,
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
     }
-    const AT_RECURSIVE: libc::c_uint = 0x8000;
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let attr = MountAttr {
-        attr_set: set,
-        attr_clr: clear,
-        propagation: 0,
-        userns_fd: 0,
+    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    const RESOLVE_BENEATH: u64 = 0x08;
+    use std::os::fd::AsRawFd;
+    let (dirfd, rel, beneath) = match dir {
+        Some(d) => {
+            let rel = path.strip_prefix("/").unwrap_or(path);
+            let rel = if rel.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                rel
+            };
+            (d.as_raw_fd(), rel, RESOLVE_BENEATH)
+        }
+        None => (libc::AT_FDCWD, path, 0),
     };
-    let flags = if recursive { AT_RECURSIVE } else { 0 };
-    // SAFETY: a valid C string and a MountAttr that outlives the call, with its size.
+    let c = c_path(rel)?;
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | beneath,
+    };
+    // SAFETY: a C string and an open_how that outlive the call, with its size.
+    owned(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dirfd,
+            c.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    })
+}
+
+/// open_tree(2) with OPEN_TREE_CLONE on the object `fd` names: a detached copy of the
+/// mount tree there (every mount below it too), to attach elsewhere.
+pub fn clone_tree(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::AsRawFd;
+    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE;
+    // SAFETY: an empty C string literal and integer flags.
+    owned(unsafe { libc::syscall(libc::SYS_open_tree, fd.as_raw_fd(), c"".as_ptr(), flags) })
+}
+
+/// move_mount(2) of the detached (or attached) mount `from` onto the object `to` names.
+pub fn move_mount(
+    from: std::os::fd::BorrowedFd<'_>,
+    to: std::os::fd::BorrowedFd<'_>,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+    const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+    // SAFETY: empty C string literals and integer flags.
     let r = unsafe {
         libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            flags,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
+            libc::SYS_move_mount,
+            from.as_raw_fd(),
+            c"".as_ptr(),
+            to.as_raw_fd(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
         )
     };
     cerr(r).map(drop)
 }
 
-/// MOUNT_ATTR_RDONLY.
-pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+/// mount_setattr(2) on the mount `fd` is the root of (and every mount below it when
+/// `recursive`).
+pub fn mount_setattr_fd(
+    fd: std::os::fd::BorrowedFd<'_>,
+    set: u64,
+    clear: u64,
+    recursive: bool,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let attr = [set, clear, 0u64, 0u64];
+    let flags = AT_EMPTY_PATH | if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: a struct mount_attr (four u64s) that outlives the call, with its size, and
+    // an empty C string literal.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            attr.as_ptr(),
+            std::mem::size_of_val(&attr),
+        )
+    };
+    cerr(r).map(drop)
+}
+
+/// A new, detached filesystem of type `fstype` (fsopen, fsconfig, fsmount) with
+/// `options` (`key=value`; an empty value sets a flag) and the MOUNT_ATTR_* flags `attrs`.
+pub fn new_fs(
+    fstype: &std::ffi::CStr,
+    options: &[(&str, &str)],
+    attrs: u64,
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::AsRawFd;
+    const FSOPEN_CLOEXEC: libc::c_uint = 1;
+    const FSCONFIG_SET_FLAG: libc::c_uint = 0;
+    const FSCONFIG_SET_STRING: libc::c_uint = 1;
+    const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+    const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+    // SAFETY: a C string that outlives the call and an integer flag.
+    let fs = owned(unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), FSOPEN_CLOEXEC) })?;
+    for (k, v) in options {
+        let key = c_path(Path::new(k))?;
+        let value = c_path(Path::new(v))?;
+        let (cmd, value_ptr) = if v.is_empty() {
+            (FSCONFIG_SET_FLAG, std::ptr::null())
+        } else {
+            (FSCONFIG_SET_STRING, value.as_ptr())
+        };
+        // SAFETY: C strings that outlive the call (or null for a flag).
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                fs.as_raw_fd(),
+                cmd,
+                key.as_ptr(),
+                value_ptr,
+                0,
+            )
+        };
+        cerr(r)?;
+    }
+    // SAFETY: integer arguments and null pointers the command does not read.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    };
+    cerr(r)?;
+    // SAFETY: integer arguments.
+    owned(unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) })
+}

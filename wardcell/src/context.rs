@@ -48,7 +48,17 @@ pub fn load(explicit: Option<&Path>) -> Result<Host, Error> {
     );
     Ok(Host {
         config,
-        context: Context { home, cwd, dirs },
+        context: Context {
+            home,
+            cwd,
+            dirs,
+            getenv: env,
+            // The client as the kernel knows it: what every zone sandbox gets at the
+            // same path.
+            client: std::env::current_exe()
+                .ok()
+                .and_then(|p| std::fs::canonicalize(p).ok()),
+        },
     })
 }
 

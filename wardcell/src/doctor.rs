@@ -215,6 +215,18 @@ fn kernel_checks(r: &mut Report, shim: &Path) {
             format!("ABI {abi}: profiles run, without {}", missing.join(", ")),
         ),
     }
+    match get("unix_sockets").as_str() {
+        "view+landlock" => r.line(
+            Level::Ok,
+            "unix sockets",
+            "kept out by the view (only what a profile names exists inside) and by Landlock's socket rules (ABI 9)",
+        ),
+        _ => r.line(
+            Level::Ok,
+            "unix sockets",
+            "kept out by the view: only the sockets a profile names exist inside (Landlock's socket rules need ABI 9, Linux 7.1); a socket inside a tree a profile reads stays reachable",
+        ),
+    }
     let seccomp = get("seccomp");
     if seccomp == "ok" {
         r.line(Level::Ok, "seccomp", "filters install");
@@ -252,20 +264,54 @@ fn userns_settings(r: &mut Report) {
     }
 }
 
-/// Start `/bin/true` in a sandbox under the built-in `base` profile, from /usr.
-fn trial_sandbox(r: &mut Report, mut host: context::Host) {
+/// Start `/bin/true` in a sandbox under the built-in `base` profile, from /usr; then
+/// this client, which every sandbox gets at the path it was started from.
+fn trial_sandbox(r: &mut Report, host: context::Host) {
+    if !trial(r, &host, "/bin/true", "sandbox") {
+        return;
+    }
+    match &host.context.client {
+        Some(client) => {
+            let client = client.display().to_string();
+            if trial(r, &host, &client, "client inside") {
+                r.line(
+                    Level::Ok,
+                    "client inside",
+                    format!("{client} runs inside every sandbox"),
+                );
+            }
+        }
+        None => r.line(
+            Level::Warn,
+            "client inside",
+            "cannot tell where this wardcell binary is, so sandboxes will not have it",
+        ),
+    }
+}
+
+/// One trial run of `program` (with `--version` unless it is /bin/true); false after a
+/// FAIL line under `what`.
+fn trial(r: &mut Report, host: &context::Host, program: &str, what: &str) -> bool {
+    let mut host = context::Host {
+        config: host.config.clone(),
+        context: host.context.clone(),
+    };
     host.context.cwd = PathBuf::from("/usr");
     let builtin = config::Config::builtin();
+    let mut command = vec![program.to_string()];
+    if program != "/bin/true" {
+        command.push("--version".into());
+    }
     let plan = match resolve::resolve(
         &builtin,
         StartRequest::Profile("base".into()),
-        vec!["/bin/true".into()],
+        command,
         &host.context,
     ) {
         Ok(p) => p,
         Err(e) => {
-            r.line(Level::Fail, "sandbox", e.to_string());
-            return;
+            r.line(Level::Fail, what, e.to_string());
+            return false;
         }
     };
     debug_assert!(matches!(plan.start, Start::Profile(_)));
@@ -284,14 +330,19 @@ fn trial_sandbox(r: &mut Report, mut host: context::Host) {
             .map_err(|e| crate::error::Error::Launch(e.to_string()))
     });
     match result {
-        Ok(out) if out.status.success() => r.line(
-            Level::Ok,
-            "sandbox",
-            format!(
-                "ran /bin/true in new user, mount, network and PID namespaces ({} ms)",
-                started.elapsed().as_millis()
-            ),
-        ),
+        Ok(out) if out.status.success() => {
+            if what == "sandbox" {
+                r.line(
+                    Level::Ok,
+                    what,
+                    format!(
+                        "ran /bin/true in new user, mount, network and PID namespaces, in a view built from nothing ({} ms)",
+                        started.elapsed().as_millis()
+                    ),
+                );
+            }
+            true
+        }
         Ok(out) => {
             let err = String::from_utf8_lossy(&out.stderr);
             let err = err
@@ -299,8 +350,12 @@ fn trial_sandbox(r: &mut Report, mut host: context::Host) {
                 .next()
                 .unwrap_or("no message")
                 .trim_start_matches("error: ");
-            r.line(Level::Fail, "sandbox", err)
+            r.line(Level::Fail, what, err);
+            false
         }
-        Err(e) => r.line(Level::Fail, "sandbox", e.to_string()),
+        Err(e) => {
+            r.line(Level::Fail, what, e.to_string());
+            false
+        }
     }
 }

@@ -173,6 +173,7 @@ fn profile(out: &mut Vec<String>, p: &ProfilePlan, indent: &str) {
     list(out, &inner, "read", paths(&p.read));
     list(out, &inner, "write", paths(&p.write));
     list(out, &inner, "deny", paths(&p.deny));
+    list(out, &inner, "unix sockets", paths(&p.unix_sockets));
     list(
         out,
         &inner,
@@ -182,12 +183,13 @@ fn profile(out: &mut Vec<String>, p: &ProfilePlan, indent: &str) {
             .map(|s| format!("{} {}: {}", s.rule, s.path, s.reason))
             .collect(),
     );
+    let tmp = std::path::Path::new("/tmp");
     out.push(format!(
         "{inner}/tmp: {}",
-        if p.private_tmp() {
-            "private to the sandbox"
+        if p.read.iter().chain(&p.write).any(|t| t.starts_with(tmp)) {
+            "private to the sandbox, with the trees above that lie in it bound over it"
         } else {
-            "the host's, as the rules above allow"
+            "private to the sandbox"
         }
     ));
     list(out, &inner, "env deny", p.env.deny.clone());

@@ -25,6 +25,9 @@ pub fn check(config: &ConfigArg) -> Result<(), Error> {
         &host.context,
     )?;
     crate::credentials::check_sources(&plan)?;
+    for line in plan.missing_writes() {
+        eprintln!("{}", output::shown(&line));
+    }
     output::print(&format!(
         "ok: {}: {}, {}",
         host.config.source,

@@ -46,8 +46,12 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
     };
     // 4. The plan: the same value `policy show` prints.
     let plan = resolve::resolve(&host.config, start, command, &host.context)?;
-    // 5. Secret files nobody else may read, before anything starts.
+    // 5. Secret files nobody else may read, before anything starts; write paths that
+    //    are not there, said once.
     credentials::check_sources(&plan)?;
+    for line in plan.missing_writes() {
+        eprintln!("{}", crate::output::shown(&line));
+    }
     // 6. Hand it over.
     let launch = Launch::Run(Box::new(plan));
     send_plan(&mut to_broker, &launch)?;

@@ -492,6 +492,8 @@ fn policy_show_json_is_the_resolved_plan() {
         home: s.home(),
         cwd: s.work(),
         dirs: plan.dirs.clone(),
+        getenv: |k| std::env::var(k).ok(),
+        client: plan.client.clone(),
     };
     let want = wardcell_common::resolve::resolve(
         &cfg,

@@ -1,0 +1,484 @@
+//! What a sandbox may leave in a repository that runs code on the host.
+//!
+//! Git runs hooks and commands named in its configuration (`core.hooksPath`,
+//! `core.fsmonitor`, aliases with `!`, filters, ...) the next time someone uses git in
+//! that directory, outside any sandbox, or inside another zone's sandbox. The built-in
+//! profiles bind `.git/hooks` and `.git/config` read-only (and pin `.git`), but git reads
+//! more than those two names: `config.worktree`, `commondir`, a `.git` file's `gitdir:`,
+//! submodules' own configuration and hooks under `modules/`. The kernel offers no way to
+//! forbid names inside a writable tree, so the rest is **detected**: when a run starts,
+//! the broker takes a snapshot of everything here that can make git run code; when each
+//! sandbox ends it compares, audits `sandbox.git_changed`, refuses zone entries while
+//! something is there, and prints a warning at the run's end.
+
+use std::path::{Path, PathBuf};
+
+/// Whether a file's lines or an entry changed: what `lstat` says, never the content
+/// alone (a sandbox can make content look innocent to a parser and still matter).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    Missing,
+    Dir,
+    Link(PathBuf),
+    File {
+        ino: u64,
+        size: u64,
+        mtime: (i64, i64),
+    },
+    Other,
+}
+
+fn seen(p: &Path) -> Seen {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::symlink_metadata(p) {
+        Err(_) => Seen::Missing,
+        Ok(m) if m.file_type().is_symlink() => {
+            Seen::Link(std::fs::read_link(p).unwrap_or_default())
+        }
+        Ok(m) if m.is_dir() => Seen::Dir,
+        Ok(m) if m.is_file() => Seen::File {
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+        },
+        Ok(_) => Seen::Other,
+    }
+}
+
+/// What a path is for git.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// `.git` itself (a directory, or a file naming the real one).
+    DotGit,
+    /// A configuration file: reported when it gains a code-running key.
+    Config,
+    /// `commondir`, a hooks directory itself: any change is reported.
+    Pointer,
+    /// One hook.
+    Hook,
+}
+
+/// At most this many entries are looked at in a hooks or modules directory: a sandbox
+/// could make millions; more is reported as such.
+const MAX_ENTRIES: usize = 20_000;
+/// At most this many paths are reported.
+const MAX_REPORTED: usize = 64;
+/// A configuration file larger than this is reported rather than parsed.
+const MAX_CONFIG: u64 = 1 << 20;
+
+/// The snapshot of one repository, taken when the run starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watch {
+    cwd: PathBuf,
+    before: Vec<(PathBuf, Role, Seen, Vec<String>)>,
+}
+
+/// Everything under `cwd` that can make git run code, as it is now. Only when a sandbox
+/// may write `cwd` (`writable`).
+pub fn watch(cwd: &Path, writable: bool) -> Option<Watch> {
+    writable.then(|| Watch {
+        cwd: cwd.to_path_buf(),
+        before: survey(cwd),
+    })
+}
+
+/// The git directory a `.git` file names (`gitdir: PATH`, relative to `cwd`).
+fn gitdir_of(cwd: &Path, dot_git: &Path) -> Option<PathBuf> {
+    let text = read_small(dot_git, 4096)?;
+    let line = text.lines().next()?.trim();
+    let dir = line.strip_prefix("gitdir:")?.trim();
+    Some(if dir.starts_with('/') {
+        PathBuf::from(dir)
+    } else {
+        cwd.join(dir)
+    })
+}
+
+fn survey(cwd: &Path) -> Vec<(PathBuf, Role, Seen, Vec<String>)> {
+    let mut out: Vec<(PathBuf, Role, Seen, Vec<String>)> = Vec::new();
+    let dot_git = cwd.join(".git");
+    let add = |p: PathBuf, role: Role, out: &mut Vec<_>| {
+        let s = seen(&p);
+        let keys = match (&role, &s) {
+            (Role::Config, Seen::File { size, .. }) if *size <= MAX_CONFIG => {
+                read_small(&p, MAX_CONFIG)
+                    .map(|t| code_keys(&t))
+                    .unwrap_or_default()
+            }
+            _ => Vec::new(),
+        };
+        out.push((p, role, s, keys));
+    };
+    add(dot_git.clone(), Role::DotGit, &mut out);
+    let gitdir = match seen(&dot_git) {
+        Seen::Dir => Some(dot_git.clone()),
+        Seen::File { .. } => gitdir_of(cwd, &dot_git),
+        _ => None,
+    };
+    let Some(g) = gitdir else {
+        return out;
+    };
+    let mut dirs = vec![g.clone()];
+    // The common directory of a linked worktree holds the shared config and hooks.
+    if let Some(common) = read_small(&g.join("commondir"), 4096) {
+        let c = PathBuf::from(common.trim());
+        dirs.push(if c.is_absolute() { c } else { g.join(c) });
+    }
+    // Submodules' git directories, nested up to three levels.
+    let mut i = 0;
+    while i < dirs.len() && dirs.len() < 256 {
+        let modules = dirs[i].join("modules");
+        if dirs[i].components().count() < g.components().count() + 6 {
+            for m in entries(&modules).into_iter().take(256) {
+                if seen(&m) == Seen::Dir {
+                    dirs.push(m);
+                }
+            }
+        }
+        i += 1;
+    }
+    for d in dirs {
+        add(d.join("config"), Role::Config, &mut out);
+        add(d.join("config.worktree"), Role::Config, &mut out);
+        add(d.join("commondir"), Role::Pointer, &mut out);
+        let hooks = d.join("hooks");
+        add(hooks.clone(), Role::Pointer, &mut out);
+        if seen(&hooks) == Seen::Dir {
+            let all = entries(&hooks);
+            if all.len() > MAX_ENTRIES {
+                out.push((hooks.join("..."), Role::Hook, Seen::Other, Vec::new()));
+            }
+            for h in all.into_iter().filter(|h| !is_sample(h)).take(MAX_ENTRIES) {
+                add(h, Role::Hook, &mut out);
+            }
+        }
+    }
+    out
+}
+
+fn is_sample(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == "sample")
+}
+
+/// A directory's entries (not following a link to it), at most MAX_ENTRIES + 1.
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    if seen(dir) != Seen::Dir {
+        return Vec::new();
+    }
+    let mut out: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .flatten()
+            .take(MAX_ENTRIES + 1)
+            .map(|e| e.path())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    out.sort();
+    out
+}
+
+/// Config keys whose value git runs, or that point git at code: `section.key` with any
+/// subsection left out (`gpg.ssh.defaultKeyCommand` is `gpg.defaultkeycommand`), lower
+/// case; `section.*` for every key of a section.
+const RUNS_CODE: &[&str] = &[
+    "core.hookspath",
+    "core.fsmonitor",
+    "core.sshcommand",
+    "core.editor",
+    "core.pager",
+    "core.askpass",
+    "core.gitproxy",
+    "core.alternaterefscommand",
+    "core.worktree",
+    "sequence.editor",
+    "diff.external",
+    "diff.textconv",
+    "diff.command",
+    "merge.driver",
+    "mergetool.cmd",
+    "difftool.cmd",
+    "filter.clean",
+    "filter.smudge",
+    "filter.process",
+    "credential.helper",
+    "gpg.program",
+    "gpg.defaultkeycommand",
+    "include.path",
+    "includeif.path",
+    "uploadpack.packobjectshook",
+    "remote.uploadpack",
+    "remote.receivepack",
+    "remote.vcs",
+    "submodule.update",
+    "trailer.command",
+    "trailer.cmd",
+    "protocol.allow",
+    "extensions.worktreeconfig",
+    "pager.*",
+    "alias.*",
+    "man.*",
+    "web.browser",
+    "browser.*",
+];
+
+/// Code-running keys set in a git config file's text, as `section.key` (first of each).
+pub fn code_keys(text: &str) -> Vec<String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut section = String::new();
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(inner) = line.strip_prefix('[') {
+            // [section], [section "subsection"] or [section.subsection].
+            let name: String = inner
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            section = name.to_ascii_lowercase();
+            // A key may follow on the same line: `[core] hooksPath = x`.
+            let rest = line.split_once(']').map(|(_, r)| r.trim()).unwrap_or("");
+            check(&section, rest, &mut out);
+            continue;
+        }
+        check(&section, line, &mut out);
+    }
+    out
+}
+
+fn check(section: &str, line: &str, out: &mut Vec<String>) {
+    if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+        return;
+    }
+    let key: String = line
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .collect::<String>()
+        .to_ascii_lowercase();
+    if key.is_empty() {
+        return;
+    }
+    let full = format!("{section}.{key}");
+    let hit = RUNS_CODE.iter().any(|k| match k.strip_suffix(".*") {
+        Some(s) => s == section,
+        None => *k == full,
+    });
+    if hit && !out.contains(&full) {
+        out.push(full);
+    }
+}
+
+/// What changed since the snapshot that can make git run code, one line each naming the
+/// path (quoted and escaped: names come from the sandbox) and why.
+pub fn changes(w: &Watch) -> Vec<String> {
+    let now = survey(&w.cwd);
+    let mut out: Vec<String> = Vec::new();
+    for (path, role, s, keys) in &now {
+        let before = w.before.iter().find(|(p, _, _, _)| p == path);
+        let (was, old_keys) = match before {
+            Some((_, _, was, k)) => (was.clone(), k.clone()),
+            None => (Seen::Missing, Vec::new()),
+        };
+        if *s == was {
+            continue;
+        }
+        let line = match role {
+            Role::DotGit => match s {
+                Seen::Dir if was == Seen::Missing => continue, // a new repository: its parts are checked below
+                _ => format!("{path:?} (changed: git reads where the repository is from it)"),
+            },
+            Role::Pointer => match s {
+                Seen::Missing => continue,
+                Seen::Dir if was == Seen::Missing => continue,
+                _ => format!("{path:?} (changed: it points git at other hooks or configuration)"),
+            },
+            Role::Hook => match s {
+                Seen::Missing => continue,
+                _ => format!("{path:?} (a hook git runs)"),
+            },
+            Role::Config => match s {
+                Seen::Missing => continue,
+                Seen::File { size, .. } if *size > MAX_CONFIG => {
+                    format!("{path:?} (changed, and too large to check)")
+                }
+                Seen::File { .. } => {
+                    let new: Vec<&String> = keys.iter().filter(|k| !old_keys.contains(k)).collect();
+                    if new.is_empty() {
+                        continue;
+                    }
+                    let names: Vec<&str> = new.iter().map(|k| k.as_str()).collect();
+                    format!("{path:?} ({})", names.join(", "))
+                }
+                _ => format!("{path:?} (not a plain file: git may still read it)"),
+            },
+        };
+        out.push(line);
+        if out.len() >= MAX_REPORTED {
+            break;
+        }
+    }
+    out
+}
+
+/// A regular file's text, opened without following a link or blocking, at most `max`
+/// bytes.
+fn read_small(path: &Path, max: u64) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    const O_NOFOLLOW: i32 = 0o400000;
+    const O_NONBLOCK: i32 = 0o4000;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NOFOLLOW | O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut buf = Vec::new();
+    f.take(max).read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("wc-gitguard-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn code_running_keys_are_found_in_any_spelling() {
+        let text = "\u{feff}[core]\n\trepositoryformatversion = 0\n\thooksPath = /tmp/h\n\
+                    [filter \"lfs\"]\n\tsmudge = evil\n[alias]\n\tco = !sh -c x\n\
+                    [user]\n\tname = me\n[core] fsmonitor = ./x\n# core.editor = no\n\
+                    [mergetool \"x\"]\n\tcmd = evil\n";
+        assert_eq!(
+            code_keys(text),
+            [
+                "core.hookspath",
+                "filter.smudge",
+                "alias.co",
+                "core.fsmonitor",
+                "mergetool.cmd"
+            ]
+        );
+        assert!(code_keys("[core]\nbare = false\n[user]\nemail = a@b\n").is_empty());
+    }
+
+    #[test]
+    fn new_hooks_config_and_pointers_are_reported_samples_are_not() {
+        let dir = tmp("new");
+        let w = watch(&dir, true).expect("a watch");
+        assert!(changes(&w).is_empty());
+        std::fs::create_dir_all(dir.join(".git/hooks")).unwrap();
+        std::fs::write(dir.join(".git/hooks/pre-commit.sample"), "").unwrap();
+        std::fs::write(dir.join(".git/config"), "[core]\nbare = false\n").unwrap();
+        assert!(changes(&w).is_empty(), "{:?}", changes(&w));
+        std::fs::write(dir.join(".git/hooks/pre-commit"), "#!/bin/sh\n").unwrap();
+        std::fs::write(dir.join(".git/config"), "[core]\nfsmonitor = x\n").unwrap();
+        std::fs::write(dir.join(".git/commondir"), "../elsewhere\n").unwrap();
+        let got = changes(&w);
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert!(
+            got.iter().any(|l| l.contains("hooks/pre-commit\" (a hook")),
+            "{got:?}"
+        );
+        assert!(
+            got.iter().any(|l| l.ends_with("config\" (core.fsmonitor)")),
+            "{got:?}"
+        );
+        assert!(got.iter().any(|l| l.contains("commondir")), "{got:?}");
+        assert!(watch(&dir, false).is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_existing_repository_is_watched_beyond_hooks_and_config() {
+        let dir = tmp("existing");
+        std::fs::create_dir_all(dir.join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(dir.join(".git/modules/sub/hooks")).unwrap();
+        std::fs::write(dir.join(".git/config"), "[core]\nbare = false\n").unwrap();
+        std::fs::write(dir.join(".git/modules/sub/config"), "[core]\n").unwrap();
+        let w = watch(&dir, true).unwrap();
+        // Untouched config content rewritten without new keys: nothing to say.
+        std::fs::write(
+            dir.join(".git/config"),
+            "[core]\nbare = false\n[user]\nname = x\n",
+        )
+        .unwrap();
+        assert!(changes(&w).is_empty(), "{:?}", changes(&w));
+        std::fs::write(
+            dir.join(".git/config.worktree"),
+            "[core]\nfsmonitor = ./x\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join(".git/modules/sub/config"),
+            "[core]\nhooksPath = /x\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join(".git/modules/sub/hooks/post-checkout"),
+            "#!/bin/sh\n",
+        )
+        .unwrap();
+        let got = changes(&w);
+        assert_eq!(got.len(), 3, "{got:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_dot_git_file_rewritten_or_a_hooks_link_is_reported() {
+        let dir = tmp("file");
+        std::fs::create_dir_all(dir.join("real/hooks")).unwrap();
+        std::fs::write(dir.join(".git"), "gitdir: real\n").unwrap();
+        let w = watch(&dir, true).unwrap();
+        std::fs::write(dir.join("real/hooks/pre-push"), "#!/bin/sh\n").unwrap();
+        assert_eq!(changes(&w).len(), 1, "{:?}", changes(&w));
+        std::fs::write(dir.join(".git"), "gitdir: planted-somewhere-else\n").unwrap();
+        assert!(
+            changes(&w).iter().any(|l| l.contains("\".git\"")
+                || l.ends_with(".git\" (changed: git reads where the repository is from it)")),
+            "{:?}",
+            changes(&w)
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let dir = tmp("link");
+        std::fs::create_dir_all(dir.join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(dir.join("mine")).unwrap();
+        let w = watch(&dir, true).unwrap();
+        std::fs::remove_dir(dir.join(".git/hooks")).unwrap();
+        std::os::unix::fs::symlink("../mine", dir.join(".git/hooks")).unwrap();
+        assert!(
+            changes(&w)
+                .iter()
+                .any(|l| l.contains("points git at other hooks")),
+            "{:?}",
+            changes(&w)
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_in_the_place_of_the_config_neither_blocks_nor_goes_unreported() {
+        let dir = tmp("fifo");
+        std::fs::create_dir_all(dir.join(".git")).unwrap();
+        let w = watch(&dir, true).unwrap();
+        let ok = std::process::Command::new("mkfifo")
+            .arg(dir.join(".git/config"))
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let got = changes(&w);
+        assert!(
+            got.iter().any(|l| l.contains("not a plain file")),
+            "{got:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

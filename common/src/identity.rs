@@ -1,0 +1,161 @@
+//! What a path is, checked by identity rather than by name.
+//!
+//! A sandbox may write trees that other sandboxes of the same run are later built from,
+//! so a name in the plan can point somewhere else by the time a sandbox is built. When a
+//! run starts, the broker opens every path the plan names without following a symbolic
+//! link at any component (`openat2` with `RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`)
+//! and records what it was (device, inode, type) in the plan. Each sandbox re-opens the
+//! path the same way, compares, and binds from the descriptor. The opening itself is in
+//! the broker's and the shim's `sys` modules; this module is the data and the comparison.
+
+use std::fmt;
+use std::fs::Metadata;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The type of a file, as far as a sandbox's view cares.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    Socket,
+    /// A device, a FIFO or a symbolic link.
+    Other,
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::Dir => "directory",
+            Kind::File => "file",
+            Kind::Socket => "socket",
+            Kind::Other => "special file",
+        })
+    }
+}
+
+/// What a path was: device, inode and type.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub dev: u64,
+    pub ino: u64,
+    pub kind: Kind,
+}
+
+impl Identity {
+    /// From `fstat` of an (`O_PATH`) descriptor, never from a name.
+    pub fn of(meta: &Metadata) -> Identity {
+        Identity::from_stat(meta.dev(), meta.ino(), meta.mode())
+    }
+
+    /// From the fields of a `struct stat`.
+    pub fn from_stat(dev: u64, ino: u64, mode: u32) -> Identity {
+        const S_IFMT: u32 = 0o170000;
+        let kind = match mode & S_IFMT {
+            0o040000 => Kind::Dir,
+            0o100000 => Kind::File,
+            0o140000 => Kind::Socket,
+            _ => Kind::Other,
+        };
+        Identity { dev, ino, kind }
+    }
+}
+
+/// Identities recorded when the run started, by path (sorted, unique).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct Recorded(Vec<(PathBuf, Identity)>);
+
+impl Recorded {
+    pub fn get(&self, path: &Path) -> Option<Identity> {
+        self.0
+            .binary_search_by(|(p, _)| p.as_path().cmp(path))
+            .ok()
+            .map(|i| self.0[i].1)
+    }
+
+    /// Record `path` once; the first identity recorded stays.
+    pub fn insert(&mut self, path: PathBuf, id: Identity) {
+        if let Err(i) = self.0.binary_search_by(|(p, _)| p.cmp(&path)) {
+            self.0.insert(i, (path, id));
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Compare what `path` is now (`now`, from a descriptor opened without following links)
+/// with what it was. The error is the one line a refused sandbox reports.
+pub fn verify(path: &Path, was: Identity, now: io::Result<Identity>) -> Result<(), String> {
+    match now {
+        Ok(now) if now == was => Ok(()),
+        Ok(now) => Err(format!(
+            "{} changed since the run started (it was {}, it is now {}): a sandbox of this run may have replaced it; nothing was started",
+            path.display(),
+            was,
+            now
+        )),
+        Err(e) if e.raw_os_error() == Some(libc_eloop()) => Err(format!(
+            "{} changed since the run started: a symbolic link now stands on the way to it; nothing was started",
+            path.display()
+        )),
+        Err(e) => Err(format!(
+            "{} changed since the run started: it cannot be opened now ({e}); nothing was started",
+            path.display()
+        )),
+    }
+}
+
+/// ELOOP, the error `RESOLVE_NO_SYMLINKS` gives for a link on the way.
+const fn libc_eloop() -> i32 {
+    40
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}:{}", self.kind, self.dev, self.ino)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(ino: u64, kind: Kind) -> Identity {
+        Identity { dev: 1, ino, kind }
+    }
+
+    #[test]
+    fn recorded_is_a_sorted_map_keeping_the_first() {
+        let mut r = Recorded::default();
+        r.insert("/b".into(), id(2, Kind::Dir));
+        r.insert("/a".into(), id(1, Kind::Dir));
+        r.insert("/b".into(), id(9, Kind::File));
+        assert_eq!(r.get(Path::new("/a")), Some(id(1, Kind::Dir)));
+        assert_eq!(r.get(Path::new("/b")), Some(id(2, Kind::Dir)));
+        assert_eq!(r.get(Path::new("/c")), None);
+        assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn a_change_is_one_line_naming_the_path() {
+        let p = Path::new("/p/target");
+        assert!(verify(p, id(1, Kind::Dir), Ok(id(1, Kind::Dir))).is_ok());
+        let e = verify(p, id(1, Kind::Dir), Ok(id(2, Kind::Dir))).unwrap_err();
+        assert!(
+            e.starts_with("/p/target changed since the run started"),
+            "{e}"
+        );
+        let e = verify(p, id(1, Kind::Dir), Err(io::Error::from_raw_os_error(40))).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(!e.contains('\n'));
+    }
+}
