@@ -4,7 +4,10 @@
 //! `seq` (0, 1, 2, ...) and `prev`: the SHA-256 (hex) of the previous line's bytes, or
 //! [`GENESIS`] for the first. Editing, removing or reordering a line breaks the chain;
 //! a log without `run.finished` is reported as unfinished (the run may still be going,
-//! or was killed, or its tail was cut).
+//! or was killed, or its tail was cut). `run.finished` also carries `events` (how many
+//! events precede it) and `head` (the hash of the last of them), so that its copy in
+//! syslog alone pins down the whole log. A log is never empty: its first event is
+//! `run.started`.
 //!
 //! The broker writes; `wardcell logs` reads and verifies. Both use this module.
 
@@ -83,10 +86,14 @@ pub fn encode_line(
     if let Value::Object(extra) = fields {
         for (k, v) in extra {
             // The common fields cannot be overridden by an event's own.
-            if !obj.contains_key(&k) && k != "seq" && k != "prev" {
+            if !obj.contains_key(&k) && !["seq", "prev", "events", "head"].contains(&k.as_str()) {
                 obj.insert(k, v);
             }
         }
+    }
+    if event == "run.finished" {
+        obj.insert("events".into(), Value::from(seq));
+        obj.insert("head".into(), Value::String(prev.into()));
     }
     obj.insert("seq".into(), Value::from(seq));
     obj.insert("prev".into(), Value::String(prev.into()));
@@ -96,8 +103,13 @@ pub fn encode_line(
 /// The verdict on one log.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// Every line chains; `finished` says whether `run.finished` closes it.
-    Intact { lines: usize, finished: bool },
+    /// Every line chains; `finished` says whether `run.finished` closes it; `head` is
+    /// the hash of the last line.
+    Intact {
+        lines: usize,
+        finished: bool,
+        head: String,
+    },
     /// Line `line` (1-based) breaks the chain, for `why`.
     Broken { line: usize, why: String },
 }
@@ -107,7 +119,13 @@ pub fn verify(text: &str, run: &str) -> Verdict {
     let mut prev = GENESIS.to_string();
     let mut finished = false;
     let mut count = 0;
-    if !text.is_empty() && !text.ends_with('\n') {
+    if text.is_empty() {
+        return Verdict::Broken {
+            line: 1,
+            why: "the log is empty: the run never started, or its log was emptied".into(),
+        };
+    }
+    if !text.ends_with('\n') {
         let line = text.lines().count();
         return Verdict::Broken {
             line,
@@ -136,13 +154,24 @@ pub fn verify(text: &str, run: &str) -> Verdict {
         if finished {
             return broken("a line follows run.finished".into());
         }
-        finished = v.get("event").and_then(Value::as_str) == Some("run.finished");
+        let event = v.get("event").and_then(Value::as_str);
+        if i == 0 && event != Some("run.started") {
+            return broken("the log does not begin with run.started".into());
+        }
+        finished = event == Some("run.finished");
+        if finished
+            && (v.get("events").and_then(Value::as_u64) != Some(i as u64)
+                || v.get("head").and_then(Value::as_str) != Some(prev.as_str()))
+        {
+            return broken("run.finished does not name the events before it".into());
+        }
         prev = hash_line(line);
         count = n;
     }
     Verdict::Intact {
         lines: count,
         finished,
+        head: prev,
     }
 }
 
@@ -155,7 +184,9 @@ mod tests {
         let mut prev = GENESIS.to_string();
         let mut out = Vec::new();
         for i in 0..n {
-            let event = if i + 1 == n {
+            let event = if i == 0 {
+                "run.started"
+            } else if i + 1 == n {
                 "run.finished"
             } else {
                 "audit.decision"
@@ -200,14 +231,16 @@ mod tests {
             verify(&text(&l), "r1"),
             Verdict::Intact {
                 lines: 4,
-                finished: true
+                finished: true,
+                head: hash_line(&l[3]),
             }
         );
         assert_eq!(
             verify(&text(&l[..2]), "r1"),
             Verdict::Intact {
                 lines: 2,
-                finished: false
+                finished: false,
+                head: hash_line(&l[1]),
             }
         );
     }
@@ -242,6 +275,50 @@ mod tests {
             verify(&cut[..cut.len() - 5], "r1"),
             Verdict::Broken { .. }
         ));
+    }
+
+    #[test]
+    fn an_empty_or_headless_log_is_broken() {
+        assert!(matches!(verify("", "r1"), Verdict::Broken { line: 1, .. }));
+        let l = log(4);
+        // The first event removed and the rest renumbered and rechained still lacks
+        // run.started.
+        let mut prev = GENESIS.to_string();
+        let mut headless = Vec::new();
+        for (i, line) in l[1..].iter().enumerate() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            let event = v["event"].as_str().unwrap();
+            let line = encode_line(1_000, "r1", "audit", event, json!({}), i as u64, &prev);
+            prev = hash_line(&line);
+            headless.push(line);
+        }
+        match verify(&text(&headless), "r1") {
+            Verdict::Broken { line: 1, why } => assert!(why.contains("run.started"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn run_finished_names_the_events_before_it() {
+        let l = log(3);
+        let v: Value = serde_json::from_str(&l[2]).unwrap();
+        assert_eq!(v["events"], 2);
+        assert_eq!(v["head"], hash_line(&l[1]));
+        // An event cannot set them itself.
+        let line = encode_line(
+            0,
+            "r",
+            "run",
+            "run.finished",
+            json!({"events": 99, "head": "x"}),
+            5,
+            "abc",
+        );
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            (v["events"].as_u64(), v["head"].as_str()),
+            (Some(5), Some("abc"))
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! Every error is one [`ConfigError`], displayed as one line:
 //! `FILE:LINE:COL: KEY: what is wrong`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -205,12 +205,22 @@ impl Config {
     }
 }
 
+/// `from`'s items that `into` lacks, appended in order. Linear: a set remembers what
+/// `into` holds (a list of 200,000 paths must not cost 200,000² comparisons).
 fn append_unique(into: &mut Vec<String>, from: &[String]) {
+    let mut seen: HashSet<String> = into.iter().cloned().collect();
     for s in from {
-        if !into.contains(s) {
+        if seen.insert(s.clone()) {
             into.push(s.clone());
         }
     }
+}
+
+/// `items` without repeats, first occurrence kept, in linear time.
+fn unique<'a>(items: impl IntoIterator<Item = &'a String>) -> Vec<String> {
+    let mut out = Vec::new();
+    append_unique(&mut out, &items.into_iter().cloned().collect::<Vec<_>>());
+    out
 }
 
 // ---------------------------------------------------------------------------
@@ -284,20 +294,41 @@ struct Doc<'a> {
     text: &'a str,
 }
 
-impl Doc<'_> {
+impl<'a> Doc<'a> {
+    /// An error at `span`. Its line and column are worked out only when it is reported
+    /// (`Located::into_error`): a file with many errors costs no more than one pass each.
     fn err(
         &self,
         span: &Range<usize>,
         key: impl Into<String>,
         message: impl Into<String>,
-    ) -> ConfigError {
-        let (line, col) = line_col(self.text, span.start);
-        ConfigError::At {
-            file: self.label.to_string(),
-            line,
-            col,
+    ) -> Located<'a> {
+        Located {
+            doc: *self,
+            offset: span.start,
             key: key.into(),
             message: message.into(),
+        }
+    }
+}
+
+/// An error at a byte offset of a [`Doc`], not yet turned into line and column.
+struct Located<'a> {
+    doc: Doc<'a>,
+    offset: usize,
+    key: String,
+    message: String,
+}
+
+impl Located<'_> {
+    fn into_error(self) -> ConfigError {
+        let (line, col) = line_col(self.doc.text, self.offset);
+        ConfigError::At {
+            file: self.doc.label.to_string(),
+            line,
+            col,
+            key: self.key,
+            message: self.message,
         }
     }
 }
@@ -371,19 +402,60 @@ pub fn locate_in(explicit: Option<&Path>, places: &[PathBuf]) -> Source {
     Source::BuiltIn
 }
 
+/// The largest configuration file read, in bytes. A real one takes a few KiB; a profile
+/// listing 200,000 paths about 5 MiB. The bound keeps `--config /dev/zero`-like input
+/// (or a file that keeps growing) from taking all memory, and a plan resolved from a file
+/// within it fits in its frame (32 MiB, docs/PROTOCOL.md) unless many zones repeat it.
+pub const MAX_CONFIG_LEN: u64 = 16 * 1024 * 1024;
+
+/// The bytes of a configuration file: a regular file (opened without blocking, so that a
+/// FIFO is refused rather than waited on) of at most [`MAX_CONFIG_LEN`] bytes.
+fn read_config_file(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => "no such file".to_string(),
+            std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+            _ => e.to_string(),
+        })?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err(
+            "it is not a regular file (a directory, a FIFO or a device); give the path of a TOML file"
+                .to_string(),
+        );
+    }
+    let too_big = |n: u64| {
+        format!(
+            "it is {n} bytes, over the {MAX_CONFIG_LEN} bytes (16 MiB) a configuration may take"
+        )
+    };
+    if meta.len() > MAX_CONFIG_LEN {
+        return Err(too_big(meta.len()));
+    }
+    let mut text = Vec::with_capacity(meta.len() as usize);
+    f.take(MAX_CONFIG_LEN + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > MAX_CONFIG_LEN {
+        return Err(too_big(text.len() as u64));
+    }
+    Ok(text)
+}
+
 /// Read and check the configuration from `source`.
 pub fn load(source: &Source) -> Result<Config, ConfigError> {
     match source {
         Source::BuiltIn => parse(BUILTIN_CONFIG, BUILTIN_LABEL),
         Source::File(path) => {
             let label = path.display().to_string();
-            let text = std::fs::read(path).map_err(|e| ConfigError::Read {
+            let text = read_config_file(path).map_err(|reason| ConfigError::Read {
                 file: label.clone(),
-                reason: match e.kind() {
-                    std::io::ErrorKind::NotFound => "no such file".to_string(),
-                    std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
-                    _ => e.to_string(),
-                },
+                reason,
             })?;
             let text = String::from_utf8(text).map_err(|_| ConfigError::Read {
                 file: label.clone(),
@@ -507,7 +579,7 @@ fn deserialize(doc: Doc<'_>) -> Result<RawFile, ConfigError> {
             // The text does not even parse: a syntax error, which is about no key.
             Err(_) => String::new(),
         };
-        doc.err(&span, key, message)
+        doc.err(&span, key, message).into_error()
     })
 }
 
@@ -868,30 +940,32 @@ fn quoted_list<'a>(names: impl Iterator<Item = &'a String>) -> String {
 
 /// Collects every error; the one reported is the first in the file.
 #[derive(Default)]
-struct Checker {
-    errors: Vec<ConfigError>,
+struct Checker<'a> {
+    /// The first error so far: in the user's file before the built-in profiles, then
+    /// by place (byte offset, the same order as line and column).
+    first: Option<Located<'a>>,
+    /// How many errors there were.
+    count: usize,
 }
 
-impl Checker {
-    fn push(&mut self, e: ConfigError) {
-        self.errors.push(e);
+impl<'a> Checker<'a> {
+    fn push(&mut self, e: Located<'a>) {
+        self.count += 1;
+        let rank = |e: &Located<'_>| (e.doc.label == BUILTIN_PROFILES_LABEL, e.offset);
+        if self.first.as_ref().is_none_or(|f| rank(&e) < rank(f)) {
+            self.first = Some(e);
+        }
     }
 
     fn finish(self) -> Result<(), ConfigError> {
-        // Errors in the user's file first (by place), then anything else.
-        match self.errors.into_iter().min_by_key(|e| match e {
-            ConfigError::At {
-                file, line, col, ..
-            } => (file == BUILTIN_PROFILES_LABEL, *line, *col),
-            ConfigError::Read { .. } => (false, 0, 0),
-        }) {
-            Some(e) => Err(e),
+        match self.first {
+            Some(e) => Err(e.into_error()),
             None => Ok(()),
         }
     }
 
     /// Zone, profile and credential names: `[a-z0-9][a-z0-9_-]{0,63}`.
-    fn name(&mut self, doc: Doc<'_>, name: &Name, table: &str) {
+    fn name(&mut self, doc: Doc<'a>, name: &Name, table: &str) {
         if !valid_name(name.get_ref()) {
             self.push(doc.err(
                 &name.span(),
@@ -903,10 +977,10 @@ impl Checker {
 
     fn profile(
         &mut self,
-        doc: Doc<'_>,
+        doc: Doc<'a>,
         name: &Name,
         p: &RawProfile,
-        all: &BTreeMap<String, (Doc<'_>, Name, RawProfile)>,
+        all: &BTreeMap<String, (Doc<'a>, Name, RawProfile)>,
         credentials: &BTreeMap<String, Credential>,
         builtin: bool,
     ) -> Profile {
@@ -926,7 +1000,6 @@ impl Checker {
             }
         }
         let mut paths_of = |rule: &str, list: &List| -> Vec<String> {
-            let mut out: Vec<String> = Vec::new();
             for entry in list {
                 let raw = entry.get_ref();
                 let check = if raw.contains('\0') {
@@ -937,11 +1010,8 @@ impl Checker {
                 if let Err(why) = check {
                     self.push(doc.err(&entry.span(), format!("{key}.{rule}"), why));
                 }
-                if !out.contains(raw) {
-                    out.push(raw.clone());
-                }
             }
-            out
+            unique(list.iter().map(Spanned::get_ref))
         };
         let read = paths_of("read", &p.read);
         let write = paths_of("write", &p.write);
@@ -980,10 +1050,8 @@ impl Checker {
                 if let Some(why) = why {
                     self.push(doc.err(&g.span(), format!("{key}.env.deny"), why));
                 }
-                if !env_deny.contains(s) {
-                    env_deny.push(s.clone());
-                }
             }
+            env_deny = unique(env.deny.iter().map(Spanned::get_ref));
             for (k, val) in &env.set {
                 let name = k.get_ref();
                 let why = if name.is_empty() || name.contains('=') || name.contains('\0') {
@@ -1007,10 +1075,9 @@ impl Checker {
             if let Err(why) = check_host_port(entry.get_ref()) {
                 self.push(doc.err(&entry.span(), format!("{key}.network.allow"), why));
             }
-            if !network_allow.contains(entry.get_ref()) {
-                network_allow.push(entry.get_ref().clone());
-            }
+            network_allow.push(entry.get_ref().clone());
         }
+        let network_allow = unique(&network_allow);
 
         let mut creds = Vec::new();
         for c in &p.credentials {
@@ -1025,10 +1092,9 @@ impl Checker {
                     ),
                 ));
             }
-            if !creds.contains(c.get_ref()) {
-                creds.push(c.get_ref().clone());
-            }
+            creds.push(c.get_ref().clone());
         }
+        let creds = unique(&creds);
 
         Profile {
             name: name.get_ref().clone(),
@@ -1048,7 +1114,7 @@ impl Checker {
     /// Each profile's `extends` chain must end, within [`MAX_EXTENDS_DEPTH`]. A cycle is
     /// reported once, at the `extends` of the first profile in it (by name) that the
     /// user's file defines.
-    fn extends_cycles(&mut self, all: &BTreeMap<String, (Doc<'_>, Name, RawProfile)>) {
+    fn extends_cycles(&mut self, all: &BTreeMap<String, (Doc<'a>, Name, RawProfile)>) {
         let mut reported: BTreeSet<String> = BTreeSet::new();
         for start in all.keys() {
             let mut chain: Vec<&str> = vec![start];
@@ -1100,9 +1166,9 @@ impl Checker {
         }
     }
 
-    fn credential(&mut self, doc: Doc<'_>, name: &Name, c: &RawCredential) -> Option<Credential> {
+    fn credential(&mut self, doc: Doc<'a>, name: &Name, c: &RawCredential) -> Option<Credential> {
         let key = format!("credentials.{}", name.get_ref());
-        let before = self.errors.len();
+        let before = self.count;
         let hosts: Vec<String> = match &c.hosts {
             None => {
                 self.push(doc.err(
@@ -1203,7 +1269,7 @@ impl Checker {
             }
             Some(s) => self.secret(doc, name, &format!("{key}.secret"), s),
         };
-        if self.errors.len() != before {
+        if self.count != before {
             return None;
         }
         Some(Credential {
@@ -1219,7 +1285,7 @@ impl Checker {
 
     fn secret(
         &mut self,
-        doc: Doc<'_>,
+        doc: Doc<'a>,
         name: &Name,
         key: &str,
         s: &RawSecret,

@@ -9,7 +9,7 @@
 //! - [`envrules`]: the environment a sandbox receives.
 //! - [`helper`]: where host-side helpers run, with what environment.
 //! - [`approval`]: the approval plugin's answer.
-//! - [`text`]: messages kept on one line.
+//! - [`text`]: text from a sandbox or a configuration, made safe to print.
 #![forbid(unsafe_code)]
 
 pub mod approval;

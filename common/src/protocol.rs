@@ -1,9 +1,11 @@
 //! Frames and messages: the one place that knows the wire format.
 //!
 //! A frame is a u32 little-endian payload length followed by one bincode 2 message
-//! (standard configuration, decode limit = [`MAX_FRAME_LEN`]). The length is checked
-//! before anything is allocated; a payload must be consumed exactly. The first frame
-//! each way on every connection is a [`Hello`] carrying [`PROTOCOL_VERSION`].
+//! (standard configuration). Each message type carries its channel's limit in bytes on
+//! the wire ([`Message::MAX_LEN`]); the writer and the reader check the same number, so
+//! whatever one side may send, the other accepts. The length is checked before anything
+//! is allocated; a payload must be consumed exactly. The first frame each way on every
+//! connection is a [`Hello`] carrying [`PROTOCOL_VERSION`].
 //!
 //! Messages are typed by direction: each channel has one enum for what may travel
 //! one way and one for the other, so a peer cannot even express a message that is
@@ -20,11 +22,58 @@ use crate::plan::{Plan, ProxySpec, SandboxSpec};
 /// Bumped whenever any message below changes shape.
 pub const PROTOCOL_VERSION: u32 = 2;
 
-/// Largest payload a frame may carry (the length prefix not included).
-pub const MAX_FRAME_LEN: usize = 64 * 1024;
+const KIB: usize = 1024;
+const MIB: usize = 1024 * KIB;
 
-fn bincode_config() -> impl bincode::config::Config {
-    bincode::config::standard().with_limit::<MAX_FRAME_LEN>()
+/// The limit of what the user's own configuration produces (a plan, a sandbox spec, a
+/// proxy spec): a plan with 1,000 zones takes about 1.2 MB, and a command line is at
+/// most the kernel's ARG_MAX (2 MiB by default).
+pub const CONFIGURED_MAX: usize = 32 * MIB;
+/// The limit of a zone request: the caller's argv and environment, which the kernel
+/// already bounds by ARG_MAX (2 MiB by default, a quarter of the stack limit), with room
+/// for a larger stack limit.
+pub const ZONE_REQUEST_MAX: usize = 4 * MIB;
+/// The limit of an answer to a zone request (a zone list with its descriptions).
+pub const ZONE_RESPONSE_MAX: usize = 4 * MIB;
+/// The limit of a report from a shim or an event from a proxy: short messages.
+pub const REPORT_MAX: usize = 64 * KIB;
+
+/// A message that travels in frames: its channel's limit on the payload, in bytes on the
+/// wire, checked identically by [`encode_frame`] and [`read_frame`].
+pub trait Message: Serialize + DeserializeOwned {
+    /// The largest payload (the length prefix not included).
+    const MAX_LEN: usize;
+    /// What it is, for an error line ("the plan").
+    const WHAT: &'static str;
+}
+
+/// bincode's decode limit counts what decoding *claims* (every string's bytes, and each
+/// integer at its width in memory: up to 8 bytes for one varint byte on the wire), not
+/// bytes read. Our messages hold no integer wider than 8 bytes, so a payload of n bytes
+/// claims at most `CLAIM_PER_BYTE * n`: the decode limit never refuses a frame the
+/// length check let through, and it caps what a forged length inside the payload can
+/// make bincode allocate before it finds the bytes missing.
+const CLAIM_PER_BYTE: usize = 8;
+
+/// Decode with a limit of `CLAIM_PER_BYTE` times the smallest tier (a power of 4, at least
+/// 4 KiB) that holds the payload: at most 32 times `max(payload, 4 KiB)`. bincode's limit
+/// is a constant, hence the tiers.
+fn decode_bounded<T: DeserializeOwned>(
+    payload: &[u8],
+) -> Result<(T, usize), bincode::error::DecodeError> {
+    use bincode::serde::decode_from_slice as decode;
+    let standard = bincode::config::standard();
+    const C: usize = CLAIM_PER_BYTE;
+    match payload.len() {
+        n if n <= 4 * KIB => decode(payload, standard.with_limit::<{ C * 4 * KIB }>()),
+        n if n <= 16 * KIB => decode(payload, standard.with_limit::<{ C * 16 * KIB }>()),
+        n if n <= 64 * KIB => decode(payload, standard.with_limit::<{ C * 64 * KIB }>()),
+        n if n <= 256 * KIB => decode(payload, standard.with_limit::<{ C * 256 * KIB }>()),
+        n if n <= MIB => decode(payload, standard.with_limit::<{ C * MIB }>()),
+        n if n <= 4 * MIB => decode(payload, standard.with_limit::<{ C * 4 * MIB }>()),
+        n if n <= 16 * MIB => decode(payload, standard.with_limit::<{ C * 16 * MIB }>()),
+        _ => decode(payload, standard.with_limit::<{ C * 64 * MIB }>()),
+    }
 }
 
 /// Why a frame could not be read or written. Every variant is one line of text.
@@ -34,8 +83,11 @@ pub enum FrameError {
     Closed,
     /// The peer closed the connection inside a frame.
     Truncated,
-    /// The length prefix announces more than [`MAX_FRAME_LEN`].
-    TooLong(u64),
+    /// The length prefix announces more than the message's limit.
+    TooLong {
+        len: u64,
+        max: usize,
+    },
     /// The payload is not one well-formed message of the expected type.
     Malformed(String),
     /// The peer's Hello names a different protocol version.
@@ -43,8 +95,12 @@ pub enum FrameError {
         ours: u32,
         theirs: u32,
     },
-    /// A message to send encodes to more than [`MAX_FRAME_LEN`].
-    TooLargeToSend(usize),
+    /// A message to send encodes to more than its limit; nothing was written.
+    TooLargeToSend {
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
     Io(io::Error),
 }
 
@@ -53,17 +109,19 @@ impl fmt::Display for FrameError {
         match self {
             FrameError::Closed => write!(f, "the peer closed the connection"),
             FrameError::Truncated => write!(f, "the peer closed the connection inside a frame"),
-            FrameError::TooLong(n) => {
-                write!(f, "frame of {n} bytes refused: the limit is {MAX_FRAME_LEN}")
+            FrameError::TooLong { len, max } => {
+                write!(f, "frame of {len} bytes refused: the limit is {max}")
             }
             FrameError::Malformed(why) => write!(f, "malformed frame: {why}"),
             FrameError::Version { ours, theirs } => write!(
                 f,
                 "protocol version mismatch: this side speaks version {ours}, the peer speaks version {theirs}; install matching wardcell binaries"
             ),
-            FrameError::TooLargeToSend(n) => {
-                write!(f, "message of {n} bytes is over the {MAX_FRAME_LEN}-byte frame limit")
-            }
+            FrameError::TooLargeToSend { what, len, max } => write!(
+                f,
+                "{what} takes {len} bytes, over its limit of {max} bytes ({})",
+                human(*max)
+            ),
             FrameError::Io(e) => write!(f, "{e}"),
         }
     }
@@ -71,33 +129,65 @@ impl fmt::Display for FrameError {
 
 impl std::error::Error for FrameError {}
 
+/// `32 MiB`, `64 KiB`, `16 bytes`.
+fn human(n: usize) -> String {
+    if n >= MIB && n % MIB == 0 {
+        format!("{} MiB", n / MIB)
+    } else if n >= KIB && n % KIB == 0 {
+        format!("{} KiB", n / KIB)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
 impl From<io::Error> for FrameError {
     fn from(e: io::Error) -> Self {
         FrameError::Io(e)
     }
 }
 
-/// Encode `msg` as a complete frame (length prefix included).
-pub fn encode_frame<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
-    let mut out = vec![0u8; 4];
-    // The limit only bounds decoding; encoding is checked against it just below.
-    bincode::serde::encode_into_std_write(msg, &mut out, bincode::config::standard())
-        .map_err(|e| FrameError::Malformed(e.to_string()))?;
-    let len = out.len() - 4;
-    if len > MAX_FRAME_LEN {
-        return Err(FrameError::TooLargeToSend(len));
+/// Counts the bytes an encoding would take, keeping none of them.
+struct Measure(usize);
+
+impl bincode::enc::write::Writer for Measure {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
+        self.0 += bytes.len();
+        Ok(())
     }
-    out[..4].copy_from_slice(&(len as u32).to_le_bytes());
+}
+
+/// Encode `msg` as a complete frame (length prefix included). The size is measured first,
+/// so an over-limit message is refused before its frame is allocated.
+pub fn encode_frame<T: Message>(msg: &T) -> Result<Vec<u8>, FrameError> {
+    let standard = bincode::config::standard();
+    let mut measure = Measure(0);
+    bincode::serde::encode_into_writer(msg, &mut measure, standard)
+        .map_err(|e| FrameError::Malformed(e.to_string()))?;
+    let len = measure.0;
+    if len > T::MAX_LEN {
+        return Err(FrameError::TooLargeToSend {
+            what: T::WHAT,
+            len,
+            max: T::MAX_LEN,
+        });
+    }
+    let mut out = Vec::with_capacity(4 + len);
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    bincode::serde::encode_into_std_write(msg, &mut out, standard)
+        .map_err(|e| FrameError::Malformed(e.to_string()))?;
+    debug_assert_eq!(out.len(), 4 + len);
     Ok(out)
 }
 
 /// Decode one payload (without its length prefix). Trailing bytes are an error.
-pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
-    if payload.len() > MAX_FRAME_LEN {
-        return Err(FrameError::TooLong(payload.len() as u64));
+pub fn decode_payload<T: Message>(payload: &[u8]) -> Result<T, FrameError> {
+    if payload.len() > T::MAX_LEN {
+        return Err(FrameError::TooLong {
+            len: payload.len() as u64,
+            max: T::MAX_LEN,
+        });
     }
-    let (msg, used) = bincode::serde::decode_from_slice(payload, bincode_config())
-        .map_err(|e| FrameError::Malformed(e.to_string()))?;
+    let (msg, used) = decode_bounded(payload).map_err(|e| FrameError::Malformed(e.to_string()))?;
     if used != payload.len() {
         return Err(FrameError::Malformed(format!(
             "{} trailing bytes after the message",
@@ -122,25 +212,31 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<bool, FrameError> {
     Ok(true)
 }
 
-/// Read one frame and decode it as `T`. The length is checked before allocating.
-pub fn read_frame<T: DeserializeOwned>(r: &mut impl Read) -> Result<T, FrameError> {
+/// Read one frame and decode it as `T`. The length is checked against `T`'s limit before
+/// anything is allocated, and the payload buffer grows with the bytes that arrive, not
+/// with the length announced.
+pub fn read_frame<T: Message>(r: &mut impl Read) -> Result<T, FrameError> {
     let mut len = [0u8; 4];
     if !read_full(r, &mut len)? {
         return Err(FrameError::Closed);
     }
     let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_FRAME_LEN {
-        return Err(FrameError::TooLong(len as u64));
+    if len > T::MAX_LEN {
+        return Err(FrameError::TooLong {
+            len: len as u64,
+            max: T::MAX_LEN,
+        });
     }
-    let mut payload = vec![0u8; len];
-    if !read_full(r, &mut payload)? && len > 0 {
+    let mut payload = Vec::with_capacity(len.min(64 * KIB));
+    r.take(len as u64).read_to_end(&mut payload)?;
+    if payload.len() != len {
         return Err(FrameError::Truncated);
     }
     decode_payload(&payload)
 }
 
 /// Encode and write one frame.
-pub fn write_frame<T: Serialize>(w: &mut impl Write, msg: &T) -> Result<(), FrameError> {
+pub fn write_frame<T: Message>(w: &mut impl Write, msg: &T) -> Result<(), FrameError> {
     let frame = encode_frame(msg)?;
     w.write_all(&frame)?;
     w.flush()?;
@@ -157,6 +253,11 @@ impl Hello {
     pub const CURRENT: Hello = Hello {
         version: PROTOCOL_VERSION,
     };
+}
+
+impl Message for Hello {
+    const MAX_LEN: usize = 16;
+    const WHAT: &'static str = "a hello";
 }
 
 /// Send our Hello.
@@ -306,12 +407,47 @@ pub enum ZoneResponse {
     Failed { message: String, code: i32 },
 }
 
+impl Message for Launch {
+    const MAX_LEN: usize = CONFIGURED_MAX;
+    const WHAT: &'static str = "the plan";
+}
+
+impl Message for ShimRequest {
+    const MAX_LEN: usize = CONFIGURED_MAX;
+    const WHAT: &'static str = "the sandbox spec";
+}
+
+impl Message for ShimReport {
+    const MAX_LEN: usize = REPORT_MAX;
+    const WHAT: &'static str = "a shim report";
+}
+
+impl Message for ProxyRequest {
+    const MAX_LEN: usize = CONFIGURED_MAX;
+    const WHAT: &'static str = "the proxy spec";
+}
+
+impl Message for ProxyEvent {
+    const MAX_LEN: usize = REPORT_MAX;
+    const WHAT: &'static str = "a proxy event";
+}
+
+impl Message for ZoneRequest {
+    const MAX_LEN: usize = ZONE_REQUEST_MAX;
+    const WHAT: &'static str = "the zone request (command and environment)";
+}
+
+impl Message for ZoneResponse {
+    const MAX_LEN: usize = ZONE_RESPONSE_MAX;
+    const WHAT: &'static str = "the supervisor's answer";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Cursor;
 
-    fn frame_of<T: Serialize>(msg: &T) -> Vec<u8> {
+    fn frame_of<T: Message>(msg: &T) -> Vec<u8> {
         encode_frame(msg).expect("encodes")
     }
 
@@ -410,21 +546,21 @@ mod tests {
     }
     impl Read for Stingy {
         fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            assert!(buf.len() <= MAX_FRAME_LEN, "asked for {} bytes", buf.len());
+            assert!(buf.len() <= 64 * KIB, "asked for {} bytes", buf.len());
             self.data.read(buf)
         }
     }
 
     #[test]
     fn oversized_length_is_refused_before_allocation() {
-        for len in [MAX_FRAME_LEN as u32 + 1, u32::MAX] {
+        for len in [ZONE_REQUEST_MAX as u32 + 1, u32::MAX] {
             let mut data = len.to_le_bytes().to_vec();
             data.extend_from_slice(&[0u8; 16]);
             let r = read_frame::<ZoneRequest>(&mut Stingy {
                 data: Cursor::new(data),
             });
             assert!(
-                matches!(r, Err(FrameError::TooLong(n)) if n == len as u64),
+                matches!(r, Err(FrameError::TooLong { len: n, max }) if n == len as u64 && max == ZONE_REQUEST_MAX),
                 "{r:?}"
             );
         }
@@ -434,13 +570,102 @@ mod tests {
     fn oversized_message_is_not_sent() {
         let big = ZoneRequest::Enter {
             zone: "z".into(),
-            argv: vec!["x".repeat(MAX_FRAME_LEN)],
+            argv: vec!["x".repeat(ZONE_REQUEST_MAX)],
             env: vec![],
         };
         assert!(matches!(
             encode_frame(&big),
-            Err(FrameError::TooLargeToSend(_))
+            Err(FrameError::TooLargeToSend { len, max: ZONE_REQUEST_MAX, .. }) if len > ZONE_REQUEST_MAX
         ));
+    }
+
+    /// The worst case for bincode's claim accounting: empty strings (one byte on the wire,
+    /// eight claimed for the length). A payload filling each decode tier to the top still
+    /// decodes, so the decode limit never refuses what the length check let through.
+    #[test]
+    fn the_decode_limit_never_refuses_a_frame_within_the_wire_limit() {
+        for tier in [4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB] {
+            // Enter: variant 1 byte, zone "z" 2 bytes, argv length up to 5 bytes, env 1.
+            let count = tier - 1 - 2 - 5 - 1;
+            let msg = ZoneRequest::Enter {
+                zone: "z".into(),
+                argv: vec![String::new(); count],
+                env: vec![],
+            };
+            let f = frame_of(&msg);
+            assert!(f.len() - 4 <= tier, "{} > {tier}", f.len() - 4);
+            let back: ZoneRequest = read_frame(&mut Cursor::new(f)).expect("decodes");
+            assert_eq!(back, msg);
+        }
+    }
+
+    /// A length inside the payload that claims more than the tier's limit is refused by
+    /// bincode before it allocates: a 9-byte payload may not make it allocate 40 KiB.
+    #[test]
+    fn a_forged_inner_length_is_refused_before_allocating() {
+        for claimed in [40 * KIB as u64, u32::MAX as u64, u64::MAX >> 1] {
+            // Enter { zone: <string of `claimed` bytes>, .. }
+            let mut payload = vec![1u8, 0xfd];
+            payload.extend_from_slice(&claimed.to_le_bytes());
+            let r = decode_payload::<ZoneRequest>(&payload);
+            match r {
+                Err(FrameError::Malformed(why)) => {
+                    assert!(why.contains("LimitExceeded"), "{why}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // A vector of 2^60 strings: refused when its first missing element is read.
+        let mut payload = vec![1u8, 1, b'z', 0xfd];
+        payload.extend_from_slice(&(1u64 << 60).to_le_bytes());
+        assert!(matches!(
+            decode_payload::<ZoneRequest>(&payload),
+            Err(FrameError::Malformed(_))
+        ));
+    }
+
+    /// A frame that announces 4 MiB and sends 10 bytes never gets a 4 MiB buffer: the
+    /// buffer grows with what arrives.
+    #[test]
+    fn an_announced_length_is_not_allocated_before_the_bytes_arrive() {
+        let mut data = (ZONE_REQUEST_MAX as u32).to_le_bytes().to_vec();
+        data.extend_from_slice(&[1u8; 10]);
+        let r = read_frame::<ZoneRequest>(&mut Stingy {
+            data: Cursor::new(data),
+        });
+        assert!(matches!(r, Err(FrameError::Truncated)), "{r:?}");
+    }
+
+    #[test]
+    fn every_channel_has_its_limit_on_both_sides() {
+        // The plan of a large configuration passes; one byte over the limit does not,
+        // whichever side checks.
+        let over = vec![0u8; REPORT_MAX + 1];
+        assert!(matches!(
+            decode_payload::<ShimReport>(&over),
+            Err(FrameError::TooLong {
+                max: REPORT_MAX,
+                ..
+            })
+        ));
+        let report = ShimReport::SetupFailed {
+            step: "x".into(),
+            message: "m".repeat(REPORT_MAX),
+        };
+        let e = encode_frame(&report).unwrap_err();
+        assert!(matches!(
+            e,
+            FrameError::TooLargeToSend {
+                max: REPORT_MAX,
+                ..
+            }
+        ));
+        assert!(
+            e.to_string().starts_with(
+                "a shim report takes 65544 bytes, over its limit of 65536 bytes (64 KiB)"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

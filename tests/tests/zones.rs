@@ -421,42 +421,57 @@ both!(approval_plugin_decides_and_is_audited, |fx| {
     );
 });
 
-both!(an_unwritable_audit_log_refuses_the_entry, |fx| {
-    zones_config(&fx, "");
-    let mut run = fx
+both!(
+    an_unwritable_audit_log_refuses_the_entry_and_ends_the_run,
+    |fx| {
+        zones_config(&fx, "");
+        let mut run = fx
         .cmd(&[
             "run",
             "--",
             "/bin/sh",
             "-c",
-            "echo started; while [ ! -e go ]; do sleep 0.02; done; wardcell zone enter push -- touch pushed/entered; echo rc=$?",
+            "echo started; while [ ! -e go ]; do sleep 0.02; done; wardcell zone enter push -- touch pushed/entered; echo rc=$?; sleep 10; echo went-on",
         ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stdout = run.stdout.take().unwrap();
-    let mut first = [0u8; 8];
-    use std::io::Read;
-    stdout.read_exact(&mut first).unwrap();
-    // Break the log: the file becomes a directory, which nobody can append to.
-    let runs = state_runs(&fx);
-    let log = fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
-    fs::remove_file(&log).unwrap();
-    fs::create_dir(&log).unwrap();
-    fx.write(&fx.proj.join("go"), "");
-    let mut rest = String::new();
-    stdout.read_to_string(&mut rest).unwrap();
-    let mut err = String::new();
-    run.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    run.wait().unwrap();
-    assert!(rest.contains("rc=1"), "{rest} {err}");
-    assert!(err.contains("the audit log cannot be written"), "{err}");
-    assert!(
-        !fx.proj.join("pushed/entered").exists(),
-        "the entry went ahead without its audit record"
+        let mut stdout = run.stdout.take().unwrap();
+        let mut first = [0u8; 8];
+        use std::io::Read;
+        stdout.read_exact(&mut first).unwrap();
+        // Break the log: the file becomes a directory, which nobody can append to.
+        let runs = state_runs(&fx);
+        let log = fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
+        fs::remove_file(&log).unwrap();
+        fs::create_dir(&log).unwrap();
+        fx.write(&fx.proj.join("go"), "");
+        let mut rest = String::new();
+        stdout.read_to_string(&mut rest).unwrap();
+        let mut err = String::new();
+        run.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let status = run.wait().unwrap();
+        // The entry is refused, and the run ends rather than go on unaudited.
+        assert!(
+            !rest.contains("went-on"),
+            "the run went on unaudited: {rest} {err}"
+        );
+        assert_eq!(status.code(), Some(1), "{rest} {err}");
+        // The caller may say why its entry was refused before it is ended; the run's last
+        // word is why it ended.
+        let last = err.lines().last().unwrap_or_default();
+        assert!(
+        last.ends_with("; the run was ended rather than go on unaudited (make room for the log, then run again)")
+            && last.starts_with("error: the run's audit log "),
+        "{err}"
     );
-});
+        assert!(
+            !fx.proj.join("pushed/entered").exists(),
+            "the entry went ahead without its audit record"
+        );
+    }
+);
 
 both!(logs_show_and_a_tampered_log_is_caught, |fx| {
     zones_config(&fx, "");

@@ -4,6 +4,11 @@
 //! The file is opened afresh for every event, without O_CREAT after the first: a log that
 //! was removed, replaced or made unwritable fails the write there and then, and a zone
 //! entry whose decision cannot be written is refused.
+//!
+//! An event is written whole or not at all: a failed or short write (a full disk) is cut
+//! back to the length the log had before it. The first failure is final: every later
+//! write fails too, and the run ends its sandboxes (`Run::record`) rather than go on
+//! unaudited.
 
 use std::fs::OpenOptions;
 use std::io::{self, Write};
@@ -26,6 +31,10 @@ pub struct AuditLog {
 struct Chain {
     seq: u64,
     prev: String,
+    /// The log's length after the last event written whole.
+    len: u64,
+    /// Why the log could not take an event; set once, never cleared.
+    failed: Option<String>,
 }
 
 impl AuditLog {
@@ -43,6 +52,8 @@ impl AuditLog {
             chain: Mutex::new(Chain {
                 seq: 0,
                 prev: GENESIS.to_string(),
+                len: 0,
+                failed: None,
             }),
             syslog,
         })
@@ -60,6 +71,38 @@ impl AuditLog {
             chain.seq,
             &chain.prev,
         );
+        if let Some(why) = &chain.failed {
+            return Err(io::Error::other(why.clone()));
+        }
+        let sync = matches!(event, "audit.decision" | "run.finished");
+        if let Err(e) = self.append(&line, chain.len, sync) {
+            let why = format!(
+                "the run's audit log {} cannot take another event: {e}",
+                self.path.display()
+            );
+            if self.syslog {
+                crate::sys::syslog_authpriv(&format!("run {}: {why}", self.run));
+            }
+            chain.failed = Some(why);
+            return Err(e);
+        }
+        chain.len += line.len() as u64 + 1;
+        chain.prev = audit::hash_line(&line);
+        chain.seq += 1;
+        if self.syslog {
+            crate::sys::syslog_authpriv(&line);
+        }
+        Ok(())
+    }
+
+    /// Why the log stopped taking events, if it did.
+    pub fn failure(&self) -> Option<String> {
+        let chain = self.chain.lock().unwrap_or_else(|p| p.into_inner());
+        chain.failed.clone()
+    }
+
+    /// Append `line` to a log that is `len` bytes long, whole or not at all.
+    fn append(&self, line: &str, len: u64, sync: bool) -> io::Result<()> {
         let mut f = OpenOptions::new()
             .append(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -68,17 +111,25 @@ impl AuditLog {
         if !meta.is_file() || meta.uid() != nix::unistd::getuid().as_raw() {
             return Err(io::Error::other("the audit log was replaced"));
         }
-        // One write(2) of the whole line: no partial line from this process.
-        f.write_all(format!("{line}\n").as_bytes())?;
-        // A decision is on disk before what it allows starts.
-        if event == "audit.decision" {
-            f.sync_data()?;
+        if meta.len() != len {
+            return Err(io::Error::other(format!(
+                "it is {} bytes long, not the {len} written to it: someone else changed it",
+                meta.len()
+            )));
         }
-        chain.prev = audit::hash_line(&line);
-        chain.seq += 1;
-        if self.syslog {
-            crate::sys::syslog_authpriv(&line);
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        // One write(2) of the whole line; after a short one (a full disk), the next says
+        // why it cannot go on.
+        let written = f
+            .write_all(&bytes)
+            // A decision is on disk before what it allows starts.
+            .and_then(|()| if sync { f.sync_data() } else { Ok(()) });
+        if written.is_err() {
+            // Never a partial line: back to the last event written whole.
+            let _ = f.set_len(len);
         }
-        Ok(())
+        written
     }
 }

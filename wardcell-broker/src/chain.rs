@@ -20,10 +20,12 @@ pub enum Denied {
     TooDeep { target: String },
 }
 
-/// A zone name from a request as it may appear in a one-line message: no control
-/// characters, at most 64 characters (zone names are shorter; anything else is a probe).
+/// A zone name from a request as it may appear in a one-line message: control
+/// characters written out (`text::shown`), at most 64 characters of the name (zone names
+/// are shorter; anything else is a probe).
 fn shown(name: &str) -> String {
-    name.chars().filter(|c| !c.is_control()).take(64).collect()
+    let name: String = name.chars().take(64).collect();
+    wardcell_common::text::shown(&name).into_owned()
 }
 
 impl Denied {

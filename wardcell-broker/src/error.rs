@@ -17,6 +17,8 @@ pub enum BrokerError {
     Refused(String),
     /// A protocol error with the shim.
     Shim(FrameError),
+    /// The run's audit log could not take an event: the run was ended.
+    Audit(String),
 }
 
 impl fmt::Display for BrokerError {
@@ -30,6 +32,10 @@ impl fmt::Display for BrokerError {
             BrokerError::Sandbox(m) => write!(f, "could not start the sandbox: {m}"),
             BrokerError::Refused(m) => write!(f, "{m}"),
             BrokerError::Shim(e) => write!(f, "lost contact with the sandbox: {e}"),
+            BrokerError::Audit(why) => write!(
+                f,
+                "{why}; the run was ended rather than go on unaudited (make room for the log, then run again)"
+            ),
         }
     }
 }

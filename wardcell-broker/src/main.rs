@@ -51,7 +51,7 @@ use serde_json::json;
 use wardcell_common::paths;
 use wardcell_common::plan::{Plan, ProfilePlan, Start};
 use wardcell_common::protocol::{self, Launch, ShimReport};
-use wardcell_common::text::one_line;
+use wardcell_common::text::shown;
 
 use audit::AuditLog;
 use error::BrokerError;
@@ -112,7 +112,7 @@ fn main() {
     let code = match run(writer) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", one_line(&e.to_string()));
+            eprintln!("error: {}", shown(&e.to_string()));
             1
         }
     };
@@ -410,7 +410,7 @@ fn run_first_sandbox(
     let stdout = std::io::stdout();
     let caller_env = run.host_env.clone();
     let log_started = || {
-        let _ = run.audit.write(
+        run.record(
             "run",
             "run.started",
             json!({
@@ -421,15 +421,16 @@ fn run_first_sandbox(
                 "config": plan.source,
                 "uid": nix::unistd::getuid().as_raw(),
             }),
-        );
+        )
     };
+    let audit_failed = || run.audit.failure().map(BrokerError::Audit);
 
     // 4. Complete it: supervisor, spec, handover. While the shim builds the mounts: the
     //    run's start is audited, signals are taken over, and stale runs are swept.
     let mut logged = false;
     let before_proceed = || {
-        log_started();
         logged = true;
+        log_started().map_err(|e| audit_failed().unwrap_or(BrokerError::Audit(e.to_string())))?;
         let signals = take_signals(terminal.pty.is_some(), ignored)?;
         // The plan writer exits right after sending the plan. Reaped here if it has, else
         // on the SIGCHLD the relay now reads: never a zombie for the whole run.
@@ -462,14 +463,14 @@ fn run_first_sandbox(
         Ok(started) => started,
         Err(e) => {
             if !logged {
-                log_started();
+                let _ = log_started();
             }
-            let _ = run.audit.write(
+            let _ = run.record(
                 "run",
                 "run.finished",
                 json!({"exit_status": 1, "error": e.to_string()}),
             );
-            return Err(e);
+            return Err(audit_failed().unwrap_or(e));
         }
     };
     let (master, saved) = match terminal.pty {
@@ -481,6 +482,8 @@ fn run_first_sandbox(
         None => (None, None),
     };
 
+    run.set_first(&sb.running);
+
     // 6. Relay to the end.
     let name = sb.name.clone();
     let mut warned = false;
@@ -490,7 +493,7 @@ fn run_first_sandbox(
             partial,
         } = r
         {
-            let _ = run.audit.write(
+            let _ = run.record(
                 "sandbox",
                 "sandbox.confined",
                 json!({"sandbox": name, "landlock_abi": landlock_abi, "missing": partial}),
@@ -499,7 +502,7 @@ fn run_first_sandbox(
                 warned = true;
                 eprintln!(
                     "warning: this kernel lacks {}; the sandbox runs without it (see `wardcell doctor`)",
-                    partial.join(", ")
+                    shown(&partial.join(", "))
                 );
             }
         }
@@ -521,7 +524,7 @@ fn run_first_sandbox(
     );
     sb.retire();
     if let Some(why) = &ended.bad_report {
-        let _ = run.audit.write(
+        let _ = run.record(
             "sandbox",
             "sandbox.bad_report",
             json!({"sandbox": name, "reason": why}),
@@ -534,21 +537,25 @@ fn run_first_sandbox(
     run.end_entries();
     for line in run.check_git(&name) {
         eprintln!(
-            "warning: {line} appeared during this run and runs code the next time git runs in {}; inspect it before you use git there",
-            run.plan.cwd.display()
+            "warning: {} appeared during this run and runs code the next time git runs in {}; inspect it before you use git there",
+            shown(&line),
+            shown(&run.plan.cwd.display().to_string())
         );
     }
-    let _ = run.audit.write(
+    let _ = run.record(
         "run",
         "run.finished",
         json!({"exit_status": code, "error": message}),
     );
+    if let Some(e) = audit_failed() {
+        return Err(e);
+    }
     match (ended.outcome, message) {
         (Outcome::SetupFailed { .. } | Outcome::ChildFailed(_), Some(m)) => {
             Err(BrokerError::Refused(m))
         }
         (_, Some(m)) => {
-            eprintln!("error: {}", one_line(&m));
+            eprintln!("error: {}", shown(&m));
             Ok(code)
         }
         (_, None) => Ok(code),

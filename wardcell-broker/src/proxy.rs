@@ -180,7 +180,7 @@ fn audit_events(run: &Run, zone: &str, mut events: UnixStream) {
                 credential,
                 bytes_up,
                 bytes_down,
-            }) => run.audit.write(
+            }) => run.record(
                 "proxy",
                 "proxy.connect",
                 json!({
@@ -188,12 +188,12 @@ fn audit_events(run: &Run, zone: &str, mut events: UnixStream) {
                     "bytes_up": bytes_up, "bytes_down": bytes_down, "decision": "allowed",
                 }),
             ),
-            Ok(ProxyEvent::Denied { host, port, reason }) => run.audit.write(
+            Ok(ProxyEvent::Denied { host, port, reason }) => run.record(
                 "proxy",
                 "proxy.denied",
                 json!({"zone": zone, "host": host, "port": port, "reason": reason, "decision": "denied"}),
             ),
-            Ok(other) => run.audit.write(
+            Ok(other) => run.record(
                 "proxy",
                 "proxy.unexpected",
                 json!({"zone": zone, "message": format!("{other:?}")}),

@@ -1,12 +1,13 @@
 //! Starting one sandbox: the same steps for `wardcell run` and for every `zone enter`.
 
 use std::ffi::CString;
+use std::io;
 use std::os::fd::OwnedFd;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
@@ -43,6 +44,8 @@ pub struct Run {
     /// what was found there so far.
     git_watch: Option<gitguard::Watch>,
     git_found: Mutex<Vec<String>>,
+    /// The first sandbox (its pidfd), once it is complete: what ends the run.
+    first: OnceLock<OwnedFd>,
 }
 
 impl Run {
@@ -64,6 +67,39 @@ impl Run {
             ending: AtomicBool::new(false),
             git_watch,
             git_found: Mutex::new(Vec::new()),
+            first: OnceLock::new(),
+        }
+    }
+
+    /// Write one event to the run's log. If the log cannot take it, every sandbox of the
+    /// run is killed: nothing goes on unaudited (main says why when the run ends).
+    pub fn record(&self, category: &str, event: &str, fields: serde_json::Value) -> io::Result<()> {
+        let written = self.audit.write(category, event, fields);
+        if written.is_err() {
+            self.end_unaudited();
+        }
+        written
+    }
+
+    /// The first sandbox is complete: from now on a failed log write ends it. A write
+    /// that failed before this ends it at once.
+    pub fn set_first(&self, running: &Running) {
+        if let Ok(fd) = running.pidfd.try_clone() {
+            let _ = self.first.set(fd);
+        }
+        if self.audit.failure().is_some() {
+            self.end_unaudited();
+        }
+    }
+
+    fn end_unaudited(&self) {
+        self.ending.store(true, Ordering::SeqCst);
+        if let Some(fd) = self.first.get() {
+            let _ = sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
+        }
+        let e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        for (_, fd) in e.iter() {
+            let _ = sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
         }
     }
 
@@ -86,7 +122,7 @@ impl Run {
                 .filter(|l| !found.contains(l))
                 .collect();
             if !new.is_empty() {
-                let _ = self.audit.write(
+                let _ = self.record(
                     "sandbox",
                     "sandbox.git_changed",
                     serde_json::json!({"sandbox": sandbox, "paths": new}),
@@ -106,6 +142,9 @@ impl Run {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((key, fd));
+        if self.audit.failure().is_some() {
+            self.end_unaudited();
+        }
         Some(key)
     }
 

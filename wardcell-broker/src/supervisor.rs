@@ -141,7 +141,7 @@ impl Supervisor {
     }
 
     fn audit(&self, category: &str, event: &str, fields: Value) -> io::Result<()> {
-        self.run.audit.write(category, event, fields)
+        self.run.record(category, event, fields)
     }
 
     /// A connection closed for a malformed or late request: logged, nothing granted.
@@ -412,7 +412,7 @@ impl Supervisor {
                     partial,
                 } = r
                 {
-                    let _ = self.run.audit.write(
+                    let _ = self.run.record(
                         "sandbox",
                         "sandbox.confined",
                         json!({"sandbox": sb_name, "zone": target, "landlock_abi": landlock_abi, "missing": partial}),

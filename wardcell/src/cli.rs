@@ -253,7 +253,10 @@ pub fn parse(location: &Location, args: Vec<OsString>) -> Parsed {
                 } else {
                     format!("wardcell {} --help", known.join(" "))
                 };
-                eprintln!("error: {first}; see `{help}`");
+                eprintln!(
+                    "error: {}; see `{help}`",
+                    wardcell_common::text::shown(first)
+                );
             }
             Parsed::Exit(code.into())
         }

@@ -34,7 +34,10 @@ impl Report {
             Level::Warn => "WARN",
             Level::Fail => "FAIL",
         };
-        println!("{tag}  {what:<16} {}", text.as_ref());
+        println!(
+            "{tag}  {what:<16} {}",
+            wardcell_common::text::shown(text.as_ref())
+        );
         self.worst = self.worst.max(level);
     }
 }

@@ -17,6 +17,22 @@ fn runs_dir() -> Result<PathBuf, Error> {
     Ok(paths::runs_dir(&host))
 }
 
+/// Whether run `id`'s broker is still going: it holds a lock on its runtime directory
+/// for as long as it lives.
+fn is_running(id: &str) -> bool {
+    use nix::fcntl::{Flock, FlockArg};
+    let Ok(dirs) = context::load_dirs() else {
+        return false;
+    };
+    let Ok(dir) = std::fs::File::open(dirs.runtime.join(id)) else {
+        return false;
+    };
+    matches!(
+        Flock::lock(dir, FlockArg::LockSharedNonblock),
+        Err((_, nix::errno::Errno::EWOULDBLOCK))
+    )
+}
+
 /// A run id names a file: only its exact shape is accepted.
 fn valid_id(id: &str) -> bool {
     let b = id.as_bytes();
@@ -126,13 +142,15 @@ pub fn show(id: &str, category: Option<&str>, format: Output) -> Result<(), Erro
         }
         out.push(match format {
             Output::Json => line.to_string(),
-            Output::Text => format!(
+            // One event, one line: nothing in it can start another.
+            Output::Text => output::shown(&format!(
                 "{}  {:<7}  {:<16}  {}",
                 s(&v, "ts"),
                 s(&v, "category"),
                 s(&v, "event"),
                 summary(&v)
-            ),
+            ))
+            .into_owned(),
         });
     }
     if out.is_empty() {
@@ -144,12 +162,27 @@ pub fn show(id: &str, category: Option<&str>, format: Output) -> Result<(), Erro
 pub fn verify(id: &str) -> Result<(), Error> {
     let text = read_log(id)?;
     match audit::verify(&text, id) {
-        Verdict::Intact { lines, finished: true } => {
-            output::print(&format!("ok: run {id}: {lines} events, the chain is intact and the run finished"))
-        }
-        Verdict::Intact { lines, finished: false } => output::print(&format!(
-            "ok: run {id}: {lines} events, the chain is intact; no run.finished yet (the run is still going, or was killed, or its end was cut off)"
+        Verdict::Intact {
+            lines,
+            finished: true,
+            head,
+        } => output::print(&format!(
+            "ok: run {id}: {lines} events, the chain is intact and the run finished; last event's hash {head}"
         )),
+        Verdict::Intact {
+            lines,
+            finished: false,
+            ..
+        } if is_running(id) => output::print(&format!(
+            "ok: run {id}: {lines} events so far, the chain is intact; the run is still going"
+        )),
+        Verdict::Intact {
+            lines,
+            finished: false,
+            ..
+        } => Err(Error::Refused(format!(
+            "run {id}: the log stops after {lines} events without run.finished, and the run is over: its last lines were cut, or its broker was killed; with `[audit] syslog`, syslog holds the finish event to compare"
+        ))),
         Verdict::Broken { line, why } => Err(Error::Refused(format!(
             "run {id}: the log has been tampered with or damaged at line {line}: {why}"
         ))),

@@ -130,6 +130,6 @@ fn report(e: Error) -> ExitCode {
     if matches!(&e, Error::Stdout(io) if io.kind() == std::io::ErrorKind::BrokenPipe) {
         return ExitCode::from(e.exit_code());
     }
-    eprintln!("error: {}", wardcell_common::text::one_line(&e.to_string()));
+    eprintln!("error: {}", output::shown(&e.to_string()));
     ExitCode::from(e.exit_code())
 }

@@ -1,4 +1,8 @@
 //! Human and JSON output. Everything printed on stdout goes through here.
+//!
+//! In text output, every value that came from a sandbox or a configuration is passed
+//! through [`shown`] before it is laid out: each cell of a table, each line of a plan, so
+//! a value cannot add a line of its own or send the terminal a control sequence.
 
 use std::io::Write;
 use std::path::Path;
@@ -10,6 +14,7 @@ use wardcell_common::plan::{
 };
 
 use crate::error::Error;
+pub use wardcell_common::text::shown;
 
 /// Write `text` (a newline is added) to stdout.
 pub fn print(text: &str) -> Result<(), Error> {
@@ -21,6 +26,10 @@ pub fn print(text: &str) -> Result<(), Error> {
 
 /// Columns separated by two spaces, each as wide as its widest cell; no trailing spaces.
 pub fn table(rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| shown(c).into_owned()).collect())
+        .collect();
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
@@ -32,7 +41,7 @@ pub fn table(rows: &[Vec<String>]) -> String {
         })
         .collect();
     let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
+    for row in &rows {
         let mut line = String::new();
         for (c, cell) in row.iter().enumerate() {
             line.push_str(cell);
@@ -57,7 +66,7 @@ fn or_dash(s: &str) -> String {
 
 /// `zone list` inside a sandbox: the current zone, then the zones it may enter.
 pub fn inside_zone_table(current: &str, zones: &[wardcell_common::protocol::ZoneEntry]) -> String {
-    let mut out = format!("current zone: {current}\n\n");
+    let mut out = format!("current zone: {}\n\n", shown(current));
     if zones.is_empty() {
         out.push_str("No zone may be entered from here.");
         return out;
@@ -303,7 +312,8 @@ pub fn plan_text(plan: &Plan, only: Option<&str>) -> String {
             }
         }
     }
-    out.join("\n")
+    // Each entry is one line; what the configuration put in it stays on that line.
+    out.iter().map(|l| shown(l)).collect::<Vec<_>>().join("\n")
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ pub fn check(config: &ConfigArg) -> Result<(), Error> {
     )?;
     crate::credentials::check_sources(&plan)?;
     for line in plan.missing_writes() {
-        eprintln!("{line}");
+        eprintln!("{}", output::shown(&line));
     }
     output::print(&format!(
         "ok: {}: {}, {}",

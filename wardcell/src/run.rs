@@ -50,7 +50,7 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
     //    are not there, said once.
     credentials::check_sources(&plan)?;
     for line in plan.missing_writes() {
-        eprintln!("{line}");
+        eprintln!("{}", crate::output::shown(&line));
     }
     // 6. Hand it over.
     let launch = Launch::Run(Box::new(plan));
@@ -99,10 +99,13 @@ fn fail(what: &str, e: &dyn std::fmt::Display) -> Error {
     Error::Launch(format!("{what}: {e}"))
 }
 
-/// Write the Hello and the one `Launch` frame (at most 64 KiB) the broker reads on fd 3.
+/// Write the Hello and the one `Launch` frame (at most 32 MiB) the broker reads on fd 3.
+/// The frame is made first: a plan over its limit sends nothing, not even the Hello, so
+/// the broker ends quietly and this one line is the only one.
 fn send_plan(socket: &mut UnixStream, launch: &Launch) -> Result<(), Error> {
+    let frame = protocol::encode_frame(launch).map_err(|e| fail("handing over the plan", &e))?;
     protocol::send_hello(socket).map_err(|e| fail("handing over the plan", &e))?;
-    protocol::write_frame(socket, launch).map_err(|e| fail("handing over the plan", &e))
+    std::io::Write::write_all(socket, &frame).map_err(|e| fail("handing over the plan", &e))
 }
 
 /// Leave `socket` at fd 3, inheritable, for the broker.

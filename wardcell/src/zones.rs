@@ -24,7 +24,7 @@ pub fn host_list(config: &ConfigArg, format: Output) -> Result<(), Error> {
 
 /// Inside a zone: the name alone, so `$(wardcell zone current)` needs no parsing.
 pub fn current(zone: &str) -> Result<(), Error> {
-    output::print(zone)
+    output::print(&output::shown(zone))
 }
 
 /// Connect to this sandbox's supervisor and exchange Hellos.
@@ -127,7 +127,7 @@ pub fn inside_enter(socket: &Path, zone: &str, command: Vec<String>) -> Result<u
             ZoneResponse::Started => continue,
             ZoneResponse::Exited { code } => return Ok(code.clamp(0, 255) as u8),
             ZoneResponse::Failed { message, code } => {
-                eprintln!("error: {}", wardcell_common::text::one_line(&message));
+                eprintln!("error: {}", output::shown(&message));
                 return Ok(code.clamp(1, 255) as u8);
             }
             ZoneResponse::Refused { message } => return Err(Error::Refused(message)),
