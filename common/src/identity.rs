@@ -2,11 +2,11 @@
 //!
 //! A sandbox may write trees that other sandboxes of the same run are later built from,
 //! so a name in the plan can point somewhere else by the time a sandbox is built. When a
-//! run starts, the broker opens every path the plan names without following a symbolic
-//! link at any component (`openat2` with `RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`)
-//! and records what it was (device, inode, type) in the plan. Each sandbox re-opens the
-//! path the same way, compares, and binds from the descriptor. The opening itself is in
-//! the broker's and the shim's `sys` modules; this module is the data and the comparison.
+//! run starts, the broker records what every path the plan names was (device, inode,
+//! type). Each sandbox opens the path without following a symbolic link at any component
+//! (`openat2` with `RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`, in the shim's `sys`
+//! module), compares, and binds from the descriptor; this module is the data and the
+//! comparison.
 
 use std::fmt;
 use std::fs::Metadata;

@@ -225,9 +225,10 @@ pub fn resolve_profile(
             known: cfg.profiles.keys().cloned().collect(),
         })?;
     let mut skipped = Vec::new();
-    let read = resolve_paths("read", &p.read, home, cwd, &mut skipped);
-    let write = resolve_paths("write", &p.write, home, cwd, &mut skipped);
-    let deny = resolve_paths("deny", &p.deny, home, cwd, &mut skipped);
+    let mut links = Vec::new();
+    let read = resolve_paths("read", &p.read, home, cwd, &mut skipped, &mut links);
+    let write = resolve_paths("write", &p.write, home, cwd, &mut skipped, &mut links);
+    let deny = resolve_paths("deny", &p.deny, home, cwd, &mut skipped, &mut links);
     // "." is where the run started: the home directory or / there is a trap, unless the
     // profile also names it for writing on purpose.
     let explicit = |target: &Path| {
@@ -247,21 +248,8 @@ pub fn resolve_profile(
             }
         }
     }
-    let unix_sockets = resolve_sockets(&p.unix_sockets, home, cwd, getenv, &mut skipped);
-    let mut links = Vec::new();
-    for entry in p
-        .read
-        .iter()
-        .chain(&p.write)
-        .chain(&p.deny)
-        .filter_map(|e| paths::expand(e, home, cwd).ok())
-        .chain(unix_sockets.iter().cloned())
-    {
-        // Only a path that is not its own canonical form has a link on the way.
-        if std::fs::canonicalize(&entry).is_ok_and(|c| c != entry) {
-            links_on_the_way(&entry, &mut links);
-        }
-    }
+    let unix_sockets =
+        resolve_sockets(&p.unix_sockets, home, cwd, getenv, &mut skipped, &mut links);
     Ok(ProfilePlan {
         name: p.name,
         read,
@@ -289,6 +277,7 @@ fn resolve_sockets(
     cwd: &Path,
     getenv: fn(&str) -> Option<String>,
     skipped: &mut Vec<Skipped>,
+    links: &mut Vec<(PathBuf, PathBuf)>,
 ) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     for entry in raw {
@@ -305,6 +294,9 @@ fn resolve_sockets(
                 io::ErrorKind::NotFound => "does not exist".to_string(),
                 _ => format!("cannot be resolved: {e}"),
             })?;
+            if c != p {
+                links_on_the_way(&p, links);
+            }
             use std::os::unix::fs::FileTypeExt;
             match std::fs::metadata(&c) {
                 Ok(m) if m.file_type().is_socket() => Ok(c),
@@ -365,6 +357,7 @@ fn resolve_paths(
     home: &Path,
     cwd: &Path,
     skipped: &mut Vec<Skipped>,
+    links: &mut Vec<(PathBuf, PathBuf)>,
 ) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     let mut seen: HashSet<PathBuf> = HashSet::new();
@@ -374,13 +367,18 @@ fn resolve_paths(
         .collect();
     for entry in raw {
         let resolved = paths::expand(entry, home, cwd).and_then(|p| {
-            std::fs::canonicalize(&p).map_err(|e| match e.kind() {
+            let c = std::fs::canonicalize(&p).map_err(|e| match e.kind() {
                 io::ErrorKind::NotFound => "does not exist".to_string(),
                 io::ErrorKind::PermissionDenied => {
                     "cannot be reached: permission denied".to_string()
                 }
                 _ => format!("cannot be resolved: {e}"),
-            })
+            })?;
+            // Only a path that is not its own canonical form has a link on the way.
+            if c != p {
+                links_on_the_way(&p, links);
+            }
+            Ok(c)
         });
         match resolved {
             Ok(p) => {

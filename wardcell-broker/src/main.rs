@@ -256,9 +256,11 @@ fn prepare_run(plan: &mut Plan) -> Result<(String, PathBuf, AuditLog), BrokerErr
     Ok((run_id, run_dir, audit))
 }
 
-/// What every path the plan names is now, before any sandbox of this run exists: each
-/// opened without following a link at any component. Sandboxes are built only from paths
-/// that still are what they were here (see `wardcell_common::identity`).
+/// What every path the plan names is now, before any sandbox of this run exists (one
+/// `lstat` each; a final symbolic link is never recorded). Sandboxes are built only from
+/// paths that, opened without following a link at any component, are still the very
+/// objects recorded here (see `wardcell_common::identity`): a link on the way now, or
+/// later, makes that open fail, and a sandbox that needs the path is refused.
 fn record_identities(plan: &mut Plan) {
     let host_env: Vec<(String, String)> = std::env::vars().collect();
     let mut paths: Vec<PathBuf> = spec::host_paths(&host_env);
@@ -280,8 +282,12 @@ fn record_identities(plan: &mut Plan) {
         spec::system_roots(&host_env, &|p| p.exists()).and_then(|p| fs::canonicalize(p).ok()),
     );
     for path in paths {
-        if let Ok(id) = sys::identity_of(&path) {
-            plan.identities.insert(path, id);
+        match fs::symlink_metadata(&path) {
+            Ok(m) if !m.file_type().is_symlink() => {
+                plan.identities
+                    .insert(path, wardcell_common::identity::Identity::of(&m));
+            }
+            _ => {}
         }
     }
 }

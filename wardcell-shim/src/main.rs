@@ -99,6 +99,8 @@ fn main() {
     };
     // The filter does not depend on the spec: compile it while the broker prepares it.
     let filter = seccomp::policy();
+    // So are the filesystems of the view that do not depend on it (mounts.rs).
+    let prepared = mounts::prepare();
     let spec = match read_spec(&mut control) {
         Ok(s) => s,
         // The broker died or spoke out of turn: nothing to do and no one to tell.
@@ -106,7 +108,7 @@ fn main() {
     };
 
     // 2. The view (mounts.rs) and loopback.
-    let view = match mounts::setup(&spec) {
+    let view = match prepared.and_then(|p| mounts::setup(&spec, p)) {
         Ok(v) => v,
         Err(f) => setup_failed(&mut control, f.step, f.message),
     };

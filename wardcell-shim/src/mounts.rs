@@ -218,7 +218,84 @@ fn key(p: &Path) -> &[u8] {
 }
 
 /// Carry out the mount part of `spec`.
-pub fn setup(spec: &SandboxSpec) -> Result<View> {
+/// What does not depend on the spec, made while the broker prepares it: the filesystems
+/// of the root, `/tmp`, `/dev` (its links and mount points made), `/dev/pts`, `/dev/shm`
+/// and `/proc`, not yet attached anywhere, and the host's device nodes, held.
+pub struct Prepared {
+    root: OwnedFd,
+    tmp: OwnedFd,
+    dev: OwnedFd,
+    pts: OwnedFd,
+    shm: OwnedFd,
+    proc: OwnedFd,
+    held_dev: Vec<(&'static str, OwnedFd)>,
+}
+
+/// Before the spec: nothing we mount propagates back to the host (nor the host's mounts
+/// to us), and everything [`Prepared`] holds. Changes nothing a path resolves to.
+pub fn prepare() -> Result<Prepared> {
+    do_mount(
+        None,
+        Path::new("/"),
+        None,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+    )?;
+    let tmpfs = |opts: &[(&str, &str)], attrs: u64, what: &str| {
+        sys::new_fs(c"tmpfs", opts, attrs).map_err(|e| fail(format!("making {what}: {e}")))
+    };
+    let root = tmpfs(&[("mode", "0755"), ("size", "1m")], 0, "the sandbox's root")?;
+    let tmp = tmpfs(
+        &[("mode", "1777")],
+        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+        "/tmp",
+    )?;
+    // Room for a CA bundle (system roots + the run's CA) when the proxy intercepts.
+    let dev = tmpfs(
+        &[("mode", "0755"), ("size", "2m")],
+        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC,
+        "/dev",
+    )?;
+    let shm = tmpfs(
+        &[("mode", "1777")],
+        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+        "/dev/shm",
+    )?;
+    let pts = sys::new_fs(
+        c"devpts",
+        &[("newinstance", ""), ("ptmxmode", "0666"), ("mode", "620")],
+        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC,
+    )
+    .map_err(|e| fail(format!("mounting /dev/pts: {e}")))?;
+    let proc = sys::new_fs(
+        c"proc",
+        &[],
+        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC,
+    )
+    .map_err(|e| fail(format!("mounting /proc: {e}")))?;
+    let held_dev = hold_devices()?;
+    populate_dev(&dev, held_dev.iter().map(|(n, _)| *n))?;
+    Ok(Prepared {
+        root,
+        tmp,
+        dev,
+        pts,
+        shm,
+        proc,
+        held_dev,
+    })
+}
+
+/// Carry out the mount part of `spec` on what [`prepare`] made.
+pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
+    let Prepared {
+        root: fresh_root,
+        tmp,
+        dev,
+        pts,
+        shm,
+        proc,
+        mut held_dev,
+    } = prepared;
     // 1. Everything from the host, checked, before anything changes.
     let mut host: BTreeMap<PathBuf, OwnedFd> = BTreeMap::new();
     for e in &spec.view {
@@ -227,7 +304,9 @@ pub fn setup(spec: &SandboxSpec) -> Result<View> {
         }
         host.insert(e.path.clone(), open_checked(e)?);
     }
-    let held_dev = hold_devices(spec.controlling_tty)?;
+    if spec.controlling_tty {
+        held_dev.push(("console", hold_terminal()?));
+    }
     let system_roots = match &spec.system_roots {
         Some((path, was)) => Some(read_roots(path, *was)?),
         None => None,
@@ -242,14 +321,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<View> {
     let ids = |p: &Path| recorded.get(p).copied();
     let mut ops = plan(&spec.view);
 
-    // 2. Nothing we mount propagates back to the host, nor the host's mounts to us.
-    do_mount(
-        None,
-        Path::new("/"),
-        None,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-    )?;
-    // The root: a fresh tmpfs, or, for a profile that names `/` itself, that tree.
+    // 2. The root: a fresh tmpfs, or, for a profile that names `/` itself, that tree.
     let whole = ops
         .iter()
         .position(|(p, op)| p == Path::new("/") && matches!(op, Op::Tree { .. }));
@@ -263,10 +335,8 @@ pub fn setup(spec: &SandboxSpec) -> Result<View> {
             (tree, Vec::new())
         }
         _ => {
-            let fs = sys::new_fs(c"tmpfs", &[("mode", "0755"), ("size", "1m")], 0)
-                .map_err(|e| fail(format!("making the sandbox's root: {e}")))?;
-            let dev = dev_of(fs.as_fd())?;
-            (fs, vec![dev])
+            let dev = dev_of(fresh_root.as_fd())?;
+            (fresh_root, vec![dev])
         }
     };
     let stage = sys::open_nofollow(None, Path::new("/tmp"))
@@ -287,30 +357,19 @@ pub fn setup(spec: &SandboxSpec) -> Result<View> {
     for (path, op) in ops {
         match op {
             Op::Tmp => {
-                let fs = sys::new_fs(
-                    c"tmpfs",
-                    &[("mode", "1777")],
-                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
-                )
-                .map_err(|e| fail(format!("making /tmp: {e}")))?;
-                attach(&root, &path, fs.as_fd(), Kind::Dir, None, &ours)?;
-                ours.push(dev_of(fs.as_fd())?);
-                view.write.push(fs);
+                attach(&root, &path, tmp.as_fd(), Kind::Dir, None, &ours)?;
+                ours.push(dev_of(tmp.as_fd())?);
+                view.write.push(clone_fd(tmp.as_fd())?);
             }
             Op::Dev => {
-                let dev = minimal_dev(&root, &held_dev, &ours)?;
+                attach(&root, &path, dev.as_fd(), Kind::Dir, None, &ours)?;
+                minimal_dev(&dev, &held_dev, &pts, &shm)?;
                 ours.push(dev_of(dev.as_fd())?);
-                view.write.push(dev);
+                view.write.push(clone_fd(dev.as_fd())?);
             }
             Op::Proc => {
-                let fs = sys::new_fs(
-                    c"proc",
-                    &[],
-                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC,
-                )
-                .map_err(|e| fail(format!("mounting /proc: {e}")))?;
-                attach(&root, &path, fs.as_fd(), Kind::Dir, None, &ours)?;
-                view.read.push(fs);
+                attach(&root, &path, proc.as_fd(), Kind::Dir, None, &ours)?;
+                view.read.push(clone_fd(proc.as_fd())?);
             }
             Op::Tree { writable } => {
                 let src = host_fd(&path)?;
@@ -711,22 +770,8 @@ fn make_dirs_mode(fs: &OwnedFd, rel: &Path) -> Result<()> {
 /// broker's pty slave, a node of the host's devpts that no path in the sandbox reaches:
 /// it is held too, to be bound at /dev/console (as container managers do), so that
 /// `ttyname(0)` (`tty`) finds it by scanning /dev.
-fn hold_devices(pty: bool) -> Result<Vec<(&'static str, OwnedFd)>> {
+fn hold_devices() -> Result<Vec<(&'static str, OwnedFd)>> {
     let mut held = Vec::new();
-    if pty {
-        // By its name in this namespace's copy of the host's /dev/pts (a mount of the
-        // broker's namespace cannot be bound here), checked to be the same terminal.
-        let name = std::fs::read_link("/proc/self/fd/0")
-            .map_err(|e| fail(format!("naming the terminal: {e}")))?;
-        let slave = sys::open_nofollow(None, &name)
-            .map_err(|e| fail(format!("opening the terminal {}: {e}", name.display())))?;
-        use std::os::fd::AsRawFd;
-        let rdev = |fd: i32| nix::sys::stat::fstat(fd).ok().map(|st| st.st_rdev);
-        if rdev(slave.as_raw_fd()).is_none() || rdev(0) != rdev(slave.as_raw_fd()) {
-            return Err(fail("the terminal's name leads to another device".into()));
-        }
-        held.push(("console", slave));
-    }
     for name in DEVICES {
         let host = Path::new("/dev").join(name);
         match sys::open_nofollow(None, &host) {
@@ -738,28 +783,45 @@ fn hold_devices(pty: bool) -> Result<Vec<(&'static str, OwnedFd)>> {
     Ok(held)
 }
 
-/// A minimal /dev: a small tmpfs with the held device nodes bound in, the usual links, a
-/// fresh devpts and a /dev/shm.
-fn minimal_dev(root: &OwnedFd, held: &[(&str, OwnedFd)], ours: &[u64]) -> Result<OwnedFd> {
+/// The broker's pty slave at fd 0 (see [`hold_devices`]).
+fn hold_terminal() -> Result<OwnedFd> {
+    // By its name in this namespace's copy of the host's /dev/pts (a mount of the
+    // broker's namespace cannot be bound here), checked to be the same terminal.
+    let name = std::fs::read_link("/proc/self/fd/0")
+        .map_err(|e| fail(format!("naming the terminal: {e}")))?;
+    let slave = sys::open_nofollow(None, &name)
+        .map_err(|e| fail(format!("opening the terminal {}: {e}", name.display())))?;
     use std::os::fd::AsRawFd;
-    let dev = sys::new_fs(
-        c"tmpfs",
-        // Room for a CA bundle (system roots + the run's CA) when the proxy intercepts.
-        &[("mode", "0755"), ("size", "2m")],
-        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC,
-    )
-    .map_err(|e| fail(format!("making /dev: {e}")))?;
-    let inner = [dev_of(dev.as_fd())?];
-    for (name, f) in held {
-        let node = clone_node(f.as_fd(), &Path::new("/dev").join(name))?;
-        attach(
-            &dev,
-            &Path::new("/").join(name),
-            node.as_fd(),
-            Kind::Other,
-            None,
-            &inner,
-        )?;
+    let rdev = |fd: i32| nix::sys::stat::fstat(fd).ok().map(|st| st.st_rdev);
+    if rdev(slave.as_raw_fd()).is_none() || rdev(0) != rdev(slave.as_raw_fd()) {
+        return Err(fail("the terminal's name leads to another device".into()));
+    }
+    Ok(slave)
+}
+
+/// A minimal /dev's contents, in its still detached tmpfs: an empty file for each held
+/// device node (the terminal's, which only the spec asks for, is made when it is bound),
+/// the usual links, and the mount points of `pts` and `shm`.
+fn populate_dev<'a>(dev: &OwnedFd, nodes: impl Iterator<Item = &'a str>) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let at = Some(dev.as_raw_fd());
+    let create = |name: &str| {
+        nix::fcntl::openat(
+            at,
+            name,
+            nix::fcntl::OFlag::O_CREAT
+                | nix::fcntl::OFlag::O_EXCL
+                | nix::fcntl::OFlag::O_WRONLY
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        )
+        .map(|fd| {
+            let _ = nix::unistd::close(fd);
+        })
+        .map_err(|e| fail(format!("creating /dev/{name}: {e}")))
+    };
+    for name in nodes {
+        create(name)?;
     }
     let links = [
         ("fd", "/proc/self/fd"),
@@ -769,39 +831,38 @@ fn minimal_dev(root: &OwnedFd, held: &[(&str, OwnedFd)], ours: &[u64]) -> Result
         ("ptmx", "pts/ptmx"),
     ];
     for (name, target) in links {
-        nix::unistd::symlinkat(target, Some(dev.as_raw_fd()), name)
+        nix::unistd::symlinkat(target, at, name)
             .map_err(|e| fail(format!("creating /dev/{name}: {e}")))?;
     }
-    let pts = sys::new_fs(
-        c"devpts",
-        &[("newinstance", ""), ("ptmxmode", "0666"), ("mode", "620")],
-        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC,
-    )
-    .map_err(|e| fail(format!("mounting /dev/pts: {e}")))?;
-    attach(
-        &dev,
-        Path::new("/pts"),
-        pts.as_fd(),
-        Kind::Dir,
-        None,
-        &inner,
-    )?;
-    let shm = sys::new_fs(
-        c"tmpfs",
-        &[("mode", "1777")],
-        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
-    )
-    .map_err(|e| fail(format!("mounting /dev/shm: {e}")))?;
-    attach(
-        &dev,
-        Path::new("/shm"),
-        shm.as_fd(),
-        Kind::Dir,
-        None,
-        &inner,
-    )?;
-    attach(root, Path::new("/dev"), dev.as_fd(), Kind::Dir, None, ours)?;
-    Ok(dev)
+    for sub in ["pts", "shm"] {
+        nix::sys::stat::mkdirat(at, sub, Mode::from_bits_truncate(0o755))
+            .map_err(|e| fail(format!("creating /dev/{sub}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// The minimal /dev, once attached: the held device nodes bound in (read-only mounts),
+/// a fresh devpts and a /dev/shm.
+fn minimal_dev(
+    dev: &OwnedFd,
+    held: &[(&str, OwnedFd)],
+    pts: &OwnedFd,
+    shm: &OwnedFd,
+) -> Result<()> {
+    let inner = [dev_of(dev.as_fd())?];
+    for (name, f) in held {
+        let node = clone_node(f.as_fd(), &Path::new("/dev").join(name))?;
+        attach(
+            dev,
+            &Path::new("/").join(name),
+            node.as_fd(),
+            Kind::Other,
+            None,
+            &inner,
+        )?;
+    }
+    attach(dev, Path::new("/pts"), pts.as_fd(), Kind::Dir, None, &inner)?;
+    attach(dev, Path::new("/shm"), shm.as_fd(), Kind::Dir, None, &inner)
 }
 
 /// The system's CA certificates: opened without following a link, the very file recorded

@@ -55,9 +55,8 @@ pub fn load(explicit: Option<&Path>) -> Result<Host, Error> {
             getenv: env,
             // The client as the kernel knows it: what every zone sandbox gets at the
             // same path.
-            client: std::env::current_exe()
-                .ok()
-                .and_then(|p| std::fs::canonicalize(p).ok()),
+            // /proc/self/exe: already the path the kernel resolved.
+            client: std::env::current_exe().ok(),
         },
     })
 }

@@ -22,25 +22,6 @@ pub(crate) fn cerr(ret: libc::c_long) -> io::Result<libc::c_long> {
     }
 }
 
-/// What `path` (absolute) is, opened `O_PATH` without following a symbolic link at any
-/// component or a magic link (`openat2` with `RESOLVE_NO_SYMLINKS |
-/// RESOLVE_NO_MAGICLINKS`).
-pub fn identity_of(path: &std::path::Path) -> io::Result<wardcell_common::identity::Identity> {
-    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
-    let how = OpenHow::new()
-        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
-        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    let fd = openat2(libc::AT_FDCWD, path, how).map_err(io::Error::from)?;
-    // SAFETY: openat2 just returned `fd`, and nothing else owns it.
-    let file = unsafe { std::fs::File::from_raw_fd(fd) };
-    let meta = file.metadata()?;
-    // O_PATH | O_NOFOLLOW opens a final symbolic link itself: never what a plan means.
-    if meta.file_type().is_symlink() {
-        return Err(io::Error::from_raw_os_error(libc::ELOOP));
-    }
-    Ok(wardcell_common::identity::Identity::of(&meta))
-}
-
 /// The descriptor on which the client hands over the plan.
 pub const LAUNCH_FD: RawFd = 3;
 
