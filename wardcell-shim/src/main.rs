@@ -143,7 +143,11 @@ fn main() {
     }
     let child = match sys::fork() {
         Ok(sys::Forked::Child) => exec_command(&spec, &view, &filter, &mut control, inherited),
-        Ok(sys::Forked::Parent(pid)) => Pid::from_raw(pid),
+        Ok(sys::Forked::Parent(pid)) => {
+            // The host's detached tree is freed now, beside the command's start.
+            drop(view.host);
+            Pid::from_raw(pid)
+        }
         Err(e) => setup_failed(&mut control, "fork", e.to_string()),
     };
 

@@ -54,6 +54,9 @@ pub struct View {
     pub sockets: Vec<OwnedFd>,
     /// The system's CA certificates, read before the host's tree went away.
     pub system_roots: Option<Vec<u8>>,
+    /// The host's tree, detached, is freed when its last descriptor goes: kept here so
+    /// that init lets it go after the command has started, not before.
+    pub host: Vec<OwnedFd>,
 }
 
 /// Device nodes every sandbox gets, bound from the host.
@@ -353,6 +356,7 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
         write: Vec::new(),
         sockets: Vec::new(),
         system_roots,
+        host: Vec::new(),
     };
     for (path, op) in ops {
         match op {
@@ -446,6 +450,10 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
     nix::mount::umount2(".", MntFlags::MNT_DETACH)
         .map_err(|e| fail(format!("detaching the host's tree: {e}")))?;
     nix::unistd::chdir("/").map_err(|e| fail(format!("chdir /: {e}")))?;
+    drop(covers);
+    view.host = host.into_values().collect();
+    view.host.extend(held_dev.into_iter().map(|(_, f)| f));
+    view.host.push(stage);
     Ok(view)
 }
 
