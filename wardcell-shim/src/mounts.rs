@@ -420,7 +420,7 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
                 let dir = make_dirs(&root, parent, &ours)?;
                 if let Some(dir) = dir {
                     use std::os::fd::AsRawFd;
-                    match nix::unistd::symlinkat(&target, Some(dir.as_raw_fd()), name) {
+                    match nix::unistd::symlinkat(&target, Some(dir.as_fd().as_raw_fd()), name) {
                         Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
                         Err(e) => {
                             return Err(fail(format!("making the link {}: {e}", path.display())))
@@ -555,9 +555,9 @@ fn split(path: &Path) -> Result<(&Path, &std::ffi::OsStr)> {
 /// The directory `dir` in the view, made (0755, each missing component) where it lies in
 /// a filesystem of our own; `None` when it is missing inside a tree bound from the host,
 /// where nothing is ever created.
-fn make_dirs(root: &OwnedFd, dir: &Path, ours: &[u64]) -> Result<Option<OwnedFd>> {
+fn make_dirs<'a>(root: &'a OwnedFd, dir: &Path, ours: &[u64]) -> Result<Option<Dir<'a>>> {
     use std::os::fd::AsRawFd;
-    let mut cur = clone_fd(root.as_fd())?;
+    let mut cur = Dir::Root(root.as_fd());
     let mut at = PathBuf::from("/");
     for comp in dir.components().skip(1) {
         at.push(comp);
@@ -568,7 +568,7 @@ fn make_dirs(root: &OwnedFd, dir: &Path, ours: &[u64]) -> Result<Option<OwnedFd>
                     return Ok(None);
                 }
                 nix::sys::stat::mkdirat(
-                    Some(cur.as_raw_fd()),
+                    Some(cur.as_fd().as_raw_fd()),
                     comp.as_os_str(),
                     Mode::from_bits_truncate(0o755),
                 )
@@ -578,9 +578,24 @@ fn make_dirs(root: &OwnedFd, dir: &Path, ours: &[u64]) -> Result<Option<OwnedFd>
             }
             Err(e) => return Err(changed(&at, e)),
         };
-        cur = next;
+        cur = Dir::Owned(next);
     }
     Ok(Some(cur))
+}
+
+/// A directory of the view: the root itself, or one opened below it.
+enum Dir<'a> {
+    Root(BorrowedFd<'a>),
+    Owned(OwnedFd),
+}
+
+impl AsFd for Dir<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Dir::Root(f) => *f,
+            Dir::Owned(f) => f.as_fd(),
+        }
+    }
 }
 
 /// Attach `mnt` at `path` in the view. The mount point is made where it lies in one of our
@@ -602,9 +617,9 @@ fn attach(
             parent.display()
         ))
     })?;
+    let mine = ours.contains(&dev_of(dir.as_fd())?);
     let target = match sys::open_nofollow(Some(dir.as_fd()), Path::new(name)) {
         Ok(t) => {
-            let mine = ours.contains(&dev_of(dir.as_fd())?);
             if let (Some(was), false) = (id, mine) {
                 identity::verify(path, was, identity_of(t.as_fd())).map_err(|message| Failure {
                     step: "identity",
@@ -614,7 +629,7 @@ fn attach(
             t
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            if !ours.contains(&dev_of(dir.as_fd())?) {
+            if !mine {
                 return Err(fail(format!(
                     "{} does not exist in the sandbox's view to mount on",
                     path.display()
@@ -622,14 +637,14 @@ fn attach(
             }
             if kind == Kind::Dir {
                 nix::sys::stat::mkdirat(
-                    Some(dir.as_raw_fd()),
+                    Some(dir.as_fd().as_raw_fd()),
                     name,
                     Mode::from_bits_truncate(0o755),
                 )
                 .map_err(|e| fail(format!("creating {}: {e}", path.display())))?;
             } else {
                 let fd = nix::fcntl::openat(
-                    Some(dir.as_raw_fd()),
+                    Some(dir.as_fd().as_raw_fd()),
                     name,
                     nix::fcntl::OFlag::O_CREAT
                         | nix::fcntl::OFlag::O_EXCL
