@@ -943,14 +943,20 @@ both!(ctrl_z_stops_the_command_as_under_a_shell, |fx| {
     };
     let mut w = master;
     use std::io::Write;
-    w.write_all(b"wardcell run -- /bin/sh -c 'echo STARTED; sleep 2; echo FINISHED'\n")
-        .unwrap();
+    // The command waits for a file the test makes only once it is stopped, so that no
+    // timing decides whether ^Z comes in time.
+    let go = fx.proj.join("go");
+    let _ = std::fs::remove_file(&go);
+    w.write_all(
+        b"wardcell run -- /bin/sh -c 'echo STARTED; while [ ! -e go ]; do sleep 0.05; done; echo FINISHED'\n",
+    )
+    .unwrap();
     wait_for("STARTED\r\n");
-    std::thread::sleep(Duration::from_millis(200));
     w.write_all(b"\x1a").unwrap();
-    // The shell has its prompt back, and the command stays stopped past its sleep.
+    // The shell has its prompt back, and the command stays stopped once it could go on.
     wait_for("Stopped");
-    std::thread::sleep(Duration::from_millis(2500));
+    std::fs::write(&go, "").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
     assert!(
         !seen.lock().unwrap().contains("FINISHED\r\n"),
         "the command ran on: {}",
