@@ -485,3 +485,119 @@ both!(a_caller_killed_while_the_plugin_is_pending, |fx| {
     );
     assert_eq!(finished_status(&log), 4, "{log}");
 });
+
+const ENDED: &str =
+    "; the run was ended rather than go on unaudited (make room for the log, then run again)";
+
+// The state disk full before the run: no inode left for the log (it cannot be created),
+// or no byte (it cannot take `run.started`). The run does not start: one line, status 1,
+// and nothing left (before the fix, a log that could not be created left the run's
+// directory behind). Mounting the tmpfs needs root.
+both!(a_full_state_disk_refuses_the_run_and_leaves_nothing, |fx| {
+    config(&fx, "", "", "");
+    for inodes in [true, false] {
+        let opts = if inodes { ",nr_inodes=8" } else { "" };
+        let Some(small) = SmallFs::mount(&fx, opts) else {
+            return;
+        };
+        fs::create_dir_all(small.0.join("wardcell/runs")).unwrap();
+        if inodes {
+            let mut i = 0;
+            while fs::write(small.0.join(format!("f{i}")), "").is_ok() {
+                i += 1;
+            }
+        } else {
+            small.fill(0);
+        }
+        fx.own(&small.0);
+        let scene = Scene::new(&fx, &format!("full-{inodes}"), Some(small.0.clone()));
+        let marker = fx.proj.join("ran");
+        let run = scene.start(&format!("touch {}", marker.display()));
+        let (out, tree) = run.finish(30);
+        out.expect_code(1);
+        assert!(!marker.exists(), "the command ran");
+        assert!(out.stdout.is_empty(), "{out:#?}");
+        assert_eq!(out.stderr.lines().count(), 1, "{out:#?}");
+        let why = if inodes {
+            "cannot create the run's audit log: No space left on device"
+        } else {
+            "No space left on device"
+        };
+        assert!(
+            out.stderr.starts_with("error: ") && out.stderr.contains(why),
+            "{out:#?}"
+        );
+        if !inodes {
+            assert!(out.stderr.trim_end().ends_with(ENDED), "{out:#?}");
+        }
+        scene.assert_clean(&tree);
+        drop(scene);
+        drop(small);
+    }
+});
+
+// The state disk filled, from outside, while the command runs and enters zones: the
+// first event that does not fit ends the run (every sandbox of it), one line, status 1;
+// the log holds whole lines only and reads cut.
+both!(a_state_disk_filled_mid_run_ends_everything, |fx| {
+    config(&fx, "", "", "");
+    let Some(small) = SmallFs::mount(&fx, "") else {
+        return;
+    };
+    let scene = Scene::new(&fx, "midrun", Some(small.0.clone()));
+    let (ready, go) = (fx.proj.join("ready"), fx.proj.join("go"));
+    let mut run = scene.start(&format!(
+        "touch {r}; while [ ! -e {g} ]; do sleep 0.02; done\n\
+         while :; do wardcell zone enter push -- sleep 0.05 2>/dev/null; done",
+        r = ready.display(),
+        g = go.display()
+    ));
+    wait_file(&ready);
+    run.tree.look();
+    small.fill(0);
+    fx.write(&go, "");
+    let (out, tree) = run.finish(30);
+    out.expect_code(1);
+    let last = out.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: the run's audit log ")
+            && last.contains("No space left on device")
+            && last.ends_with(ENDED),
+        "{out:#?}"
+    );
+    scene.assert_clean(&tree);
+    let text = scene.verify(false);
+    assert!(text.ends_with('\n'), "a partial line");
+    assert!(!events(&text, "audit.decision").is_empty(), "{text}");
+});
+
+// `wardcell run` forks a plan writer that resolves the configuration while the broker
+// starts the first sandbox. Killed while it resolves (a long configuration keeps it busy
+// long enough to be seen), the broker ends as it did (137), quietly, before any run
+// directory or log exists, and ends the sandbox it had started.
+both!(a_killed_plan_writer_ends_the_run_as_it_died, |fx| {
+    let bin = fx.bin.display();
+    let mut toml = format!(
+        "[zones.agent]\nprofile = \"p\"\ndefault = true\n[profiles.p]\nextends = \"readonly\"\nread = [\"{bin}\",\n"
+    );
+    for i in 0..20_000 {
+        toml.push_str(&format!("  \"/usr/share/wardcell-missing-{i}\",\n"));
+    }
+    toml.push_str("]\n");
+    fx.config(&toml);
+    let scene = Scene::new(&fx, "writer", None);
+    let marker = fx.proj.join("ran");
+    let mut run = scene.start(&format!("touch {}", marker.display()));
+    let writer = run.tree.wait_for("wardcell", 1).remove(0);
+    // The first sandbox's shim is started before the plan is taken.
+    run.tree.wait_for("wardcell-shim", 1);
+    kill_as(&fx, writer.pid, "KILL");
+    let (out, tree) = run.finish(30);
+    out.expect_code(137);
+    assert_eq!(out.stderr, "", "{out:#?}");
+    assert!(!marker.exists(), "the command ran");
+    scene.assert_clean(&tree);
+    let runs = scene.state.join("wardcell/runs");
+    let logs = fs::read_dir(&runs).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(logs, 0, "a log was made");
+});
