@@ -383,7 +383,17 @@ impl Tree {
     /// Start tracking the broker (the pid `wardcell run` was spawned with: it execs the
     /// broker).
     pub fn of(broker: u32) -> Tree {
-        let broker = proc_now(broker).expect("the broker is alive").0;
+        // It may have ended already (a zombie until waited for).
+        let stat = fs::read_to_string(format!("/proc/{broker}/stat")).unwrap_or_default();
+        let start = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(19)?.parse().ok())
+            .unwrap_or(0);
+        let broker = Proc {
+            pid: broker,
+            start,
+            comm: "wardcell".into(),
+        };
         Tree {
             broker,
             seen: Vec::new(),
@@ -553,11 +563,32 @@ impl Watched {
                 break st;
             }
             if std::time::Instant::now() > deadline {
+                // What each process is doing, for the report.
+                let states: Vec<String> = std::iter::once(self.tree.broker.clone())
+                    .chain(descendants(self.tree.broker.pid))
+                    .map(|p| {
+                        let status = fs::read_to_string(format!("/proc/{}/status", p.pid))
+                            .unwrap_or_default();
+                        let keep: Vec<&str> = status
+                            .lines()
+                            .filter(|l| {
+                                [
+                                    "State", "SigQ", "SigPnd", "ShdPnd", "SigBlk", "SigIgn",
+                                    "SigCgt",
+                                ]
+                                .iter()
+                                .any(|k| l.starts_with(k))
+                            })
+                            .collect();
+                        format!("{} {}: {}", p.pid, p.comm, keep.join(", "))
+                    })
+                    .collect();
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 panic!(
-                    "the run did not end within {secs} s: {}",
-                    fs::read_to_string(&self.err).unwrap_or_default()
+                    "the run did not end within {secs} s: {}\n{}",
+                    fs::read_to_string(&self.err).unwrap_or_default(),
+                    states.join("\n")
                 );
             }
             std::thread::sleep(std::time::Duration::from_millis(5));

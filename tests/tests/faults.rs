@@ -213,7 +213,24 @@ both!(the_broker_relays_term_and_int_and_finishes, |fx| {
     for (sig, code) in [("TERM", 143), ("INT", 130)] {
         let scene = Scene::new(&fx, sig, None);
         let beat = fx.proj.join(format!("beat-{sig}"));
-        let run = scene.start(&format!("exec {} heartbeat {}", probe(&fx), beat.display()));
+        let mut cmd = scene.cmd(&[
+            "run",
+            "--",
+            &probe(&fx),
+            "heartbeat",
+            beat.to_str().unwrap(),
+        ]);
+        // A signal ignored when `wardcell run` starts is not forwarded (a background job
+        // of a shell without job control ignores SIGINT): start with both at default.
+        // SAFETY: signal() with SIG_DFL is async-signal-safe and touches no memory.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                libc::signal(libc::SIGTERM, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let run = Watched::spawn(&fx, cmd, "run");
         wait_file(&beat);
         let broker = run.tree.broker.pid;
         kill_as(&fx, broker, sig);
@@ -248,6 +265,8 @@ both!(a_broker_killed_takes_every_sandbox_with_it, |fx| {
         kill_as(&fx, run.tree.broker.pid, "KILL");
         let (out, tree) = run.finish(30);
         out.expect_code(137);
+        // Every process of the sandboxes dies (asynchronously) with the broker.
+        tree.assert_all_gone();
         wardcell_tests::assert_heartbeat_stopped(&beat, "the command outlived the broker");
         let log = scene.verify(false);
         scene.assert_swept(&tree);
@@ -276,6 +295,7 @@ both!(a_killed_first_shim_ends_the_run_with_137, |fx| {
     kill_as(&fx, shim.pid, "KILL");
     let (out, tree) = run.finish(30);
     out.expect_code(137);
+    tree.assert_all_gone();
     wardcell_tests::assert_heartbeat_stopped(&beat, "the command outlived its init");
     scene.assert_clean(&tree);
     let log = scene.verify(true);
@@ -305,6 +325,7 @@ both!(a_killed_entered_shim_is_relayed_to_its_caller, |fx| {
     let (out, tree) = run.finish(30);
     out.expect_code(3);
     assert_eq!(out.stdout, "rc=137\n", "{out:#?}");
+    tree.assert_all_gone();
     wardcell_tests::assert_heartbeat_stopped(&beat, "the command outlived its init");
     scene.assert_clean(&tree);
     let log = scene.verify(true);
@@ -365,8 +386,14 @@ both!(
         wait_file(&ready);
         let proxy = run.tree.wait_for("wardcell-proxy", 1).remove(0);
         kill_as(&fx, proxy.pid, "KILL");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while wardcell_tests::alive(&proxy) && Instant::now() < deadline {
+        // The command ends once the broker has noticed (else the run's end could come
+        // first, and the death would be part of it).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !scene.log().1.contains("\"proxy.died\"") {
+            assert!(
+                Instant::now() < deadline,
+                "the proxy's death was not noticed"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         fx.write(&go, "");
