@@ -469,17 +469,6 @@ pub fn host_mounts() -> Vec<String> {
     mounts
 }
 
-/// The mount points under `dir`.
-pub fn mounts_under(dir: &Path) -> Vec<String> {
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let dir = dir.to_str().unwrap();
-    info.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|p| p.starts_with(dir))
-        .map(str::to_string)
-        .collect()
-}
-
 /// A small tmpfs owned by the fixture's uid, unmounted when dropped. Mounting needs
 /// root: as another user the tests that need one are skipped (said on stderr).
 pub struct SmallFs(pub PathBuf);
