@@ -318,3 +318,288 @@ macro_rules! both {
         }
     };
 }
+
+/// A process as the host's /proc shows it: its pid and start time (together they name it
+/// even after the pid is reused) and its name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Proc {
+    pub pid: u32,
+    pub start: u64,
+    pub comm: String,
+}
+
+/// The process `pid` now: `None` once it is gone or a zombie (it has ended; only a wait
+/// is missing), or when `pid` names another process.
+fn proc_now(pid: u32) -> Option<(Proc, u32)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid ...: comm may hold spaces and parentheses.
+    let (head, rest) = stat.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1.to_string();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    // Field 22 of stat, the start time, is the 20th after the ')'.
+    let start = fields.get(19)?.parse().ok()?;
+    let ppid = fields.get(1)?.parse().ok()?;
+    Some((Proc { pid, start, comm }, ppid))
+}
+
+/// `p` is still alive (not a zombie), and still the same process.
+pub fn alive(p: &Proc) -> bool {
+    proc_now(p.pid).is_some_and(|(now, _)| now.start == p.start)
+}
+
+/// Every live descendant of `pid`, found through `/proc/PID/task/*/children`.
+pub fn descendants(pid: u32) -> Vec<Proc> {
+    let mut found = Vec::new();
+    let mut stack = vec![pid];
+    while let Some(p) = stack.pop() {
+        let Ok(tasks) = fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let children = fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+                if let Some((proc, _)) = proc_now(child) {
+                    found.push(proc);
+                }
+                stack.push(child);
+            }
+        }
+    }
+    found
+}
+
+/// Everything a run started: the broker's descendants, collected each time
+/// [`Tree::look`] is called, so that a process seen once is checked at the end even if
+/// it was reparented (a plugin's child) or its parent died first.
+pub struct Tree {
+    pub broker: Proc,
+    pub seen: Vec<Proc>,
+}
+
+impl Tree {
+    /// Start tracking the broker (the pid `wardcell run` was spawned with: it execs the
+    /// broker).
+    pub fn of(broker: u32) -> Tree {
+        // It may have ended already (a zombie until waited for).
+        let stat = fs::read_to_string(format!("/proc/{broker}/stat")).unwrap_or_default();
+        let start = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(19)?.parse().ok())
+            .unwrap_or(0);
+        let broker = Proc {
+            pid: broker,
+            start,
+            comm: "wardcell".into(),
+        };
+        Tree {
+            broker,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Add the broker's descendants now alive; return them.
+    pub fn look(&mut self) -> Vec<Proc> {
+        let now = if alive(&self.broker) {
+            descendants(self.broker.pid)
+        } else {
+            Vec::new()
+        };
+        for p in &now {
+            if !self.seen.contains(p) {
+                self.seen.push(p.clone());
+            }
+        }
+        now
+    }
+
+    /// The live descendants named `comm`, waiting up to 10 s for `want` of them.
+    #[track_caller]
+    pub fn wait_for(&mut self, comm: &str, want: usize) -> Vec<Proc> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let named: Vec<Proc> = self.look().into_iter().filter(|p| p.comm == comm).collect();
+            if named.len() >= want {
+                return named;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {want} processes named {comm} under the broker: {:?}",
+                self.seen
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// Nothing the run started is left: every process seen (the broker included) is gone
+    /// within 3 s (SIGKILL is delivered and the PID namespace torn down asynchronously).
+    #[track_caller]
+    pub fn assert_all_gone(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        let left = || -> Vec<&Proc> {
+            std::iter::once(&self.broker)
+                .chain(&self.seen)
+                .filter(|p| alive(p))
+                .collect()
+        };
+        while !left().is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(left(), Vec::<&Proc>::new(), "processes of the run are left");
+    }
+}
+
+/// The host's mounts (mount point and source, from /proc/self/mountinfo) outside every
+/// test process's staging directory: what any run of any test may not change.
+pub fn host_mounts() -> Vec<String> {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mut mounts: Vec<String> = info
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let point = *f.get(4)?;
+            let sep = f.iter().position(|x| *x == "-")?;
+            let source = f.get(sep + 2).copied().unwrap_or_default();
+            (!point.starts_with(STAGING_PREFIX)).then(|| format!("{point} {source}"))
+        })
+        .collect();
+    mounts.sort();
+    mounts
+}
+
+/// A small tmpfs owned by the fixture's uid, unmounted when dropped. Mounting needs
+/// root: as another user the tests that need one are skipped (said on stderr).
+pub struct SmallFs(pub PathBuf);
+
+impl SmallFs {
+    /// A 64 KiB tmpfs at `fx.dir/state`, with `opts` added to its mount options.
+    pub fn mount(fx: &Fixture, opts: &str) -> Option<SmallFs> {
+        if !is_root() {
+            eprintln!("skipped: mounting a tmpfs needs root");
+            return None;
+        }
+        let dir = fx.dir.join("state");
+        fs::create_dir_all(&dir).unwrap();
+        let uid = fx.uid();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size=64k,mode=0700,uid={uid},gid={uid}{opts}"))
+            .arg("wardcell-test")
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount failed");
+        Some(SmallFs(dir))
+    }
+
+    /// Fill it, leaving at most `room` bytes free.
+    pub fn fill(&self, room: usize) {
+        let big = vec![b'x'; 4096];
+        let mut f = fs::File::create(self.0.join("filler")).unwrap();
+        use std::io::Write;
+        while f.write_all(&big).is_ok() {}
+        let _ = f.flush();
+        let len = f.metadata().unwrap().len();
+        f.set_len(len.saturating_sub(room as u64)).unwrap();
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A `wardcell run` started in the background, its output going to files, its
+/// descendants tracked.
+pub struct Watched {
+    pub child: std::process::Child,
+    pub tree: Tree,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+impl Watched {
+    /// Spawn `cmd`; its stdout and stderr go to `fx.dir/TAG.out` and `TAG.err`.
+    pub fn spawn(fx: &Fixture, mut cmd: Command, tag: &str) -> Watched {
+        let out = fx.dir.join(format!("{tag}.out"));
+        let err = fx.dir.join(format!("{tag}.err"));
+        let child = cmd
+            .stdout(fs::File::create(&out).unwrap())
+            .stderr(fs::File::create(&err).unwrap())
+            .spawn()
+            .expect("spawn wardcell");
+        let tree = Tree::of(child.id());
+        Watched {
+            child,
+            tree,
+            out,
+            err,
+        }
+    }
+
+    /// Wait (looking at its descendants meanwhile) for it to end within `secs`; what it
+    /// printed and how it ended.
+    #[track_caller]
+    pub fn finish(mut self, secs: u64) -> (Out, Tree) {
+        use std::os::unix::process::ExitStatusExt;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        let status = loop {
+            self.tree.look();
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            if std::time::Instant::now() > deadline {
+                // What each process is doing, for the report.
+                let states: Vec<String> = std::iter::once(self.tree.broker.clone())
+                    .chain(descendants(self.tree.broker.pid))
+                    .map(|p| {
+                        let status = fs::read_to_string(format!("/proc/{}/status", p.pid))
+                            .unwrap_or_default();
+                        let keep: Vec<&str> = status
+                            .lines()
+                            .filter(|l| {
+                                [
+                                    "State", "SigQ", "SigPnd", "ShdPnd", "SigBlk", "SigIgn",
+                                    "SigCgt",
+                                ]
+                                .iter()
+                                .any(|k| l.starts_with(k))
+                            })
+                            .collect();
+                        format!("{} {}: {}", p.pid, p.comm, keep.join(", "))
+                    })
+                    .collect();
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "the run did not end within {secs} s: {}\n{}",
+                    fs::read_to_string(&self.err).unwrap_or_default(),
+                    states.join("\n")
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        let code = status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        let out = Out {
+            code,
+            stdout: fs::read_to_string(&self.out).unwrap(),
+            stderr: fs::read_to_string(&self.err).unwrap(),
+        };
+        (out, self.tree)
+    }
+}
+
+/// The run directories in the runtime directory `rt` (`$XDG_RUNTIME_DIR/wardcell`).
+pub fn run_dirs(rt: &Path) -> Vec<String> {
+    match fs::read_dir(rt.join("wardcell")) {
+        Ok(entries) => entries
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}

@@ -3,9 +3,8 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use wardcell_tests::{both, is_root, Fixture, Out};
+use wardcell_tests::{both, Fixture, Out, SmallFs};
 
 /// Zones `agent` (default) and `push`, both able to run the staged binaries.
 fn two_zones(fx: &Fixture) {
@@ -31,48 +30,6 @@ fn only_log(state: &Path) -> (String, String) {
     (id, fs::read_to_string(&path).unwrap())
 }
 
-/// A 64 KiB tmpfs owned by the fixture's uid, unmounted when dropped. Mounting needs
-/// root: as another user these tests are skipped (said on stderr).
-struct SmallFs(PathBuf);
-
-impl SmallFs {
-    fn mount(fx: &Fixture) -> Option<SmallFs> {
-        if !is_root() {
-            eprintln!("skipped: mounting a tmpfs needs root");
-            return None;
-        }
-        let dir = fx.dir.join("state");
-        fs::create_dir_all(&dir).unwrap();
-        let uid = fx.uid();
-        let st = Command::new("mount")
-            .args(["-t", "tmpfs", "-o"])
-            .arg(format!("size=64k,mode=0700,uid={uid},gid={uid}"))
-            .arg("wardcell-test")
-            .arg(&dir)
-            .status()
-            .unwrap();
-        assert!(st.success(), "mount failed");
-        Some(SmallFs(dir))
-    }
-
-    /// Fill it, leaving at most `room` bytes free.
-    fn fill(&self, room: usize) {
-        let big = vec![b'x'; 4096];
-        let mut f = fs::File::create(self.0.join("filler")).unwrap();
-        use std::io::Write;
-        while f.write_all(&big).is_ok() {}
-        let _ = f.flush();
-        let len = f.metadata().unwrap().len();
-        f.set_len(len.saturating_sub(room as u64)).unwrap();
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 const ENDED: &str =
     "; the run was ended rather than go on unaudited (make room for the log, then run again)";
 
@@ -81,7 +38,7 @@ const ENDED: &str =
 // users.
 both!(a_full_disk_ends_the_run_and_leaves_no_partial_line, |fx| {
     two_zones(&fx);
-    let Some(small) = SmallFs::mount(&fx) else {
+    let Some(small) = SmallFs::mount(&fx, "") else {
         return;
     };
     let out: Out = fx
@@ -129,7 +86,7 @@ both!(a_full_disk_ends_the_run_and_leaves_no_partial_line, |fx| {
 // Issue 10: a run whose log could be created but not written ran unaudited.
 both!(a_run_whose_log_cannot_be_written_does_not_start, |fx| {
     two_zones(&fx);
-    let Some(small) = SmallFs::mount(&fx) else {
+    let Some(small) = SmallFs::mount(&fx, "") else {
         return;
     };
     fs::create_dir_all(runs(&small.0)).unwrap();

@@ -248,6 +248,9 @@ fn prepare_run(plan: &mut Plan) -> Result<(String, PathBuf, AuditLog), BrokerErr
     })?;
     let log_path = paths::runs_dir(&plan.dirs).join(format!("{run_id}.jsonl"));
     let audit = AuditLog::create(log_path.clone(), &run_id, plan.audit.syslog).map_err(|e| {
+        // No run without its log: nor its directory (test
+        // `a_full_state_disk_refuses_the_run_and_leaves_nothing`).
+        let _ = fs::remove_dir_all(&run_dir);
         BrokerError::Dir {
             path: log_path,
             what: format!("cannot create the run's audit log: {e}"),
