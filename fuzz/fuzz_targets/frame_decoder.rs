@@ -5,13 +5,13 @@
 
 use libfuzzer_sys::fuzz_target;
 use wardcell_common::protocol::{
-    decode_payload, encode_frame, expect_hello, read_frame, Hello, Launch, ProxyEvent,
+    decode_payload, encode_frame, expect_hello, read_frame, Hello, Launch, Message, ProxyEvent,
     ProxyRequest, ShimReport, ShimRequest, ZoneRequest, ZoneResponse,
 };
 
 fn check<T>(data: &[u8])
 where
-    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+    T: Message + PartialEq + std::fmt::Debug,
 {
     let _ = read_frame::<T>(&mut &data[..]);
     if let Ok(v) = decode_payload::<T>(data) {
