@@ -914,6 +914,18 @@ both!(ctrl_z_stops_the_command_as_under_a_shell, |fx| {
         });
     }
     let mut shell = cmd.spawn().unwrap();
+    // A failed assertion must not leave the shell and its stopped job behind: killing the
+    // shell orphans the job's process group, and the kernel hangs it up.
+    struct KillOnDrop(Option<i32>);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            if let Some(pid) = self.0 {
+                // SAFETY: kill with a pid we spawned and have not reaped.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+    let mut guard = KillOnDrop(Some(shell.id() as i32));
     drop(cmd);
     drop(slave);
     let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
@@ -968,5 +980,6 @@ both!(ctrl_z_stops_the_command_as_under_a_shell, |fx| {
     w.write_all(b"echo rc=$?; exit\n").unwrap();
     wait_for("rc=0");
     let status = shell.wait().unwrap();
+    guard.0 = None;
     assert_eq!(status.code(), Some(0), "{}", seen.lock().unwrap());
 });
