@@ -344,7 +344,8 @@ fn exec_command(
     // g. The dispositions a plain exec by the caller would give (the shim's own ignored
     //    SIGPIPE must not leak: `yes | head -1` ends by SIGPIPE), and the signals init
     //    blocked are the command's again.
-    sys::set_dispositions(ignored);
+    //    Init set exactly SIGPIPE ignored (step 1) and nothing since: change what differs.
+    sys::change_dispositions(1 << (libc::SIGPIPE - 1), ignored);
     let _ = SigSet::all().thread_unblock();
     let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
 

@@ -36,7 +36,16 @@ pub fn ignored_signals() -> u64 {
 /// Every signal from 1 to 31 ignored if its bit is in `ignored`, else at its default
 /// (SIGKILL and SIGSTOP cannot be changed and are skipped).
 pub fn set_dispositions(ignored: u64) {
-    for sig in (1..32).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
+    change_dispositions(!ignored, ignored)
+}
+
+/// From the dispositions `now` (bit N-1 set: signal N ignored, else at its default) to
+/// `ignored`, touching only the signals that differ.
+pub fn change_dispositions(now: u64, ignored: u64) {
+    for sig in (1..32)
+        .filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP)
+        .filter(|&s| (now ^ ignored) & (1 << (s - 1)) != 0)
+    {
         let to = if ignored & (1 << (sig - 1)) != 0 {
             libc::SIG_IGN
         } else {
