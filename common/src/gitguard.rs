@@ -70,7 +70,9 @@ const MAX_CONFIG: u64 = 1 << 20;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watch {
     cwd: PathBuf,
-    before: Vec<(PathBuf, Role, Seen, Vec<String>)>,
+    /// What each path was (its kind, and a config's code-running keys), by path: a
+    /// sandbox may leave 20,000 hooks, and each is looked up.
+    before: std::collections::BTreeMap<PathBuf, (Seen, Vec<String>)>,
 }
 
 /// Everything under `cwd` that can make git run code, as it is now. Only when a sandbox
@@ -78,7 +80,10 @@ pub struct Watch {
 pub fn watch(cwd: &Path, writable: bool) -> Option<Watch> {
     writable.then(|| Watch {
         cwd: cwd.to_path_buf(),
-        before: survey(cwd),
+        before: survey(cwd)
+            .into_iter()
+            .map(|(p, _, s, k)| (p, (s, k)))
+            .collect(),
     })
 }
 
@@ -273,9 +278,8 @@ pub fn changes(w: &Watch) -> Vec<String> {
     let now = survey(&w.cwd);
     let mut out: Vec<String> = Vec::new();
     for (path, role, s, keys) in &now {
-        let before = w.before.iter().find(|(p, _, _, _)| p == path);
-        let (was, old_keys) = match before {
-            Some((_, _, was, k)) => (was.clone(), k.clone()),
+        let (was, old_keys) = match w.before.get(path) {
+            Some((was, k)) => (was.clone(), k.clone()),
             None => (Seen::Missing, Vec::new()),
         };
         if *s == was {
