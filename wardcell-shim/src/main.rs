@@ -6,8 +6,10 @@
 //!
 //! 1. notes which signals it was started ignoring (the caller's, as the broker passed
 //!    them on), puts its own at their defaults (SIGPIPE ignored), blocks what init waits
-//!    for, and reads the sandbox spec (after a Hello) from fd 3;
-//! 2. sets up the mount namespace (mounts.rs) and brings loopback up;
+//!    for, says Hello on fd 3, and, while the broker builds the spec, compiles the
+//!    seccomp filter, makes the view's own filesystems and brings loopback up;
+//! 2. reads the sandbox spec (after the broker's Hello) from fd 3 and builds the view
+//!    (mounts.rs);
 //! 3. forks the command (with a pty, init first makes a session of its own with the pty
 //!    as controlling terminal), which in order: starts a new session (with a pty, a
 //!    process group of its own in the terminal's foreground instead), sets no_new_privs,
@@ -97,22 +99,29 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // Hello first: the broker sends the spec as soon as it has it, and the spec waits in
+    // the socket while this shim does what does not depend on it.
+    if protocol::send_hello(&mut control).is_err() {
+        std::process::exit(1);
+    }
     // The filter does not depend on the spec: compile it while the broker prepares it.
     let filter = seccomp::policy();
-    // So are the filesystems of the view that do not depend on it (mounts.rs).
+    // Nor do the filesystems of the view that are not the host's (mounts.rs), nor
+    // loopback.
     let prepared = mounts::prepare();
+    let loopback = sys::loopback_up();
     let spec = match read_spec(&mut control) {
         Ok(s) => s,
         // The broker died or spoke out of turn: nothing to do and no one to tell.
         Err(_) => std::process::exit(1),
     };
 
-    // 2. The view (mounts.rs) and loopback.
+    // 2. The view (mounts.rs).
     let view = match prepared.and_then(|p| mounts::setup(&spec, p)) {
         Ok(v) => v,
         Err(f) => setup_failed(&mut control, f.step, f.message),
     };
-    if let Err(e) = sys::loopback_up() {
+    if let Err(e) = loopback {
         setup_failed(
             &mut control,
             "network",
@@ -227,8 +236,8 @@ fn probe() -> ! {
     std::process::exit(0)
 }
 
+/// The broker's Hello (ours went first) and the spec.
 fn read_spec(control: &mut UnixStream) -> Result<SandboxSpec, protocol::FrameError> {
-    protocol::send_hello(control)?;
     protocol::expect_hello(control)?;
     match protocol::read_frame::<ShimRequest>(control)? {
         ShimRequest::Start(spec) => Ok(*spec),
