@@ -20,8 +20,8 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-pub use wardcell_common::approval::Answer;
 use wardcell_common::approval::{parse_answer, MAX_ANSWER};
+pub use wardcell_common::approval::{Answer, Entry};
 use wardcell_common::helper;
 
 use crate::sys;
