@@ -461,3 +461,57 @@ both!(policy_check_refuses_approval_without_a_plugin, |fx| {
         "{out:?}"
     );
 });
+
+// Another user cannot answer: as root's fixture, the unprivileged uid is refused the
+// queue; as the unprivileged uid's, an answer file that root placed (not the queue's
+// owner) is refused by the plugin, and the entry with it.
+both!(another_user_cannot_answer, |fx| {
+    if !wardcell_tests::is_root() {
+        eprintln!("skipped: needs root to act as a second user");
+        return;
+    }
+    config(&fx, Some("10m"), ".");
+    let run = start(
+        &fx,
+        "wardcell zone enter push -- touch pushed; echo rc=$?",
+        "run",
+    );
+    let id = id_of(&waiting(&fx, 1)[0]);
+    match fx.who {
+        wardcell_tests::As::Invoker => {
+            use std::os::unix::process::CommandExt;
+            let uid = wardcell_tests::test_uid();
+            let out: Out = fx
+                .cmd(&["approvals", "approve", &id])
+                .uid(uid)
+                .gid(uid)
+                .output()
+                .unwrap()
+                .into();
+            out.expect_code(1);
+            assert!(
+                out.stderr.starts_with("error: ")
+                    && out.stderr.contains("the approval queue")
+                    && out.stderr.lines().count() == 1,
+                "{out:?}"
+            );
+            assert_eq!(queue_files(&fx), vec![format!("{id}.request")]);
+            approvals(&fx, &["deny", &id, "--reason", "checked"], None).ok();
+            let (out, _) = run.finish(30);
+            assert!(out.stderr.contains("not approved: checked"), "{out:?}");
+        }
+        wardcell_tests::As::User => {
+            let answer = queue(&fx).join(format!("{id}.answer"));
+            fs::write(&answer, r#"{"approved": true, "approver": "root"}"#).unwrap();
+            let (out, _) = run.finish(30);
+            assert!(out.stdout.contains("rc=1"), "{out:?}");
+            assert!(
+                out.stderr.contains(&format!(
+                    "not approved: the answer to approval request {id} is unusable (not a file of yours closed to others)"
+                )),
+                "{out:?}"
+            );
+        }
+    }
+    assert!(!fx.proj.join("pushed").exists());
+});
