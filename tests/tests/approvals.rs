@@ -271,7 +271,16 @@ both!(nobody_answering_times_out, |fx| {
 
 both!(two_requests_at_once_are_answered_each_on_its_own, |fx| {
     config(&fx, Some("10m"), ".");
-    let a = start(&fx, "wardcell zone enter push -- touch a; echo rc=$?", "a");
+    // A session bus that is not there: the notification fails, the request does not.
+    let mut cmd = fx.cmd(&[
+        "run",
+        "--",
+        "/bin/sh",
+        "-c",
+        "wardcell zone enter push -- touch a; echo rc=$?",
+    ]);
+    cmd.env("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/bus");
+    let a = Watched::spawn(&fx, cmd, "a");
     waiting(&fx, 1);
     // One second apart, so that "newest first" has an order to show.
     std::thread::sleep(Duration::from_millis(1100));

@@ -338,11 +338,17 @@ pub fn sweep(q: &Path, age: u64) {
 /// One line to syslog (facility authpriv, notice), as `tag`, through `/dev/log`; nothing
 /// happens where there is no syslog.
 pub fn syslog(tag: &str, line: &str) {
+    syslog_to(Path::new("/dev/log"), tag, line);
+}
+
+/// [`syslog`] to the socket at `socket`: one datagram, never waited for, control
+/// characters escaped so that a sandbox's text cannot forge a line of its own.
+fn syslog_to(socket: &Path, tag: &str, line: &str) {
     let line = wardcell_common::text::shown(line);
     let msg = format!("<85>{tag}[{}]: {line}", std::process::id());
     if let Ok(s) = std::os::unix::net::UnixDatagram::unbound() {
         let _ = s.set_nonblocking(true);
-        let _ = s.send_to(msg.as_bytes(), "/dev/log");
+        let _ = s.send_to(msg.as_bytes(), socket);
     }
 }
 
@@ -373,6 +379,29 @@ mod tests {
         let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn one_syslog_line_and_none_where_there_is_no_syslog() {
+        let d = tmpdir("syslog");
+        let sock = d.join("log");
+        let server = std::os::unix::net::UnixDatagram::bind(&sock).unwrap();
+        syslog_to(
+            &sock,
+            "wardcell-approve",
+            "request 0a1b2c3d: git push\nforged: line",
+        );
+        let mut buf = [0u8; 512];
+        let n = server.recv(&mut buf).unwrap();
+        let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(got.starts_with("<85>wardcell-approve["), "{got}");
+        assert!(
+            got.ends_with("]: request 0a1b2c3d: git push\\nforged: line"),
+            "{got}"
+        );
+        // No socket: nothing happens, nothing waits.
+        syslog_to(&d.join("absent"), "wardcell-approve", "x");
+        fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
