@@ -89,7 +89,7 @@ pub fn open_dir(state: &Path, create: bool) -> Result<PathBuf, String> {
 fn open_checked(path: &Path, max: u64) -> io::Result<File> {
     let f = OpenOptions::new()
         .read(true)
-        .custom_flags(libc_flags())
+        .custom_flags(nofollow_nonblock())
         .open(path)?;
     let m = f.metadata()?;
     let bad = |what: &str| Err(io::Error::new(io::ErrorKind::InvalidData, what.to_string()));
@@ -105,7 +105,7 @@ fn open_checked(path: &Path, max: u64) -> io::Result<File> {
     Ok(f)
 }
 
-fn libc_flags() -> i32 {
+fn nofollow_nonblock() -> i32 {
     nix::fcntl::OFlag::O_NOFOLLOW.bits() | nix::fcntl::OFlag::O_NONBLOCK.bits()
 }
 
@@ -145,47 +145,42 @@ fn new_id() -> io::Result<String> {
 /// Queue `record` (its `id` is set here) under a new id: written to a temporary file,
 /// locked, then linked into place, so that a reader sees it whole and already waiting.
 pub fn enqueue(q: &Path, mut record: Value) -> Result<Queued, String> {
-    let fail =
-        |e: &dyn std::fmt::Display| format!("cannot queue the request in {}: {e}", q.display());
+    let fail = |e: io::Error| format!("cannot queue the request in {}: {e}", q.display());
     for _ in 0..16 {
-        let id = new_id().map_err(|e| fail(&e))?;
-        let path = q.join(format!("{id}.request"));
-        if fs::symlink_metadata(&path).is_ok() {
-            continue;
-        }
+        let id = new_id().map_err(fail)?;
         record["id"] = Value::String(id.clone());
-        let tmp = q.join(format!(".{id}.{}.tmp", std::process::id()));
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| fail(&e))?;
-        let written = f
-            .write_all(format!("{record}\n").as_bytes())
-            .and_then(|()| f.sync_all());
-        let locked = written.map_err(|e| fail(&e)).and_then(|()| {
-            Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| fail(&e))
-        });
-        let lock = match locked.and_then(|l| {
-            // Linked, not renamed: never over a request another plugin placed meanwhile.
-            let placed = fs::hard_link(&tmp, &path).map(|()| l).map_err(|e| fail(&e));
-            let _ = fs::remove_file(&tmp);
-            placed
-        }) {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                return Err(e);
+        match place(q, &id, &record) {
+            Ok(lock) => {
+                return Ok(Queued {
+                    id,
+                    dir: q.to_path_buf(),
+                    _lock: lock,
+                })
             }
-        };
-        return Ok(Queued {
-            id,
-            dir: q.to_path_buf(),
-            _lock: lock,
-        });
+            // Another request has this id: draw another.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(fail(e)),
+        }
     }
-    Err(fail(&"no free request id"))
+    Err(fail(io::Error::other("no free request id")))
+}
+
+/// Write `record` as `ID.request`, locked before it is visible.
+fn place(q: &Path, id: &str, record: &Value) -> io::Result<Flock<File>> {
+    let tmp = q.join(format!(".{id}.{}.tmp", std::process::id()));
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    let placed = f
+        .write_all(format!("{record}\n").as_bytes())
+        .and_then(|()| f.sync_all())
+        .and_then(|()| Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e.into()))
+        // Linked, not renamed: never over a request another plugin placed meanwhile.
+        .and_then(|lock| fs::hard_link(&tmp, q.join(format!("{id}.request"))).map(|()| lock));
+    let _ = fs::remove_file(&tmp);
+    placed
 }
 
 /// Whether the plugin that queued `id` still waits for it (holds its lock).
