@@ -293,7 +293,7 @@ impl Supervisor {
                 command: argv,
                 cwd: &cwd,
             };
-            let request = wardcell_common::approval::request(plan, &entry);
+            let request = approval::request(plan, &entry);
             let plugin =
                 approval::Plugin::start(plan.approval.as_deref(), &request, &self.run.host_env);
             let plugin = match plugin {
