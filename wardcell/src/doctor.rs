@@ -76,6 +76,7 @@ pub fn run(config_file: Option<&Path>) -> u8 {
         ("wardcell-broker", true),
         ("wardcell-shim", true),
         ("wardcell-proxy", false),
+        ("wardcell-approve", false),
     ] {
         match run::find_helper(name) {
             Ok(path) => match helper_version(&path) {
@@ -88,6 +89,11 @@ pub fn run(config_file: Option<&Path>) -> u8 {
                 Err(e) => r.line(Level::Fail, name, format!("{}: {e}", path.display())),
             },
             Err(e) if needed => r.line(Level::Fail, name, e.to_string()),
+            Err(_) if name == "wardcell-approve" => r.line(
+                Level::Warn,
+                name,
+                "not installed: no person can answer approvals here unless another plugin is configured",
+            ),
             Err(_) => r.line(
                 Level::Warn,
                 name,
