@@ -251,9 +251,10 @@ pub fn build_with(
     // in any sandbox, whatever the profile says), and host socket directories unless the
     // profile named something in them. A mask that did not exist at the start hides
     // nothing; the shim applies one only where a tree shows it.
+    let mut denied = own;
+    denied.extend(req.plan.credential_files());
     let mut mask: Vec<PathBuf> = profile.deny.clone();
-    mask.extend(own);
-    mask.extend(req.plan.credential_files());
+    mask.extend(denied.iter().cloned());
     let named: Vec<&PathBuf> = profile.read.iter().chain(write).collect();
     for s in host_socket_paths(req.host_env) {
         if !named.iter().any(|n| n.starts_with(&s)) {
@@ -408,6 +409,8 @@ pub fn build_with(
         controlling_tty: req.pty,
         proxy_port: network.then_some(SANDBOX_PROXY_PORT),
         system_roots,
+        denied,
+        seatbelt_identity: String::new(),
     })
 }
 
