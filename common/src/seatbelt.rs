@@ -145,6 +145,21 @@ pub fn is_identity(name: &str) -> bool {
     })
 }
 
+/// What the supervisor concludes from Seatbelt's answers for a peer's audit token:
+/// whether it may look up this sandbox's identity name (`own`), and whether it may look
+/// up [`NEVER_ALLOWED`], which no wardcell profile allows (`never`). A process outside
+/// any sandbox is allowed everything, so `never` tells it apart; a process of another
+/// sandbox, of this run or another, is denied `own`.
+pub fn peer_verdict(own: bool, never: bool) -> Result<(), String> {
+    if never {
+        return Err("is not in a wardcell sandbox".into());
+    }
+    if !own {
+        return Err("is not in this sandbox".into());
+    }
+    Ok(())
+}
+
 /// An SBPL string literal for `s`, or why it cannot be one.
 pub fn quote(s: &str) -> Result<String, String> {
     if let Some(c) = s.chars().find(|c| c.is_control()) {

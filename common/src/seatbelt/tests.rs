@@ -731,6 +731,34 @@ fn denials_cover_both_spellings_of_private_links() {
 }
 
 #[test]
+fn peer_verdicts() {
+    assert!(peer_verdict(true, false).is_ok());
+    // Unsandboxed: everything is allowed.
+    assert_eq!(
+        peer_verdict(true, true).unwrap_err(),
+        "is not in a wardcell sandbox"
+    );
+    // Another sandbox (another run's, or another of this run).
+    assert_eq!(
+        peer_verdict(false, false).unwrap_err(),
+        "is not in this sandbox"
+    );
+    assert!(peer_verdict(false, true).is_err());
+    // The answers hold for real profiles: every one allows its identity and not the
+    // never-allowed name.
+    let text = profile(&empty_spec()).unwrap();
+    let rules = rules(&text);
+    let names: Vec<&Filter> = rules
+        .iter()
+        .filter(|r| r.allow && r.ops.iter().any(|o| o == "mach-lookup"))
+        .flat_map(|r| &r.filters)
+        .collect();
+    assert!(names
+        .iter()
+        .all(|f| !format!("{f:?}").contains(NEVER_ALLOWED)));
+}
+
+#[test]
 fn identity_names() {
     let n = identity_name("20261203T051000-ab12", 3, &[0xab; 16]);
     assert_eq!(
