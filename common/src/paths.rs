@@ -146,7 +146,7 @@ mod tests {
             ("XDG_STATE_HOME", "/st"),
             ("XDG_RUNTIME_DIR", "/run/user/7"),
         ]);
-        let d = dirs(&e, home, 7, None);
+        let d = dirs_for(Os::Linux, &e, home, 7, None);
         assert_eq!(d.config[0], PathBuf::from("/cfg/wardcell"));
         assert_eq!(d.state, PathBuf::from("/st/wardcell"));
         assert_eq!(d.runtime, PathBuf::from("/run/user/7/wardcell"));
@@ -156,7 +156,7 @@ mod tests {
     fn relative_or_missing_xdg_falls_back() {
         let home = Path::new("/home/u");
         let e = env(&[("XDG_CONFIG_HOME", "rel"), ("XDG_RUNTIME_DIR", "also-rel")]);
-        let d = dirs(&e, home, 7, Some(Path::new("/x/zones.toml")));
+        let d = dirs_for(Os::Linux, &e, home, 7, Some(Path::new("/x/zones.toml")));
         assert_eq!(d.config[0], PathBuf::from("/home/u/.config/wardcell"));
         assert_eq!(d.config[1], PathBuf::from("/etc/wardcell"));
         assert_eq!(d.config[2], PathBuf::from("/x/zones.toml"));
