@@ -662,6 +662,39 @@ mod tests {
     }
 
     #[test]
+    fn denied_holds_own_dirs_and_credential_files_even_where_no_mask_is() {
+        let mut plan = plan();
+        // Not recorded at the start: no mask in the view, still denied by path.
+        plan.dirs.state = "/home/u/Library/Logs/wardcell".into();
+        let p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
+        let argv = vec!["true".to_string()];
+        let spec = build(&req(&plan, &p, &argv, Path::new("/home/u/src")), &|_| true).unwrap();
+        let state = PathBuf::from("/home/u/Library/Logs/wardcell");
+        assert!(!masks(&spec).contains(&state));
+        let own = [
+            "/home/u/.config/wardcell",
+            "/etc/wardcell",
+            "/home/u/Library/Logs/wardcell",
+            "/run/user/1000/wardcell",
+            "/home/u/src/token.txt",
+        ];
+        for d in own {
+            assert!(
+                spec.denied.contains(&PathBuf::from(d)),
+                "{d}: {:?}",
+                spec.denied
+            );
+        }
+        assert!(spec.seatbelt_identity.is_empty());
+        // The Seatbelt profile of this very spec denies each of them, last.
+        let text = wardcell_common::seatbelt::profile(&spec).unwrap();
+        let (_, last) = text.rsplit_once("\n; 8.").unwrap();
+        for d in own {
+            assert!(last.contains(&format!("(subpath \"{d}\")")), "{d}:\n{last}");
+        }
+    }
+
+    #[test]
     fn host_sockets_come_from_the_host_environment_not_the_request() {
         let plan = plan();
         let p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
