@@ -314,11 +314,12 @@ pub fn profile(spec: &SandboxSpec) -> Result<String, String> {
         .collect::<Result<Vec<_>, String>>()?;
     rule(&mut out, "allow", "file-read*", &r);
     if spec.controlling_tty {
-        out.push_str("; The terminal the broker gave the command (a pty: /dev/ttysNNN).\n");
-        out.push_str("(allow pseudo-tty)\n");
-        out.push_str(
-            "(allow file-read* file-write-data file-ioctl (regex #\"^/dev/ttys[0-9]+$\"))\n",
-        );
+        // The pty's descriptors are inherited, not opened: terminal ioctls on them
+        // (tcsetattr, the window size) are all the command needs. Opening a terminal
+        // by name, another of the user's among them, stays denied; /dev/tty above
+        // names the controlling one.
+        out.push_str("; The terminal the broker gave the command (a pty: /dev/ttysNNN), by its\n; inherited descriptors only.\n");
+        out.push_str("(allow file-ioctl (regex #\"^/dev/ttys[0-9]+$\"))\n");
     }
 
     // 4. Trees.
@@ -355,9 +356,6 @@ pub fn profile(spec: &SandboxSpec) -> Result<String, String> {
             }
             ViewKind::Mask | ViewKind::Socket => {}
         }
-    }
-    if !spec.cwd.as_os_str().is_empty() {
-        quote_path(&spec.cwd)?;
     }
     dedup(&mut read);
     dedup(&mut write);

@@ -585,7 +585,8 @@ fn golden_every_feature() {
     assert!(text.contains(r#"(subpath "/Users/dev/back\\slash")"#));
     assert!(text.contains("(subpath \"/Users/dev/café/日本語\")"));
     assert!(text.contains(r#"(remote ip "localhost:3128")"#));
-    assert!(text.contains(r#"(regex #"^/dev/ttys[0-9]+$")"#));
+    assert!(text.contains(r#"(allow file-ioctl (regex #"^/dev/ttys[0-9]+$"))"#));
+    assert!(!text.contains("pseudo-tty"), "no new ptys");
 }
 
 #[test]
