@@ -133,16 +133,16 @@ pub fn identity_name(run_id: &str, sandbox: u32, nonce: &[u8; 16]) -> String {
     s
 }
 
-/// Whether `name` can be an identity: the prefix, then letters, digits, `.`, `-`, `_`
-/// (it becomes a Mach name and a parameter value).
+/// Whether `name` can be an identity: the prefix, then letters, digits, `.`, `-`, `_`,
+/// shorter than a Mach name's 128 bytes (it becomes a Mach name and a parameter value).
 pub fn is_identity(name: &str) -> bool {
-    name.strip_prefix(IDENTITY_PREFIX).is_some_and(|rest| {
-        !rest.is_empty()
-            && rest.len() <= 200
-            && rest
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
-    })
+    name.len() < 128
+        && name.strip_prefix(IDENTITY_PREFIX).is_some_and(|rest| {
+            !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+        })
 }
 
 /// What the supervisor concludes from Seatbelt's answers for a peer's audit token:

@@ -771,6 +771,12 @@ fn identity_names() {
     assert!(!is_identity(IDENTITY_PREFIX));
     assert!(!is_identity("dev.wardcell.sandbox.a\"b"));
     assert!(!is_identity("com.apple.logd"));
+    let long = format!(
+        "{IDENTITY_PREFIX}{}",
+        "a".repeat(128 - IDENTITY_PREFIX.len())
+    );
+    assert!(!is_identity(&long));
+    assert!(is_identity(&long[..127]));
     // The profile refers to the parameter; the name itself is never in the text.
     let text = profile(&empty_spec()).unwrap();
     assert!(text.contains(r#"(allow mach-lookup (global-name (param "WARDCELL_IDENTITY")))"#));
