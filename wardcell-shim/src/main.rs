@@ -22,24 +22,39 @@
 //!    reaps orphans, and when the command ends, reports its status and exits with it,
 //!    which ends every process left in the sandbox.
 
+// Linux: namespaces, a view, Landlock and seccomp (this file). macOS: a Seatbelt profile
+// from the same spec (macos.rs); what both use (the spec, reports, exec) is shared here.
+#[cfg(target_os = "linux")]
 mod caps;
+#[cfg(target_os = "linux")]
 mod landlock;
+#[cfg(target_os = "macos")]
+mod macos;
+#[cfg(target_os = "linux")]
 mod mounts;
+#[cfg(target_os = "linux")]
 mod seccomp;
+#[cfg(target_os = "linux")]
 mod sys;
 
 use std::ffi::CString;
+#[cfg(target_os = "linux")]
 use std::io::Write;
+#[cfg(target_os = "linux")]
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
+#[cfg(target_os = "linux")]
 use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
+#[cfg(target_os = "linux")]
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+#[cfg(target_os = "linux")]
 use nix::unistd::Pid;
 
 use wardcell_common::plan::SandboxSpec;
 use wardcell_common::protocol::{self, ShimReport, ShimRequest};
 
+#[cfg(target_os = "linux")]
 /// Signals init passes on to the command's process group.
 const FORWARDED: &[Signal] = &[
     Signal::SIGINT,
@@ -68,6 +83,12 @@ fn setup_failed(control: &mut UnixStream, step: &str, message: String) -> ! {
     std::process::exit(1)
 }
 
+#[cfg(target_os = "macos")]
+fn main() {
+    macos::main()
+}
+
+#[cfg(target_os = "linux")]
 fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("--version") => {
@@ -175,6 +196,7 @@ fn main() {
     })
 }
 
+#[cfg(target_os = "linux")]
 /// With network: a listener on this namespace's loopback for the zone's proxy, handed to
 /// the broker.
 fn hand_over_listener(control: &mut UnixStream, port: u16) -> Result<(), String> {
@@ -187,6 +209,7 @@ fn hand_over_listener(control: &mut UnixStream, port: u16) -> Result<(), String>
     Ok(())
 }
 
+#[cfg(target_os = "linux")]
 /// Wait for the broker's `Proceed`; with the run's CA, write the bundle the command trusts.
 fn await_proceed(control: &mut UnixStream, view: &mounts::View) -> Result<(), String> {
     let ca_pem = match protocol::read_frame::<ShimRequest>(control).map_err(|e| e.to_string())? {
@@ -205,6 +228,7 @@ fn await_proceed(control: &mut UnixStream, view: &mounts::View) -> Result<(), St
     Ok(())
 }
 
+#[cfg(target_os = "linux")]
 /// `--probe`, for `wardcell doctor`: what this kernel offers, as `key=value` lines.
 fn probe() -> ! {
     let abi = sys::landlock_abi();
@@ -247,6 +271,7 @@ fn read_spec(control: &mut UnixStream) -> Result<SandboxSpec, protocol::FrameErr
     }
 }
 
+#[cfg(target_os = "linux")]
 /// Init keeps nothing it does not need: no capabilities, no new privileges, undumpable.
 fn become_init() -> Result<(), String> {
     nix::sys::prctl::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
@@ -254,6 +279,7 @@ fn become_init() -> Result<(), String> {
     caps::drop_all()
 }
 
+#[cfg(target_os = "linux")]
 /// Wait for the command, forwarding signals to its process group and reaping orphans.
 fn supervise(child: Pid, waited: &SigSet, control: &mut UnixStream) -> ShimReport {
     loop {
@@ -286,6 +312,7 @@ fn supervise(child: Pid, waited: &SigSet, control: &mut UnixStream) -> ShimRepor
     }
 }
 
+#[cfg(target_os = "linux")]
 /// The command's side of the fork: confine, then exec. Never returns.
 fn exec_command(
     spec: &SandboxSpec,
