@@ -223,7 +223,8 @@ fn key(p: &Path) -> &[u8] {
 /// Carry out the mount part of `spec`.
 /// What does not depend on the spec, made while the broker prepares it: the filesystems
 /// of the root, `/tmp`, `/dev` (its links and mount points made), `/dev/pts`, `/dev/shm`
-/// and `/proc`, not yet attached anywhere, and the host's device nodes, held.
+/// and `/proc`, not yet attached anywhere, and the host's device nodes, held, each with a
+/// read-only bind of it ready to attach.
 pub struct Prepared {
     root: OwnedFd,
     tmp: OwnedFd,
@@ -232,6 +233,8 @@ pub struct Prepared {
     shm: OwnedFd,
     proc: OwnedFd,
     held_dev: Vec<(&'static str, OwnedFd)>,
+    /// A read-only bind of each held device node, not yet attached.
+    dev_nodes: Vec<(&'static str, OwnedFd)>,
 }
 
 /// Before the spec: nothing we mount propagates back to the host (nor the host's mounts
@@ -277,6 +280,10 @@ pub fn prepare() -> Result<Prepared> {
     .map_err(|e| fail(format!("mounting /proc: {e}")))?;
     let held_dev = hold_devices()?;
     populate_dev(&dev, held_dev.iter().map(|(n, _)| *n))?;
+    let dev_nodes = held_dev
+        .iter()
+        .map(|(n, f)| Ok((*n, clone_node(f.as_fd(), &Path::new("/dev").join(n))?)))
+        .collect::<Result<Vec<_>>>()?;
     Ok(Prepared {
         root,
         tmp,
@@ -285,6 +292,7 @@ pub fn prepare() -> Result<Prepared> {
         shm,
         proc,
         held_dev,
+        dev_nodes,
     })
 }
 
@@ -298,6 +306,7 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
         shm,
         proc,
         mut held_dev,
+        mut dev_nodes,
     } = prepared;
     // 1. Everything from the host, checked, before anything changes.
     let mut host: BTreeMap<PathBuf, OwnedFd> = BTreeMap::new();
@@ -308,7 +317,12 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
         host.insert(e.path.clone(), open_checked(e)?);
     }
     if spec.controlling_tty {
-        held_dev.push(("console", hold_terminal()?));
+        let console = hold_terminal()?;
+        dev_nodes.push((
+            "console",
+            clone_node(console.as_fd(), Path::new("/dev/console"))?,
+        ));
+        held_dev.push(("console", console));
     }
     let system_roots = match &spec.system_roots {
         Some((path, was)) => Some(read_roots(path, *was)?),
@@ -367,7 +381,7 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
             }
             Op::Dev => {
                 attach(&root, &path, dev.as_fd(), Kind::Dir, None, &ours)?;
-                minimal_dev(&dev, &held_dev, &pts, &shm)?;
+                minimal_dev(&dev, &dev_nodes, &pts, &shm)?;
                 ours.push(dev_of(dev.as_fd())?);
                 view.write.push(clone_fd(dev.as_fd())?);
             }
@@ -864,17 +878,16 @@ fn populate_dev<'a>(dev: &OwnedFd, nodes: impl Iterator<Item = &'a str>) -> Resu
     Ok(())
 }
 
-/// The minimal /dev, once attached: the held device nodes bound in (read-only mounts),
-/// a fresh devpts and a /dev/shm.
+/// The minimal /dev, once attached: the device nodes (read-only binds of the held ones,
+/// made by [`prepare`]), a fresh devpts and a /dev/shm.
 fn minimal_dev(
     dev: &OwnedFd,
-    held: &[(&str, OwnedFd)],
+    nodes: &[(&str, OwnedFd)],
     pts: &OwnedFd,
     shm: &OwnedFd,
 ) -> Result<()> {
     let inner = [dev_of(dev.as_fd())?];
-    for (name, f) in held {
-        let node = clone_node(f.as_fd(), &Path::new("/dev").join(name))?;
+    for (name, node) in nodes {
         attach(
             dev,
             &Path::new("/").join(name),
