@@ -65,6 +65,15 @@ impl Ctx {
         }
     }
 
+    /// One of the connection slots, waiting for one to be free.
+    pub async fn slot(&self) -> tokio::sync::OwnedSemaphorePermit {
+        self.slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed")
+    }
+
     /// The allow-list, the address policy and the dial, in that order. The stream
     /// returned is connected to the address that was checked.
     pub async fn admit(&self, t: &Target) -> Result<(TcpStream, SocketAddr), Response<Body>> {

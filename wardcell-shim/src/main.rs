@@ -7,7 +7,8 @@
 //! 1. notes which signals it was started ignoring (the caller's, as the broker passed
 //!    them on), puts its own at their defaults (SIGPIPE ignored), blocks what init waits
 //!    for, and reads the sandbox spec (after a Hello) from fd 3;
-//! 2. sets up the mount namespace (mounts.rs) and brings loopback up;
+//! 2. sets up the mount namespace (mounts.rs) and brings loopback up; with network, makes
+//!    every address local and hands the proxy's sockets to the broker (net.rs);
 //! 3. forks the command (with a pty, init first makes a session of its own with the pty
 //!    as controlling terminal), which in order: starts a new session (with a pty, a
 //!    process group of its own in the terminal's foreground instead), sets no_new_privs,
@@ -23,12 +24,12 @@
 mod caps;
 mod landlock;
 mod mounts;
+mod net;
 mod seccomp;
 mod sys;
 
 use std::ffi::CString;
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
 use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
@@ -120,7 +121,7 @@ fn main() {
         );
     }
     if let Some(port) = spec.proxy_port {
-        if let Err(e) = hand_over_listener(&mut control, port) {
+        if let Err(e) = net::hand_over(&mut control, port, &spec.egress_ports) {
             setup_failed(&mut control, "network", e);
         }
     }
@@ -164,18 +165,6 @@ fn main() {
         ShimReport::Signaled { signal } => 128 + signal,
         _ => 1,
     })
-}
-
-/// With network: a listener on this namespace's loopback for the zone's proxy, handed to
-/// the broker.
-fn hand_over_listener(control: &mut UnixStream, port: u16) -> Result<(), String> {
-    let listener = std::net::TcpListener::bind(("127.0.0.1", port))
-        .map_err(|e| format!("listening on 127.0.0.1:{port} for the proxy: {e}"))?;
-    protocol::write_frame(control, &ShimReport::Listener).map_err(|e| e.to_string())?;
-    sys::send_fd(control, listener.as_raw_fd())
-        .map_err(|e| format!("handing over the listener: {e}"))?;
-    drop(listener);
-    Ok(())
 }
 
 /// Wait for the broker's `Proceed`; with the run's CA, write the bundle the command trusts.
