@@ -1119,7 +1119,10 @@ both!(off_list_and_around_the_proxy_are_refused, |fx| {
         "{log_text}"
     );
     assert!(has("127.1", port, "loopback"), "{log_text}");
-    assert!(has("127.0.0.1", port, "not in the allow list"), "{log_text}");
+    assert!(
+        has("127.0.0.1", port, "not in the allow list"),
+        "{log_text}"
+    );
     if let Some(n) = &name {
         assert!(has(n, port, "loopback"), "{log_text}");
     }
