@@ -271,7 +271,7 @@ fn result(out: &Out, tag: &str) -> String {
         .to_string()
 }
 
-fn denied<'a>(log: &'a [Value]) -> Vec<&'a Value> {
+fn denied(log: &[Value]) -> Vec<&Value> {
     log.iter()
         .filter(|l| l["event"] == "proxy.denied")
         .collect()

@@ -173,11 +173,15 @@ async fn handle(mut client: TcpStream, ctx: Arc<Ctx>, names: Arc<Names>) {
         )
         .await;
     };
-    // 4.
-    let fresh = dns::resolve(&target, rule).await.unwrap_or_default();
+    // 4. An address the proxy itself answered for this name (and of a class this entry
+    //    admits) needs no second lookup; any other must be among the name's addresses now.
     let remembered = matches!(&target.host, Host::Name(n) if answered.contains(n))
         && dns::permitted(dst.ip(), rule).is_ok();
-    if !fresh.contains(&dst) && !remembered {
+    let admitted = remembered
+        || dns::resolve(&target, rule)
+            .await
+            .is_ok_and(|fresh| fresh.contains(&dst));
+    if !admitted {
         let reason = format!("{} is not an address of {}", dst.ip(), target.host);
         refuse(target.host.to_string(), reason.clone());
         return forbid(client, is_http, &reason).await;
