@@ -1302,3 +1302,60 @@ both!(a_callers_ssl_cert_file_does_not_reach_the_bundle, |fx| {
     );
     assert_eq!(field(&out, "enter", "rc"), "0", "{out:#?}");
 });
+
+// Transparent egress keeps credentials where they apply: TLS to a host a credential
+// names, sent by a client that ignores the proxy variables, is intercepted as after a
+// CONNECT (the ClientHello the proxy read to learn the name is replayed), so the push
+// zone's request carries the credential; the agent zone's is tunnelled untouched.
+both!(
+    transparent_tls_to_a_credential_host_gets_the_credential,
+    |fx| {
+        let up = Upstream::start(&fx);
+        config(&fx, &up, "COMPANY_GIT_TOKEN", None);
+        let in_push = script(
+            &fx,
+            "transparent-push.sh",
+            &curl_line(
+                "push",
+                &format!(
+                    "--noproxy '*' '{}'",
+                    up.url("/repo.git/info/refs?service=git-upload-pack")
+                ),
+            ),
+        );
+        let in_agent = script(
+            &fx,
+            "transparent-agent.sh",
+            &curl_line(
+                "agent",
+                &format!(
+                    "--noproxy '*' --cacert \"$HOME/e2e/upstream-ca.pem\" '{}'",
+                    up.url("/transparent-tunnel")
+                ),
+            ),
+        );
+        let (out, log, _) = run(
+            &fx,
+            &up,
+            "COMPANY_GIT_TOKEN",
+            &format!("wardcell zone enter push -- sh {in_push}; sh {in_agent}"),
+        );
+        out.ok();
+        assert_eq!(field(&out, "push", "code"), "200", "{out:#?}");
+        assert_eq!(field(&out, "agent", "code"), "200", "{out:#?}");
+        let auth = |p: &str| -> Vec<Value> {
+            up.requests()
+                .into_iter()
+                .filter(|r| r["path"] == p)
+                .map(|r| r["authorization"].clone())
+                .collect()
+        };
+        assert_eq!(auth("/repo.git/info/refs"), vec![Value::from(up.basic())]);
+        assert_eq!(auth("/transparent-tunnel"), vec![Value::Null]);
+        assert!(
+            events(&log, "proxy.connect").any(|e| e["zone"] == "push" && e["credential"] == CRED),
+            "{log:#?}"
+        );
+        assert_no_secret("the output", &out.stdout, &up);
+    }
+);

@@ -235,7 +235,7 @@ async fn connect(mut req: Request<Incoming>, target: Target, ctx: Arc<Ctx>) -> R
             return; // the client went away before the tunnel opened
         };
         if intercepting {
-            intercept::serve(client, upstream, addr, target, ctx).await;
+            intercept::serve(TokioIo::new(client), upstream, addr, target, ctx).await;
         } else {
             tunnel::run(client, upstream, target, &ctx.events).await;
         }

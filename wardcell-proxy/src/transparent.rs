@@ -17,19 +17,22 @@
 //!    of a class the entry admits (dns.rs). The proxy dials the address the sandbox
 //!    asked for and nothing else: the client's choice among a name's addresses is kept,
 //!    and no name can be used to reach an address that is not its own;
-//! 5. dial it, send the bytes already read, and copy both ways untouched (tunnel.rs).
+//! 5. dial it, send the bytes already read, and copy both ways untouched (tunnel.rs); or,
+//!    for TLS to a host a credential names, intercept exactly as after a CONNECT
+//!    (intercept.rs), the ClientHello replayed to the proxy's TLS server side.
 //!
 //! A refusal is a `proxy.denied` event and a closed connection (an HTTP client gets a
-//! 403 first). No credential is attached here: a host a credential names is reached
-//! through the explicit proxy (HTTPS_PROXY), which intercepts.
+//! 403 first).
 
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
 use wardcell_common::protocol::ProxyEvent;
@@ -194,7 +197,63 @@ async fn handle(mut client: TcpStream, ctx: Arc<Ctx>, names: Arc<Names>) {
             return forbid(client, is_http, &u.to_string()).await;
         }
     };
+    // A TLS connection to a host a credential names is intercepted, as through CONNECT:
+    // the ClientHello already read is replayed to the TLS server side.
+    let tls = matches!(seen, Sniffed::Tls(_));
+    if tls && ctx.intercept.is_some() && ctx.creds.names_host(&target.host) {
+        buf.truncate(n);
+        let client = Replayed {
+            early: buf,
+            at: 0,
+            inner: client,
+        };
+        return crate::intercept::serve(client, upstream, dst, target, ctx).await;
+    }
     crate::tunnel::run_tcp(client, upstream, &buf[..n], target, &ctx.events).await;
+}
+
+/// A client stream whose first bytes were already read: they are read again first.
+struct Replayed {
+    early: Vec<u8>,
+    at: usize,
+    inner: TcpStream,
+}
+
+impl AsyncRead for Replayed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.at < self.early.len() {
+            let n = out.remaining().min(self.early.len() - self.at);
+            let at = self.at;
+            out.put_slice(&self.early[at..at + n]);
+            self.at += n;
+            if self.at == self.early.len() {
+                self.early = Vec::new();
+                self.at = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, out)
+    }
+}
+
+impl AsyncWrite for Replayed {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        b: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, b)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// Close a refused connection; an HTTP client is told why first.
