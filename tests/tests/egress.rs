@@ -212,6 +212,12 @@ except socket.gaierror as e:
     say('gai-denied', 'errno=%d' % e.errno)
 say('dns-denied', dns('denied.example'))
 say('dns-localhost', dns('localhost'))
+try:
+    socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).connect(('2001:db8::1', 53))
+    say('v6-routed', 'yes')
+except OSError:
+    say('v6-routed', 'no')
+say('dns-localhost-aaaa', dns('localhost', 28))
 # Now 127.0.0.1 was answered for localhost.
 say('raw-named', raw('127.0.0.1', E2))
 say('raw-ip-entry', raw('127.0.0.1', E))
@@ -309,6 +315,12 @@ both!(transparent_egress_reaches_only_the_allow_list, |fx| {
     );
     assert_eq!(result(&out, "dns-denied"), "rcode=3 -");
     assert_eq!(result(&out, "dns-localhost"), "rcode=0 127.0.0.1");
+    // AAAA only where the namespace routes IPv6 (this machine's kernel may not have it).
+    let aaaa = match result(&out, "v6-routed").as_str() {
+        "yes" => "rcode=0 ::1",
+        _ => "rcode=0 -",
+    };
+    assert_eq!(result(&out, "dns-localhost-aaaa"), aaaa);
     // Raw TCP: by the name the address was answered for, or by an address entry.
     assert_eq!(result(&out, "raw-unnamed"), "got=-", "{out:#?}");
     assert_eq!(result(&out, "raw-named"), "got=echo:ping", "{out:#?}");

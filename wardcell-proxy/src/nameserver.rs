@@ -6,7 +6,8 @@
 //! with only the addresses the classifier lets that entry reach (dns.rs); every address
 //! answered is remembered with its name (names.rs). Any other name gets NXDOMAIN and a
 //! `proxy.denied` event. Only standard queries with one question in class IN are
-//! answered; A and AAAA get addresses, other types an empty answer. Anything malformed
+//! answered; A and AAAA get addresses (AAAA only where the sandbox's namespace routes
+//! IPv6), other types an empty answer. Anything malformed
 //! gets FORMERR, or nothing when not even the header is there. TCP is not served: answers
 //! are kept under 512 bytes.
 
@@ -161,6 +162,9 @@ pub async fn serve(socket: std::net::UdpSocket, ctx: Arc<Ctx>, names: Arc<Names>
     let Ok(socket) = UdpSocket::from_std(socket) else {
         return;
     };
+    // The shim binds the DNS socket dual-stack exactly when the namespace routes IPv6:
+    // without it, AAAA answers would only send clients to addresses they cannot reach.
+    let v6 = socket.local_addr().is_ok_and(|a| a.is_ipv6());
     let socket = Arc::new(socket);
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut buf = vec![0u8; 1500];
@@ -175,7 +179,7 @@ pub async fn serve(socket: std::net::UdpSocket, ctx: Arc<Ctx>, names: Arc<Names>
         let (socket, ctx, names) = (socket.clone(), ctx.clone(), names.clone());
         tokio::spawn(async move {
             let _slot = slot;
-            if let Some(reply) = respond(&packet, &ctx, &names).await {
+            if let Some(reply) = respond(&packet, &ctx, &names, v6).await {
                 let _ = socket.send_to(&reply, from).await;
             }
         });
@@ -183,7 +187,7 @@ pub async fn serve(socket: std::net::UdpSocket, ctx: Arc<Ctx>, names: Arc<Names>
 }
 
 /// The reply to one packet, if it gets one.
-async fn respond(packet: &[u8], ctx: &Ctx, names: &Names) -> Option<Vec<u8>> {
+async fn respond(packet: &[u8], ctx: &Ctx, names: &Names, v6: bool) -> Option<Vec<u8>> {
     let q = match parse(packet) {
         Ok(q) => q,
         Err(None) => return None,
@@ -211,7 +215,7 @@ async fn respond(packet: &[u8], ctx: &Ctx, names: &Names) -> Option<Vec<u8>> {
     if rules.is_empty() {
         return deny("DNS query for a name not in the allow list");
     }
-    if q.qtype != TYPE_A && q.qtype != TYPE_AAAA {
+    if (q.qtype != TYPE_A && q.qtype != TYPE_AAAA) || (q.qtype == TYPE_AAAA && !v6) {
         return Some(answer(&q, 0, &[]));
     }
     let found = match dns::lookup(&host).await {
