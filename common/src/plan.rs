@@ -239,13 +239,20 @@ pub struct SandboxSpec {
     /// `/proc`, a minimal `/dev` and a private `/tmp`. Nothing else of the host exists
     /// inside.
     pub view: Vec<ViewEntry>,
-    /// TCP ports on the sandbox's loopback that it may connect to (the proxy's).
+    /// TCP ports the sandbox may connect to (Landlock): the proxy's, and the ports of
+    /// `egress_ports`, which only ever reach the proxy's listeners (every address is local
+    /// in the sandbox's network namespace).
     pub tcp_connect: Vec<u16>,
     /// Make fd 0 the command's controlling terminal (the broker gave it a pty).
     pub controlling_tty: bool,
     /// Listen on 127.0.0.1:port in the sandbox's network namespace and hand the listener
     /// to the broker (for the zone's proxy) before the command starts.
     pub proxy_port: Option<u16>,
+    /// With `proxy_port`: make every address local in the sandbox's network namespace,
+    /// listen on every address at each of these ports and on UDP port 53, and hand those
+    /// sockets over beside the proxy's listener (transparent egress and DNS). At most
+    /// [`MAX_EGRESS_PORTS`].
+    pub egress_ports: Vec<u16>,
     /// The system's CA certificates (a PEM file, canonical, with what it was when the run
     /// started), the start of the bundle given to the command when the proxy intercepts
     /// TLS.
@@ -304,6 +311,31 @@ pub const SANDBOX_CA_BUNDLE: &str = "/dev/wardcell-ca.pem";
 /// The port the zone's proxy listens on, on the sandbox's own loopback.
 pub const SANDBOX_PROXY_PORT: u16 = 3128;
 
+/// The most distinct ports an allow list may name: one listener each travels beside the
+/// proxy's listener and the DNS socket, in one SCM_RIGHTS message of at most 12.
+pub const MAX_EGRESS_PORTS: usize = 10;
+
+/// The distinct ports an allow list names, ascending, without the proxy's own port (its
+/// listener is the explicit proxy's, on 127.0.0.1 only). Entries are `host:port`, already
+/// validated by the config; anything else is skipped. Refused when there are more than
+/// [`MAX_EGRESS_PORTS`].
+pub fn egress_ports(allow: &[String]) -> Result<Vec<u16>, String> {
+    let mut ports: Vec<u16> = allow
+        .iter()
+        .filter_map(|e| e.rsplit_once(':')?.1.parse::<u16>().ok())
+        .filter(|&p| p != 0 && p != SANDBOX_PROXY_PORT)
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    if ports.len() > MAX_EGRESS_PORTS {
+        return Err(format!(
+            "network.allow names {} distinct ports; a sandbox can have at most {MAX_EGRESS_PORTS}: drop some ports from the profile's allow list",
+            ports.len()
+        ));
+    }
+    Ok(ports)
+}
+
 /// What one zone's proxy enforces. Sent by the broker with the listener attached.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct ProxySpec {
@@ -313,4 +345,28 @@ pub struct ProxySpec {
     pub allow: Vec<String>,
     /// Credentials this zone's proxy attaches (empty unless the zone is authenticated).
     pub credentials: Vec<CredentialPlan>,
+}
+
+#[cfg(test)]
+mod egress_tests {
+    use super::*;
+
+    #[test]
+    fn egress_ports_are_distinct_sorted_and_bounded() {
+        let allow = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            egress_ports(&allow(&[
+                "a.io:443",
+                "*.b.io:443",
+                "github.com:22",
+                "[::1]:8080",
+                "x.io:3128"
+            ]))
+            .unwrap(),
+            vec![22, 443, 8080]
+        );
+        let many: Vec<String> = (1..=11).map(|p| format!("h.io:{p}")).collect();
+        assert!(egress_ports(&many).unwrap_err().contains("at most 10"));
+        assert_eq!(egress_ports(&many[..10]).unwrap().len(), 10);
+    }
 }

@@ -307,8 +307,9 @@ pub enum ShimRequest {
 /// Shim -> broker.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum ShimReport {
-    /// The proxy listener, created in the sandbox's network namespace, travels beside
-    /// this frame (SCM_RIGHTS).
+    /// The proxy's sockets, created in the sandbox's network namespace, travel beside
+    /// this frame (SCM_RIGHTS, one message): its listener on 127.0.0.1, the DNS socket,
+    /// and one listener per `SandboxSpec::egress_ports` port, in that order.
     Listener,
     /// A step before exec failed; nothing ran. `step` names it, `message` says why.
     SetupFailed { step: String, message: String },
@@ -332,9 +333,9 @@ pub enum ShimReport {
 // Channel: broker <-> proxy (a socketpair per proxy)
 // ---------------------------------------------------------------------------
 
-/// Broker -> proxy: exactly one message after the Hello. Just before it, the TCP listener
-/// (already listening, in the sandbox's network namespace) travels as a 1-byte message
-/// ('F') with SCM_RIGHTS.
+/// Broker -> proxy: exactly one message after the Hello. Just before it, the sockets the
+/// shim made in the sandbox's network namespace (its `Listener` report says which, and in
+/// what order) travel as a 1-byte message ('F') with SCM_RIGHTS.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum ProxyRequest {
     Start(Box<ProxySpec>),

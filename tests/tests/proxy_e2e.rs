@@ -990,8 +990,12 @@ both!(paths_outside_the_credential_get_none, |fx| {
     assert!(with_cred.iter().all(|e| e["zone"] == "push"), "{log:#?}");
 });
 
-// What the proxy refuses: going around it, hosts and ports off the list, and names that
-// resolve to loopback without the list naming loopback explicitly.
+// What the proxy refuses: hosts and ports off the list, and names that resolve to
+// loopback without the list naming loopback explicitly. There is no way around it: a
+// client that ignores the proxy variables reaches the proxy all the same (transparent
+// egress), which lets `localhost:PORT` through by its TLS server name and refuses
+// `127.0.0.1:PORT`, which the list does not name; a port the list does not name has no
+// listener at all.
 //
 // The loopback names: `127.1` (always; the proxy takes it as a name and the resolver
 // says 127.0.0.1; curl would rewrite it, so it is sent raw through bash's /dev/tcp),
@@ -1058,10 +1062,12 @@ both!(off_list_and_around_the_proxy_are_refused, |fx| {
     drop(other);
     out.ok();
 
-    // Around the proxy there is nothing: curl cannot connect (exit 7).
-    for tag in ["noproxy-localhost", "noproxy-ip", "noproxy-outside"] {
-        assert_eq!(field(&out, tag, "rc"), "7", "{tag}: {out:#?}");
-    }
+    // Around the proxy is the proxy: the allowed name gets through it, the address
+    // the list does not name is cut off at the TLS handshake, an unlisted port refuses.
+    assert_eq!(field(&out, "noproxy-localhost", "code"), "200", "{out:#?}");
+    assert_eq!(field(&out, "noproxy-ip", "code"), "000", "{out:#?}");
+    assert_ne!(field(&out, "noproxy-ip", "rc"), "0", "{out:#?}");
+    assert_eq!(field(&out, "noproxy-outside", "rc"), "7", "{out:#?}");
     // Off the list: 403 for plain HTTP, 403 to the CONNECT.
     assert_eq!(field(&out, "plain-offlist", "code"), "403", "{out:#?}");
     assert_eq!(field(&out, "connect-offport", "connect"), "403", "{out:#?}");
@@ -1091,7 +1097,7 @@ both!(off_list_and_around_the_proxy_are_refused, |fx| {
         .iter()
         .map(|r| r["path"].as_str().unwrap_or("").to_string())
         .collect();
-    assert_eq!(paths, ["/allowed"], "{out:#?}");
+    assert_eq!(paths, ["/around", "/allowed"], "{out:#?}");
 
     // Every refusal is a proxy.denied event in the run's log.
     let denied: Vec<_> = events(&log, "proxy.denied").collect();
@@ -1113,10 +1119,14 @@ both!(off_list_and_around_the_proxy_are_refused, |fx| {
         "{log_text}"
     );
     assert!(has("127.1", port, "loopback"), "{log_text}");
+    assert!(
+        has("127.0.0.1", port, "not in the allow list"),
+        "{log_text}"
+    );
     if let Some(n) = &name {
         assert!(has(n, port, "loopback"), "{log_text}");
     }
-    let expected = 4 + if name.is_some() { 2 } else { 0 };
+    let expected = 5 + if name.is_some() { 2 } else { 0 };
     assert_eq!(denied.len(), expected, "{log_text}");
     assert!(
         events(&log, "proxy.connect").any(|e| e["zone"] == "agent"
@@ -1292,3 +1302,60 @@ both!(a_callers_ssl_cert_file_does_not_reach_the_bundle, |fx| {
     );
     assert_eq!(field(&out, "enter", "rc"), "0", "{out:#?}");
 });
+
+// Transparent egress keeps credentials where they apply: TLS to a host a credential
+// names, sent by a client that ignores the proxy variables, is intercepted as after a
+// CONNECT (the ClientHello the proxy read to learn the name is replayed), so the push
+// zone's request carries the credential; the agent zone's is tunnelled untouched.
+both!(
+    transparent_tls_to_a_credential_host_gets_the_credential,
+    |fx| {
+        let up = Upstream::start(&fx);
+        config(&fx, &up, "COMPANY_GIT_TOKEN", None);
+        let in_push = script(
+            &fx,
+            "transparent-push.sh",
+            &curl_line(
+                "push",
+                &format!(
+                    "--noproxy '*' '{}'",
+                    up.url("/repo.git/info/refs?service=git-upload-pack")
+                ),
+            ),
+        );
+        let in_agent = script(
+            &fx,
+            "transparent-agent.sh",
+            &curl_line(
+                "agent",
+                &format!(
+                    "--noproxy '*' --cacert \"$HOME/e2e/upstream-ca.pem\" '{}'",
+                    up.url("/transparent-tunnel")
+                ),
+            ),
+        );
+        let (out, log, _) = run(
+            &fx,
+            &up,
+            "COMPANY_GIT_TOKEN",
+            &format!("wardcell zone enter push -- sh {in_push}; sh {in_agent}"),
+        );
+        out.ok();
+        assert_eq!(field(&out, "push", "code"), "200", "{out:#?}");
+        assert_eq!(field(&out, "agent", "code"), "200", "{out:#?}");
+        let auth = |p: &str| -> Vec<Value> {
+            up.requests()
+                .into_iter()
+                .filter(|r| r["path"] == p)
+                .map(|r| r["authorization"].clone())
+                .collect()
+        };
+        assert_eq!(auth("/repo.git/info/refs"), vec![Value::from(up.basic())]);
+        assert_eq!(auth("/transparent-tunnel"), vec![Value::Null]);
+        assert!(
+            events(&log, "proxy.connect").any(|e| e["zone"] == "push" && e["credential"] == CRED),
+            "{log:#?}"
+        );
+        assert_no_secret("the output", &out.stdout, &up);
+    }
+);

@@ -1,5 +1,6 @@
-//! Each network-enabled sandbox's proxy: started with the listener the shim created in
-//! the sandbox's network namespace, told what its zone allows and which credentials it
+//! Each network-enabled sandbox's proxy: started with the sockets the shim created in
+//! the sandbox's network namespace (the proxy's listener, the DNS socket, one listener
+//! per egress port, in that order, passed on as they came), told what its zone allows and which credentials it
 //! attaches, and heard from for the audit log. The broker never sees a secret: the proxy
 //! resolves them itself from the sources the plan names.
 
@@ -56,7 +57,7 @@ pub fn start(
     zone: &str,
     profile: &ProfilePlan,
     authenticated: bool,
-    listener: OwnedFd,
+    listeners: Vec<OwnedFd>,
 ) -> Result<(Proxy, Option<String>), BrokerError> {
     let path = crate::find_helper("wardcell-proxy")?;
     let fail = |what: &str, e: &dyn std::fmt::Display| {
@@ -92,9 +93,9 @@ pub fn start(
     };
     protocol::send_hello(&mut ours).map_err(|e| fail("hello", &e))?;
     protocol::expect_hello(&mut ours).map_err(|e| fail("hello", &e))?;
-    sys::peer::send_fds(ours.as_raw_fd(), &[listener.as_raw_fd()])
-        .map_err(|e| fail("listener", &e))?;
-    drop(listener);
+    let raw: Vec<_> = listeners.iter().map(|l| l.as_raw_fd()).collect();
+    sys::peer::send_fds(ours.as_raw_fd(), &raw).map_err(|e| fail("listeners", &e))?;
+    drop(listeners);
     protocol::write_frame(&mut ours, &ProxyRequest::Start(Box::new(spec)))
         .map_err(|e| fail("spec", &e))?;
     let ca_pem = match protocol::read_frame::<ProxyEvent>(&mut ours) {

@@ -389,11 +389,11 @@ pub fn complete<T>(
                     )))
                 }
             }
-            let mut fds = recv_fds(control.as_raw_fd(), 1)
-                .map_err(|e| BrokerError::Sandbox(format!("the proxy listener: {e}")))?;
+            // The proxy's listener, the DNS socket, one listener per egress port.
+            let fds = recv_fds(control.as_raw_fd(), 2 + spec.egress_ports.len())
+                .map_err(|e| BrokerError::Sandbox(format!("the proxy listeners: {e}")))?;
             let zone = req.zone.unwrap_or("-");
-            let (proxy, ca_pem) =
-                proxy::start(run, zone, req.profile, req.authenticated, fds.remove(0))?;
+            let (proxy, ca_pem) = proxy::start(run, zone, req.profile, req.authenticated, fds)?;
             (Some(proxy), ca_pem)
         }
         None => (None, None),

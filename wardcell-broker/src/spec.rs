@@ -396,18 +396,26 @@ pub fn build_with(
     if req.argv.is_empty() {
         return Err("no command to run; give one after `--`".into());
     }
+    // Transparent egress: a listener per allowed port, each reachable only because every
+    // address is the proxy's inside (PROTOCOL.md, "Transparent egress").
+    let egress_ports = if network {
+        wardcell_common::plan::egress_ports(&profile.network.allow)?
+    } else {
+        Vec::new()
+    };
+    let mut tcp_connect = egress_ports.clone();
+    if network {
+        tcp_connect.insert(0, SANDBOX_PROXY_PORT);
+    }
     Ok(SandboxSpec {
         argv: req.argv.to_vec(),
         env,
         cwd: cwd.to_path_buf(),
         view,
-        tcp_connect: if network {
-            vec![SANDBOX_PROXY_PORT]
-        } else {
-            Vec::new()
-        },
+        tcp_connect,
         controlling_tty: req.pty,
         proxy_port: network.then_some(SANDBOX_PROXY_PORT),
+        egress_ports,
         system_roots,
         denied,
         seatbelt_identity: String::new(),
@@ -463,7 +471,8 @@ mod network_tests {
         let get =
             |s: &SandboxSpec, k: &str| s.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         assert_eq!(spec.proxy_port, Some(SANDBOX_PROXY_PORT));
-        assert_eq!(spec.tcp_connect, vec![SANDBOX_PROXY_PORT]);
+        assert_eq!(spec.tcp_connect, vec![SANDBOX_PROXY_PORT, 443]);
+        assert_eq!(spec.egress_ports, vec![443]);
         assert_eq!(
             get(&spec, "HTTPS_PROXY").as_deref(),
             Some("http://127.0.0.1:3128")

@@ -154,10 +154,12 @@ impl Rule {
     }
 
     fn matches(&self, t: &Target) -> bool {
-        if t.port != self.port {
-            return false;
-        }
-        match (&self.pattern, &t.host) {
+        t.port == self.port && self.matches_host(&t.host)
+    }
+
+    /// The entry's host part admits `host`, whatever the port.
+    pub fn matches_host(&self, host: &Host) -> bool {
+        match (&self.pattern, host) {
             (Pattern::Exact(h), host) => h == host,
             (Pattern::Subdomains(suffix), Host::Name(n)) => {
                 n.len() > suffix.len() && n.ends_with(suffix.as_str())
@@ -194,6 +196,12 @@ impl AllowList {
             .map(|e| Rule::parse(e))
             .collect::<Result<_, _>>()?;
         Ok(AllowList { rules })
+    }
+
+    /// The entries whose host part admits `host`, on any port (what the sandbox's DNS
+    /// answers by).
+    pub fn for_host<'a>(&'a self, host: &'a Host) -> impl Iterator<Item = &'a Rule> + 'a {
+        self.rules.iter().filter(move |r| r.matches_host(host))
     }
 
     /// The entry that admits `t`, an exact one before a wildcard.
@@ -240,6 +248,17 @@ mod tests {
         assert!(!allowed(&l, "evilcrates.io", 443));
         assert!(!allowed(&l, "static.crates.io", 80));
         assert!(!allowed(&l, "127.0.0.1", 443));
+    }
+
+    #[test]
+    fn names_are_admitted_on_any_listed_port_for_dns() {
+        let l = list(&["github.com:22", "*.crates.io:443", "127.0.0.1:80"]);
+        let n = |h: &str| l.for_host(&Host::parse(h).unwrap()).count();
+        assert_eq!(n("github.com"), 1);
+        assert_eq!(n("static.crates.io"), 1);
+        assert_eq!(n("crates.io"), 0);
+        assert_eq!(n("gitlab.com"), 0);
+        assert_eq!(n("127.0.0.1"), 1);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The control channel to the broker (fd 3), in the order the broker drives it:
 //!
 //! 1. broker -> proxy: Hello; proxy -> broker: Hello;
-//! 2. broker -> proxy: one byte `F` sent with SCM_RIGHTS carrying the TCP listener;
+//! 2. broker -> proxy: one byte `F` sent with SCM_RIGHTS carrying, in this order, the
+//!    explicit proxy's TCP listener, the DNS socket (UDP) and one TCP listener per egress
+//!    port (at most `MAX_EGRESS_PORTS`);
 //! 3. broker -> proxy: `ProxyRequest::Start(spec)`;
 //! 4. proxy -> broker: `Ready` or `Failed`; then `Connect` / `Denied` events, written by
 //!    one task in the order they happen.
@@ -13,7 +15,7 @@
 #![forbid(unsafe_code)]
 
 use std::io::IoSliceMut;
-use std::net::TcpListener;
+use std::net::{TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
@@ -25,7 +27,7 @@ use nix::sys::socket::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use wardcell_common::plan::ProxySpec;
+use wardcell_common::plan::{ProxySpec, MAX_EGRESS_PORTS};
 use wardcell_common::protocol::{self, FrameError, ProxyEvent, ProxyRequest};
 
 use crate::error::Error;
@@ -34,8 +36,18 @@ use crate::sys;
 /// The byte the listener travels beside.
 const LISTENER_TAG: u8 = b'F';
 
-/// Steps 1 to 3: the Hello exchange, the listener, the spec.
-pub fn handshake(fd: OwnedFd) -> Result<(UnixStream, TcpListener, ProxySpec), Error> {
+/// The sockets a proxy serves, all created in its sandbox's network namespace.
+pub struct Sockets {
+    /// The explicit proxy (HTTP_PROXY), on the sandbox's 127.0.0.1.
+    pub proxy: TcpListener,
+    /// The sandbox's DNS, on port 53 of every address.
+    pub dns: UdpSocket,
+    /// Transparent egress: one per port the allow list names, on every address.
+    pub egress: Vec<TcpListener>,
+}
+
+/// Steps 1 to 3: the Hello exchange, the sockets, the spec.
+pub fn handshake(fd: OwnedFd) -> Result<(UnixStream, Sockets, ProxySpec), Error> {
     let mut control = UnixStream::from(fd);
     let theirs = protocol::expect_hello(&mut control);
     // Answer even a mismatched Hello, so the broker can name both versions.
@@ -47,7 +59,7 @@ pub fn handshake(fd: OwnedFd) -> Result<(UnixStream, TcpListener, ProxySpec), Er
         step: "reading the broker's Hello",
         err,
     })?;
-    let listener = receive_listener(&control)?;
+    let listener = receive_sockets(&control)?;
     let spec = match protocol::read_frame::<ProxyRequest>(&mut control) {
         Ok(ProxyRequest::Start(spec)) => *spec,
         Err(err) => {
@@ -60,10 +72,10 @@ pub fn handshake(fd: OwnedFd) -> Result<(UnixStream, TcpListener, ProxySpec), Er
     Ok((control, listener, spec))
 }
 
-fn receive_listener(control: &UnixStream) -> Result<TcpListener, Error> {
+fn receive_sockets(control: &UnixStream) -> Result<Sockets, Error> {
     let mut byte = [0u8; 1];
     let mut iov = [IoSliceMut::new(&mut byte)];
-    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 2 + MAX_EGRESS_PORTS]);
     let (bytes, fds, truncated) = loop {
         match recvmsg::<()>(
             control.as_raw_fd(),
@@ -88,7 +100,7 @@ fn receive_listener(control: &UnixStream) -> Result<TcpListener, Error> {
         }
     };
     // Own whatever arrived first, so that anything refused below is closed.
-    let mut fds: Vec<OwnedFd> = fds.into_iter().map(sys::own_received_fd).collect();
+    let fds: Vec<OwnedFd> = fds.into_iter().map(sys::own_received_fd).collect();
     if bytes == 0 {
         return Err(Error::Listener("the broker closed the channel".into()));
     }
@@ -98,9 +110,10 @@ fn receive_listener(control: &UnixStream) -> Result<TcpListener, Error> {
             byte[0]
         )));
     }
-    if truncated || fds.len() != 1 {
+    if truncated || fds.len() < 2 {
         return Err(Error::Listener(format!(
-            "expected exactly one descriptor, got {}{}",
+            "expected from 2 to {} descriptors, got {}{}",
+            2 + MAX_EGRESS_PORTS,
             fds.len(),
             if truncated {
                 " and more that were cut off"
@@ -109,21 +122,30 @@ fn receive_listener(control: &UnixStream) -> Result<TcpListener, Error> {
             }
         )));
     }
-    let fd = fds.pop().expect("one descriptor");
-    check_listener(&fd)?;
-    let listener = TcpListener::from(fd);
-    listener
-        .set_nonblocking(true)
+    let listener = |fd: OwnedFd| -> Result<TcpListener, Error> {
+        check_socket(&fd, SockType::Stream)?;
+        let l = TcpListener::from(fd);
+        l.set_nonblocking(true)
+            .map_err(|e| Error::Listener(format!("O_NONBLOCK: {e}")))?;
+        Ok(l)
+    };
+    let mut fds = fds.into_iter();
+    let proxy = listener(fds.next().expect("two or more"))?;
+    let dns = fds.next().expect("two or more");
+    check_socket(&dns, SockType::Datagram)?;
+    let dns = UdpSocket::from(dns);
+    dns.set_nonblocking(true)
         .map_err(|e| Error::Listener(format!("O_NONBLOCK: {e}")))?;
-    Ok(listener)
+    let egress = fds.map(listener).collect::<Result<_, _>>()?;
+    Ok(Sockets { proxy, dns, egress })
 }
 
-/// A TCP stream socket, IPv4 or IPv6, already listening.
-fn check_listener(fd: &OwnedFd) -> Result<(), Error> {
+/// An IP socket of `kind`: a TCP one already listening, or a bound UDP one.
+fn check_socket(fd: &OwnedFd, kind: SockType) -> Result<(), Error> {
     let bad = |why: String| Error::Listener(why);
     match getsockopt(fd, sockopt::SockType) {
-        Ok(SockType::Stream) => {}
-        Ok(t) => return Err(bad(format!("a {t:?} socket, not a TCP listener"))),
+        Ok(t) if t == kind => {}
+        Ok(t) => return Err(bad(format!("a {t:?} socket, not {kind:?}"))),
         Err(e) => return Err(bad(format!("not a socket: {e}"))),
     }
     let addr: SockaddrStorage =
@@ -133,6 +155,9 @@ fn check_listener(fd: &OwnedFd) -> Result<(), Error> {
         Some(AddressFamily::Inet) | Some(AddressFamily::Inet6)
     ) {
         return Err(bad("not an IP socket".into()));
+    }
+    if kind == SockType::Datagram {
+        return Ok(());
     }
     match getsockopt(fd, sockopt::AcceptConn) {
         Ok(true) => Ok(()),

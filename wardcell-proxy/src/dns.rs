@@ -154,21 +154,26 @@ impl fmt::Display for Unreachable {
     }
 }
 
-/// The addresses `t` may be dialed at, given the entry that admitted it.
-pub async fn resolve(t: &Target, rule: &Rule) -> Result<Vec<SocketAddr>, Unreachable> {
-    let candidates: Vec<IpAddr> = match &t.host {
+/// Every address `host` has, before any policy: the proxy's own resolution.
+pub async fn lookup(host: &Host) -> Result<Vec<IpAddr>, Unreachable> {
+    Ok(match host {
         Host::Ip(ip) => vec![*ip],
         // RFC 6761: localhost is loopback, whatever a hosts file or DNS says.
         h if h.is_localhost() => vec![Ipv4Addr::LOCALHOST.into(), Ipv6Addr::LOCALHOST.into()],
         Host::Name(name) => {
-            let lookup = tokio::net::lookup_host((name.as_str(), t.port));
+            let lookup = tokio::net::lookup_host((name.as_str(), 0));
             match tokio::time::timeout(LOOKUP_TIMEOUT, lookup).await {
                 Ok(Ok(addrs)) => addrs.map(|a| a.ip()).collect(),
                 Ok(Err(e)) => return Err(Unreachable::Lookup(e.to_string())),
                 Err(_) => return Err(Unreachable::Lookup("timed out".into())),
             }
         }
-    };
+    })
+}
+
+/// The addresses `t` may be dialed at, given the entry that admitted it.
+pub async fn resolve(t: &Target, rule: &Rule) -> Result<Vec<SocketAddr>, Unreachable> {
+    let candidates = lookup(&t.host).await?;
     let mut ok = Vec::new();
     let mut first_refusal = None;
     for ip in candidates {

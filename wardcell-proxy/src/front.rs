@@ -65,6 +65,15 @@ impl Ctx {
         }
     }
 
+    /// One of the connection slots, waiting for one to be free.
+    pub async fn slot(&self) -> tokio::sync::OwnedSemaphorePermit {
+        self.slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed")
+    }
+
     /// The allow-list, the address policy and the dial, in that order. The stream
     /// returned is connected to the address that was checked.
     pub async fn admit(&self, t: &Target) -> Result<(TcpStream, SocketAddr), Response<Body>> {
@@ -226,7 +235,7 @@ async fn connect(mut req: Request<Incoming>, target: Target, ctx: Arc<Ctx>) -> R
             return; // the client went away before the tunnel opened
         };
         if intercepting {
-            intercept::serve(client, upstream, addr, target, ctx).await;
+            intercept::serve(TokioIo::new(client), upstream, addr, target, ctx).await;
         } else {
             tunnel::run(client, upstream, target, &ctx.events).await;
         }

@@ -125,6 +125,53 @@ fn reference_glob(p: &[u8], s: &[u8]) -> bool {
     m[p.len()][s.len()]
 }
 
+/// A packet the sandbox sends its DNS (nameserver.rs): parsed, and when it is a query,
+/// answered with addresses of both families; the answer must be a response to the same
+/// id, echo the question, fit 512 bytes, and parse as a query again once its QR bit is
+/// cleared and its counts are the question's alone.
+pub fn dns_query(data: &[u8]) {
+    use crate::nameserver::{answer, parse};
+    let Ok(q) = parse(data) else { return };
+    assert!(q.name.len() <= 253, "{}", q.name);
+    let addrs = [
+        "192.0.2.1".parse().expect("an address"),
+        "2001:db8::1".parse().expect("an address"),
+    ];
+    let a = answer(&q, 0, &addrs);
+    assert!(a.len() <= 512, "{}", a.len());
+    assert_eq!(&a[..2], &data[..2]);
+    assert_eq!(a[2] & 0x80, 0x80);
+    assert_eq!(&a[12..12 + q.question.len()], q.question);
+    let mut again = a[..12 + q.question.len()].to_vec();
+    again[2] &= 0x7f;
+    again[6..12].fill(0);
+    let q2 = parse(&again).expect("the echoed question parses");
+    assert_eq!((q2.name, q2.qtype), (q.name, q.qtype));
+}
+
+/// The first bytes of a transparent connection (sniff.rs), then the decision made from
+/// them (transparent.rs): whatever the bytes, a target is on the destination's port, and
+/// a claimed name differing from the name the address was answered for is refused.
+pub fn first_bytes(data: &[u8]) {
+    use crate::allow::{AllowList, Host};
+    use crate::sniff::{sniff, Sniffed};
+    use crate::transparent::decide;
+    let seen = sniff(data);
+    let dst: std::net::SocketAddr = "192.0.2.1:443".parse().expect("an address");
+    let allow = AllowList::parse(&["a.example:443".to_string()]).expect("a valid list");
+    let answered = ["a.example".to_string()];
+    if let Ok(t) = decide(dst, &seen, &answered, &allow) {
+        assert_eq!(t.port, 443);
+        match &t.host {
+            Host::Name(n) => assert_eq!(n, "a.example"),
+            Host::Ip(ip) => assert_eq!(*ip, dst.ip()),
+        }
+    }
+    if let Sniffed::Tls(Some(n)) | Sniffed::Http(Some((n, _))) = &seen {
+        assert!(n.len() <= data.len());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,5 +187,12 @@ mod tests {
         assert!(!credential_path("/company/*", "/company/../b"));
         assert!(credential_path("*", ""));
         assert!(!credential_path("/a*b", "/ac"));
+        dns_query(
+            b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x01a\x07example\x00\x00\x01\x00\x01",
+        );
+        dns_query(b"\x12");
+        first_bytes(b"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n");
+        first_bytes(b"GET / HTTP/1.1\r\nHost: b.example\r\n\r\n");
+        first_bytes(b"\x16\x03\x01\x00\x01\x01");
     }
 }

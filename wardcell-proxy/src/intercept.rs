@@ -16,7 +16,6 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::upgrade::Upgraded;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls::crypto::CryptoProvider;
@@ -72,13 +71,10 @@ struct Upstream {
     sender: Mutex<Option<SendRequest<Counted<Incoming>>>>,
 }
 
-pub async fn serve(
-    client: Upgraded,
-    first: TcpStream,
-    addr: SocketAddr,
-    target: Target,
-    ctx: Arc<Ctx>,
-) {
+pub async fn serve<C>(client: C, first: TcpStream, addr: SocketAddr, target: Target, ctx: Arc<Ctx>)
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let Some(it) = ctx.intercept.as_ref() else {
         return;
     };
@@ -94,7 +90,7 @@ pub async fn serve(
         }
     };
     // A client that does not trust the CA gives up here; nothing was sent anywhere.
-    let Ok(tls) = TlsAcceptor::from(cfg).accept(TokioIo::new(client)).await else {
+    let Ok(tls) = TlsAcceptor::from(cfg).accept(client).await else {
         return;
     };
     let up = Arc::new(Upstream {

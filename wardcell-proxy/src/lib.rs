@@ -16,7 +16,11 @@ pub mod front;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod intercept;
+pub mod names;
+pub mod nameserver;
 pub mod seccomp;
+pub mod sniff;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod transparent;
 pub mod tunnel;

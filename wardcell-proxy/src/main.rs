@@ -5,7 +5,8 @@
 //!
 //! 1. makes itself undumpable, before any secret is in memory;
 //! 2. takes fd 3 (a Unix stream socket, made close-on-exec);
-//! 3. exchanges Hellos, receives the listener (SCM_RIGHTS beside the byte `F`) and the
+//! 3. exchanges Hellos, receives its sockets (SCM_RIGHTS beside the byte `F`: the
+//!    explicit proxy's listener, the DNS socket, the transparent egress listeners) and the
 //!    `Start` spec;
 //! 4. parses the allow-list;
 //! 5. resolves every credential's secret (environment, owner-only file, or command);
@@ -13,7 +14,8 @@
 //! 7. confines itself: no_new_privs, Landlock, seccomp;
 //! 8. reports `Ready` (with the CA certificate when it intercepts), or `Failed` and exits 1
 //!    if any step from 4 on failed;
-//! 9. serves the listener on a single-threaded runtime, sending `Connect` and `Denied`
+//! 9. serves the explicit proxy (front.rs), the sandbox's DNS (nameserver.rs) and
+//!    transparent egress (transparent.rs) on a two-worker runtime, sending `Connect` and `Denied`
 //!    events, until the broker closes the control socket.
 
 // The modules are in the library (src/lib.rs), so that the fuzz targets reach them.
@@ -28,12 +30,13 @@ use wardcell_common::protocol::ProxyEvent;
 
 use wardcell_proxy::allow::{self, AllowList};
 use wardcell_proxy::ca::Ca;
-use wardcell_proxy::control::{self, Ended, Events};
+use wardcell_proxy::control::{self, Ended, Events, Sockets};
 use wardcell_proxy::credentials::Credentials;
 use wardcell_proxy::error::Error;
 use wardcell_proxy::front::{self, Ctx};
 use wardcell_proxy::intercept::{self, Interceptor};
-use wardcell_proxy::{confine, sys};
+use wardcell_proxy::names::Names;
+use wardcell_proxy::{confine, nameserver, sys, transparent};
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -63,7 +66,7 @@ fn main() -> ExitCode {
     };
 
     // 3. Hello, listener, spec.
-    let (mut control, listener, spec) = match control::handshake(fd) {
+    let (mut control, sockets, spec) = match control::handshake(fd) {
         Ok(x) => x,
         Err(e) => return fail_quietly(&e),
     };
@@ -83,7 +86,7 @@ fn main() -> ExitCode {
     }
 
     // 9. Serve until the broker goes away.
-    match serve(control, listener, spec, ctx_parts) {
+    match serve(control, sockets, spec, ctx_parts) {
         Ok(Ended::BrokerGone) => ExitCode::SUCCESS,
         Ok(Ended::Broken(why)) => {
             eprintln!("error: wardcell-proxy: control channel: {why}");
@@ -142,7 +145,7 @@ fn prepare(spec: &ProxySpec) -> Result<(Prepared, Option<String>), Error> {
 
 fn serve(
     control: UnixStream,
-    listener: std::net::TcpListener,
+    sockets: Sockets,
     spec: ProxySpec,
     p: Prepared,
 ) -> Result<Ended, Error> {
@@ -157,11 +160,26 @@ fn serve(
         .build()
         .map_err(Error::Runtime)?;
     let ended = rt.block_on(async move {
-        let listener = tokio::net::TcpListener::from_std(listener).map_err(Error::Runtime)?;
+        let listener = tokio::net::TcpListener::from_std(sockets.proxy).map_err(Error::Runtime)?;
+        let egress = sockets
+            .egress
+            .into_iter()
+            .map(tokio::net::TcpListener::from_std)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Error::Runtime)?;
         let (events, rx) = Events::channel();
         let ctx = Arc::new(Ctx::new(spec.zone, p.allow, p.creds, p.intercept, events));
-        let front = tokio::spawn(front::serve(listener, ctx));
-        Ok(control::run(control, rx, front.abort_handle()).await)
+        let names = Arc::new(Names::default());
+        // Every server in one task, so that the broker's end of file stops them all.
+        let mut servers = tokio::task::JoinSet::new();
+        servers.spawn(front::serve(listener, ctx.clone()));
+        servers.spawn(nameserver::serve(sockets.dns, ctx.clone(), names.clone()));
+        for l in egress {
+            servers.spawn(transparent::serve(l, ctx.clone(), names.clone()));
+        }
+        drop(ctx);
+        let all = tokio::spawn(async move { while servers.join_next().await.is_some() {} });
+        Ok(control::run(control, rx, all.abort_handle()).await)
     });
     // Do not wait for a name lookup still blocking on a resolver thread.
     rt.shutdown_background();

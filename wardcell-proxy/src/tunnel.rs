@@ -34,25 +34,8 @@ pub async fn run(client: Upgraded, mut upstream: TcpStream, target: Target, even
     // copy runs on the sockets themselves.
     match client.downcast::<TokioIo<TcpStream>>() {
         Ok(parts) => {
-            let mut client = parts.io.into_inner();
-            let early = parts.read_buf;
-            let ok = early.is_empty() || upstream.write_all(&early).await.is_ok();
-            if ok {
-                up += early.len() as u64;
-                match (pipe(), pipe()) {
-                    (Ok(p1), Ok(p2)) => {
-                        let _ = tokio::try_join!(
-                            splice_pump(&client, &upstream, &p1, &mut up),
-                            splice_pump(&upstream, &client, &p2, &mut down)
-                        );
-                    }
-                    _ => {
-                        let (cr, cw) = client.split();
-                        let (ur, uw) = upstream.split();
-                        let _ = tokio::try_join!(pump(cr, uw, &mut up), pump(ur, cw, &mut down));
-                    }
-                }
-            }
+            let client = parts.io.into_inner();
+            (up, down) = sockets(client, upstream, &parts.read_buf).await;
         }
         Err(client) => {
             let (cr, cw) = tokio::io::split(TokioIo::new(client));
@@ -67,6 +50,49 @@ pub async fn run(client: Upgraded, mut upstream: TcpStream, target: Target, even
         bytes_up: up,
         bytes_down: down,
     });
+}
+
+/// A transparent connection (transparent.rs): `early`, the bytes already read from the
+/// client, then both ways until each side is done; the `proxy.connect` event follows.
+pub async fn run_tcp(
+    client: TcpStream,
+    upstream: TcpStream,
+    early: &[u8],
+    target: Target,
+    events: &Events,
+) {
+    let (up, down) = sockets(client, upstream, early).await;
+    events.send(ProxyEvent::Connect {
+        host: target.host.to_string(),
+        port: target.port,
+        credential: None,
+        bytes_up: up,
+        bytes_down: down,
+    });
+}
+
+/// Between two sockets: `early` upstream first, then splice both ways (a plain copy
+/// where pipes cannot be had). Returns the bytes (up, down).
+async fn sockets(mut client: TcpStream, mut upstream: TcpStream, early: &[u8]) -> (u64, u64) {
+    let (mut up, mut down) = (0u64, 0u64);
+    if !early.is_empty() && upstream.write_all(early).await.is_err() {
+        return (up, down);
+    }
+    up += early.len() as u64;
+    match (pipe(), pipe()) {
+        (Ok(p1), Ok(p2)) => {
+            let _ = tokio::try_join!(
+                splice_pump(&client, &upstream, &p1, &mut up),
+                splice_pump(&upstream, &client, &p2, &mut down)
+            );
+        }
+        _ => {
+            let (cr, cw) = client.split();
+            let (ur, uw) = upstream.split();
+            let _ = tokio::try_join!(pump(cr, uw, &mut up), pump(ur, cw, &mut down));
+        }
+    }
+    (up, down)
 }
 
 /// Copy until end of file, then pass the half-close on. Counts as it goes, so a tunnel

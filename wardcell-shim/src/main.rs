@@ -9,7 +9,8 @@
 //!    for, says Hello on fd 3, and, while the broker builds the spec, compiles the
 //!    seccomp filter, makes the view's own filesystems and brings loopback up;
 //! 2. reads the sandbox spec (after the broker's Hello) from fd 3 and builds the view
-//!    (mounts.rs);
+//!    (mounts.rs); with network, makes every address local and hands the proxy's
+//!    sockets to the broker (net.rs);
 //! 3. forks the command (with a pty, init first makes a session of its own with the pty
 //!    as controlling terminal), which in order: starts a new session (with a pty, a
 //!    process group of its own in the terminal's foreground instead), sets no_new_privs,
@@ -33,6 +34,8 @@ mod macos;
 #[cfg(target_os = "linux")]
 mod mounts;
 #[cfg(target_os = "linux")]
+mod net;
+#[cfg(target_os = "linux")]
 mod seccomp;
 #[cfg(target_os = "linux")]
 mod sys;
@@ -40,8 +43,6 @@ mod sys;
 use std::ffi::CString;
 #[cfg(target_os = "linux")]
 use std::io::Write;
-#[cfg(target_os = "linux")]
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
 #[cfg(target_os = "linux")]
@@ -150,7 +151,7 @@ fn main() {
         );
     }
     if let Some(port) = spec.proxy_port {
-        if let Err(e) = hand_over_listener(&mut control, port) {
+        if let Err(e) = net::hand_over(&mut control, port, &spec.egress_ports) {
             setup_failed(&mut control, "network", e);
         }
     }
@@ -194,19 +195,6 @@ fn main() {
         ShimReport::Signaled { signal } => 128 + signal,
         _ => 1,
     })
-}
-
-#[cfg(target_os = "linux")]
-/// With network: a listener on this namespace's loopback for the zone's proxy, handed to
-/// the broker.
-fn hand_over_listener(control: &mut UnixStream, port: u16) -> Result<(), String> {
-    let listener = std::net::TcpListener::bind(("127.0.0.1", port))
-        .map_err(|e| format!("listening on 127.0.0.1:{port} for the proxy: {e}"))?;
-    protocol::write_frame(control, &ShimReport::Listener).map_err(|e| e.to_string())?;
-    sys::send_fd(control, listener.as_raw_fd())
-        .map_err(|e| format!("handing over the listener: {e}"))?;
-    drop(listener);
-    Ok(())
 }
 
 #[cfg(target_os = "linux")]

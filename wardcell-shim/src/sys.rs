@@ -177,17 +177,6 @@ pub fn landlock_abi() -> i64 {
     r.max(0)
 }
 
-/// Send one descriptor as a 1-byte message ('F') with SCM_RIGHTS.
-pub fn send_fd(sock: &std::os::unix::net::UnixStream, fd: RawFd) -> io::Result<()> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    use std::os::fd::AsRawFd;
-    let iov = [io::IoSlice::new(b"F")];
-    let fds = [fd];
-    let cmsg = [ControlMessage::ScmRights(&fds)];
-    sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)?;
-    Ok(())
-}
-
 /// MOUNT_ATTR_RDONLY.
 pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
 

@@ -153,7 +153,9 @@ impl Proxy {
 
         protocol::send_hello(&mut ours).unwrap();
         protocol::expect_hello(&mut ours).unwrap();
-        let lfd = [listener.as_raw_fd()];
+        // The explicit proxy's listener and the DNS socket; no transparent listeners.
+        let dns = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let lfd = [listener.as_raw_fd(), dns.as_raw_fd()];
         sendmsg::<UnixAddr>(
             ours.as_raw_fd(),
             &[IoSlice::new(b"F")],
@@ -164,6 +166,7 @@ impl Proxy {
         .unwrap();
         protocol::write_frame(&mut ours, &ProxyRequest::Start(Box::new(spec))).unwrap();
         drop(listener);
+        drop(dns);
 
         let (tx, rx) = mpsc::channel();
         let mut reader = ours.try_clone().unwrap();

@@ -1,0 +1,435 @@
+//! Transparent egress and the sandbox's DNS, in real sandboxes, as the invoking user and
+//! as an unprivileged uid: clients that ignore the proxy variables (`curl --noproxy '*'`,
+//! python sockets, raw DNS queries) reach what the allow list names, through the proxy,
+//! and nothing else.
+//!
+//! The servers are on the host's 127.0.0.1, as in proxy_e2e.rs. A name reaches loopback
+//! only as `localhost` (the proxy's classifier refuses loopback for other names), so the
+//! tests name `localhost:PORT` and, for address entries, `127.0.0.1:PORT`. Inside, the
+//! sandbox's own hosts file maps `localhost` without asking DNS; the raw queries below ask
+//! the proxy's DNS directly, which is how a name gets attached to an address.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use wardcell_tests::{both, Fixture, Out};
+
+/// What a host-side server does with each connection.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// Reads a request head, records `Host path` (or `TLS` for a ClientHello), answers 200.
+    Http,
+    /// Reads what comes and sends it back after `echo:`.
+    Echo,
+    /// Speaks first (`SSH-2.0-test`), then echoes one line.
+    ServerFirst,
+}
+
+/// A server on the host's 127.0.0.1, stopped when dropped.
+struct Server {
+    port: u16,
+    seen: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    fn start(kind: Kind, port: u16) -> Server {
+        let l = TcpListener::bind(("127.0.0.1", port)).expect("bind a test server");
+        l.set_nonblocking(true).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s2, stop2) = (seen.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !stop2.load(Ordering::SeqCst) {
+                match l.accept() {
+                    Ok((c, _)) => {
+                        let s3 = s2.clone();
+                        std::thread::spawn(move || serve_one(kind, c, &s3));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        Server {
+            port,
+            seen,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve_one(kind: Kind, mut c: TcpStream, seen: &Mutex<Vec<String>>) {
+    c.set_nonblocking(false).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    match kind {
+        Kind::Http => {
+            let mut first = [0u8; 1];
+            if c.peek(&mut first).unwrap_or(0) == 1 && first[0] == 0x16 {
+                seen.lock().unwrap().push("TLS".into());
+                return;
+            }
+            let mut r = BufReader::new(c.try_clone().unwrap());
+            let mut line = String::new();
+            let _ = r.read_line(&mut line);
+            let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+            let mut host = String::new();
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).unwrap_or(0) == 0 || h.trim().is_empty() {
+                    break;
+                }
+                if let Some(v) = h.strip_prefix("Host:").or_else(|| h.strip_prefix("host:")) {
+                    host = v.trim().to_string();
+                }
+            }
+            seen.lock().unwrap().push(format!("{host} {path}"));
+            let _ =
+                c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        }
+        Kind::Echo => {
+            let mut buf = [0u8; 256];
+            let n = c.read(&mut buf).unwrap_or(0);
+            seen.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&buf[..n]).into());
+            let mut out = b"echo:".to_vec();
+            out.extend_from_slice(&buf[..n]);
+            let _ = c.write_all(&out);
+        }
+        Kind::ServerFirst => {
+            let _ = c.write_all(b"SSH-2.0-test\r\n");
+            let mut line = String::new();
+            let _ = BufReader::new(c.try_clone().unwrap()).read_line(&mut line);
+            seen.lock().unwrap().push(line.trim().into());
+            let _ = c.write_all(format!("echo:{line}").as_bytes());
+        }
+    }
+}
+
+/// Port 22 on the host's loopback, held by one test at a time (the two variants run in
+/// parallel); a free port when something else holds 22.
+static PORT_22: Mutex<()> = Mutex::new(());
+
+fn python() -> PathBuf {
+    PathBuf::from("/usr/bin/python3")
+}
+
+/// The checks, run inside. Each prints `TAG RESULT`.
+const CLIENT: &str = r#"
+import socket, ssl, struct, subprocess, sys
+H, E, E2, S, U = (int(a) for a in sys.argv[1:6])
+
+def say(tag, what):
+    print(tag, what, flush=True)
+
+def nameserver():
+    try:
+        for l in open('/etc/resolv.conf'):
+            f = l.split()
+            if f[:1] == ['nameserver']:
+                return f[1]
+    except OSError:
+        pass
+    return '127.0.0.1'
+
+def dns(name, qtype=1):
+    q = struct.pack('>HHHHHH', 0x4242, 0x0100, 1, 0, 0, 0)
+    q += b''.join(bytes([len(p)]) + p.encode() for p in name.split('.')) + b'\0'
+    q += struct.pack('>HH', qtype, 1)
+    ns = nameserver()
+    s = socket.socket(socket.AF_INET6 if ':' in ns else socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(10)
+    s.sendto(q, (ns, 53))
+    r = s.recv(512)
+    assert r[:2] == q[:2]
+    an = struct.unpack('>H', r[6:8])[0]
+    i, ips = len(q), []
+    for _ in range(an):
+        t, c, ttl, n = struct.unpack('>HHIH', r[i + 2:i + 12])
+        i += 12
+        ips.append(socket.inet_ntop(socket.AF_INET if t == 1 else socket.AF_INET6, r[i:i + n]))
+        i += n
+    return 'rcode=%d %s' % (r[3] & 15, ','.join(ips) or '-')
+
+def raw(host, port, send=b'ping', first=False):
+    try:
+        s = socket.create_connection((host, port), timeout=10)
+        got = b''
+        if first:
+            got = s.recv(100).strip() + b'|'
+        s.sendall(send)
+        got += s.recv(100)
+        return 'got=' + (got.decode(errors='replace').strip() or '-')
+    except OSError as e:
+        return 'error=' + type(e).__name__
+
+def tls(host, port, sni):
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=10) as s:
+            ctx.wrap_socket(s, server_hostname=sni).do_handshake()
+        return 'handshake'
+    except (OSError, ssl.SSLError) as e:
+        return 'error=' + type(e).__name__
+
+def curl(*args):
+    r = subprocess.run(['curl', '-sS', '--max-time', '20', '-o', '/dev/null', '-w', '%{http_code}'] + list(args),
+                       capture_output=True, text=True)
+    return 'code=%s' % r.stdout
+
+# Before any DNS: an address with no name and no entry of its own.
+say('raw-unnamed', raw('127.0.0.1', E2))
+try:
+    socket.getaddrinfo('denied.example', 80)
+    say('gai-denied', 'resolved')
+except socket.gaierror as e:
+    say('gai-denied', 'errno=%d' % e.errno)
+say('dns-denied', dns('denied.example'))
+say('dns-localhost', dns('localhost'))
+try:
+    socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).connect(('2001:db8::1', 53))
+    say('v6-routed', 'yes')
+except OSError:
+    say('v6-routed', 'no')
+say('dns-localhost-aaaa', dns('localhost', 28))
+# Now 127.0.0.1 was answered for localhost.
+say('raw-named', raw('127.0.0.1', E2))
+say('raw-ip-entry', raw('127.0.0.1', E))
+say('raw-other-ip', raw('192.0.2.1', E))
+say('raw-unlisted', raw('127.0.0.1', U))
+say('server-first', raw('127.0.0.1', S, b'hi\n', first=True))
+say('curl-name', curl('--noproxy', '*', 'http://localhost:%d/by-name' % H))
+say('curl-host-mismatch', curl('--noproxy', '*', '-H', 'Host: example.invalid:%d' % H, 'http://localhost:%d/mismatch' % H))
+say('curl-ip', curl('--noproxy', '*', 'http://127.0.0.1:%d/by-ip' % H))
+say('curl-explicit', curl('http://localhost:%d/explicit' % H))
+say('tls-sni-mismatch', tls('127.0.0.1', H, 'example.invalid'))
+say('tls-sni-ok', tls('127.0.0.1', H, 'localhost'))
+"#;
+
+fn runs_dir(fx: &Fixture) -> PathBuf {
+    fx.home.join(".local/state/wardcell/runs")
+}
+
+fn log_names(fx: &Fixture) -> BTreeSet<String> {
+    fs::read_dir(runs_dir(fx))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Run `argv` in the default zone; return its output and its run's audit log.
+fn run(fx: &Fixture, argv: &[&str]) -> (Out, Vec<Value>) {
+    let before = log_names(fx);
+    let mut args = vec!["run", "--"];
+    args.extend_from_slice(argv);
+    let out: Out = fx
+        .cmd(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("spawn wardcell")
+        .into();
+    let after = log_names(fx);
+    let new: Vec<_> = after.difference(&before).collect();
+    assert_eq!(new.len(), 1, "{new:?}; {out:#?}");
+    let text = fs::read_to_string(runs_dir(fx).join(new[0])).unwrap();
+    let log = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (out, log)
+}
+
+#[track_caller]
+fn result(out: &Out, tag: &str) -> String {
+    out.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{tag} ")))
+        .unwrap_or_else(|| panic!("no `{tag}` line; {out:#?}"))
+        .to_string()
+}
+
+fn denied(log: &[Value]) -> Vec<&Value> {
+    log.iter()
+        .filter(|l| l["event"] == "proxy.denied")
+        .collect()
+}
+
+both!(transparent_egress_reaches_only_the_allow_list, |fx| {
+    let _held = PORT_22.lock().unwrap_or_else(|p| p.into_inner());
+    let http = Server::start(Kind::Http, 0);
+    let echo = Server::start(Kind::Echo, 0);
+    let named = Server::start(Kind::Echo, 0);
+    let ssh = TcpListener::bind("127.0.0.1:22").map(drop).map_or_else(
+        |_| Server::start(Kind::ServerFirst, 0),
+        |()| Server::start(Kind::ServerFirst, 22),
+    );
+    // A real server on a port the list does not name.
+    let unlisted = Server::start(Kind::Echo, 0);
+    let (h, e, e2, s, u) = (http.port, echo.port, named.port, ssh.port, unlisted.port);
+    let client = fx.home.join("e2e/client.py");
+    fx.write(&client, CLIENT);
+    fx.test_config(&format!(
+        "network = {{ allow = [\"localhost:{h}\", \"localhost:{e2}\", \"localhost:{s}\", \"127.0.0.1:{e}\", \"example.invalid:{h}\"] }}\n"
+    ));
+    let py = python();
+    let ports = [h, e, e2, s, u].map(|p| p.to_string());
+    let mut argv = vec![py.to_str().unwrap(), client.to_str().unwrap()];
+    argv.extend(ports.iter().map(String::as_str));
+    let (out, log) = run(&fx, &argv);
+    out.ok();
+
+    // DNS: an unlisted name does not exist; an allowed one is the proxy's answer.
+    assert_eq!(
+        result(&out, "gai-denied"),
+        format!("errno={}", -2),
+        "EAI_NONAME"
+    );
+    assert_eq!(result(&out, "dns-denied"), "rcode=3 -");
+    assert_eq!(result(&out, "dns-localhost"), "rcode=0 127.0.0.1");
+    // AAAA only where the namespace routes IPv6 (this machine's kernel may not have it).
+    let aaaa = match result(&out, "v6-routed").as_str() {
+        "yes" => "rcode=0 ::1",
+        _ => "rcode=0 -",
+    };
+    assert_eq!(result(&out, "dns-localhost-aaaa"), aaaa);
+    // Raw TCP: by the name the address was answered for, or by an address entry.
+    assert_eq!(result(&out, "raw-unnamed"), "got=-", "{out:#?}");
+    assert_eq!(result(&out, "raw-named"), "got=echo:ping", "{out:#?}");
+    assert_eq!(result(&out, "raw-ip-entry"), "got=echo:ping", "{out:#?}");
+    assert_eq!(result(&out, "raw-other-ip"), "got=-", "{out:#?}");
+    assert!(
+        result(&out, "raw-unlisted").starts_with("error="),
+        "{out:#?}"
+    );
+    // A protocol whose server speaks first (ssh), on port 22 where the host has it free.
+    assert_eq!(
+        result(&out, "server-first"),
+        "got=SSH-2.0-test|echo:hi",
+        "{out:#?}"
+    );
+    // HTTP without the proxy variables, by Host; a Host that is not the address's name,
+    // or an address the list does not name, gets 403.
+    assert_eq!(result(&out, "curl-name"), "code=200", "{out:#?}");
+    assert_eq!(result(&out, "curl-host-mismatch"), "code=403", "{out:#?}");
+    assert_eq!(result(&out, "curl-ip"), "code=403", "{out:#?}");
+    // The explicit proxy still works as before.
+    assert_eq!(result(&out, "curl-explicit"), "code=200", "{out:#?}");
+    // TLS by SNI: a name other than the one the address was answered for is cut off
+    // before anything reaches the server; the right one is tunnelled (the test server
+    // only notes the ClientHello, so the handshake itself fails).
+    assert!(result(&out, "tls-sni-mismatch").starts_with("error="));
+
+    // What reached the servers: exactly the allowed requests.
+    assert_eq!(
+        http.seen(),
+        [
+            format!("localhost:{h} /by-name"),
+            format!("localhost:{h} /explicit"),
+            "TLS".to_string()
+        ],
+        "{out:#?}"
+    );
+    assert_eq!(named.seen(), ["ping"]);
+    assert_eq!(echo.seen(), ["ping"]);
+    assert_eq!(ssh.seen(), ["hi"]);
+    assert!(unlisted.seen().is_empty());
+
+    // Every refusal is audited, with why.
+    let d = denied(&log);
+    let has = |host: &str, port: u16, why: &str| {
+        d.iter().any(|e| {
+            e["host"] == host
+                && e["port"] == port
+                && e["reason"].as_str().unwrap_or("").contains(why)
+        })
+    };
+    let all = format!("{d:#?}");
+    assert!(has("denied.example", 53, "not in the allow list"), "{all}");
+    assert!(has("127.0.0.1", e2, "not in the allow list"), "{all}");
+    assert!(has("192.0.2.1", e, "not in the allow list"), "{all}");
+    assert!(
+        has(
+            "127.0.0.1",
+            h,
+            "HTTP Host names example.invalid but 127.0.0.1 was answered for localhost"
+        ),
+        "{all}"
+    );
+    assert!(
+        has(
+            "127.0.0.1",
+            h,
+            "TLS server name names example.invalid but 127.0.0.1 was answered for localhost"
+        ),
+        "{all}"
+    );
+    assert!(has("127.0.0.1", h, "not in the allow list"), "{all}");
+    let connects: Vec<_> = log
+        .iter()
+        .filter(|l| l["event"] == "proxy.connect")
+        .map(|l| {
+            (
+                l["host"].as_str().unwrap_or("").to_string(),
+                l["port"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    for want in [
+        ("localhost", e2),
+        ("127.0.0.1", e),
+        ("localhost", s),
+        ("localhost", h),
+    ] {
+        assert!(
+            connects
+                .iter()
+                .any(|(ho, p)| ho == want.0 && *p == u64::from(want.1)),
+            "{want:?} in {connects:?}"
+        );
+    }
+});
+
+// Without an entry for a port, nothing listens there inside: a connection to any address
+// on it is refused, and DNS answers nothing for a name the list does not name.
+both!(a_port_without_an_entry_is_refused, |fx| {
+    let srv = Server::start(Kind::Echo, 0);
+    fx.test_config("network = { allow = [\"localhost:1\"] }\n");
+    let script = format!(
+        "import socket\nfor a in ['127.0.0.1', '192.0.2.1']:\n    try:\n        socket.create_connection((a, {}), timeout=5)\n        print('connected')\n    except OSError as e:\n        print('refused', type(e).__name__)\n",
+        srv.port
+    );
+    let py = python();
+    let (out, _) = run(&fx, &[py.to_str().unwrap(), "-c", &script]);
+    out.ok();
+    assert_eq!(out.stdout.matches("refused").count(), 2, "{out:#?}");
+    assert!(srv.seen().is_empty());
+});
