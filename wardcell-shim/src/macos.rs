@@ -133,6 +133,7 @@ fn probe() -> ! {
         tcp_connect: Vec::new(),
         controlling_tty: false,
         proxy_port: None,
+        egress_ports: Vec::new(),
         system_roots: None,
         denied: Vec::new(),
         seatbelt_identity: String::new(),
