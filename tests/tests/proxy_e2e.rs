@@ -459,7 +459,7 @@ read = ["{bin}"]
 network = {{ allow = ["example.invalid:443"] }}
 
 [credentials.{CRED}]
-hosts = ["localhost"]
+hosts = ["localhost:{port}"]
 paths = ["{REPO_PATH}/*"]
 scheme = "basic"
 username = "x-access-token"
