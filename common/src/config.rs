@@ -1537,8 +1537,24 @@ fn check_placeholder(v: &str) -> Result<(), String> {
             "{v:?} is not a variable name: letters, digits and `_`, not starting with a digit"
         ));
     }
-    if v.starts_with("WARDCELL_") {
-        return Err(format!("{v:?}: WARDCELL_* variables are wardcell's own"));
+    // What the broker sets in every sandbox with network (wardcell-broker/src/spec.rs).
+    const SET_BY_WARDCELL: &[&str] = &[
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "SSL_CERT_FILE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "REQUESTS_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+    ];
+    if v.starts_with("WARDCELL_") || SET_BY_WARDCELL.contains(&v) {
+        return Err(format!(
+            "{v:?} is one of the variables wardcell sets itself"
+        ));
     }
     Ok(())
 }
@@ -2127,7 +2143,12 @@ network = {{ allow = ["a.com:443", "b.com:443"] }}
             (
                 "hosts = [\"a\"]\nplaceholder = \"WARDCELL_KEY\"",
                 "placeholder",
-                "wardcell's own",
+                "wardcell sets",
+            ),
+            (
+                "hosts = [\"a\"]\nplaceholder = \"HTTPS_PROXY\"",
+                "placeholder",
+                "wardcell sets",
             ),
         ] {
             let e = err(&format!("{AGENT}[credentials.c]\n{line}\n{tail}"));

@@ -369,6 +369,13 @@ pub fn build_with(
     } else {
         None
     };
+    // A placeholder stands in for the secret where the proxy attaches it (its variable
+    // was removed above with those credentials read); wardcell's own variables win.
+    if intercept {
+        let placeholders = req.plan.placeholder_env(&profile.credentials);
+        env.retain(|(k, _)| !placeholders.iter().any(|(p, _)| p == k));
+        env.extend(placeholders);
+    }
     let proxy_vars: Vec<&str> = PROXY_VARS
         .iter()
         .chain(NO_PROXY_VARS)
@@ -415,6 +422,7 @@ pub fn build_with(
 mod network_tests {
     use super::tests_support::*;
     use super::*;
+    use wardcell_common::plan::PLACEHOLDER_VALUE;
 
     #[test]
     fn loopback_named_by_the_allow_list_goes_through_the_proxy() {
@@ -483,6 +491,31 @@ mod network_tests {
         }
         // Not recorded at the start (it does not exist here): no roots rather than any.
         assert_eq!(spec.system_roots, None);
+    }
+
+    #[test]
+    fn a_placeholder_only_where_its_credential_is_attached() {
+        let mut plan = plan();
+        plan.credentials[0].placeholder = Some("GIT_KEY".into());
+        let mut p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
+        p.network.allow = vec!["git.example.com:443".into()];
+        p.credentials = vec!["git".into()];
+        p.env.set = vec![("GIT_KEY".into(), "from-the-profile".into())];
+        let argv = vec!["true".to_string()];
+        let values = |authenticated: bool| {
+            let mut r = req(&plan, &p, &argv, Path::new("/home/u/src"));
+            r.authenticated = authenticated;
+            r.caller_env.push(("GIT_KEY".into(), "the-real-key".into()));
+            let spec = build(&r, &|_| true).unwrap();
+            spec.env
+                .iter()
+                .filter(|(k, _)| k == "GIT_KEY")
+                .map(|(_, v)| v.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(values(true), [PLACEHOLDER_VALUE]);
+        // Not attached here: the profile's own value, never the caller's.
+        assert_eq!(values(false), ["from-the-profile"]);
     }
 }
 
