@@ -50,24 +50,6 @@ pub const SYSTEM_ROOTS: &[&str] = &[
     "/etc/ssl/cert.pem",
 ];
 
-/// NO_PROXY: the sandbox's own loopback names, except those the allow list names, which
-/// mean the host's loopback and must go through the proxy to reach it.
-pub fn no_proxy(allow: &[String]) -> String {
-    let named = |name: &str| {
-        allow.iter().any(|entry| {
-            entry
-                .rsplit_once(':')
-                .map(|(host, _)| host.trim_start_matches('[').trim_end_matches(']'))
-                == Some(name)
-        })
-    };
-    ["localhost", "127.0.0.1", "::1"]
-        .into_iter()
-        .filter(|n| !named(n))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// The system roots: the caller's SSL_CERT_FILE if it names a file, else the first
 /// distribution bundle that exists.
 pub fn system_roots(env: &[(String, String)], exists: &dyn Fn(&Path) -> bool) -> Option<PathBuf> {
@@ -388,7 +370,7 @@ pub fn build_with(
         for k in PROXY_VARS {
             env.push((k.to_string(), url.clone()));
         }
-        let direct = no_proxy(&profile.network.allow);
+        let direct = envrules::no_proxy(&profile.network.allow);
         for k in NO_PROXY_VARS {
             env.push((k.to_string(), direct.clone()));
         }
@@ -423,19 +405,6 @@ mod network_tests {
     use super::tests_support::*;
     use super::*;
     use wardcell_common::plan::PLACEHOLDER_VALUE;
-
-    #[test]
-    fn loopback_named_by_the_allow_list_goes_through_the_proxy() {
-        assert_eq!(
-            no_proxy(&["git.example.com:443".into()]),
-            "localhost,127.0.0.1,::1"
-        );
-        assert_eq!(no_proxy(&["localhost:8443".into()]), "127.0.0.1,::1");
-        assert_eq!(
-            no_proxy(&["127.0.0.1:80".into(), "[::1]:80".into()]),
-            "localhost"
-        );
-    }
 
     #[test]
     fn no_network_means_no_proxy_and_no_tcp() {
