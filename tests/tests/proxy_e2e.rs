@@ -1406,6 +1406,7 @@ both!(credentials_match_port_method_and_unambiguous_paths, |fx| {
         ("enc-dot", "/repo.git/%2e%2E/m-encdot"),
         ("enc-pct", "/repo.git/a%252fm-encpct"),
         ("enc-bslash", "/repo.git/a%5cm-encbslash"),
+        ("enc-semicolon", "/repo.git/a%3Bm-encsemicolon"),
         ("semicolon", "/repo.git/m-semicolon;a=b"),
         ("slashes", "/repo.git//m-slashes"),
     ];

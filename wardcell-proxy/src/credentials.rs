@@ -147,8 +147,9 @@ fn patterns_admit(patterns: &[String], normal: &str) -> bool {
 /// 6.2.2.2: every server reads them as the characters), other escapes keep their byte
 /// with the hex in capitals. Ambiguous (servers and frameworks disagree on what it
 /// names, so a pattern cannot be trusted to have seen what the upstream serves): not
-/// starting with `/`, a `.` or `..` segment, a `;` parameter, an escaped `/`, `.`, `%`
-/// or `\`, a backslash, repeated slashes, and a `%` not followed by two hex digits.
+/// starting with `/`, a `.` or `..` segment, a `;` parameter, an escaped `/`, `.`, `%`,
+/// `\` or `;` (a framework that decodes before it strips parameters would read one), a
+/// backslash, repeated slashes, and a `%` not followed by two hex digits.
 pub fn normalise_path(path: &str) -> Result<String, &'static str> {
     let b = path.as_bytes();
     if b.first() != Some(&b'/') {
@@ -166,8 +167,8 @@ pub fn normalise_path(path: &str) -> Result<String, &'static str> {
                 };
                 let byte = (hi * 16 + lo) as u8;
                 match byte {
-                    b'/' | b'.' | b'%' | b'\\' => {
-                        return Err("it has an encoded `/`, `.`, `%` or `\\`");
+                    b'/' | b'.' | b'%' | b'\\' | b';' => {
+                        return Err("it has an encoded `/`, `.`, `%`, `\\` or `;`");
                     }
                     _ if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'~') => {
                         out.push(byte as char)
@@ -778,7 +779,7 @@ mod tests {
             ("/", "/"),
             ("/a/b/", "/a/b/"),
             ("/%61%62%2D%5f%7E", "/ab-_~"),
-            ("/a%20b%3fc%3B", "/a%20b%3Fc%3B"),
+            ("/a%20b%3fc%3d", "/a%20b%3Fc%3D"),
             ("/caf\u{e9}/x", "/caf\u{e9}/x"),
             ("/a.b/..c/.d", "/a.b/..c/.d"),
         ] {
@@ -791,6 +792,7 @@ mod tests {
             ("/a/%25", "encoded"),
             ("/a/%2F", "encoded"),
             ("/a/%5C", "encoded"),
+            ("/a/%3b", "encoded"),
             ("/a\\b", "backslash"),
             ("/a;b", "`;`"),
             ("/a//b", "repeated"),

@@ -97,7 +97,7 @@ async fn decide(req: Request<Incoming>) -> Result<Response<Empty<Bytes>>, Infall
 /// Whether a credential with the one path pattern `pattern` attaches to `path`, checked
 /// against a plain recursive matcher on the normalised path (`*` matches any run of
 /// bytes, `/` included), and the normaliser's invariants: what it admits has no dot
-/// segment, no `;`, no backslash, no repeated slash, no escape of `/ . % \\`, only
+/// segment, no `;`, no backslash, no repeated slash, no escape of `/ . % \ ;`, only
 /// well-formed escapes in capitals, and normalising it again changes nothing.
 pub fn credential_path(pattern: &str, path: &str) -> bool {
     let got = path_admits(&[pattern.to_string()], path);
@@ -111,7 +111,7 @@ pub fn credential_path(pattern: &str, path: &str) -> bool {
         );
         let upper = n.to_ascii_uppercase();
         assert!(
-            !["%2E", "%2F", "%25", "%5C"]
+            !["%2E", "%2F", "%25", "%5C", "%3B"]
                 .iter()
                 .any(|s| upper.contains(s)),
             "{n:?}"
