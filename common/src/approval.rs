@@ -1,9 +1,114 @@
-//! The approval plugin's answer (channel E in docs/PROTOCOL.md): one JSON object,
-//! `{"approved": bool, "reason": "...", "approver": "...", "reference": "..."}`. The
-//! broker runs the plugin (wardcell-broker/src/approval.rs); the answer is parsed here, in
-//! a pure function that unit tests and the fuzzer call directly.
+//! The approval plugin's request and answer (channel E in docs/PROTOCOL.md). The request
+//! is built here ([`request`]), with what the entry would add over the calling zone
+//! ([`adds`]); the answer is one JSON object, `{"approved": bool, "reason": "...",
+//! "approver": "...", "reference": "..."}`. The broker runs the plugin
+//! (wardcell-broker/src/approval.rs); both ends are pure functions that unit tests and the
+//! fuzzer call directly.
 
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::paths;
+use crate::plan::{Plan, ZonePlan};
+
+/// What entering a zone would give over the calling zone: computed from the two resolved
+/// profiles, so that a person (or any plugin) sees what approving means.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct Adds {
+    /// Write trees of the target that no write tree of the calling zone holds.
+    pub write: Vec<PathBuf>,
+    /// `network.allow` entries of the target that the calling zone lacks.
+    pub hosts: Vec<String>,
+    /// Credentials the target's proxy attaches (an `authenticated` zone's) that the
+    /// calling zone's does not: names and hosts, never where a secret comes from.
+    pub credentials: Vec<CredentialAdd>,
+    /// Host Unix sockets bound into the target that the calling zone lacks.
+    pub unix_sockets: Vec<PathBuf>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct CredentialAdd {
+    pub name: String,
+    pub hosts: Vec<String>,
+}
+
+/// What entering `to` from `from` adds. `from` is None when the calling zone is not in the
+/// plan (it always is for a real run): then everything `to` has counts as added.
+pub fn adds(plan: &Plan, from: Option<&ZonePlan>, to: &ZonePlan) -> Adds {
+    let (fp, tp) = (from.map(|z| &z.profile), &to.profile);
+    let attached = |z: &ZonePlan| -> Vec<String> {
+        if z.authenticated {
+            z.profile.credentials.clone()
+        } else {
+            Vec::new()
+        }
+    };
+    let had = from.map(attached).unwrap_or_default();
+    Adds {
+        write: tp
+            .write
+            .iter()
+            .filter(|p| !fp.is_some_and(|f| f.write.iter().any(|w| p.starts_with(w))))
+            .cloned()
+            .collect(),
+        hosts: tp
+            .network
+            .allow
+            .iter()
+            .filter(|h| !fp.is_some_and(|f| f.network.allow.contains(h)))
+            .cloned()
+            .collect(),
+        credentials: attached(to)
+            .into_iter()
+            .filter(|c| !had.contains(c))
+            .map(|name| CredentialAdd {
+                hosts: plan
+                    .credentials
+                    .iter()
+                    .find(|c| c.name == name)
+                    .map(|c| c.hosts.clone())
+                    .unwrap_or_default(),
+                name,
+            })
+            .collect(),
+        unix_sockets: tp
+            .unix_sockets
+            .iter()
+            .filter(|s| !fp.is_some_and(|f| f.unix_sockets.contains(s)))
+            .cloned()
+            .collect(),
+    }
+}
+
+/// One entry the plugin is asked about: its inputs, as the supervisor knows them.
+pub struct Entry<'a> {
+    pub run: &'a str,
+    pub user: u32,
+    pub calling_zone: &'a str,
+    pub chain: &'a [String],
+    pub target: &'a ZonePlan,
+    pub command: &'a [String],
+    pub cwd: &'a str,
+}
+
+/// The JSON object the plugin reads on its stdin (docs/PROTOCOL.md, section 7).
+pub fn request(plan: &Plan, e: &Entry<'_>) -> Value {
+    let from = plan.zones.iter().find(|z| z.name == e.calling_zone);
+    serde_json::json!({
+        "run": e.run,
+        "user": e.user,
+        "calling_zone": e.calling_zone,
+        "chain": e.chain,
+        "target": e.target.name,
+        "command": e.command,
+        "cwd": e.cwd,
+        "log": paths::runs_dir(&plan.dirs).join(format!("{}.jsonl", e.run)),
+        "timeout_secs": e.target.approval_timeout_secs,
+        "adds": adds(plan, from, e.target),
+    })
+}
 
 /// The most of the plugin's stdout that is read.
 pub const MAX_ANSWER: usize = 64 * 1024;
@@ -77,6 +182,145 @@ pub fn parse_answer(out: &[u8]) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::{CredentialPlan, CredentialScheme, Dirs, NetworkPlan, SecretPlan, Start};
+
+    fn zone(
+        name: &str,
+        write: &[&str],
+        allow: &[&str],
+        creds: &[&str],
+        socks: &[&str],
+    ) -> ZonePlan {
+        let mut z = ZonePlan {
+            name: name.into(),
+            description: None,
+            default: false,
+            enter_from: Vec::new(),
+            requires_approval: true,
+            approval_timeout_secs: Some(600),
+            authenticated: !creds.is_empty(),
+            profile: Default::default(),
+        };
+        z.profile.write = write.iter().map(PathBuf::from).collect();
+        z.profile.network = NetworkPlan {
+            allow: allow.iter().map(|s| s.to_string()).collect(),
+        };
+        z.profile.credentials = creds.iter().map(|s| s.to_string()).collect();
+        z.profile.unix_sockets = socks.iter().map(PathBuf::from).collect();
+        z
+    }
+
+    fn plan(zones: Vec<ZonePlan>) -> Plan {
+        let cred = |name: &str, host: &str| CredentialPlan {
+            name: name.into(),
+            hosts: vec![host.into()],
+            paths: Vec::new(),
+            scheme: CredentialScheme::Bearer,
+            username: None,
+            header: None,
+            secret: SecretPlan::Env("SECRET_NEVER_SHOWN".into()),
+        };
+        Plan {
+            source: "t".into(),
+            cwd: "/p".into(),
+            home: "/h".into(),
+            command: Vec::new(),
+            start: Start::Zone("agent".into()),
+            zones,
+            approval: None,
+            audit: Default::default(),
+            dirs: Dirs {
+                config: Vec::new(),
+                state: "/h/.local/state/wardcell".into(),
+                runtime: "/run/user/1/wardcell".into(),
+            },
+            credentials: vec![
+                cred("git", "git.example.com"),
+                cred("npm", "registry.npmjs.org"),
+            ],
+            client: None,
+            identities: Default::default(),
+        }
+    }
+
+    #[test]
+    fn what_an_entry_adds() {
+        let agent = zone("agent", &["/p", "/tmp"], &["crates.io:443"], &[], &[]);
+        let push = zone(
+            "push",
+            &["/p/sub", "/h", "/tmp"],
+            &["crates.io:443", "git.example.com:443"],
+            &["git"],
+            &["/run/ssh.sock"],
+        );
+        let p = plan(vec![agent.clone(), push.clone()]);
+        let a = adds(&p, Some(&agent), &push);
+        assert_eq!(a.write, vec![PathBuf::from("/h")]);
+        assert_eq!(a.hosts, vec!["git.example.com:443".to_string()]);
+        assert_eq!(
+            a.credentials,
+            vec![CredentialAdd {
+                name: "git".into(),
+                hosts: vec!["git.example.com".into()]
+            }]
+        );
+        assert_eq!(a.unix_sockets, vec![PathBuf::from("/run/ssh.sock")]);
+        // Going the other way only the tree push lacks is added (it writes /p/sub only);
+        // entering the same profile adds nothing.
+        assert_eq!(
+            adds(&p, Some(&push), &agent),
+            Adds {
+                write: vec![PathBuf::from("/p")],
+                ..Adds::default()
+            }
+        );
+        assert_eq!(adds(&p, Some(&push), &push), Adds::default());
+        // A zone that is not authenticated attaches no credential, whatever it names.
+        let mut plain = push.clone();
+        plain.authenticated = false;
+        assert!(adds(&p, Some(&agent), &plain).credentials.is_empty());
+        // A credential the calling zone already attaches is not added; another one is.
+        let mut both = push.clone();
+        both.profile.credentials.push("npm".into());
+        let a = adds(&p, Some(&push), &both);
+        assert_eq!(a.credentials.len(), 1);
+        assert_eq!(a.credentials[0].name, "npm");
+        // A "/p" tree is not inside "/p2".
+        let p2 = zone("p2", &["/p2"], &[], &[], &[]);
+        assert_eq!(
+            adds(&p, Some(&agent), &p2).write,
+            vec![PathBuf::from("/p2")]
+        );
+        // Unknown calling zone: everything counts.
+        assert_eq!(adds(&p, None, &push).write.len(), 3);
+    }
+
+    #[test]
+    fn the_request_carries_the_log_the_timeout_and_what_it_adds_never_a_secret() {
+        let agent = zone("agent", &["/p"], &[], &[], &[]);
+        let push = zone("push", &["/p"], &["git.example.com:443"], &["git"], &[]);
+        let p = plan(vec![agent, push.clone()]);
+        let chain = vec!["agent".to_string()];
+        let command = vec!["git".to_string(), "push".to_string()];
+        let r = request(
+            &p,
+            &Entry {
+                run: "r1",
+                user: 1000,
+                calling_zone: "agent",
+                chain: &chain,
+                target: &push,
+                command: &command,
+                cwd: "/p",
+            },
+        );
+        assert_eq!(r["log"], "/h/.local/state/wardcell/runs/r1.jsonl");
+        assert_eq!(r["timeout_secs"], 600);
+        assert_eq!(r["target"], "push");
+        assert_eq!(r["adds"]["hosts"][0], "git.example.com:443");
+        assert_eq!(r["adds"]["credentials"][0]["hosts"][0], "git.example.com");
+        assert!(!r.to_string().contains("SECRET_NEVER_SHOWN"), "{r}");
+    }
 
     #[test]
     fn answers() {

@@ -9,6 +9,7 @@
 //! - [`envrules`]: the environment a sandbox receives.
 //! - [`helper`]: where host-side helpers run, with what environment.
 //! - [`approval`]: the approval plugin's answer.
+//! - [`seatbelt`]: the Seatbelt (macOS) profile text made from a sandbox spec.
 //! - [`text`]: text from a sandbox or a configuration, made safe to print.
 #![forbid(unsafe_code)]
 
@@ -23,4 +24,5 @@ pub mod paths;
 pub mod plan;
 pub mod protocol;
 pub mod resolve;
+pub mod seatbelt;
 pub mod text;

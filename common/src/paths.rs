@@ -27,7 +27,21 @@ pub fn user_config_dir(get: &dyn Fn(&str) -> Option<String>, home: &Path) -> Pat
     xdg(get, "XDG_CONFIG_HOME", home, ".config").join("wardcell")
 }
 
-/// wardcell's directories for this user.
+/// The operating systems whose conventions decide where wardcell's directories are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Os {
+    Linux,
+    MacOs,
+}
+
+/// The system this build runs on.
+pub const THIS_OS: Os = if cfg!(target_os = "macos") {
+    Os::MacOs
+} else {
+    Os::Linux
+};
+
+/// wardcell's directories for this user, on this system.
 ///
 /// `uid` names the fallback runtime directory (`/tmp/wardcell-<uid>`) used when there is
 /// no usable `XDG_RUNTIME_DIR`.
@@ -37,11 +51,27 @@ pub fn dirs(
     uid: u32,
     explicit_config: Option<&Path>,
 ) -> Dirs {
+    dirs_for(THIS_OS, get, home, uid, explicit_config)
+}
+
+/// [`dirs`] on a given system. The audit logs are the only difference: macOS keeps
+/// logs under `~/Library/Logs` (Console.app shows them there), so runs go to
+/// `~/Library/Logs/wardcell/runs/`; Linux follows XDG (`$XDG_STATE_HOME/wardcell`).
+pub fn dirs_for(
+    os: Os,
+    get: &dyn Fn(&str) -> Option<String>,
+    home: &Path,
+    uid: u32,
+    explicit_config: Option<&Path>,
+) -> Dirs {
     let mut config = vec![user_config_dir(get, home), PathBuf::from(SYSTEM_CONFIG_DIR)];
     if let Some(file) = explicit_config {
         config.push(file.to_path_buf());
     }
-    let state = xdg(get, "XDG_STATE_HOME", home, ".local/state").join("wardcell");
+    let state = match os {
+        Os::Linux => xdg(get, "XDG_STATE_HOME", home, ".local/state").join("wardcell"),
+        Os::MacOs => home.join("Library/Logs/wardcell"),
+    };
     let runtime = match get("XDG_RUNTIME_DIR") {
         Some(v) if v.starts_with('/') => PathBuf::from(v).join("wardcell"),
         _ => PathBuf::from(format!("/tmp/wardcell-{uid}")),
@@ -116,7 +146,7 @@ mod tests {
             ("XDG_STATE_HOME", "/st"),
             ("XDG_RUNTIME_DIR", "/run/user/7"),
         ]);
-        let d = dirs(&e, home, 7, None);
+        let d = dirs_for(Os::Linux, &e, home, 7, None);
         assert_eq!(d.config[0], PathBuf::from("/cfg/wardcell"));
         assert_eq!(d.state, PathBuf::from("/st/wardcell"));
         assert_eq!(d.runtime, PathBuf::from("/run/user/7/wardcell"));
@@ -126,12 +156,31 @@ mod tests {
     fn relative_or_missing_xdg_falls_back() {
         let home = Path::new("/home/u");
         let e = env(&[("XDG_CONFIG_HOME", "rel"), ("XDG_RUNTIME_DIR", "also-rel")]);
-        let d = dirs(&e, home, 7, Some(Path::new("/x/zones.toml")));
+        let d = dirs_for(Os::Linux, &e, home, 7, Some(Path::new("/x/zones.toml")));
         assert_eq!(d.config[0], PathBuf::from("/home/u/.config/wardcell"));
         assert_eq!(d.config[1], PathBuf::from("/etc/wardcell"));
         assert_eq!(d.config[2], PathBuf::from("/x/zones.toml"));
         assert_eq!(d.state, PathBuf::from("/home/u/.local/state/wardcell"));
         assert_eq!(d.runtime, PathBuf::from("/tmp/wardcell-7"));
+    }
+
+    #[test]
+    fn macos_logs_live_in_library_logs() {
+        let home = Path::new("/Users/u");
+        let e = env(&[("XDG_STATE_HOME", "/st"), ("XDG_CONFIG_HOME", "/cfg")]);
+        let d = dirs_for(Os::MacOs, &e, home, 501, None);
+        assert_eq!(
+            runs_dir(&d),
+            PathBuf::from("/Users/u/Library/Logs/wardcell/runs")
+        );
+        assert_eq!(d.config[0], PathBuf::from("/cfg/wardcell"));
+        assert_eq!(d.runtime, PathBuf::from("/tmp/wardcell-501"));
+        let linux = dirs_for(Os::Linux, &e, home, 501, None);
+        assert_eq!(runs_dir(&linux), PathBuf::from("/st/wardcell/runs"));
+        assert_eq!(
+            dirs(&e, home, 501, None),
+            dirs_for(THIS_OS, &e, home, 501, None)
+        );
     }
 
     #[test]

@@ -280,6 +280,15 @@ pub struct SandboxSpec {
     /// started), the start of the bundle given to the command when the proxy intercepts
     /// TLS.
     pub system_roots: Option<(PathBuf, Identity)>,
+    /// Paths no rule may open, whether or not they exist: wardcell's own directories and
+    /// the credential files. The Linux view masks those that exist (they are in `view`
+    /// too); a Seatbelt profile, which matches paths instead of building a view, denies
+    /// every one of them last (`seatbelt::profile`).
+    pub denied: Vec<PathBuf>,
+    /// The Mach name this sandbox's Seatbelt profile alone lets a process look up, for
+    /// the supervisor's peer check on macOS (`seatbelt::identity_name`). Empty on Linux,
+    /// where the sandbox's network namespace identifies its processes.
+    pub seatbelt_identity: String,
 }
 
 /// One path of a sandbox's view.

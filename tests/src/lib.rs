@@ -33,6 +33,7 @@ pub const BINARIES: &[&str] = &[
     "wardcell-shim",
     "wardcell-proxy",
     "wardcell-probe",
+    "wardcell-approve",
 ];
 
 pub struct Staged {

@@ -1,5 +1,5 @@
 //! Running the machine's approval plugin for one zone entry (channel E, docs/PROTOCOL.md
-//! section 7). Its answer is parsed in wardcell_common::approval.
+//! section 7). Its request is built, and its answer parsed, in wardcell_common::approval.
 //!
 //! The plugin runs outside any sandbox, from `/`, with the helper environment
 //! (wardcell_common::helper), in a process group of its own. Its answer is taken when the
@@ -20,8 +20,8 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-pub use wardcell_common::approval::Answer;
 use wardcell_common::approval::{parse_answer, MAX_ANSWER};
+pub use wardcell_common::approval::{request, Answer, Entry};
 use wardcell_common::helper;
 
 use crate::sys;

@@ -19,45 +19,95 @@
 //! 5. relay until it ends, restore the terminal, audit the end, remove the run's
 //!    directory, and exit with the command's status (128+N for a signal).
 
+#[cfg(target_os = "linux")]
 mod approval;
+#[cfg(target_os = "linux")]
 mod audit;
+#[cfg(target_os = "linux")]
 mod chain;
+#[cfg(target_os = "linux")]
 mod error;
+#[cfg(target_os = "linux")]
 mod peer;
+#[cfg(target_os = "linux")]
 mod proxy;
+#[cfg(target_os = "linux")]
 mod relay;
+#[cfg(target_os = "linux")]
 mod runid;
+#[cfg(target_os = "linux")]
 mod sandbox;
+#[cfg(target_os = "linux")]
 mod spec;
+#[cfg(target_os = "linux")]
 mod supervisor;
+#[cfg(target_os = "linux")]
+mod sys;
+// macOS: the Seatbelt peer check, the one part of the broker ported so far
+// (README, "macOS"; docs/THREAT_MODEL.md).
+#[cfg(target_os = "macos")]
+#[path = "sys/macos.rs"]
 mod sys;
 
+#[cfg(target_os = "linux")]
 use std::ffi::CString;
+#[cfg(target_os = "linux")]
 use std::fs;
+#[cfg(target_os = "linux")]
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+#[cfg(target_os = "linux")]
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+#[cfg(target_os = "linux")]
 use std::os::unix::net::UnixStream;
+#[cfg(target_os = "linux")]
 use std::path::{Path, PathBuf};
+#[cfg(target_os = "linux")]
 use std::sync::Arc;
 
+#[cfg(target_os = "linux")]
 use nix::fcntl::{Flock, FlockArg};
+#[cfg(target_os = "linux")]
 use nix::sys::signal::{SigSet, Signal};
+#[cfg(target_os = "linux")]
 use nix::sys::signalfd::{SfdFlags, SignalFd};
+#[cfg(target_os = "linux")]
 use nix::sys::termios::{self, SetArg, Termios};
+#[cfg(target_os = "linux")]
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
+#[cfg(target_os = "linux")]
 use nix::unistd::Pid;
+#[cfg(target_os = "linux")]
 use serde_json::json;
 
+#[cfg(target_os = "linux")]
 use wardcell_common::paths;
+#[cfg(target_os = "linux")]
 use wardcell_common::plan::{Plan, ProfilePlan, Start};
+#[cfg(target_os = "linux")]
 use wardcell_common::protocol::{self, Launch, ShimReport};
+#[cfg(target_os = "linux")]
 use wardcell_common::text::shown;
 
+#[cfg(target_os = "linux")]
 use audit::AuditLog;
+#[cfg(target_os = "linux")]
 use error::BrokerError;
+#[cfg(target_os = "linux")]
 use relay::Outcome;
+#[cfg(target_os = "linux")]
 use sandbox::Run;
 
+#[cfg(target_os = "macos")]
+fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--version") {
+        println!("wardcell-broker {}", env!("CARGO_PKG_VERSION"));
+        return;
+    }
+    eprintln!("error: wardcell cannot start sandboxes on macOS yet: the broker's macOS run path (starting the shim without namespaces, relaying, the supervisor) is not written; see README, \"macOS\"");
+    std::process::exit(1)
+}
+
+#[cfg(target_os = "linux")]
 /// Signals the broker passes to the sandbox.
 const FORWARDED: &[Signal] = &[
     Signal::SIGINT,
@@ -68,6 +118,7 @@ const FORWARDED: &[Signal] = &[
     Signal::SIGUSR2,
 ];
 
+#[cfg(target_os = "linux")]
 fn main() {
     let mut args = std::env::args().skip(1);
     let writer = match (args.next().as_deref(), args.next(), args.next()) {
@@ -123,6 +174,7 @@ fn main() {
     std::process::exit(code)
 }
 
+#[cfg(target_os = "linux")]
 fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     // 1. The first sandbox's namespaces and shim, started at once: the kernel and the
     //    other core build them while the client's plan writer resolves the plan and this
@@ -177,6 +229,7 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     result
 }
 
+#[cfg(target_os = "linux")]
 /// How the plan writer ended, as an exit status for this process (128+N for signal N).
 fn exit_status_of(writer: Pid) -> i32 {
     match waitpid(writer, None) {
@@ -186,6 +239,7 @@ fn exit_status_of(writer: Pid) -> i32 {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// Lock `dir` for as long as this broker lives: a run directory whose lock can be taken
 /// belongs to a broker that is gone (killed, so it could not clean up).
 fn hold_run_lock(dir: &Path) -> Result<(), BrokerError> {
@@ -203,6 +257,7 @@ fn hold_run_lock(dir: &Path) -> Result<(), BrokerError> {
     Ok(())
 }
 
+#[cfg(target_os = "linux")]
 /// Remove the directories of runs whose brokers are gone.
 fn sweep_stale_runs(runtime: &Path, ours: &Path) {
     let Ok(entries) = fs::read_dir(runtime) else {
@@ -227,6 +282,7 @@ fn sweep_stale_runs(runtime: &Path, ours: &Path) {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// The run id, its runtime directory (0700) and its audit log; wardcell's own
 /// directories exist afterwards, so that every sandbox can mask them.
 fn prepare_run(plan: &mut Plan) -> Result<(String, PathBuf, AuditLog), BrokerError> {
@@ -259,6 +315,7 @@ fn prepare_run(plan: &mut Plan) -> Result<(String, PathBuf, AuditLog), BrokerErr
     Ok((run_id, run_dir, audit))
 }
 
+#[cfg(target_os = "linux")]
 /// What every path the plan names is now, before any sandbox of this run exists (one
 /// `lstat` each; a final symbolic link is never recorded). Sandboxes are built only from
 /// paths that, opened without following a link at any component, are still the very
@@ -295,6 +352,7 @@ fn record_identities(plan: &mut Plan) {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// The plan on fd 3; `None` when the writer closed it without sending anything.
 fn take_plan() -> Result<Option<Plan>, BrokerError> {
     let fd = sys::launch_fd().map_err(|e| BrokerError::Launch(e.to_string()))?;
@@ -309,6 +367,7 @@ fn take_plan() -> Result<Option<Plan>, BrokerError> {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// Create `dir` (and missing parents) as 0700; an existing one must be ours and private.
 fn make_private_dir(dir: &Path) -> Result<(), BrokerError> {
     let fail = |what: String| BrokerError::Dir {
@@ -334,6 +393,7 @@ fn make_private_dir(dir: &Path) -> Result<(), BrokerError> {
     Ok(())
 }
 
+#[cfg(target_os = "linux")]
 /// wardcell's directories must exist so that every sandbox can mask them.
 fn prepare_own_dirs(plan: &Plan) -> Result<(), BrokerError> {
     make_private_dir(&plan.dirs.runtime)?;
@@ -346,6 +406,7 @@ fn prepare_own_dirs(plan: &Plan) -> Result<(), BrokerError> {
     Ok(())
 }
 
+#[cfg(target_os = "linux")]
 fn start_profile(plan: &Plan) -> Result<(Option<&str>, &ProfilePlan), BrokerError> {
     match &plan.start {
         Start::Profile(p) => Ok((None, p)),
@@ -358,6 +419,7 @@ fn start_profile(plan: &Plan) -> Result<(Option<&str>, &ProfilePlan), BrokerErro
     }
 }
 
+#[cfg(target_os = "linux")]
 fn find_helper(name: &str) -> Result<PathBuf, BrokerError> {
     let beside = std::env::current_exe()
         .ok()
@@ -376,10 +438,12 @@ fn find_helper(name: &str) -> Result<PathBuf, BrokerError> {
     )))
 }
 
+#[cfg(target_os = "linux")]
 fn is_tty(fd: impl AsFd) -> bool {
     termios::tcgetattr(fd).is_ok()
 }
 
+#[cfg(target_os = "linux")]
 /// Forwarded signals (and SIGWINCH with a pty, and SIGCHLD) blocked and read from a
 /// descriptor. One this process was started ignoring stays ignored and is never
 /// forwarded: a blocked signal is queued even when ignored, so taking it would forward it
@@ -400,6 +464,7 @@ fn take_signals(pty: bool, ignored: u64) -> Result<SignalFd, BrokerError> {
         .map_err(|e| BrokerError::Sandbox(format!("signalfd: {e}")))
 }
 
+#[cfg(target_os = "linux")]
 fn run_first_sandbox(
     run: &Arc<Run>,
     spawned: sandbox::Spawned,
@@ -571,6 +636,7 @@ fn run_first_sandbox(
     }
 }
 
+#[cfg(target_os = "linux")]
 /// How a sandbox ended: the exit status, and the one-line error when it did not run.
 pub fn describe(outcome: &Outcome, program: &str) -> (i32, Option<String>) {
     match outcome {
@@ -609,17 +675,20 @@ pub fn describe(outcome: &Outcome, program: &str) -> (i32, Option<String>) {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// The first sandbox's stdio: the broker's own, or a new pty when a person is at a
 /// terminal (stdin and stdout both terminals).
 struct Terminal {
     pty: Option<Pty>,
 }
 
+#[cfg(target_os = "linux")]
 struct Pty {
     master: OwnedFd,
     slave: OwnedFd,
 }
 
+#[cfg(target_os = "linux")]
 impl Terminal {
     fn for_stdio() -> Result<Terminal, BrokerError> {
         let stdin = std::io::stdin();
@@ -656,6 +725,7 @@ impl Terminal {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn open_pty(stdin: std::os::fd::BorrowedFd<'_>) -> Result<Pty, BrokerError> {
     let attrs = termios::tcgetattr(stdin).ok();
     let pty = nix::pty::openpty(None, attrs.as_ref())
@@ -671,6 +741,7 @@ fn open_pty(stdin: std::os::fd::BorrowedFd<'_>) -> Result<Pty, BrokerError> {
     })
 }
 
+#[cfg(target_os = "linux")]
 fn enter_raw_mode(stdin: std::os::fd::BorrowedFd<'_>) -> Option<Termios> {
     let saved = termios::tcgetattr(stdin).ok()?;
     let mut raw = saved.clone();

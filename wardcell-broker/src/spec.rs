@@ -233,9 +233,10 @@ pub fn build_with(
     // in any sandbox, whatever the profile says), and host socket directories unless the
     // profile named something in them. A mask that did not exist at the start hides
     // nothing; the shim applies one only where a tree shows it.
+    let mut denied = own;
+    denied.extend(req.plan.credential_files());
     let mut mask: Vec<PathBuf> = profile.deny.clone();
-    mask.extend(own);
-    mask.extend(req.plan.credential_files());
+    mask.extend(denied.iter().cloned());
     let named: Vec<&PathBuf> = profile.read.iter().chain(write).collect();
     for s in host_socket_paths(req.host_env) {
         if !named.iter().any(|n| n.starts_with(&s)) {
@@ -397,6 +398,8 @@ pub fn build_with(
         controlling_tty: req.pty,
         proxy_port: network.then_some(SANDBOX_PROXY_PORT),
         system_roots,
+        denied,
+        seatbelt_identity: String::new(),
     })
 }
 
@@ -662,6 +665,39 @@ mod tests {
         assert!(spec
             .paths(&ViewKind::Read)
             .any(|p| p == Path::new("/sys/devices/system/cpu")));
+    }
+
+    #[test]
+    fn denied_holds_own_dirs_and_credential_files_even_where_no_mask_is() {
+        let mut plan = plan();
+        // Not recorded at the start: no mask in the view, still denied by path.
+        plan.dirs.state = "/home/u/Library/Logs/wardcell".into();
+        let p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
+        let argv = vec!["true".to_string()];
+        let spec = build(&req(&plan, &p, &argv, Path::new("/home/u/src")), &|_| true).unwrap();
+        let state = PathBuf::from("/home/u/Library/Logs/wardcell");
+        assert!(!masks(&spec).contains(&state));
+        let own = [
+            "/home/u/.config/wardcell",
+            "/etc/wardcell",
+            "/home/u/Library/Logs/wardcell",
+            "/run/user/1000/wardcell",
+            "/home/u/src/token.txt",
+        ];
+        for d in own {
+            assert!(
+                spec.denied.contains(&PathBuf::from(d)),
+                "{d}: {:?}",
+                spec.denied
+            );
+        }
+        assert!(spec.seatbelt_identity.is_empty());
+        // The Seatbelt profile of this very spec denies each of them, last.
+        let text = wardcell_common::seatbelt::profile(&spec).unwrap();
+        let (_, last) = text.rsplit_once("\n; 8.").unwrap();
+        for d in own {
+            assert!(last.contains(&format!("(subpath \"{d}\")")), "{d}:\n{last}");
+        }
     }
 
     #[test]

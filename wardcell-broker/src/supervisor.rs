@@ -284,15 +284,16 @@ impl Supervisor {
         //    sandbox until its decision is audited, so that the run's end ends it.
         let mut plugin_key = None;
         let answer = zone.requires_approval.then(|| {
-            let request = json!({
-                "run": self.run.id,
-                "user": nix::unistd::getuid().as_raw(),
-                "calling_zone": self.zone,
-                "chain": self.chain,
-                "target": target,
-                "command": argv,
-                "cwd": cwd,
-            });
+            let entry = approval::Entry {
+                run: &self.run.id,
+                user: nix::unistd::getuid().as_raw(),
+                calling_zone: &self.zone,
+                chain: &self.chain,
+                target: zone,
+                command: argv,
+                cwd: &cwd,
+            };
+            let request = approval::request(plan, &entry);
             let plugin =
                 approval::Plugin::start(plan.approval.as_deref(), &request, &self.run.host_env);
             let plugin = match plugin {

@@ -6,8 +6,10 @@
 //!
 //! 1. notes which signals it was started ignoring (the caller's, as the broker passed
 //!    them on), puts its own at their defaults (SIGPIPE ignored), blocks what init waits
-//!    for, and reads the sandbox spec (after a Hello) from fd 3;
-//! 2. sets up the mount namespace (mounts.rs) and brings loopback up;
+//!    for, says Hello on fd 3, and, while the broker builds the spec, compiles the
+//!    seccomp filter, makes the view's own filesystems and brings loopback up;
+//! 2. reads the sandbox spec (after the broker's Hello) from fd 3 and builds the view
+//!    (mounts.rs);
 //! 3. forks the command (with a pty, init first makes a session of its own with the pty
 //!    as controlling terminal), which in order: starts a new session (with a pty, a
 //!    process group of its own in the terminal's foreground instead), sets no_new_privs,
@@ -20,24 +22,39 @@
 //!    reaps orphans, and when the command ends, reports its status and exits with it,
 //!    which ends every process left in the sandbox.
 
+// Linux: namespaces, a view, Landlock and seccomp (this file). macOS: a Seatbelt profile
+// from the same spec (macos.rs); what both use (the spec, reports, exec) is shared here.
+#[cfg(target_os = "linux")]
 mod caps;
+#[cfg(target_os = "linux")]
 mod landlock;
+#[cfg(target_os = "macos")]
+mod macos;
+#[cfg(target_os = "linux")]
 mod mounts;
+#[cfg(target_os = "linux")]
 mod seccomp;
+#[cfg(target_os = "linux")]
 mod sys;
 
 use std::ffi::CString;
+#[cfg(target_os = "linux")]
 use std::io::Write;
+#[cfg(target_os = "linux")]
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
+#[cfg(target_os = "linux")]
 use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
+#[cfg(target_os = "linux")]
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+#[cfg(target_os = "linux")]
 use nix::unistd::Pid;
 
 use wardcell_common::plan::SandboxSpec;
 use wardcell_common::protocol::{self, ShimReport, ShimRequest};
 
+#[cfg(target_os = "linux")]
 /// Signals init passes on to the command's process group.
 const FORWARDED: &[Signal] = &[
     Signal::SIGINT,
@@ -66,6 +83,12 @@ fn setup_failed(control: &mut UnixStream, step: &str, message: String) -> ! {
     std::process::exit(1)
 }
 
+#[cfg(target_os = "macos")]
+fn main() {
+    macos::main()
+}
+
+#[cfg(target_os = "linux")]
 fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("--version") => {
@@ -97,22 +120,29 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // Hello first: the broker sends the spec as soon as it has it, and the spec waits in
+    // the socket while this shim does what does not depend on it.
+    if protocol::send_hello(&mut control).is_err() {
+        std::process::exit(1);
+    }
     // The filter does not depend on the spec: compile it while the broker prepares it.
     let filter = seccomp::policy();
-    // So are the filesystems of the view that do not depend on it (mounts.rs).
+    // Nor do the filesystems of the view that are not the host's (mounts.rs), nor
+    // loopback.
     let prepared = mounts::prepare();
+    let loopback = sys::loopback_up();
     let spec = match read_spec(&mut control) {
         Ok(s) => s,
         // The broker died or spoke out of turn: nothing to do and no one to tell.
         Err(_) => std::process::exit(1),
     };
 
-    // 2. The view (mounts.rs) and loopback.
+    // 2. The view (mounts.rs).
     let view = match prepared.and_then(|p| mounts::setup(&spec, p)) {
         Ok(v) => v,
         Err(f) => setup_failed(&mut control, f.step, f.message),
     };
-    if let Err(e) = sys::loopback_up() {
+    if let Err(e) = loopback {
         setup_failed(
             &mut control,
             "network",
@@ -166,6 +196,7 @@ fn main() {
     })
 }
 
+#[cfg(target_os = "linux")]
 /// With network: a listener on this namespace's loopback for the zone's proxy, handed to
 /// the broker.
 fn hand_over_listener(control: &mut UnixStream, port: u16) -> Result<(), String> {
@@ -178,6 +209,7 @@ fn hand_over_listener(control: &mut UnixStream, port: u16) -> Result<(), String>
     Ok(())
 }
 
+#[cfg(target_os = "linux")]
 /// Wait for the broker's `Proceed`; with the run's CA, write the bundle the command trusts.
 fn await_proceed(control: &mut UnixStream, view: &mounts::View) -> Result<(), String> {
     let ca_pem = match protocol::read_frame::<ShimRequest>(control).map_err(|e| e.to_string())? {
@@ -196,6 +228,7 @@ fn await_proceed(control: &mut UnixStream, view: &mounts::View) -> Result<(), St
     Ok(())
 }
 
+#[cfg(target_os = "linux")]
 /// `--probe`, for `wardcell doctor`: what this kernel offers, as `key=value` lines.
 fn probe() -> ! {
     let abi = sys::landlock_abi();
@@ -227,8 +260,8 @@ fn probe() -> ! {
     std::process::exit(0)
 }
 
+/// The broker's Hello (ours went first) and the spec.
 fn read_spec(control: &mut UnixStream) -> Result<SandboxSpec, protocol::FrameError> {
-    protocol::send_hello(control)?;
     protocol::expect_hello(control)?;
     match protocol::read_frame::<ShimRequest>(control)? {
         ShimRequest::Start(spec) => Ok(*spec),
@@ -238,6 +271,7 @@ fn read_spec(control: &mut UnixStream) -> Result<SandboxSpec, protocol::FrameErr
     }
 }
 
+#[cfg(target_os = "linux")]
 /// Init keeps nothing it does not need: no capabilities, no new privileges, undumpable.
 fn become_init() -> Result<(), String> {
     nix::sys::prctl::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
@@ -245,6 +279,7 @@ fn become_init() -> Result<(), String> {
     caps::drop_all()
 }
 
+#[cfg(target_os = "linux")]
 /// Wait for the command, forwarding signals to its process group and reaping orphans.
 fn supervise(child: Pid, waited: &SigSet, control: &mut UnixStream) -> ShimReport {
     loop {
@@ -277,6 +312,7 @@ fn supervise(child: Pid, waited: &SigSet, control: &mut UnixStream) -> ShimRepor
     }
 }
 
+#[cfg(target_os = "linux")]
 /// The command's side of the fork: confine, then exec. Never returns.
 fn exec_command(
     spec: &SandboxSpec,

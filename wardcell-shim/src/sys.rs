@@ -387,3 +387,87 @@ extern "C" fn note_closed_stdio() {
         .fold(0u8, |m, fd| m | 1 << fd);
     CLOSED_AT_START.store(closed, std::sync::atomic::Ordering::Relaxed);
 }
+
+/// PR_CAPBSET_DROP for every capability this kernel knows (0 up to the first number it
+/// refuses with EINVAL). Returns how many it knows; an error names the capability.
+pub fn drop_bounding_set() -> Result<u32, (u32, io::Error)> {
+    for cap in 0..64u32 {
+        // SAFETY: prctl with integer arguments only.
+        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINVAL) && cap > 0 {
+                return Ok(cap);
+            }
+            return Err((cap, e));
+        }
+    }
+    Ok(64)
+}
+
+/// Whether `cap` is still in the bounding set (an error counts as held).
+pub fn in_bounding_set(cap: u32) -> bool {
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) != 0 }
+}
+
+/// PR_CAP_AMBIENT_CLEAR_ALL.
+pub fn clear_ambient() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    let r = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    cerr(r as libc::c_long).map(drop)
+}
+
+/// The kernel's capability header and data (version 3: two 32-bit halves per set).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Effective, permitted and inheritable emptied in one capset(2).
+pub fn clear_capability_sets() -> io::Result<()> {
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData::default(); 2];
+    // SAFETY: a version-3 header and the two data structs that version reads, both
+    // alive for the call.
+    let r = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
+    cerr(r).map(drop)
+}
+
+/// This thread's effective, permitted and inheritable sets, as 64-bit masks.
+pub fn capability_sets() -> io::Result<[u64; 3]> {
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: a version-3 header and room for the two data structs the kernel writes.
+    let r = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+    cerr(r)?;
+    let join = |lo: u32, hi: u32| u64::from(lo) | (u64::from(hi) << 32);
+    Ok([
+        join(data[0].effective, data[1].effective),
+        join(data[0].permitted, data[1].permitted),
+        join(data[0].inheritable, data[1].inheritable),
+    ])
+}

@@ -36,6 +36,9 @@ pub enum Command {
     /// Read the runs' audit logs, and verify them
     #[command(subcommand)]
     Logs(LogsCommand),
+    /// Answer the zone entries waiting for a person's approval (the wardcell-approve plugin)
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
     /// Check whether this machine can run wardcell's sandboxes, and where things are
     Doctor {
         #[command(flatten)]
@@ -141,6 +144,40 @@ pub enum LogsCommand {
     },
 }
 
+#[derive(Subcommand, Debug)]
+pub enum ApprovalsCommand {
+    /// List the requests waiting for an answer, newest first
+    List {
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Show one request whole, with what entering the zone would add over the calling zone
+    Show {
+        /// The request id (from `wardcell approvals list`)
+        #[arg(value_name = "ID")]
+        id: String,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Approve a request: the command starts in the zone it asked for
+    Approve {
+        #[arg(value_name = "ID")]
+        id: String,
+        /// Why (recorded in the run's audit log)
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// Deny a request, saying why (the caller sees the reason)
+    Deny {
+        #[arg(value_name = "ID")]
+        id: String,
+        #[arg(long, value_name = "TEXT", required = true)]
+        reason: String,
+    },
+    /// Wait, and print each new request as it arrives
+    Watch,
+}
+
 /// The command as offered at `location`: what does not work there is hidden.
 pub fn command_for(location: &Location) -> clap::Command {
     let hide = |c: clap::Command| c.hide(true);
@@ -157,6 +194,7 @@ pub fn command_for(location: &Location) -> clap::Command {
             .mut_subcommand("policy", hide)
             .mut_subcommand("doctor", hide)
             .mut_subcommand("logs", hide)
+            .mut_subcommand("approvals", hide)
             .mut_subcommand("zone", |z| {
                 z.mut_subcommand("list", |l| {
                     l.about("List the zones this sandbox may enter")
@@ -171,6 +209,7 @@ pub fn command_for(location: &Location) -> clap::Command {
             .mut_subcommand("policy", hide)
             .mut_subcommand("doctor", hide)
             .mut_subcommand("logs", hide)
+            .mut_subcommand("approvals", hide)
             .mut_subcommand("zone", hide)
             .override_usage("wardcell [--help | --version]")
             .after_help(

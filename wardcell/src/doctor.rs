@@ -76,6 +76,7 @@ pub fn run(config_file: Option<&Path>) -> u8 {
         ("wardcell-broker", true),
         ("wardcell-shim", true),
         ("wardcell-proxy", false),
+        ("wardcell-approve", false),
     ] {
         match run::find_helper(name) {
             Ok(path) => match helper_version(&path) {
@@ -88,6 +89,11 @@ pub fn run(config_file: Option<&Path>) -> u8 {
                 Err(e) => r.line(Level::Fail, name, format!("{}: {e}", path.display())),
             },
             Err(e) if needed => r.line(Level::Fail, name, e.to_string()),
+            Err(_) if name == "wardcell-approve" => r.line(
+                Level::Warn,
+                name,
+                "not installed: no person can answer approvals here unless another plugin is configured",
+            ),
             Err(_) => r.line(
                 Level::Warn,
                 name,
@@ -98,11 +104,17 @@ pub fn run(config_file: Option<&Path>) -> u8 {
 
     // 2. What the kernel offers, as the shim sees it.
     if let Some(shim) = &shim {
-        kernel_checks(&mut r, shim);
+        if cfg!(target_os = "macos") {
+            seatbelt_checks(&mut r, shim);
+        } else {
+            kernel_checks(&mut r, shim);
+        }
     }
 
-    // 3. User namespaces: the settings that commonly block them.
-    userns_settings(&mut r);
+    // 3. User namespaces: the settings that commonly block them (Linux).
+    if cfg!(target_os = "linux") {
+        userns_settings(&mut r);
+    }
 
     // 4. Configuration and directories.
     let host = match context::load(config_file) {
@@ -138,7 +150,10 @@ pub fn run(config_file: Option<&Path>) -> u8 {
     }
 
     // 5. The proof: a real sandbox through the real broker.
-    if r.worst < Level::Fail {
+    if cfg!(target_os = "macos") {
+        let (level, text) = MACOS_RUNS;
+        r.line(level, "sandbox", text);
+    } else if r.worst < Level::Fail {
         if let Some(h) = host {
             trial_sandbox(&mut r, h);
         }
@@ -159,6 +174,54 @@ fn join(paths: &[PathBuf]) -> String {
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// What doctor says of sandboxes on macOS until the broker starts them there.
+const MACOS_RUNS: (Level, &str) = (
+    Level::Fail,
+    "wardcell cannot start sandboxes on macOS yet: the Seatbelt profile and the shim's part exist, the broker's macOS run path does not (README, \"macOS\")",
+);
+
+/// macOS: whether Seatbelt applies a wardcell profile, as the shim's probe found.
+fn seatbelt_checks(r: &mut Report, shim: &Path) {
+    match Command::new(shim)
+        .arg("--probe")
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(o) => {
+            let (level, text) = seatbelt_line(&String::from_utf8_lossy(&o.stdout));
+            r.line(level, "seatbelt", text);
+        }
+        Err(e) => r.line(
+            Level::Fail,
+            "seatbelt",
+            format!("running the shim's probe: {e}"),
+        ),
+    }
+}
+
+/// The doctor line for the macOS shim's `--probe` output (`seatbelt=ok` or
+/// `seatbelt=failed (why)`).
+fn seatbelt_line(probe: &str) -> (Level, String) {
+    match probe
+        .lines()
+        .find_map(|l| l.strip_prefix("seatbelt="))
+        .map(str::trim)
+    {
+        Some("ok") => (
+            Level::Ok,
+            "a wardcell profile applies (sandbox_init_with_parameters)".into(),
+        ),
+        Some(other) => (
+            Level::Fail,
+            format!("a wardcell profile does not apply: {other}"),
+        ),
+        None => (
+            Level::Fail,
+            "the shim's probe said nothing about Seatbelt; reinstall wardcell-shim".into(),
+        ),
+    }
 }
 
 fn kernel_checks(r: &mut Report, shim: &Path) {
@@ -357,5 +420,25 @@ fn trial(r: &mut Report, host: &context::Host, program: &str, what: &str) -> boo
             r.line(Level::Fail, what, e.to_string());
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod macos_tests {
+    use super::*;
+
+    #[test]
+    fn seatbelt_probe_lines() {
+        let (l, t) = seatbelt_line("seatbelt=ok\n");
+        assert!(l == Level::Ok, "{t}");
+        let (l, t) = seatbelt_line("seatbelt=failed (Seatbelt refused the profile: x)\n");
+        assert!(
+            l == Level::Fail && t.contains("refused the profile: x"),
+            "{t}"
+        );
+        // A Linux shim's probe (or an old shim): no Seatbelt line.
+        let (l, t) = seatbelt_line("landlock_abi=6\nseccomp=ok\n");
+        assert!(l == Level::Fail && t.contains("reinstall"), "{t}");
+        assert!(MACOS_RUNS.0 == Level::Fail);
     }
 }

@@ -29,6 +29,10 @@ pub enum Error {
     Stdout(io::Error),
     /// The broker could not be started.
     Launch(String),
+    /// `wardcell approvals`: the queue or a request (the message says what to do).
+    Approvals(String),
+    /// `policy check`: a zone that requires approval, and no plugin to ask.
+    NoPlugin(String),
 }
 
 impl Error {
@@ -63,6 +67,11 @@ impl fmt::Display for Error {
             Error::Json(e) => write!(f, "cannot write the plan as JSON: {e}"),
             Error::Stdout(e) => write!(f, "cannot write to standard output: {e}"),
             Error::Launch(m) => write!(f, "could not start the broker: {m}"),
+            Error::Approvals(m) => f.write_str(m),
+            Error::NoPlugin(zone) => write!(
+                f,
+                "zone '{zone}' requires approval, but no approval plugin is configured, so every entry into it would be refused: add [approval] plugin = [\"/usr/libexec/wardcell/wardcell-approve\"] (or another plugin), or remove requires_approval"
+            ),
         }
     }
 }

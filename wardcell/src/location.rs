@@ -51,6 +51,8 @@ pub const DOCTOR_IN_SANDBOX: &str = "`wardcell doctor` is not available inside a
 
 pub const LOGS_IN_SANDBOX: &str = "`wardcell logs` is not available inside a wardcell sandbox: audit logs are kept outside every sandbox, where nothing sandboxed can read or change them. Read them on the host.";
 
+pub const APPROVALS_IN_SANDBOX: &str = "`wardcell approvals` is not available inside a wardcell sandbox: approvals are answered by a person on the host, where nothing sandboxed can read or answer them. Run it on the host.";
+
 fn zone_without_zones(what: &str) -> String {
     format!(
         "`wardcell {what}` is not available in this sandbox: it was started with `wardcell run --profile`, outside any zone, so there is no zone to list or enter. To use zones, start the run from the host with `wardcell run --zone <ZONE> -- <COMMAND>`."
@@ -73,6 +75,9 @@ pub fn refusal(location: &Location, path: &[String]) -> Option<String> {
         }
         (Location::Zone { .. } | Location::NoZones, ["logs", ..]) => {
             Some(LOGS_IN_SANDBOX.to_string())
+        }
+        (Location::Zone { .. } | Location::NoZones, ["approvals", ..]) => {
+            Some(APPROVALS_IN_SANDBOX.to_string())
         }
         (Location::Zone { .. }, _) => None,
 
@@ -131,7 +136,13 @@ mod tests {
             socket: "/s".into(),
         };
         let p = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
-        for cmd in ["run", "policy check", "policy show", "zone list"] {
+        for cmd in [
+            "run",
+            "policy check",
+            "policy show",
+            "zone list",
+            "approvals list",
+        ] {
             assert_eq!(refusal(&Location::Host, &p(cmd)), None, "{cmd}");
         }
         for cmd in ["zone current", "zone enter"] {
@@ -140,7 +151,13 @@ mod tests {
         for cmd in ["zone list", "zone current", "zone enter"] {
             assert_eq!(refusal(&zone, &p(cmd)), None, "{cmd}");
         }
-        for cmd in ["run", "policy", "policy check"] {
+        for cmd in [
+            "run",
+            "policy",
+            "policy check",
+            "approvals",
+            "approvals approve",
+        ] {
             assert!(refusal(&zone, &p(cmd)).is_some(), "{cmd}");
         }
         for cmd in [
@@ -150,6 +167,7 @@ mod tests {
             "zone list",
             "zone current",
             "zone enter",
+            "approvals list",
         ] {
             assert!(refusal(&Location::NoZones, &p(cmd)).is_some(), "{cmd}");
         }

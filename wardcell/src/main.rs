@@ -7,6 +7,7 @@
 // `unsafe` is allowed in `sys` alone (one fork).
 #![deny(unsafe_code)]
 
+mod approvals;
 mod cli;
 mod context;
 mod credentials;
@@ -22,7 +23,7 @@ mod zones;
 
 use std::process::ExitCode;
 
-use cli::{Command, LogsCommand, Parsed, PolicyCommand, ZoneCommand};
+use cli::{ApprovalsCommand, Command, LogsCommand, Parsed, PolicyCommand, ZoneCommand};
 use error::Error;
 use location::Location;
 
@@ -111,6 +112,15 @@ fn dispatch(
             Location::Host,
         ) => logs::show(&id, category.as_deref(), output)?,
         (Command::Logs(LogsCommand::Verify { id }), Location::Host) => logs::verify(&id)?,
+        (Command::Approvals(cmd), Location::Host) => match cmd {
+            ApprovalsCommand::List { output } => approvals::list(output)?,
+            ApprovalsCommand::Show { id, output } => approvals::show(&id, output)?,
+            ApprovalsCommand::Approve { id, reason } => {
+                approvals::answer(&id, true, reason.as_deref().unwrap_or("approved"))?;
+            }
+            ApprovalsCommand::Deny { id, reason } => approvals::answer(&id, false, &reason)?,
+            ApprovalsCommand::Watch => approvals::watch()?,
+        },
         (Command::Doctor { config }, Location::Host) => {
             return Ok(ExitCode::from(doctor::run(config.file.as_deref())));
         }

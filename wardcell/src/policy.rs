@@ -18,6 +18,11 @@ fn plural(n: usize, word: &str) -> String {
 /// Load and check the configuration and resolve every zone; run nothing.
 pub fn check(config: &ConfigArg) -> Result<(), Error> {
     let host = context::load(config.file.as_deref())?;
+    if host.config.approval.is_none() {
+        if let Some(z) = host.config.zones.iter().find(|z| z.requires_approval) {
+            return Err(Error::NoPlugin(z.name.clone()));
+        }
+    }
     let plan = resolve::resolve(
         &host.config,
         StartRequest::Default,

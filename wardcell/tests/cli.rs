@@ -400,7 +400,11 @@ fn help_lists_only_what_works_here() {
     let s = Scratch::new("help");
     assert_eq!(
         commands(&help(&s, &["--help"], &[])),
-        ["run", "policy", "zone", "logs", "doctor"]
+        ["run", "policy", "zone", "logs", "approvals", "doctor"]
+    );
+    assert_eq!(
+        commands(&help(&s, &["approvals", "--help"], &[])),
+        ["list", "show", "approve", "deny", "watch"]
     );
     assert_eq!(commands(&help(&s, &["zone", "--help"], &[])), ["list"]);
     assert_eq!(

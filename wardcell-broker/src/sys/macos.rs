@@ -1,0 +1,116 @@
+//! The broker's macOS system calls: who is on the other end of a supervisor's socket,
+//! by the kernel's audit token and Seatbelt's answer for it.
+//!
+//! 1. `LOCAL_PEERTOKEN`: the audit token of the process that connected (taken by the
+//!    kernel at connect time; a pid is not, a token is not reused);
+//! 2. its effective uid must be ours;
+//! 3. `sandbox_check_by_audit_token`: may that process look up the sandbox's identity
+//!    name (only this sandbox's profile allows it), and is it denied a name every
+//!    wardcell profile denies (an unsandboxed process is allowed everything)?
+//!    `seatbelt::peer_verdict` decides from the two answers.
+//!
+//! Compiled for macOS and checked in CI; not yet called, because the macOS broker does
+//! not start sandboxes yet (README, "macOS"). Untested on a Mac.
+#![allow(dead_code)]
+
+use std::ffi::{c_char, c_int, CString};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+
+use wardcell_common::seatbelt;
+
+/// `audit_token_t`: eight 32-bit words, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AuditToken {
+    val: [u32; 8],
+}
+
+/// `SANDBOX_FILTER_GLOBAL_NAME` of libsandbox's `enum sandbox_filter_type`.
+const SANDBOX_FILTER_GLOBAL_NAME: c_int = 2;
+
+extern "C" {
+    fn sandbox_check_by_audit_token(
+        token: AuditToken,
+        operation: *const c_char,
+        filter: c_int,
+        ...
+    ) -> c_int;
+    /// Or'd into the filter type: ask without logging a violation.
+    static SANDBOX_CHECK_NO_REPORT: c_int;
+}
+
+#[link(name = "bsm")]
+extern "C" {
+    fn audit_token_to_euid(token: AuditToken) -> libc::uid_t;
+    fn audit_token_to_pid(token: AuditToken) -> libc::pid_t;
+}
+
+/// The audit token of the process at the other end of a connected Unix socket.
+pub fn peer_token(fd: BorrowedFd<'_>) -> io::Result<AuditToken> {
+    let mut token = AuditToken::default();
+    let mut len = std::mem::size_of::<AuditToken>() as libc::socklen_t;
+    // SAFETY: `token` is a writable buffer of `len` bytes that outlives the call; the
+    // kernel writes at most `len` bytes and stores the length it wrote.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_LOCAL,
+            libc::LOCAL_PEERTOKEN,
+            (&mut token as *mut AuditToken).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if len as usize != std::mem::size_of::<AuditToken>() {
+        return Err(io::Error::other("short audit token"));
+    }
+    Ok(token)
+}
+
+/// The token's effective uid and pid.
+pub fn token_ids(token: AuditToken) -> (libc::uid_t, libc::pid_t) {
+    // SAFETY: both read fields of the token passed by value; no pointers.
+    unsafe { (audit_token_to_euid(token), audit_token_to_pid(token)) }
+}
+
+/// Whether Seatbelt lets the token's process look up the Mach global name `name`.
+pub fn may_look_up(token: AuditToken, name: &str) -> io::Result<bool> {
+    let op = CString::new("mach-lookup").expect("no NUL");
+    let name = CString::new(name).map_err(|_| io::Error::other("a NUL in the name"))?;
+    // SAFETY: the strings are NUL-terminated and outlive the call; the variadic
+    // argument is the one `char *` a GLOBAL_NAME filter takes; the flag is a constant
+    // the library exports.
+    let rc = unsafe {
+        sandbox_check_by_audit_token(
+            token,
+            op.as_ptr(),
+            SANDBOX_FILTER_GLOBAL_NAME | SANDBOX_CHECK_NO_REPORT,
+            name.as_ptr(),
+        )
+    };
+    match rc {
+        0 => Ok(true),
+        1 => Ok(false),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// The peer's pid if it is a process of the sandbox whose identity is `identity`.
+pub fn verify_peer(conn: &UnixStream, identity: &str) -> Result<libc::pid_t, String> {
+    use std::os::fd::AsFd;
+    let token = peer_token(conn.as_fd()).map_err(|e| format!("LOCAL_PEERTOKEN: {e}"))?;
+    let (euid, pid) = token_ids(token);
+    let uid = nix::unistd::getuid().as_raw();
+    if euid != uid {
+        return Err(format!("peer uid {euid} is not {uid}"));
+    }
+    let own = may_look_up(token, identity).map_err(|e| format!("sandbox_check: {e}"))?;
+    let never =
+        may_look_up(token, seatbelt::NEVER_ALLOWED).map_err(|e| format!("sandbox_check: {e}"))?;
+    seatbelt::peer_verdict(own, never).map_err(|e| format!("peer {pid} {e}"))?;
+    Ok(pid)
+}

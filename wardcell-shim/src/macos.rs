@@ -1,0 +1,146 @@
+//! The shim on macOS: no namespaces, no view; a Seatbelt profile made from the same
+//! spec confines the command.
+//!
+//! The broker starts this binary with the control socket at fd 3. It then:
+//!
+//! 1. reads the sandbox spec (after a Hello) from fd 3;
+//! 2. writes the Seatbelt profile for it (`wardcell_common::seatbelt`) and checks the
+//!    sandbox's identity name; either failing refuses the sandbox;
+//! 3. waits for the broker's `Proceed` (a run whose proxy intercepts TLS is refused:
+//!    the CA bundle has no private place to live without a view);
+//! 4. starts a session (or, with a pty, takes the terminal's foreground), enters the
+//!    working directory, marks every fd above 2 close-on-exec, puts SIGPIPE back at its
+//!    default;
+//! 5. applies the profile with `sandbox_init_with_parameters`, the identity as
+//!    `WARDCELL_IDENTITY`: from here on this process and everything it starts carry it,
+//!    and it cannot be lifted;
+//! 6. execs the command. A failed step or exec is reported on fd 3 and nothing runs.
+//!
+//! There is no init here: the command replaces the shim, and the broker, its parent,
+//! waits for it. Untested on a Mac (this repository's CI is Linux); the profile text it
+//! applies is tested on every platform (common/src/seatbelt.rs).
+
+mod sys;
+
+use std::io::Write;
+
+use wardcell_common::protocol::{self, ShimReport, ShimRequest};
+use wardcell_common::seatbelt;
+
+use crate::{exec, read_spec, report, setup_failed};
+
+pub fn main() {
+    match std::env::args().nth(1).as_deref() {
+        Some("--version") => {
+            println!("wardcell-shim {}", env!("CARGO_PKG_VERSION"));
+            return;
+        }
+        Some("--probe") => probe(),
+        _ => {}
+    }
+
+    // 1. The spec.
+    let mut control = match sys::control_socket() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: wardcell-shim is started by wardcell-broker, not by hand ({e})");
+            std::process::exit(1);
+        }
+    };
+    let spec = match read_spec(&mut control) {
+        Ok(s) => s,
+        Err(_) => std::process::exit(1),
+    };
+
+    // 2. The profile and the identity it carries.
+    let profile = match seatbelt::profile(&spec) {
+        Ok(p) => p,
+        Err(e) => setup_failed(&mut control, "seatbelt", e),
+    };
+    if !seatbelt::is_identity(&spec.seatbelt_identity) {
+        setup_failed(
+            &mut control,
+            "seatbelt",
+            format!(
+                "the broker gave no valid sandbox identity ({:?})",
+                spec.seatbelt_identity
+            ),
+        );
+    }
+
+    // 3. The broker's go.
+    match protocol::read_frame::<ShimRequest>(&mut control) {
+        Ok(ShimRequest::Proceed { ca_pem: None }) => {}
+        Ok(ShimRequest::Proceed { ca_pem: Some(_) }) => setup_failed(
+            &mut control,
+            "start",
+            "TLS interception is not available on macOS yet: a zone whose proxy attaches credentials cannot run here".into(),
+        ),
+        Ok(ShimRequest::Start(_)) => setup_failed(&mut control, "start", "a second Start".into()),
+        Err(_) => std::process::exit(1),
+    }
+
+    // 4. Session, directory, descriptors, SIGPIPE.
+    if spec.controlling_tty {
+        let me = nix::unistd::getpid();
+        if let Err(e) =
+            nix::unistd::setpgid(me, me).and_then(|()| nix::unistd::tcsetpgrp(std::io::stdin(), me))
+        {
+            setup_failed(
+                &mut control,
+                "terminal",
+                format!("taking the foreground: {e}"),
+            );
+        }
+    } else if let Err(e) = nix::unistd::setsid() {
+        setup_failed(&mut control, "setsid", e.to_string());
+    }
+    if let Err(e) = std::env::set_current_dir(&spec.cwd) {
+        setup_failed(
+            &mut control,
+            "cwd",
+            format!(
+                "cannot enter the working directory {}: {e}",
+                spec.cwd.display()
+            ),
+        );
+    }
+    if let Err(e) = sys::cloexec_from(3) {
+        setup_failed(&mut control, "descriptors", e.to_string());
+    }
+    sys::sigpipe_default();
+
+    // 5. Seatbelt, last before exec.
+    if let Err(e) = sys::apply(&profile, &spec.seatbelt_identity) {
+        setup_failed(&mut control, "seatbelt", e);
+    }
+    let _ = control.flush();
+
+    // 6. The command.
+    let errno = exec(&spec);
+    report(&mut control, &ShimReport::ExecFailed { errno });
+    std::process::exit(if errno == libc::ENOENT { 127 } else { 126 })
+}
+
+/// `--probe`, for `wardcell doctor`: whether this Mac applies a wardcell profile (in a
+/// throwaway child), as `key=value` lines.
+fn probe() -> ! {
+    let spec = wardcell_common::plan::SandboxSpec {
+        argv: Vec::new(),
+        env: Vec::new(),
+        cwd: "/".into(),
+        view: Vec::new(),
+        tcp_connect: Vec::new(),
+        controlling_tty: false,
+        proxy_port: None,
+        system_roots: None,
+        denied: Vec::new(),
+        seatbelt_identity: String::new(),
+    };
+    let result = seatbelt::profile(&spec).and_then(|p| sys::probe(&p));
+    match result {
+        Ok(()) => println!("seatbelt=ok"),
+        Err(e) => println!("seatbelt=failed ({e})"),
+    }
+    std::process::exit(0)
+}
