@@ -215,6 +215,8 @@ mod tests {
             name: name.into(),
             hosts: vec![host.into()],
             paths: Vec::new(),
+            methods: Vec::new(),
+            placeholder: None,
             scheme: CredentialScheme::Bearer,
             username: None,
             header: None,

@@ -126,8 +126,13 @@ pub struct Profile {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Credential {
     pub name: String,
+    /// `host` or `host:port`; without a port, 443.
     pub hosts: Vec<String>,
     pub paths: Vec<String>,
+    /// Empty: `plan::DEFAULT_METHODS`.
+    pub methods: Vec<String>,
+    /// A variable the sandbox gets set to `plan::PLACEHOLDER_VALUE`.
+    pub placeholder: Option<String>,
     pub scheme: Scheme,
     pub username: Option<String>,
     pub header: Option<String>,
@@ -539,6 +544,8 @@ struct RawCredential {
     hosts: Option<List>,
     #[serde(default)]
     paths: List,
+    methods: Option<Spanned<List>>,
+    placeholder: Option<Spanned<String>>,
     scheme: Option<Spanned<String>>,
     username: Option<Spanned<String>>,
     header: Option<Spanned<String>>,
@@ -1187,7 +1194,7 @@ impl<'a> Checker<'a> {
                     ));
                 }
                 for h in hosts {
-                    if let Err(why) = check_host(h.get_ref()) {
+                    if let Err(why) = check_credential_host(h.get_ref()) {
                         self.push(doc.err(&h.span(), format!("{key}.hosts"), why));
                     }
                 }
@@ -1204,6 +1211,30 @@ impl<'a> Checker<'a> {
                         p.get_ref()
                     ),
                 ));
+            }
+        }
+        let mut methods = Vec::new();
+        if let Some(m) = &c.methods {
+            if m.get_ref().is_empty() {
+                self.push(doc.err(
+                    &m.span(),
+                    format!("{key}.methods"),
+                    "is empty: list the methods it is attached for, or leave `methods` out for GET HEAD POST PUT PATCH DELETE",
+                ));
+            }
+            for one in m.get_ref() {
+                match check_method(one.get_ref()) {
+                    Ok(()) if !methods.contains(one.get_ref()) => {
+                        methods.push(one.get_ref().clone())
+                    }
+                    Ok(()) => {}
+                    Err(why) => self.push(doc.err(&one.span(), format!("{key}.methods"), why)),
+                }
+            }
+        }
+        if let Some(p) = &c.placeholder {
+            if let Err(why) = check_placeholder(p.get_ref()) {
+                self.push(doc.err(&p.span(), format!("{key}.placeholder"), why));
             }
         }
         let scheme = match c.scheme.as_ref().map(|s| (s, s.get_ref().as_str())) {
@@ -1276,6 +1307,8 @@ impl<'a> Checker<'a> {
             name: name.get_ref().clone(),
             hosts,
             paths: c.paths.iter().map(|p| p.get_ref().clone()).collect(),
+            methods,
+            placeholder: c.placeholder.as_ref().map(|p| p.get_ref().clone()),
             scheme,
             username: c.username.as_ref().map(|u| u.get_ref().clone()),
             header: c.header.as_ref().map(|h| h.get_ref().clone()),
@@ -1428,6 +1461,102 @@ fn check_host(host: &str) -> Result<(), String> {
             "{host:?} is not a host name: write a name like \"crates.io\", or \"*.crates.io\" for its subdomains"
         ))
     }
+}
+
+/// A credential's host: exact (no `*.`), with an optional port: `git.example.com`,
+/// `git.example.com:8443`, `10.0.0.1:8443`, `[::1]:8443`.
+fn check_credential_host(entry: &str) -> Result<(), String> {
+    const HINT: &str =
+        "write host or host:port, like \"git.example.com\" (port 443) or \"git.example.com:8443\"";
+    let (host, port) = match entry.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((_, "")) => (entry, None),
+            Some((_, after)) => (
+                &entry[..entry.len() - after.len()],
+                Some(after.strip_prefix(':').unwrap_or(after)),
+            ),
+            None => return Err(format!("{entry:?} has an unclosed `[`; {HINT}")),
+        },
+        None => match entry.rsplit_once(':') {
+            Some((h, _)) if h.contains(':') => {
+                return Err(format!(
+                    "{entry:?}: write an IPv6 address in brackets, like \"[::1]:8443\""
+                ))
+            }
+            Some((h, p)) => (h, Some(p)),
+            None => (entry, None),
+        },
+    };
+    if let Some(port) = port {
+        let ok = !port.is_empty()
+            && port.bytes().all(|c| c.is_ascii_digit())
+            && matches!(port.parse::<u32>(), Ok(1..=65535));
+        if !ok {
+            return Err(format!(
+                "{entry:?}: the port must be a number from 1 to 65535; {HINT}"
+            ));
+        }
+    }
+    if host.starts_with("*.") {
+        return Err(format!(
+            "{entry:?}: a credential names exact hosts, not \"*.\" patterns: list each host"
+        ));
+    }
+    check_host(host).map_err(|why| format!("{why}; {HINT}"))
+}
+
+/// An HTTP method a credential may be attached for: a token in capitals, never one that
+/// echoes the request back or opens a tunnel.
+fn check_method(m: &str) -> Result<(), String> {
+    if crate::plan::NEVER_METHODS.contains(&m) {
+        return Err(format!(
+            "{m} is never attached a credential (TRACE and TRACK echo the request back, CONNECT opens a tunnel): remove it"
+        ));
+    }
+    let ok = !m.is_empty()
+        && m.len() <= 32
+        && m.bytes()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'-' || c == b'_');
+    if !ok {
+        return Err(format!(
+            "{m:?} is not an HTTP method: write it in capitals, like \"GET\""
+        ));
+    }
+    Ok(())
+}
+
+/// A placeholder's variable: a shell-style name, not one of wardcell's own.
+fn check_placeholder(v: &str) -> Result<(), String> {
+    let b = v.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 128
+        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_');
+    if !ok {
+        return Err(format!(
+            "{v:?} is not a variable name: letters, digits and `_`, not starting with a digit"
+        ));
+    }
+    // What the broker sets in every sandbox with network (wardcell-broker/src/spec.rs).
+    const SET_BY_WARDCELL: &[&str] = &[
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "SSL_CERT_FILE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "REQUESTS_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+    ];
+    if v.starts_with("WARDCELL_") || SET_BY_WARDCELL.contains(&v) {
+        return Err(format!(
+            "{v:?} is one of the variables wardcell sets itself"
+        ));
+    }
+    Ok(())
 }
 
 /// `host:port`, port 1-65535.
@@ -1946,6 +2075,88 @@ network = {{ allow = ["a.com:443", "b.com:443"] }}
             c.credentials["c"].secret,
             SecretSource::Command(vec!["pass".into(), "git".into()])
         );
+    }
+
+    #[test]
+    fn credential_hosts_ports_methods_and_placeholders() {
+        let tail = "scheme = \"bearer\"\nsecret = { env = \"T\" }\n";
+        let ok = |lines: &str| {
+            parse(&format!("{AGENT}[credentials.c]\n{lines}{tail}"), FILE)
+                .unwrap_or_else(|e| panic!("{lines}: {e}"))
+                .credentials["c"]
+                .clone()
+        };
+        let c = ok("hosts = [\"a.example\", \"a.example:8443\", \"10.0.0.1:80\", \"[::1]\", \"[::1]:8443\"]\n");
+        assert_eq!(c.hosts.len(), 5);
+        assert!(c.methods.is_empty() && c.placeholder.is_none());
+        let c = ok("hosts = [\"a.example\"]\nmethods = [\"GET\", \"OPTIONS\", \"GET\"]\nplaceholder = \"ANTHROPIC_API_KEY\"\n");
+        assert_eq!(c.methods, ["GET", "OPTIONS"]);
+        assert_eq!(c.placeholder.as_deref(), Some("ANTHROPIC_API_KEY"));
+        for (line, key, needle) in [
+            (
+                "hosts = [\"a.example:0\"]",
+                "hosts",
+                "port must be a number",
+            ),
+            ("hosts = [\"a.example:\"]", "hosts", "port must be a number"),
+            (
+                "hosts = [\"a.example:99999\"]",
+                "hosts",
+                "port must be a number",
+            ),
+            ("hosts = [\"*.example.com\"]", "hosts", "exact hosts"),
+            ("hosts = [\"::1:443\"]", "hosts", "in brackets"),
+            ("hosts = [\"[::1\"]", "hosts", "unclosed"),
+            ("hosts = [\"[::1]x\"]", "hosts", "port must be a number"),
+            ("hosts = [\"a b:443\"]", "hosts", "not a host name"),
+            (
+                "hosts = [\"a\"]\nmethods = [\"TRACE\"]",
+                "methods",
+                "TRACE is never",
+            ),
+            (
+                "hosts = [\"a\"]\nmethods = [\"GET\", \"TRACK\"]",
+                "methods",
+                "TRACK is never",
+            ),
+            (
+                "hosts = [\"a\"]\nmethods = [\"CONNECT\"]",
+                "methods",
+                "CONNECT is never",
+            ),
+            (
+                "hosts = [\"a\"]\nmethods = [\"get\"]",
+                "methods",
+                "not an HTTP method",
+            ),
+            ("hosts = [\"a\"]\nmethods = []", "methods", "is empty"),
+            (
+                "hosts = [\"a\"]\nplaceholder = \"1KEY\"",
+                "placeholder",
+                "not a variable name",
+            ),
+            (
+                "hosts = [\"a\"]\nplaceholder = \"A=B\"",
+                "placeholder",
+                "not a variable name",
+            ),
+            (
+                "hosts = [\"a\"]\nplaceholder = \"WARDCELL_KEY\"",
+                "placeholder",
+                "wardcell sets",
+            ),
+            (
+                "hosts = [\"a\"]\nplaceholder = \"HTTPS_PROXY\"",
+                "placeholder",
+                "wardcell sets",
+            ),
+        ] {
+            let e = err(&format!("{AGENT}[credentials.c]\n{line}\n{tail}"));
+            let shown = e.to_string();
+            assert_eq!(e.key(), format!("credentials.c.{key}"), "{line}: {shown}");
+            assert!(shown.contains(needle), "{line}: {shown}");
+            assert!(!shown.contains('\n'), "{shown:?}");
+        }
     }
 
     #[test]

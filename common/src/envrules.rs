@@ -62,9 +62,68 @@ pub fn filter(
     out
 }
 
+/// The loopback names NO_PROXY may hold, as NO_PROXY writes them.
+pub const LOOPBACK_NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
+
+/// NO_PROXY for a sandbox whose proxy has the allow list `allow`: the loopback names
+/// that go straight to the sandbox's own loopback, which is every one of
+/// [`LOOPBACK_NAMES`] the list does not name. One the list names means the host's
+/// loopback, reached only through the proxy, so it is left out and clients send it
+/// there. Entries are compared as the proxy's allow list compares hosts: names in any
+/// case, IPv6 in any spelling (`[0:0::1]` is `::1`); `localhost:N` names `localhost`
+/// only (the proxy admits `127.0.0.1:N` only for an entry naming that address).
+pub fn no_proxy(allow: &[String]) -> String {
+    use std::net::IpAddr;
+    let canonical = |entry: &str| -> Option<String> {
+        let (host, _port) = entry.rsplit_once(':')?;
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        Some(match host.parse::<IpAddr>() {
+            Ok(ip) => ip.to_string(),
+            Err(_) => host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase(),
+        })
+    };
+    let named: Vec<String> = allow.iter().filter_map(|e| canonical(e)).collect();
+    LOOPBACK_NAMES
+        .iter()
+        .filter(|n| !named.iter().any(|h| h == *n))
+        .copied()
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn np(allow: &[&str]) -> String {
+        no_proxy(&allow.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn no_proxy_leaves_out_the_loopback_names_the_allow_list_names() {
+        assert_eq!(np(&[]), "localhost,127.0.0.1,::1");
+        assert_eq!(np(&["git.example.com:443"]), "localhost,127.0.0.1,::1");
+        assert_eq!(np(&["localhost:8443"]), "127.0.0.1,::1");
+        assert_eq!(np(&["127.0.0.1:80", "[::1]:80"]), "localhost");
+        // As the allow list compares them: case, a trailing dot, IPv6 spellings.
+        assert_eq!(np(&["LocalHost:8443"]), "127.0.0.1,::1");
+        assert_eq!(np(&["localhost.:8443"]), "127.0.0.1,::1");
+        assert_eq!(np(&["[0:0:0:0:0:0:0:1]:80"]), "localhost,127.0.0.1");
+        assert_eq!(np(&["[::0001]:80"]), "localhost,127.0.0.1");
+        // Not the same hosts to the allow list either.
+        assert_eq!(
+            np(&[
+                "*.localhost:80",
+                "a.localhost:80",
+                "127.0.0.2:80",
+                "[::ffff:127.0.0.1]:80"
+            ]),
+            "localhost,127.0.0.1,::1"
+        );
+    }
 
     #[test]
     fn globs() {

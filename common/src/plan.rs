@@ -42,14 +42,29 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Environment variables some credential reads: removed from every sandbox.
+    /// Environment variables some credential reads or stands in for with a placeholder:
+    /// removed from every sandbox (a caller's real key in a placeholder's variable never
+    /// enters one).
     pub fn credential_env_vars(&self) -> Vec<String> {
+        let read = self.credentials.iter().filter_map(|c| match &c.secret {
+            SecretPlan::Env(v) => Some(v.clone()),
+            _ => None,
+        });
+        let placeholders = self
+            .credentials
+            .iter()
+            .filter_map(|c| c.placeholder.clone());
+        read.chain(placeholders).collect()
+    }
+
+    /// The placeholder variables of the credentials `names` (a profile's), each set to
+    /// [`PLACEHOLDER_VALUE`]: what a sandbox whose proxy attaches them gets.
+    pub fn placeholder_env(&self, names: &[String]) -> Vec<(String, String)> {
         self.credentials
             .iter()
-            .filter_map(|c| match &c.secret {
-                SecretPlan::Env(v) => Some(v.clone()),
-                _ => None,
-            })
+            .filter(|c| names.contains(&c.name))
+            .filter_map(|c| c.placeholder.clone())
+            .map(|var| (var, PLACEHOLDER_VALUE.to_string()))
             .collect()
     }
 
@@ -87,14 +102,29 @@ impl Plan {
     }
 }
 
+/// What a sandbox finds in a credential's `placeholder` variable: fixed, public, and
+/// never a secret. The proxy sets the credential's header on the requests it attaches
+/// to, so the placeholder a client puts there is replaced; anywhere else it goes as sent.
+pub const PLACEHOLDER_VALUE: &str = "wardcell-placeholder-not-a-secret";
+
+/// Methods a credential is attached for when it names none.
+pub const DEFAULT_METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
+
+/// Methods no credential is ever attached for.
+pub const NEVER_METHODS: &[&str] = &["TRACE", "TRACK", "CONNECT"];
+
 /// A credential a zone's proxy may attach to requests.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct CredentialPlan {
     pub name: String,
-    /// Host names it is attached for (exact match).
+    /// `host` or `host:port` (without a port: 443), exact match on both.
     pub hosts: Vec<String>,
-    /// Request path patterns (`*` glob); empty means every path.
+    /// Request path patterns (`*` glob) matched after normalisation; empty: every path.
     pub paths: Vec<String>,
+    /// Methods it is attached for; empty: [`DEFAULT_METHODS`].
+    pub methods: Vec<String>,
+    /// A variable set to [`PLACEHOLDER_VALUE`] in the sandboxes that get this credential.
+    pub placeholder: Option<String>,
     pub scheme: CredentialScheme,
     /// For `basic`.
     pub username: Option<String>,

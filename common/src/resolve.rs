@@ -191,6 +191,8 @@ fn credential_plan(c: &crate::config::Credential, home: &Path, cwd: &Path) -> Cr
         name: c.name.clone(),
         hosts: c.hosts.clone(),
         paths: c.paths.clone(),
+        methods: c.methods.clone(),
+        placeholder: c.placeholder.clone(),
         scheme: match c.scheme {
             Scheme::Basic => CredentialScheme::Basic,
             Scheme::Bearer => CredentialScheme::Bearer,

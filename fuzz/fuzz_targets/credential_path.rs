@@ -1,6 +1,7 @@
 //! Credential path matching (wardcell-proxy/src/credentials.rs): a pattern and a request
-//! path, split at the first NUL byte; the matcher must agree with a plain recursive one
-//! and never attach to a path with dot segments or encoded separators.
+//! path, split at the first NUL byte; the matcher must agree with a plain recursive one on
+//! the normalised path, and the normaliser must keep its invariants (fuzz.rs says which):
+//! never a dot segment, `;`, backslash, repeated slash or encoded separator admitted.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -84,3 +84,51 @@ both!(credential_sources_never_reach_a_sandbox, |fx| {
     assert!(!out.stdout.contains("SOME_SERVICE_CREDENTIAL"), "{out:?}");
     assert!(out.stdout.contains("end"), "{out:?}");
 });
+
+// `policy check` refuses what a credential may not say, one line each, naming the place:
+// a host with a bad port or a `*.` pattern, TRACE/TRACK/CONNECT or a lower-case method,
+// a placeholder that is no variable name or one wardcell sets itself.
+both!(policy_check_refuses_bad_credential_rules, |fx| {
+    let good = "hosts = [\"api.example.com:8443\", \"git.example.com\"]\nmethods = [\"GET\", \"POST\"]\nplaceholder = \"ANTHROPIC_API_KEY\"";
+    for (rule, needle) in [
+        (good, ""),
+        (
+            "hosts = [\"api.example.com:0\"]",
+            "the port must be a number",
+        ),
+        ("hosts = [\"*.example.com\"]", "exact hosts"),
+        (
+            "hosts = [\"a.io\"]\nmethods = [\"TRACE\"]",
+            "TRACE is never",
+        ),
+        (
+            "hosts = [\"a.io\"]\nmethods = [\"GET\", \"CONNECT\"]",
+            "CONNECT is never",
+        ),
+        (
+            "hosts = [\"a.io\"]\nmethods = [\"post\"]",
+            "not an HTTP method",
+        ),
+        (
+            "hosts = [\"a.io\"]\nplaceholder = \"MY-KEY\"",
+            "not a variable name",
+        ),
+        (
+            "hosts = [\"a.io\"]\nplaceholder = \"SSL_CERT_FILE\"",
+            "wardcell sets",
+        ),
+    ] {
+        fx.config(&format!(
+            "[zones.agent]\nprofile = \"readonly\"\ndefault = true\n\n[credentials.api]\n{rule}\nscheme = \"header\"\nheader = \"X-Api-Key\"\nsecret = {{ env = \"SOME_KEY\" }}\n"
+        ));
+        let out = fx.run(&["policy", "check"]);
+        if needle.is_empty() {
+            out.ok();
+            continue;
+        }
+        out.expect_code(1);
+        assert!(out.stderr.contains(needle), "{rule}: {out:?}");
+        assert!(out.stderr.contains("credentials.api."), "{rule}: {out:?}");
+        assert_eq!(out.stderr.lines().count(), 1, "{rule}: {out:?}");
+    }
+});

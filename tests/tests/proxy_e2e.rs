@@ -459,7 +459,7 @@ read = ["{bin}"]
 network = {{ allow = ["example.invalid:443"] }}
 
 [credentials.{CRED}]
-hosts = ["localhost"]
+hosts = ["localhost:{port}"]
 paths = ["{REPO_PATH}/*"]
 scheme = "basic"
 username = "x-access-token"
@@ -493,11 +493,21 @@ fn log_names(fx: &Fixture) -> BTreeSet<String> {
 /// the test CA and the token in `secret_env`, killed after 180 s. Returns what it printed
 /// and the run's audit log (its lines parsed, and its text).
 fn run(fx: &Fixture, up: &Upstream, secret_env: &str, sh: &str) -> (Out, Vec<Value>, String) {
+    run_env(fx, up, &[(secret_env, &up.token)], sh)
+}
+
+/// As [`run`], with the variables `env` (secrets among them) instead of the one token.
+fn run_env(
+    fx: &Fixture,
+    up: &Upstream,
+    env: &[(&str, &str)],
+    sh: &str,
+) -> (Out, Vec<Value>, String) {
     let before = log_names(fx);
     let mut cmd = fx.cmd(&["run", "--", "/bin/sh", "-c", sh]);
     cmd.env("PATH", run_path(fx))
         .env("SSL_CERT_FILE", &up.ca_pem)
-        .env(secret_env, &up.token)
+        .envs(env.iter().copied())
         .env("GIT_TERMINAL_PROMPT", "0")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -1359,3 +1369,378 @@ both!(
         assert_no_secret("the output", &out.stdout, &up);
     }
 );
+
+// ---------------------------------------------------------------------------
+// Credential rules: host and port, methods, ambiguous paths, placeholders, NO_PROXY
+// ---------------------------------------------------------------------------
+
+/// The API key's credential: header `X-Api-Key` under /v1/*, GET and POST only, its
+/// secret read from API_SECRET_VAR and a placeholder in PLACEHOLDER_VAR.
+const API_CRED: &str = "api";
+const API_SECRET_VAR: &str = "E2E_API_SECRET";
+/// Not matched by any built-in deny pattern: only the placeholder rule keeps the
+/// caller's value of it out of a sandbox.
+const PLACEHOLDER_VAR: &str = "AGENT_KEY";
+/// wardcell_common::plan::PLACEHOLDER_VALUE, as documented.
+const PLACEHOLDER: &str = "wardcell-placeholder-not-a-secret";
+
+/// Zones: `agent` (default; the server under other spellings of loopback, no
+/// credentials), `api` (authenticated: credentials `git` and `api` for localhost:PORT,
+/// and 127.0.0.1:PORT allowed but named by no credential), `portless` (authenticated: a
+/// credential for `localhost` with no port, which means 443).
+fn rules_config(fx: &Fixture, up: &Upstream) {
+    let bin = fx.bin.display();
+    let port = up.port;
+    fx.write(&fx.home.join("e2e/upstream-ca.pem"), &up.ca_text);
+    fx.config(&format!(
+        r#"
+[zones.agent]
+profile = "dev"
+default = true
+
+[zones.api]
+profile = "api"
+authenticated = true
+enter_from = ["agent"]
+
+[zones.portless]
+profile = "portless"
+authenticated = true
+enter_from = ["agent"]
+
+[profiles.dev]
+extends = "developer-readonly"
+read = ["{bin}"]
+network = {{ allow = ["LocalHost:{port}", "[0:0:0:0:0:0:0:1]:{port}"] }}
+
+[profiles.api]
+extends = "developer-readonly"
+read = ["{bin}"]
+network = {{ allow = ["localhost:{port}", "127.0.0.1:{port}"] }}
+credentials = ["{CRED}", "{API_CRED}"]
+
+[profiles.portless]
+extends = "developer-readonly"
+read = ["{bin}"]
+network = {{ allow = ["localhost:{port}"] }}
+credentials = ["portless"]
+
+[credentials.{CRED}]
+hosts = ["localhost:{port}"]
+paths = ["{REPO_PATH}/*"]
+scheme = "basic"
+username = "x-access-token"
+secret = {{ env = "COMPANY_GIT_TOKEN" }}
+
+[credentials.{API_CRED}]
+hosts = ["localhost:{port}"]
+paths = ["/v1/*"]
+methods = ["GET", "POST"]
+scheme = "header"
+header = "X-Api-Key"
+placeholder = "{PLACEHOLDER_VAR}"
+secret = {{ env = "{API_SECRET_VAR}" }}
+
+[credentials.portless]
+hosts = ["localhost"]
+scheme = "basic"
+username = "x-access-token"
+secret = {{ env = "COMPANY_GIT_TOKEN" }}
+"#
+    ));
+}
+
+/// The requests the server saw whose raw path contains `mark`.
+fn seen(up: &Upstream, mark: &str) -> Vec<Value> {
+    up.requests()
+        .into_iter()
+        .filter(|r| r["raw_path"].as_str().unwrap_or("").contains(mark))
+        .collect()
+}
+
+// A credential is attached for its host and port only (a portless entry means 443, so
+// the server's own port is tunnelled untouched), for its methods only (never TRACE), and
+// never to an ambiguous path: that gets 400 with one line, a `proxy.denied` event, and
+// nothing reaches the server; a host no credential names is not affected.
+both!(credentials_match_port_method_and_unambiguous_paths, |fx| {
+    let up = Upstream::start(&fx);
+    rules_config(&fx, &up);
+    let u = |p: &str| up.url(p);
+    let ambiguous = [
+        ("dotdot", "/repo.git/../repo.git/m-dotdot"),
+        ("dot", "/repo.git/./m-dot"),
+        ("enc-slash", "/repo.git/a%2Fm-encslash"),
+        ("enc-dot", "/repo.git/%2e%2E/m-encdot"),
+        ("enc-pct", "/repo.git/a%252fm-encpct"),
+        ("enc-bslash", "/repo.git/a%5cm-encbslash"),
+        ("enc-semicolon", "/repo.git/a%3Bm-encsemicolon"),
+        ("semicolon", "/repo.git/m-semicolon;a=b"),
+        ("slashes", "/repo.git//m-slashes"),
+    ];
+    let mut inner = String::new();
+    for (tag, args) in [
+        ("get", format!("'{}'", u("/repo.git/m-get"))),
+        ("delete", format!("-X DELETE '{}'", u("/repo.git/m-delete"))),
+        ("options", format!("-X OPTIONS '{}'", u("/repo.git/m-options"))),
+        ("trace", format!("-X TRACE '{}'", u("/repo.git/m-trace"))),
+        ("encoded", format!("'{}'", u("/%72epo.git/m-unreserved"))),
+        (
+            "tunnel-dotdot",
+            format!(
+                "--path-as-is --cacert \"$HOME/e2e/upstream-ca.pem\" 'https://127.0.0.1:{}/repo.git/../m-tunnel'",
+                up.port
+            ),
+        ),
+    ] {
+        inner.push_str(&curl_line(tag, &args));
+    }
+    for (tag, path) in ambiguous {
+        inner.push_str(&curl_line(tag, &format!("--path-as-is '{}'", u(path))));
+    }
+    inner.push_str(&format!(
+        "echo \"== body\"; curl -sS --max-time 30 --path-as-is '{}'; echo \"== end\"\n",
+        u("/repo.git/../m-body")
+    ));
+    let in_api = script(&fx, "rules.sh", &inner);
+    let in_portless = script(
+        &fx,
+        "portless.sh",
+        &curl_line(
+            "portless",
+            &format!(
+                "--cacert \"$HOME/e2e/upstream-ca.pem\" '{}'",
+                u("/repo.git/m-portless")
+            ),
+        ),
+    );
+    let (out, log, log_text) = run_env(
+        &fx,
+        &up,
+        &[("COMPANY_GIT_TOKEN", &up.token), (API_SECRET_VAR, "e2e-api-key")],
+        &format!(
+            "wardcell zone enter api -- sh {in_api}; wardcell zone enter portless -- sh {in_portless}"
+        ),
+    );
+    out.ok();
+    let auth = |mark: &str| -> Vec<Value> {
+        seen(&up, mark)
+            .into_iter()
+            .map(|r| r["authorization"].clone())
+            .collect()
+    };
+    let with = Value::from(up.basic());
+    // Default methods: GET and DELETE get it; OPTIONS and TRACE do not.
+    // (Past the server's auth: git http-backend has no such file.)
+    assert_eq!(field(&out, "get", "code"), "404", "{out:#?}");
+    assert_eq!(auth("m-get"), vec![with.clone()]);
+    assert_eq!(auth("m-delete"), vec![with.clone()]);
+    assert_eq!(field(&out, "options", "code"), "401", "{out:#?}");
+    assert_eq!(auth("m-options"), vec![Value::Null]);
+    assert_eq!(auth("m-trace"), vec![Value::Null], "{out:#?}");
+    // An escaped unreserved character is the character: matched, and attached.
+    assert_eq!(auth("m-unreserved"), vec![with]);
+    // 127.0.0.1 is named by no credential: tunnelled as it is, the server decides.
+    assert_eq!(field(&out, "tunnel-dotdot", "code"), "401", "{out:#?}");
+    assert_eq!(auth("m-tunnel"), vec![Value::Null]);
+    // A credential for `localhost` (443) is not one for localhost:PORT: tunnelled (the
+    // server's own certificate is accepted), nothing attached.
+    assert_eq!(field(&out, "portless", "code"), "401", "{out:#?}");
+    assert_eq!(auth("m-portless"), vec![Value::Null]);
+    // Ambiguous paths: 400 from the proxy, nothing sent.
+    for (tag, path) in ambiguous {
+        assert_eq!(field(&out, tag, "code"), "400", "{tag}: {out:#?}");
+        let mark = path.rsplit('/').next().unwrap().split(';').next().unwrap();
+        assert!(seen(&up, mark).is_empty(), "{tag} reached the server");
+    }
+    assert!(seen(&up, "m-body").is_empty());
+    let body = section(&out.stdout, "body");
+    assert_eq!(body.len(), 1, "one line: {body:?}");
+    assert!(
+        body[0].starts_with(&format!("wardcell: localhost:{}: ", up.port))
+            && body[0].contains("ambiguous (it has a `.` or `..` segment)"),
+        "{body:?}"
+    );
+    let denied: Vec<_> = events(&log, "proxy.denied")
+        .filter(|e| {
+            e["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("ambiguous path")
+        })
+        .collect();
+    assert_eq!(denied.len(), ambiguous.len() + 1, "{log_text}");
+    assert!(
+        denied
+            .iter()
+            .all(|e| e["host"] == "localhost" && e["port"] == up.port && e["zone"] == "api"),
+        "{log_text}"
+    );
+    assert_no_secret("what the sandbox printed", &out.stdout, &up);
+    assert_no_secret("the run's audit log", &log_text, &up);
+});
+
+// The recipe: the agent's key is attached outside through a placeholder. Inside, the
+// variable holds the placeholder (the caller's real key in it is gone, in every zone);
+// curl and Python's urllib send the placeholder and the server receives the key, for
+// the credential's paths and methods only; elsewhere the placeholder goes as sent. The
+// key is nowhere a sandboxed process can read, nor in the audit log.
+both!(the_agents_key_arrives_through_its_placeholder_only, |fx| {
+    let up = Upstream::start(&fx);
+    rules_config(&fx, &up);
+    let key = format!("sk-e2e-{}", fresh_token());
+    let u = |p: &str| up.url(p);
+    let send = |tag: &str, method: &str, path: &str| {
+        curl_line(
+            tag,
+            &format!(
+                "-X {method} -H \"X-Api-Key: ${PLACEHOLDER_VAR}\" -H 'Content-Type: application/json' {data} '{}'",
+                u(path),
+                data = if method == "POST" { "-d '{}'" } else { "" },
+            ),
+        )
+    };
+    let dump = "echo \"== env $WARDCELL_ZONE\"; env\n\
+         echo \"== proc $WARDCELL_ZONE\"\n\
+         for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline /proc/self/environ; do\n\
+           { tr '\\0' '\\n' < \"$f\"; } 2>/dev/null\n\
+         done\n\
+         echo \"== files $WARDCELL_ZONE\"\n\
+         for d in \"$HOME\" \"$PWD\" /tmp; do\n\
+           find \"$d\" -xdev -type f -readable -size -16M 2>/dev/null\n\
+         done | while IFS= read -r f; do echo \"-- $f\"; cat \"$f\" 2>/dev/null; echo; done | head -c 67108864\n\
+         echo \"== end $WARDCELL_ZONE\"\n";
+    let mut inner = format!("echo \"placeholder value=${PLACEHOLDER_VAR}\"\n");
+    inner.push_str(&send("messages", "POST", "/v1/messages"));
+    inner.push_str(&send("models", "GET", "/v1/models"));
+    inner.push_str(&send("put", "PUT", "/v1/k-put"));
+    inner.push_str(&send("elsewhere", "GET", "/k-elsewhere"));
+    inner.push_str(&format!(
+        "python3 -c 'import os, urllib.request as u; r = u.Request(\"{}\", headers={{\"X-Api-Key\": os.environ[\"{PLACEHOLDER_VAR}\"]}}); print(\"python code=%d\" % u.urlopen(r, timeout=30).status)'\n",
+        u("/v1/k-python")
+    ));
+    inner.push_str(dump);
+    let in_api = script(&fx, "key.sh", &inner);
+    let in_agent = script(
+        &fx,
+        "agent-key.sh",
+        &format!(
+            "echo \"agent-key set=${{{PLACEHOLDER_VAR}+yes}}${{{PLACEHOLDER_VAR}-no}}\"\n{dump}"
+        ),
+    );
+    let (out, log, log_text) = run_env(
+        &fx,
+        &up,
+        &[
+            ("COMPANY_GIT_TOKEN", &up.token),
+            (API_SECRET_VAR, &key),
+            // Where the agent looks for its key, as a user would have it.
+            (PLACEHOLDER_VAR, &key),
+        ],
+        &format!("sh {in_agent}; wardcell zone enter api -- sh {in_api}"),
+    );
+    out.ok();
+    assert_eq!(field(&out, "placeholder", "value"), PLACEHOLDER);
+    assert_eq!(field(&out, "agent-key", "set"), "no", "{out:#?}");
+    let keys = |mark: &str| -> Vec<(String, Value)> {
+        seen(&up, mark)
+            .into_iter()
+            .map(|r| {
+                (
+                    r["method"].as_str().unwrap().to_string(),
+                    r["x_api_key"].clone(),
+                )
+            })
+            .collect()
+    };
+    for tag in ["messages", "models", "put", "elsewhere", "python"] {
+        assert_eq!(field(&out, tag, "code"), "200", "{tag}: {out:#?}");
+    }
+    let k = Value::from(key.as_str());
+    let p = Value::from(PLACEHOLDER);
+    assert_eq!(keys("/v1/messages"), vec![("POST".into(), k.clone())]);
+    assert_eq!(keys("/v1/models"), vec![("GET".into(), k.clone())]);
+    assert_eq!(keys("/v1/k-python"), vec![("GET".into(), k.clone())]);
+    // Not its method, not its path: the placeholder, as sent.
+    assert_eq!(keys("k-put"), vec![("PUT".into(), p.clone())]);
+    assert_eq!(keys("k-elsewhere"), vec![("GET".into(), p)]);
+    // The key went with exactly those three requests.
+    assert_eq!(
+        up.requests()
+            .iter()
+            .filter(|r| r["x_api_key"] == k
+                || r["authorization"]
+                    .as_str()
+                    .is_some_and(|a| a.contains(&key)))
+            .count(),
+        3
+    );
+    for zone in ["agent", "api"] {
+        assert!(out.stdout.contains(&format!("== end {zone}")), "{out:#?}");
+        let env = section(&out.stdout, &format!("env {zone}"));
+        assert!(
+            env.iter().any(|l| l.starts_with("PATH=")),
+            "{zone}: {env:?}"
+        );
+    }
+    for (what, text) in [
+        ("what sandboxes could read", &out.stdout),
+        ("wardcell's stderr", &out.stderr),
+        ("the run's audit log", &log_text),
+    ] {
+        assert!(!text.contains(&key), "the key is in {what}:\n{text}");
+    }
+    assert_eq!(
+        events(&log, "proxy.connect")
+            .filter(|e| e["credential"] == API_CRED)
+            .count(),
+        3,
+        "{log_text}"
+    );
+});
+
+// NO_PROXY and the allow list agree on loopback, however the list spells it: `LocalHost`
+// and `[0:0:0:0:0:0:0:1]` name localhost and ::1, so clients send those to the proxy
+// (which admits them), while 127.0.0.1, which the list does not name, is the sandbox's
+// own loopback for NO_PROXY and refused by the proxy alike.
+both!(no_proxy_and_the_allow_list_agree_on_loopback, |fx| {
+    let up = Upstream::start(&fx);
+    rules_config(&fx, &up);
+    let ca = "--cacert \"$HOME/e2e/upstream-ca.pem\"";
+    let mut sh = "echo \"no-proxy value=$NO_PROXY lower=$no_proxy\"\n".to_string();
+    sh.push_str(&curl_line(
+        "name",
+        &format!("{ca} '{}'", up.url("/np-name")),
+    ));
+    sh.push_str(&curl_line(
+        "ip-direct",
+        &format!("{ca} 'https://127.0.0.1:{}/np-direct'", up.port),
+    ));
+    sh.push_str(&curl_line(
+        "ip-proxy",
+        &format!("{ca} --noproxy '' 'https://127.0.0.1:{}/np-proxy'", up.port),
+    ));
+    sh.push_str(&curl_line(
+        "v6",
+        &format!("{ca} 'https://[::1]:{}/np-v6'", up.port),
+    ));
+    let (out, log, log_text) = run(&fx, &up, "COMPANY_GIT_TOKEN", &sh);
+    out.ok();
+    assert_eq!(field(&out, "no-proxy", "value"), "127.0.0.1", "{out:#?}");
+    assert_eq!(field(&out, "no-proxy", "lower"), "127.0.0.1", "{out:#?}");
+    // Named by the list: through the proxy to the host's loopback.
+    assert_eq!(field(&out, "name", "code"), "200", "{out:#?}");
+    assert_eq!(seen(&up, "np-name").len(), 1);
+    // Not named: straight to the sandbox's own loopback, where nothing listens...
+    assert_eq!(field(&out, "ip-direct", "connect"), "000", "{out:#?}");
+    assert_ne!(field(&out, "ip-direct", "rc"), "0", "{out:#?}");
+    // ...and the proxy would refuse it too.
+    assert_eq!(field(&out, "ip-proxy", "connect"), "403", "{out:#?}");
+    // ::1 is named ([0:0:0:0:0:0:0:1]): the proxy answers for it (the server listens
+    // on 127.0.0.1 only, so it cannot connect: 502, not the sandbox's refusal).
+    assert_eq!(field(&out, "v6", "connect"), "502", "{out:#?}");
+    assert!(
+        events(&log, "proxy.denied").any(|e| e["host"] == "127.0.0.1"),
+        "{log_text}"
+    );
+    assert!(seen(&up, "np-direct").is_empty() && seen(&up, "np-proxy").is_empty());
+});

@@ -50,24 +50,6 @@ pub const SYSTEM_ROOTS: &[&str] = &[
     "/etc/ssl/cert.pem",
 ];
 
-/// NO_PROXY: the sandbox's own loopback names, except those the allow list names, which
-/// mean the host's loopback and must go through the proxy to reach it.
-pub fn no_proxy(allow: &[String]) -> String {
-    let named = |name: &str| {
-        allow.iter().any(|entry| {
-            entry
-                .rsplit_once(':')
-                .map(|(host, _)| host.trim_start_matches('[').trim_end_matches(']'))
-                == Some(name)
-        })
-    };
-    ["localhost", "127.0.0.1", "::1"]
-        .into_iter()
-        .filter(|n| !named(n))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// The system roots: the caller's SSL_CERT_FILE if it names a file, else the first
 /// distribution bundle that exists.
 pub fn system_roots(env: &[(String, String)], exists: &dyn Fn(&Path) -> bool) -> Option<PathBuf> {
@@ -370,6 +352,13 @@ pub fn build_with(
     } else {
         None
     };
+    // A placeholder stands in for the secret where the proxy attaches it (its variable
+    // was removed above with those credentials read); wardcell's own variables win.
+    if intercept {
+        let placeholders = req.plan.placeholder_env(&profile.credentials);
+        env.retain(|(k, _)| !placeholders.iter().any(|(p, _)| p == k));
+        env.extend(placeholders);
+    }
     let proxy_vars: Vec<&str> = PROXY_VARS
         .iter()
         .chain(NO_PROXY_VARS)
@@ -382,7 +371,7 @@ pub fn build_with(
         for k in PROXY_VARS {
             env.push((k.to_string(), url.clone()));
         }
-        let direct = no_proxy(&profile.network.allow);
+        let direct = envrules::no_proxy(&profile.network.allow);
         for k in NO_PROXY_VARS {
             env.push((k.to_string(), direct.clone()));
         }
@@ -426,19 +415,7 @@ pub fn build_with(
 mod network_tests {
     use super::tests_support::*;
     use super::*;
-
-    #[test]
-    fn loopback_named_by_the_allow_list_goes_through_the_proxy() {
-        assert_eq!(
-            no_proxy(&["git.example.com:443".into()]),
-            "localhost,127.0.0.1,::1"
-        );
-        assert_eq!(no_proxy(&["localhost:8443".into()]), "127.0.0.1,::1");
-        assert_eq!(
-            no_proxy(&["127.0.0.1:80".into(), "[::1]:80".into()]),
-            "localhost"
-        );
-    }
+    use wardcell_common::plan::PLACEHOLDER_VALUE;
 
     #[test]
     fn no_network_means_no_proxy_and_no_tcp() {
@@ -496,6 +473,31 @@ mod network_tests {
         // Not recorded at the start (it does not exist here): no roots rather than any.
         assert_eq!(spec.system_roots, None);
     }
+
+    #[test]
+    fn a_placeholder_only_where_its_credential_is_attached() {
+        let mut plan = plan();
+        plan.credentials[0].placeholder = Some("GIT_KEY".into());
+        let mut p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
+        p.network.allow = vec!["git.example.com:443".into()];
+        p.credentials = vec!["git".into()];
+        p.env.set = vec![("GIT_KEY".into(), "from-the-profile".into())];
+        let argv = vec!["true".to_string()];
+        let values = |authenticated: bool| {
+            let mut r = req(&plan, &p, &argv, Path::new("/home/u/src"));
+            r.authenticated = authenticated;
+            r.caller_env.push(("GIT_KEY".into(), "the-real-key".into()));
+            let spec = build(&r, &|_| true).unwrap();
+            spec.env
+                .iter()
+                .filter(|(k, _)| k == "GIT_KEY")
+                .map(|(_, v)| v.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(values(true), [PLACEHOLDER_VALUE]);
+        // Not attached here: the profile's own value, never the caller's.
+        assert_eq!(values(false), ["from-the-profile"]);
+    }
 }
 
 #[cfg(test)]
@@ -530,6 +532,8 @@ mod tests {
                     name: "git".into(),
                     hosts: vec!["git.example.com".into()],
                     paths: vec![],
+                    methods: vec![],
+                    placeholder: None,
                     scheme: CredentialScheme::Basic,
                     username: Some("x".into()),
                     header: None,
@@ -539,6 +543,8 @@ mod tests {
                     name: "file".into(),
                     hosts: vec!["h".into()],
                     paths: vec![],
+                    methods: vec![],
+                    placeholder: None,
                     scheme: CredentialScheme::Bearer,
                     username: None,
                     header: None,

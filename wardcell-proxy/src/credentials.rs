@@ -16,12 +16,15 @@ use std::process::{Command, Stdio};
 
 use base64::Engine;
 use hyper::header::{HeaderName, HeaderValue};
+use hyper::Method;
 use zeroize::Zeroizing;
 
 use wardcell_common::helper;
-use wardcell_common::plan::{CredentialPlan, CredentialScheme, SecretPlan};
+use wardcell_common::plan::{
+    CredentialPlan, CredentialScheme, SecretPlan, DEFAULT_METHODS, NEVER_METHODS,
+};
 
-use crate::allow::Host;
+use crate::allow::{Host, Target};
 use crate::error::Error;
 
 /// Longest secret read from a file or a command.
@@ -42,8 +45,10 @@ const RESERVED_HEADERS: &[&str] = &[
 
 pub struct Credential {
     pub name: String,
-    hosts: Vec<Host>,
+    /// Host and port, both matched exactly.
+    hosts: Vec<Target>,
     paths: Vec<String>,
+    methods: Vec<Method>,
     header: HeaderName,
     /// The complete header value, e.g. `Basic dXNlcjpzZWNyZXQ=`.
     value: Zeroizing<Vec<u8>>,
@@ -84,25 +89,150 @@ impl Credentials {
         self.0.is_empty()
     }
 
-    /// Some credential is attached for this host: its CONNECTs are intercepted.
-    pub fn names_host(&self, host: &Host) -> bool {
-        self.0.iter().any(|c| c.hosts.contains(host))
+    /// Some credential is attached for this host and port: its CONNECTs are intercepted.
+    pub fn names(&self, target: &Target) -> bool {
+        self.0.iter().any(|c| c.hosts.contains(target))
     }
 
-    /// The credential for a request to `host` with this path, if any.
-    pub fn for_request(&self, host: &Host, path: &str) -> Option<&Credential> {
-        self.0
+    /// Every host a credential names, once (for the CA's leaves).
+    pub fn hosts(&self) -> Vec<Host> {
+        let mut out: Vec<Host> = Vec::new();
+        for t in self.0.iter().flat_map(|c| &c.hosts) {
+            if !out.contains(&t.host) {
+                out.push(t.host.clone());
+            }
+        }
+        out
+    }
+
+    /// The credential for a request to `target` with this method and path, if any.
+    /// A request a credential would be considered for (its host, port and method) whose
+    /// path is ambiguous is refused: `Err(why)`, and nothing is attached or sent.
+    pub fn for_request(
+        &self,
+        target: &Target,
+        method: &Method,
+        path: &str,
+    ) -> Result<Option<&Credential>, &'static str> {
+        let mut candidates = self
+            .0
             .iter()
-            .find(|c| c.hosts.contains(host) && path_admits(&c.paths, path))
+            .filter(|c| c.hosts.contains(target) && c.methods.contains(method))
+            .peekable();
+        if candidates.peek().is_none() {
+            return Ok(None);
+        }
+        let path = normalise_path(path)?;
+        Ok(candidates.find(|c| patterns_admit(&c.paths, &path)))
     }
 }
 
 /// Whether a credential with path patterns `patterns` (none: every path) attaches to a
-/// request for `path`: only a plain path, matched by some pattern. Pure: unit tests and
-/// the fuzzer call it directly.
+/// request for `path`: only a path that normalises, matched there by some pattern. Pure:
+/// unit tests and the fuzzer call it directly.
 pub fn path_admits(patterns: &[String], path: &str) -> bool {
-    plain_path(path)
-        && (patterns.is_empty() || patterns.iter().any(|p| glob(p.as_bytes(), path.as_bytes())))
+    normalise_path(path).is_ok_and(|p| patterns_admit(patterns, &p))
+}
+
+fn patterns_admit(patterns: &[String], normal: &str) -> bool {
+    patterns.is_empty()
+        || patterns
+            .iter()
+            .any(|p| glob(p.as_bytes(), normal.as_bytes()))
+}
+
+/// A request path as a credential's patterns see it, or why it is ambiguous.
+///
+/// Normalised: `%XX` escapes of letters, digits, `-`, `_` and `~` are decoded (RFC 3986
+/// 6.2.2.2: every server reads them as the characters), other escapes keep their byte
+/// with the hex in capitals. Ambiguous (servers and frameworks disagree on what it
+/// names, so a pattern cannot be trusted to have seen what the upstream serves): not
+/// starting with `/`, a `.` or `..` segment, a `;` parameter, an escaped `/`, `.`, `%`,
+/// `\` or `;` (a framework that decodes before it strips parameters would read one), a
+/// backslash, repeated slashes, and a `%` not followed by two hex digits.
+pub fn normalise_path(path: &str) -> Result<String, &'static str> {
+    let b = path.as_bytes();
+    if b.first() != Some(&b'/') {
+        return Err("it does not start with `/`");
+    }
+    let mut out = String::with_capacity(path.len());
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        match c {
+            b'%' => {
+                let hex = |j: usize| b.get(j).and_then(|d| (*d as char).to_digit(16));
+                let (Some(hi), Some(lo)) = (hex(i + 1), hex(i + 2)) else {
+                    return Err("it has a `%` that is not followed by two hex digits");
+                };
+                let byte = (hi * 16 + lo) as u8;
+                match byte {
+                    b'/' | b'.' | b'%' | b'\\' | b';' => {
+                        return Err("it has an encoded `/`, `.`, `%`, `\\` or `;`");
+                    }
+                    _ if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'~') => {
+                        out.push(byte as char)
+                    }
+                    _ => {
+                        out.push('%');
+                        out.push_str(&format!("{byte:02X}"));
+                    }
+                }
+                i += 3;
+                continue;
+            }
+            b'\\' => return Err("it has a backslash"),
+            b';' => return Err("it has a `;` parameter"),
+            b'/' if out.ends_with('/') => return Err("it has repeated slashes"),
+            _ => {}
+        }
+        // Only ASCII bytes are matched above: multi-byte characters pass whole.
+        let ch = path[i..]
+            .chars()
+            .next()
+            .expect("i is on a character boundary");
+        out.push(ch);
+        i += ch.len_utf8();
+    }
+    if out.split('/').any(|seg| seg == "." || seg == "..") {
+        return Err("it has a `.` or `..` segment");
+    }
+    Ok(out)
+}
+
+/// `host` or `host:port` from a credential's `hosts`: without a port, 443.
+pub fn parse_host_port(s: &str) -> Result<Target, String> {
+    let (host, port) = match s.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((_, "")) => (s, None),
+            Some((_, after)) => (
+                &s[..s.len() - after.len()],
+                Some(
+                    after
+                        .strip_prefix(':')
+                        .ok_or_else(|| format!("`{s}`: a port goes after `:`"))?,
+                ),
+            ),
+            None => return Err(format!("`{s}` has an unclosed `[`")),
+        },
+        None => match s.rsplit_once(':') {
+            Some((h, _)) if h.contains(':') => {
+                return Err(format!(
+                    "`{s}`: an IPv6 address must be written in brackets"
+                ))
+            }
+            Some((h, p)) => (h, Some(p)),
+            None => (s, None),
+        },
+    };
+    let port = match port {
+        None => 443,
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n != 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
+            _ => return Err(format!("`{s}`: the port must be a number from 1 to 65535")),
+        },
+    };
+    Target::new(host, port)
 }
 
 fn resolve_one(plan: &CredentialPlan) -> Result<Credential, Error> {
@@ -113,10 +243,24 @@ fn resolve_one(plan: &CredentialPlan) -> Result<Credential, Error> {
     let hosts = plan
         .hosts
         .iter()
-        .map(|h| Host::parse(h).map_err(|e| bad(format!("hosts: {e}"))))
+        .map(|h| parse_host_port(h).map_err(|e| bad(format!("hosts: {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
     if hosts.is_empty() {
         return Err(bad("it names no hosts".into()));
+    }
+    let named: Vec<&str> = if plan.methods.is_empty() {
+        DEFAULT_METHODS.to_vec()
+    } else {
+        plan.methods.iter().map(String::as_str).collect()
+    };
+    let mut methods = Vec::new();
+    for m in named {
+        if NEVER_METHODS.contains(&m) {
+            return Err(bad(format!("{m} is never attached a credential")));
+        }
+        let m = Method::from_bytes(m.as_bytes())
+            .map_err(|_| bad(format!("`{m}` is not an HTTP method")))?;
+        methods.push(m);
     }
     for p in &plan.paths {
         if !p.starts_with('/') && !p.starts_with('*') {
@@ -188,6 +332,7 @@ fn resolve_one(plan: &CredentialPlan) -> Result<Credential, Error> {
         name: plan.name.clone(),
         hosts,
         paths: plan.paths.clone(),
+        methods,
         header,
         value,
     })
@@ -316,19 +461,6 @@ fn read_secret_file(name: &str, path: &Path) -> Result<Zeroizing<Vec<u8>>, Error
     Ok(buf)
 }
 
-/// A path with no dot segments and no encoded `.`, `/` or `\`: what the upstream serves
-/// is what the pattern saw.
-fn plain_path(path: &str) -> bool {
-    let lower = path.to_ascii_lowercase();
-    if ["%2e", "%2f", "%5c", "\\"]
-        .iter()
-        .any(|s| lower.contains(s))
-    {
-        return false;
-    }
-    !path.split('/').any(|seg| seg == "." || seg == "..")
-}
-
 /// `*` matches any run of bytes, `/` included; everything else matches itself.
 fn glob(pat: &[u8], s: &[u8]) -> bool {
     let (mut p, mut i) = (0, 0);
@@ -361,6 +493,8 @@ mod tests {
             name: "git".into(),
             hosts: vec!["git.example.com".into()],
             paths: vec!["/company/*".into()],
+            methods: vec![],
+            placeholder: None,
             scheme,
             username: Some("x-access-token".into()),
             header: Some("X-Api-Key".into()),
@@ -369,8 +503,11 @@ mod tests {
     }
 
     fn header_of(c: &Credentials) -> (String, String) {
-        let host = Host::parse("git.example.com").unwrap();
-        let cred = c.for_request(&host, "/company/repo.git/info/refs").unwrap();
+        let t = Target::new("git.example.com", 443).unwrap();
+        let cred = c
+            .for_request(&t, &Method::GET, "/company/repo.git/info/refs")
+            .unwrap()
+            .unwrap();
         let (n, v) = cred.header();
         (n.to_string(), v.to_str().unwrap().to_string())
     }
@@ -495,27 +632,176 @@ mod tests {
         assert!(Credentials::resolve(&[p]).is_err());
     }
 
+    fn bearer(hosts: &[&str], paths: &[&str], methods: &[&str]) -> (tempdir::Dir, Credentials) {
+        let (d, p) = secret_file(0o600, "s3cret");
+        let mut pl = plan(CredentialScheme::Bearer, SecretPlan::File(p));
+        pl.hosts = hosts.iter().map(|h| h.to_string()).collect();
+        pl.paths = paths.iter().map(|h| h.to_string()).collect();
+        pl.methods = methods.iter().map(|h| h.to_string()).collect();
+        (d, Credentials::resolve(&[pl]).unwrap())
+    }
+
+    fn t(host: &str, port: u16) -> Target {
+        Target::new(host, port).unwrap()
+    }
+
+    fn attached(c: &Credentials, target: &Target, method: &str, path: &str) -> bool {
+        let m = Method::from_bytes(method.as_bytes()).unwrap();
+        c.for_request(target, &m, path).unwrap().is_some()
+    }
+
     #[test]
-    fn attached_only_for_matching_host_and_plain_matching_path() {
-        let (_d, p) = secret_file(0o600, "s3cret");
-        let c =
-            Credentials::resolve(&[plan(CredentialScheme::Bearer, SecretPlan::File(p))]).unwrap();
-        let host = Host::parse("git.example.com").unwrap();
-        let other = Host::parse("example.com").unwrap();
-        assert!(c.names_host(&host) && !c.names_host(&other));
-        assert!(c.for_request(&host, "/company/a/b").is_some());
-        assert!(c.for_request(&other, "/company/a").is_none());
+    fn attached_only_for_matching_host_and_port() {
+        let (_d, c) = bearer(
+            &[
+                "git.example.com",
+                "api.example.com:8443",
+                "[::1]:9000",
+                "10.0.0.1",
+            ],
+            &[],
+            &[],
+        );
+        for (host, port, yes) in [
+            ("git.example.com", 443, true),
+            ("GIT.example.com.", 443, true),
+            ("git.example.com", 80, false),
+            ("git.example.com", 8443, false),
+            ("api.example.com", 8443, true),
+            ("api.example.com", 443, false),
+            ("[::1]", 9000, true),
+            ("::1", 443, false),
+            ("10.0.0.1", 443, true),
+            ("example.com", 443, false),
+            ("sub.git.example.com", 443, false),
+        ] {
+            let target = t(host, port);
+            assert_eq!(c.names(&target), yes, "{host}:{port}");
+            assert_eq!(attached(&c, &target, "GET", "/x"), yes, "{host}:{port}");
+        }
+        assert_eq!(
+            c.hosts(),
+            ["git.example.com", "api.example.com", "::1", "10.0.0.1"]
+                .map(|h| Host::parse(h).unwrap())
+        );
+    }
+
+    #[test]
+    fn hosts_with_bad_ports_are_refused() {
+        for bad in [
+            "a.io:0",
+            "a.io:",
+            "a.io:x",
+            "a.io:65536",
+            "::1:443",
+            "[::1",
+            "[::1]x",
+            "*.a.io",
+        ] {
+            assert!(parse_host_port(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_host_port("[::1]:8443").unwrap(), t("[::1]", 8443));
+        assert_eq!(parse_host_port("A.io").unwrap(), t("a.io", 443));
+    }
+
+    #[test]
+    fn attached_only_for_the_methods_it_names() {
+        let (_d, c) = bearer(&["a.io"], &[], &[]);
+        let a = t("a.io", 443);
+        for m in ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"] {
+            assert!(attached(&c, &a, m, "/"), "{m}");
+        }
+        for m in ["OPTIONS", "TRACE", "TRACK", "CONNECT", "PROPFIND", "get"] {
+            assert!(!attached(&c, &a, m, "/"), "{m}");
+        }
+        // Not considered for the method: not refused for its path either.
+        assert!(matches!(
+            c.for_request(&a, &Method::OPTIONS, "/../x"),
+            Ok(None)
+        ));
+        let (_d2, c) = bearer(&["a.io"], &[], &["GET", "OPTIONS"]);
+        assert!(attached(&c, &a, "OPTIONS", "/"));
+        assert!(!attached(&c, &a, "POST", "/"));
+        for never in ["TRACE", "TRACK", "CONNECT"] {
+            let (_d, p) = secret_file(0o600, "s3cret");
+            let mut pl = plan(CredentialScheme::Bearer, SecretPlan::File(p));
+            pl.methods = vec!["GET".into(), never.into()];
+            let e = Credentials::resolve(&[pl]).unwrap_err().to_string();
+            assert!(e.contains(never), "{e}");
+        }
+    }
+
+    #[test]
+    fn attached_only_for_plain_matching_paths() {
+        let (_d, c) = bearer(&["git.example.com"], &["/company/*"], &[]);
+        let host = t("git.example.com", 443);
+        let other = t("example.com", 443);
+        assert!(attached(&c, &host, "GET", "/company/a/b"));
+        assert!(attached(&c, &host, "GET", "/%63ompany/a"));
+        assert!(!attached(&c, &other, "GET", "/company/a"));
+        for path in ["/other/x", "/company", "/companyx/a", "/Company/a"] {
+            assert!(!attached(&c, &host, "GET", path), "{path}");
+        }
         for path in [
-            "/other/x",
-            "/company",
-            "/companyx/a",
             "/company/../admin",
             "/company/%2e%2e/admin",
+            "/company/%2E./admin",
             "/company/a%2Fb",
+            "/company/a%2fb",
+            "/company/a%252fb",
             "/company/.",
+            "/company/./a",
             "/company/a\\b",
+            "/company/a%5cb",
+            "/company/a%5Cb",
+            "/company/a;x=1",
+            "/company;/a",
+            "/company//a",
+            "//company/a",
+            "/company/a%",
+            "/company/a%2",
+            "/company/a%zz",
+            "company/a",
+            "*",
         ] {
-            assert!(c.for_request(&host, path).is_none(), "{path}");
+            assert!(c.for_request(&host, &Method::GET, path).is_err(), "{path}");
+            // A host no credential names is not affected.
+            assert!(
+                matches!(c.for_request(&other, &Method::GET, path), Ok(None)),
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn normalisation() {
+        for (raw, normal) in [
+            ("/", "/"),
+            ("/a/b/", "/a/b/"),
+            ("/%61%62%2D%5f%7E", "/ab-_~"),
+            ("/a%20b%3fc%3d", "/a%20b%3Fc%3D"),
+            ("/caf\u{e9}/x", "/caf\u{e9}/x"),
+            ("/a.b/..c/.d", "/a.b/..c/.d"),
+        ] {
+            assert_eq!(normalise_path(raw).as_deref(), Ok(normal), "{raw}");
+        }
+        for (raw, why) in [
+            ("/a/..", "`.` or `..` segment"),
+            ("/a/.", "`.` or `..` segment"),
+            ("/a/%2e", "encoded"),
+            ("/a/%25", "encoded"),
+            ("/a/%2F", "encoded"),
+            ("/a/%5C", "encoded"),
+            ("/a/%3b", "encoded"),
+            ("/a\\b", "backslash"),
+            ("/a;b", "`;`"),
+            ("/a//b", "repeated"),
+            ("/a%4", "hex digits"),
+            ("/a%G0", "hex digits"),
+            ("", "start with"),
+        ] {
+            let e = normalise_path(raw).unwrap_err();
+            assert!(e.contains(why), "{raw}: {e}");
         }
     }
 

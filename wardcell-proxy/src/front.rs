@@ -221,7 +221,7 @@ async fn connect(mut req: Request<Incoming>, target: Target, ctx: Arc<Ctx>) -> R
         Ok(x) => x,
         Err(refusal) => return refusal,
     };
-    let intercepting = ctx.intercept.is_some() && ctx.creds.names_host(&target.host);
+    let intercepting = ctx.intercept.is_some() && ctx.creds.names(&target);
     let upgrade = hyper::upgrade::on(&mut req);
     let slot = ctx
         .slots

@@ -16,7 +16,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::allow::Target;
-use crate::credentials::path_admits;
+use crate::credentials::{normalise_path, path_admits};
 use crate::forward::prepare_request;
 use crate::front::{route, Route};
 
@@ -95,15 +95,36 @@ async fn decide(req: Request<Incoming>) -> Result<Response<Empty<Bytes>>, Infall
 }
 
 /// Whether a credential with the one path pattern `pattern` attaches to `path`, checked
-/// against a plain recursive matcher: `*` matches any run of bytes, `/` included.
+/// against a plain recursive matcher on the normalised path (`*` matches any run of
+/// bytes, `/` included), and the normaliser's invariants: what it admits has no dot
+/// segment, no `;`, no backslash, no repeated slash, no escape of `/ . % \ ;`, only
+/// well-formed escapes in capitals, and normalising it again changes nothing.
 pub fn credential_path(pattern: &str, path: &str) -> bool {
     let got = path_admits(&[pattern.to_string()], path);
-    if pattern.len() <= 64 && path.len() <= 256 {
-        let plain = !path.split('/').any(|s| s == "." || s == "..")
-            && !["%2e", "%2f", "%5c", "\\"]
+    let normal = normalise_path(path);
+    if let Ok(n) = &normal {
+        assert!(n.starts_with('/'), "{n:?}");
+        assert!(!n.split('/').any(|s| s == "." || s == ".."), "{n:?}");
+        assert!(
+            !n.contains(';') && !n.contains('\\') && !n.contains("//"),
+            "{n:?}"
+        );
+        let upper = n.to_ascii_uppercase();
+        assert!(
+            !["%2E", "%2F", "%25", "%5C", "%3B"]
                 .iter()
-                .any(|s| path.to_ascii_lowercase().contains(s));
-        let want = plain && reference_glob(pattern.as_bytes(), path.as_bytes());
+                .any(|s| upper.contains(s)),
+            "{n:?}"
+        );
+        assert_eq!(
+            normalise_path(n).as_deref(),
+            Ok(n.as_str()),
+            "not idempotent"
+        );
+        assert!(n.len() <= path.len(), "{n:?} from {path:?}");
+    }
+    if pattern.len() <= 64 && path.len() <= 256 {
+        let want = normal.is_ok_and(|n| reference_glob(pattern.as_bytes(), n.as_bytes()));
         assert_eq!(got, want, "pattern {pattern:?}, path {path:?}");
     }
     got
@@ -185,7 +206,9 @@ mod tests {
         request_head(b"\x00\xff garbage");
         assert!(credential_path("/company/*", "/company/a/b"));
         assert!(!credential_path("/company/*", "/company/../b"));
-        assert!(credential_path("*", ""));
+        assert!(!credential_path("*", ""));
+        assert!(credential_path("/a/*", "/%61/b%20c"));
+        assert!(!credential_path("/a/*", "/a/b;c"));
         assert!(!credential_path("/a*b", "/ac"));
         dns_query(
             b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x01a\x07example\x00\x00\x01\x00\x01",

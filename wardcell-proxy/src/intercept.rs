@@ -121,7 +121,30 @@ async fn request(req: Request<Incoming>, up: &Upstream, ctx: &Ctx) -> Response<B
             );
         }
     }
-    let cred = ctx.creds.for_request(&up.target.host, req.uri().path());
+    let cred = match ctx
+        .creds
+        .for_request(&up.target, req.method(), req.uri().path())
+    {
+        Ok(c) => c,
+        Err(why) => {
+            // Nothing is attached or sent: the upstream might read the path otherwise
+            // than the credential's patterns did.
+            let reason = format!("ambiguous path for a credential: {why}");
+            let resp = text(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "wardcell: {}:{}: the request path is ambiguous ({why}); no credential is attached to it\n",
+                    up.target.host, up.target.port
+                ),
+            );
+            ctx.events.send(ProxyEvent::Denied {
+                host: up.target.host.to_string(),
+                port: up.target.port,
+                reason,
+            });
+            return resp;
+        }
+    };
     let (mut parts, body) = req.into_parts();
     forward::prepare_request(&mut parts, &up.target, 443);
     if let Some(c) = cred {

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use wardcell_common::plan::ProxySpec;
 use wardcell_common::protocol::ProxyEvent;
 
-use wardcell_proxy::allow::{self, AllowList};
+use wardcell_proxy::allow::AllowList;
 use wardcell_proxy::ca::Ca;
 use wardcell_proxy::control::{self, Ended, Events, Sockets};
 use wardcell_proxy::credentials::Credentials;
@@ -114,18 +114,7 @@ fn prepare(spec: &ProxySpec) -> Result<(Prepared, Option<String>), Error> {
         None
     } else {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut hosts = Vec::new();
-        for c in &spec.credentials {
-            for h in &c.hosts {
-                let h = allow::Host::parse(h).map_err(|why| Error::Credential {
-                    name: c.name.clone(),
-                    why,
-                })?;
-                if !hosts.contains(&h) {
-                    hosts.push(h);
-                }
-            }
-        }
+        let hosts = creds.hosts();
         let ca = Ca::mint(&spec.run_id, &spec.zone, &hosts, provider.clone())?;
         let upstream = intercept::upstream_config(provider)?;
         Some(Interceptor { ca, upstream })

@@ -200,7 +200,7 @@ async fn handle(mut client: TcpStream, ctx: Arc<Ctx>, names: Arc<Names>) {
     // A TLS connection to a host a credential names is intercepted, as through CONNECT:
     // the ClientHello already read is replayed to the TLS server side.
     let tls = matches!(seen, Sniffed::Tls(_));
-    if tls && ctx.intercept.is_some() && ctx.creds.names_host(&target.host) {
+    if tls && ctx.intercept.is_some() && ctx.creds.names(&target) {
         buf.truncate(n);
         let client = Replayed {
             early: buf,

@@ -263,7 +263,7 @@ fn authenticated() -> Authenticated {
     let secret = dir.write("token", format!("{SECRET}\n").as_bytes(), 0o600);
     let cred = basic_credential(
         "company-git",
-        "localhost",
+        &format!("localhost:{tls}"),
         &["/company/*"],
         SecretPlan::File(secret),
     );
@@ -357,15 +357,41 @@ fn credential_attached_through_interception_on_matching_paths_only() {
         other => panic!("{other:?}"),
     }
 
-    // A dot-segment escape from the credential's paths gets nothing.
+    // An ambiguous path on the credential's host: refused with one line, nothing sent
+    // upstream (the server would have echoed the request), audited as denied.
+    for path in [
+        "/company/../admin",
+        "/company/a%2fb",
+        "/company//a",
+        "/company/a;b",
+    ] {
+        let r = curl(
+            &a.p,
+            &format!("https://localhost:{}{path}", a.tls),
+            &["--cacert", &cacert, "--path-as-is"],
+        );
+        assert_eq!(r.status, 400, "{path}: {}", r.body);
+        assert!(
+            r.body.starts_with("wardcell: ") && r.body.contains("ambiguous"),
+            "{}",
+            r.body
+        );
+        assert_eq!(r.body.lines().count(), 1, "{}", r.body);
+        assert!(!r.body.contains("authorization"), "{}", r.body);
+        assert_denied(a.p.event(), "localhost", a.tls, "ambiguous path");
+    }
+    // A method the credential does not name: sent, without it.
     let r = curl(
         &a.p,
-        &format!("https://localhost:{}/company/../admin", a.tls),
-        &["--cacert", &cacert, "--path-as-is"],
+        &format!("https://localhost:{}/company/repo.git/info/refs", a.tls),
+        &["--cacert", &cacert, "-X", "OPTIONS"],
     );
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(!r.body.contains("authorization"), "{}", r.body);
-    a.p.event();
+    match a.p.event() {
+        ProxyEvent::Connect { credential, .. } => assert_eq!(credential, None),
+        other => panic!("{other:?}"),
+    }
 
     // Plain HTTP to the same host and a matching path: never a credential.
     let r = curl(
@@ -453,7 +479,12 @@ fn an_untrusted_upstream_gets_no_request_and_is_audited() {
     let other_ca = TestCa::new(); // the proxy trusts this one, not the server's
     let dir = TempDir::new();
     let secret = dir.write("token", SECRET.as_bytes(), 0o600);
-    let cred = basic_credential("company-git", "localhost", &[], SecretPlan::File(secret));
+    let cred = basic_credential(
+        "company-git",
+        &format!("localhost:{tls}"),
+        &[],
+        SecretPlan::File(secret),
+    );
     let mut p = Proxy::start(
         spec(&[format!("localhost:{tls}")], vec![cred]),
         &[("SSL_CERT_FILE", path_str(&other_ca.pem_path))],

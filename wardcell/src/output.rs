@@ -11,6 +11,7 @@ use serde::Serialize;
 use wardcell_common::config::Config;
 use wardcell_common::plan::{
     CredentialPlan, CredentialScheme, Plan, ProfilePlan, SecretPlan, Start, ZonePlan,
+    DEFAULT_METHODS, PLACEHOLDER_VALUE,
 };
 
 use crate::error::Error;
@@ -250,15 +251,39 @@ fn credential(c: &CredentialPlan) -> String {
     } else {
         c.paths.join(", ")
     };
+    let methods = if c.methods.is_empty() {
+        DEFAULT_METHODS.join(" ")
+    } else {
+        c.methods.join(" ")
+    };
+    // A host without a port means 443: said so.
+    let hosts: Vec<String> = c
+        .hosts
+        .iter()
+        .map(|h| {
+            let portless = match h.strip_prefix('[') {
+                Some(_) => h.ends_with(']'),
+                None => !h.contains(':'),
+            };
+            if portless {
+                format!("{h}:443")
+            } else {
+                h.clone()
+            }
+        })
+        .collect();
+    let placeholder = c.placeholder.as_ref().map_or(String::new(), |v| {
+        format!("; sandboxes it is attached for get {v}={PLACEHOLDER_VALUE}")
+    });
     let source = match &c.secret {
         SecretPlan::Env(v) => format!("environment variable {v} (removed from every sandbox)"),
         SecretPlan::File(f) => format!("file {} (hidden from every sandbox)", f.display()),
         SecretPlan::Command(argv) => format!("command `{}`, run by the proxy", argv.join(" ")),
     };
     format!(
-        "{}: {scheme} for {} ({paths}), from {source}",
+        "{}: {scheme} for {} ({paths}; {methods}), from {source}{placeholder}",
         c.name,
-        c.hosts.join(", ")
+        hosts.join(", ")
     )
 }
 
@@ -319,6 +344,39 @@ pub fn plan_text(plan: &Plan, only: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credential_line_says_ports_methods_and_placeholder() {
+        let mut c = CredentialPlan {
+            name: "api".into(),
+            hosts: vec![
+                "a.io".into(),
+                "b.io:8443".into(),
+                "[::1]".into(),
+                "[::1]:9".into(),
+            ],
+            paths: vec![],
+            methods: vec![],
+            placeholder: None,
+            scheme: CredentialScheme::Bearer,
+            username: None,
+            header: None,
+            secret: SecretPlan::Env("K".into()),
+        };
+        assert_eq!(
+            credential(&c),
+            "api: bearer for a.io:443, b.io:8443, [::1]:443, [::1]:9 (all paths; GET HEAD POST PUT PATCH DELETE), from environment variable K (removed from every sandbox)"
+        );
+        c.methods = vec!["POST".into()];
+        c.placeholder = Some("API_KEY".into());
+        assert!(
+            credential(&c).ends_with(
+                "(all paths; POST), from environment variable K (removed from every sandbox); sandboxes it is attached for get API_KEY=wardcell-placeholder-not-a-secret"
+            ),
+            "{}",
+            credential(&c)
+        );
+    }
 
     #[test]
     fn spec_table() {

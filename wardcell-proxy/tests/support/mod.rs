@@ -95,6 +95,8 @@ pub fn basic_credential(
         name: name.into(),
         hosts: vec![host.into()],
         paths: paths.iter().map(|p| p.to_string()).collect(),
+        methods: vec![],
+        placeholder: None,
         scheme: CredentialScheme::Basic,
         username: Some("x-access-token".into()),
         header: None,
