@@ -23,6 +23,9 @@ mod zones;
 
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOCATOR: sys::Allocator = sys::Allocator;
+
 use cli::{ApprovalsCommand, Command, LogsCommand, Parsed, PolicyCommand, ZoneCommand};
 use error::Error;
 use location::Location;

@@ -70,7 +70,11 @@ pub fn start_broker_early() -> Result<UnixStream, Error> {
     let broker = find_helper("wardcell-broker")?;
     let (ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
     match sys::fork().map_err(|e| fail("fork", &e))? {
-        sys::Forked::Child => Ok(ours),
+        sys::Forked::Child => {
+            // The plan writer ends as soon as the plan is sent.
+            sys::keep_what_is_freed();
+            Ok(ours)
+        }
         sys::Forked::Parent(writer) => {
             drop(ours);
             place_at_launch_fd(theirs)?;

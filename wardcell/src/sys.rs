@@ -1,5 +1,6 @@
 //! The client's calls that need `unsafe`: fork, made while the process has a single
-//! thread, and noting before `main` which standard descriptors were closed.
+//! thread, noting before `main` which standard descriptors were closed, and the
+//! allocator.
 #![allow(unsafe_code)]
 
 use nix::unistd::{ForkResult, Pid};
@@ -42,4 +43,118 @@ extern "C" fn note_closed_stdio() {
         })
         .fold(0u8, |m, fd| m | 1 << fd);
     CLOSED_AT_START.store(closed, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The system allocator, except in a process about to exit ([`keep_what_is_freed`]):
+/// `wardcell run`'s plan writer lives about a millisecond, on the path of every start.
+/// There the C library's allocator made some fifty `mmap` calls for small blocks and
+/// thirty `munmap` calls returning them (each a TLB flush in a process just forked), all
+/// of which the exit does anyway. From then on blocks come from one region, mapped once,
+/// and nothing is given back.
+pub struct Allocator;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+static KEEP: AtomicBool = AtomicBool::new(false);
+/// The region: its start, how far it is used, and its end (all 0 until it is mapped).
+static REGION: AtomicUsize = AtomicUsize::new(0);
+static USED: AtomicUsize = AtomicUsize::new(0);
+static END: AtomicUsize = AtomicUsize::new(0);
+/// Enough for the plan of any configuration `policy check` accepts in a second; a larger
+/// one goes on in the C library's allocator.
+const REGION_SIZE: usize = 16 << 20;
+
+/// From now on, memory is taken from one region and never given back until the process
+/// exits. Only for a process that ends soon, whatever it does: the plan writer.
+pub fn keep_what_is_freed() {
+    // SAFETY: an anonymous private mapping of a fixed size, nothing else passed; pages
+    // are only committed when touched (MAP_NORESERVE).
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            REGION_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p != libc::MAP_FAILED {
+        REGION.store(p as usize, Ordering::Relaxed);
+        USED.store(p as usize, Ordering::Relaxed);
+        END.store(p as usize + REGION_SIZE, Ordering::Relaxed);
+    }
+    KEEP.store(true, Ordering::Release);
+}
+
+/// A block of `layout` from the region, or null when it has no room (or none is mapped).
+fn from_region(layout: std::alloc::Layout) -> *mut u8 {
+    let end = END.load(Ordering::Relaxed);
+    let mut cur = USED.load(Ordering::Relaxed);
+    loop {
+        let start = (cur + layout.align() - 1) & !(layout.align() - 1);
+        let next = match start.checked_add(layout.size()) {
+            Some(n) if n <= end => n,
+            _ => return std::ptr::null_mut(),
+        };
+        match USED.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return start as *mut u8,
+            Err(now) => cur = now,
+        }
+    }
+}
+
+// SAFETY: without KEEP every call goes to the system allocator with the caller's own
+// arguments. With KEEP, blocks come from the region (each aligned and sized as asked,
+// never handed out twice, zero-filled by the kernel until first written) or the system
+// allocator, `dealloc` does nothing (the block stays valid and unused), and `realloc`
+// makes a new block and copies the smaller of the two sizes into it.
+unsafe impl std::alloc::GlobalAlloc for Allocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        if KEEP.load(Ordering::Acquire) {
+            let p = from_region(layout);
+            if !p.is_null() {
+                return p;
+            }
+        }
+        // SAFETY: the caller's layout, passed on.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's layout; a block from the region is written only here.
+        unsafe {
+            let p = self.alloc(layout);
+            if !p.is_null() {
+                std::ptr::write_bytes(p, 0, layout.size());
+            }
+            p
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        if !KEEP.load(Ordering::Acquire) {
+            // SAFETY: without KEEP every block came from System with `layout`.
+            unsafe { std::alloc::System.dealloc(ptr, layout) }
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        if !KEEP.load(Ordering::Acquire) {
+            // SAFETY: the caller's block, layout and size, passed on.
+            return unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        }
+        // SAFETY: the caller guarantees `new_size`, rounded up to `layout.align()`, does
+        // not overflow isize, so this layout is valid.
+        let new =
+            unsafe { std::alloc::Layout::from_size_align_unchecked(new_size, layout.align()) };
+        // SAFETY: a valid, non-zero layout (new_size > 0 by the contract).
+        let out = unsafe { self.alloc(new) };
+        if !out.is_null() {
+            // SAFETY: both blocks are at least the smaller size and do not overlap (the
+            // old one is still allocated).
+            unsafe { std::ptr::copy_nonoverlapping(ptr, out, layout.size().min(new_size)) };
+        }
+        out
+    }
 }
