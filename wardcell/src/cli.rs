@@ -44,6 +44,19 @@ pub enum Command {
         #[command(flatten)]
         config: ConfigArg,
     },
+    /// Print the shell completion script for bash, zsh or fish
+    Completions {
+        #[arg(value_enum, value_name = "SHELL")]
+        shell: Shell,
+    },
+}
+
+/// The shells `wardcell completions` writes for (the packages install all three).
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Args, Debug)]
@@ -211,6 +224,7 @@ pub fn command_for(location: &Location) -> clap::Command {
             .mut_subcommand("logs", hide)
             .mut_subcommand("approvals", hide)
             .mut_subcommand("zone", hide)
+            .mut_subcommand("completions", hide)
             .override_usage("wardcell [--help | --version]")
             .after_help(
                 "This process is in a wardcell sandbox started without zones (`wardcell run --profile`); no wardcell command works here.",
