@@ -140,7 +140,8 @@ mod tests {
     use super::*;
 
     /// A page for the client and for each command a user types, and `man` reads each
-    /// without a warning (groff's own check, where groff is installed).
+    /// without a warning (groff's own check, where groff is installed), and so does the
+    /// hand-written wardcell-zones.toml(5).
     #[test]
     fn a_page_per_command_that_man_renders() {
         let dir = std::env::temp_dir().join(format!("wardcell-mangen-{}", std::process::id()));
@@ -168,12 +169,13 @@ mod tests {
         assert!(top.contains(".SH FILES") && top.contains("wardcell\\-zones.toml"));
         let run = std::fs::read_to_string(dir.join("wardcell-run.1")).unwrap();
         assert!(run.contains("\\-\\-zone"), "{run}");
+        let by_hand = Path::new(env!("CARGO_MANIFEST_DIR")).join("../man/wardcell-zones.toml.5");
         if std::process::Command::new("groff")
             .arg("-v")
             .output()
             .is_ok()
         {
-            for page in &written {
+            for page in written.iter().chain([&by_hand]) {
                 let o = std::process::Command::new("groff")
                     .args(["-man", "-ww", "-z", "-Tutf8"])
                     .arg(page)
