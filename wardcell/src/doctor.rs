@@ -145,7 +145,7 @@ pub fn run(config_file: Option<&Path>) -> u8 {
             r.line(
                 Level::Ok,
                 "default config",
-                "no zones.toml found: the built-in default is in use",
+                "no zones.toml with settings found (one of comments alone counts as none): the built-in default is in use",
             );
         }
     }
