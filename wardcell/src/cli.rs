@@ -3,6 +3,9 @@
 //! One set of types describes every command; [`command_for`] hides what does not work
 //! where wardcell runs, so `--help` lists only what works here. A hidden command is
 //! refused by [`crate::location::refusal`] before clap parses anything.
+//!
+//! packaging/mangen includes this file (and `location.rs`) by path to write the manual
+//! pages: a `crate::` module used here must be included there too.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
