@@ -393,18 +393,36 @@ pub fn locate(
     locate_in(explicit, &[user_file(get_env, home), system_file()])
 }
 
-/// [`locate`] with the standard places given (for tests).
+/// [`locate`] with the standard places given (for tests). A file that holds no setting
+/// (only blank lines and comments, like the example a package installs in
+/// `/etc/wardcell`) is no configuration: the lookup goes on past it.
 pub fn locate_in(explicit: Option<&Path>, places: &[PathBuf]) -> Source {
     if let Some(file) = explicit {
         return Source::File(file.to_path_buf());
     }
     for place in places {
         // A file that exists but cannot be examined is still "found": load reports why.
-        if !matches!(place.try_exists(), Ok(false)) {
-            return Source::File(place.clone());
+        if matches!(place.try_exists(), Ok(false)) {
+            continue;
         }
+        if read_config_file(place).is_ok_and(|text| holds_no_setting(&text)) {
+            continue;
+        }
+        return Source::File(place.clone());
     }
     Source::BuiltIn
+}
+
+/// Whether a configuration file's bytes hold no setting at all: every line blank or a
+/// TOML comment. Such a file is no configuration, not a configuration without zones.
+/// Bytes that are not UTF-8 are not "nothing": [`load`] reports them.
+pub fn holds_no_setting(text: &[u8]) -> bool {
+    std::str::from_utf8(text).is_ok_and(|text| {
+        text.lines().all(|line| {
+            let line = line.trim_start_matches([' ', '\t']);
+            line.is_empty() || line == "\r" || line.starts_with('#')
+        })
+    })
 }
 
 /// The largest configuration file read, in bytes. A real one takes a few KiB; a profile
@@ -466,6 +484,14 @@ pub fn load(source: &Source) -> Result<Config, ConfigError> {
                 file: label.clone(),
                 reason: "the file is not valid UTF-8".to_string(),
             })?;
+            // `--config` naming a file of comments alone (or one that became so after
+            // `locate`): no configuration, so the built-in default, saying whose place
+            // it takes.
+            if holds_no_setting(text.as_bytes()) {
+                let mut config = parse(BUILTIN_CONFIG, BUILTIN_LABEL)?;
+                config.source = format!("{BUILTIN_LABEL} ({label} holds no setting)");
+                return Ok(config);
+            }
             parse(&text, &label)
         }
     }
@@ -2253,6 +2279,42 @@ network = {{ allow = ["a.com:443", "b.com:443"] }}
         assert_eq!(line_col("é = 1\nab", 7), (2, 1));
         assert_eq!(line_col("é = 1\nab", 8), (2, 2));
         assert_eq!(line_col("éx", 2), (1, 2));
+    }
+
+    #[test]
+    fn a_file_of_comments_is_no_configuration() {
+        for text in ["", "\n", "# only\n\n  # comments\r\n\t#[zones.a]\n", "#"] {
+            assert!(holds_no_setting(text.as_bytes()), "{text:?}");
+        }
+        for text in ["[zones]\n", "# c\nx = 1", "\u{feff}# bom"] {
+            assert!(!holds_no_setting(text.as_bytes()), "{text:?}");
+        }
+        assert!(!holds_no_setting(b"# \xff not UTF-8"));
+
+        let dir = std::env::temp_dir().join(format!("wardcell-blank-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let user = dir.join("user.toml");
+        let system = dir.join("system.toml");
+        let places = [user.clone(), system.clone()];
+        // The system's example, all comments: the built-in default stays in force.
+        std::fs::write(&system, "# [zones.agent]\n# profile = \"readonly\"\n").unwrap();
+        assert_eq!(locate_in(None, &places), Source::BuiltIn);
+        // A user's file of comments is passed over too, down to a real system file.
+        std::fs::write(&user, "\n# nothing yet\n").unwrap();
+        std::fs::write(&system, AGENT).unwrap();
+        assert_eq!(locate_in(None, &places), Source::File(system.clone()));
+        // `--config` naming such a file: the built-in default, saying so.
+        let c = load(&Source::File(user.clone())).unwrap();
+        assert_eq!(c.zones, Config::builtin().zones);
+        assert_eq!(
+            c.source,
+            format!("built-in default ({} holds no setting)", user.display())
+        );
+        // One setting makes it a configuration, and checked as one.
+        std::fs::write(&user, "# a comment\n[zones]\n").unwrap();
+        assert_eq!(locate_in(None, &places), Source::File(user.clone()));
+        assert!(load(&Source::File(user.clone())).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! One set of types describes every command; [`command_for`] hides what does not work
 //! where wardcell runs, so `--help` lists only what works here. A hidden command is
 //! refused by [`crate::location::refusal`] before clap parses anything.
+//!
+//! packaging/mangen includes this file (and `location.rs`) by path to write the manual
+//! pages: a `crate::` module used here must be included there too.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -44,6 +47,19 @@ pub enum Command {
         #[command(flatten)]
         config: ConfigArg,
     },
+    /// Print the shell completion script for bash, zsh or fish
+    Completions {
+        #[arg(value_enum, value_name = "SHELL")]
+        shell: Shell,
+    },
+}
+
+/// The shells `wardcell completions` writes for (the packages install all three).
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Args, Debug)]
@@ -211,6 +227,7 @@ pub fn command_for(location: &Location) -> clap::Command {
             .mut_subcommand("logs", hide)
             .mut_subcommand("approvals", hide)
             .mut_subcommand("zone", hide)
+            .mut_subcommand("completions", hide)
             .override_usage("wardcell [--help | --version]")
             .after_help(
                 "This process is in a wardcell sandbox started without zones (`wardcell run --profile`); no wardcell command works here.",

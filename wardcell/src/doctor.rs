@@ -13,6 +13,7 @@ use wardcell_common::paths;
 use wardcell_common::plan::Start;
 use wardcell_common::resolve::{self, StartRequest};
 
+use crate::apparmor;
 use crate::context;
 use crate::run;
 
@@ -144,7 +145,7 @@ pub fn run(config_file: Option<&Path>) -> u8 {
             r.line(
                 Level::Ok,
                 "default config",
-                "no zones.toml found: the built-in default is in use",
+                "no zones.toml with settings found (one of comments alone counts as none): the built-in default is in use",
             );
         }
     }
@@ -303,13 +304,20 @@ fn kernel_checks(r: &mut Report, shim: &Path) {
 }
 
 fn userns_settings(r: &mut Report) {
-    if read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
-    {
-        r.line(
-            Level::Warn,
-            "user namespaces",
-            "AppArmor restricts unprivileged user namespaces (sysctl kernel.apparmor_restrict_unprivileged_userns=1); wardcell needs its AppArmor profile installed",
-        );
+    let restrict = read_sysctl(apparmor::RESTRICT_SYSCTL);
+    let loaded = std::fs::read_to_string(apparmor::LOADED_PROFILES).ok();
+    let client = std::env::current_exe().unwrap_or_default();
+    let broker = run::find_helper("wardcell-broker").unwrap_or_default();
+    match apparmor::advice(&apparmor::Seen {
+        restrict: restrict.as_deref(),
+        loaded: loaded.as_deref(),
+        profile_installed: Path::new(apparmor::PROFILE_PATH).exists(),
+        client: &client,
+        broker: &broker,
+    }) {
+        Some(apparmor::Advice::Covered(text)) => r.line(Level::Ok, "user namespaces", text),
+        Some(apparmor::Advice::Act(text)) => r.line(Level::Warn, "user namespaces", text),
+        None => {}
     }
     if read_sysctl("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
         r.line(

@@ -53,6 +53,8 @@ pub const LOGS_IN_SANDBOX: &str = "`wardcell logs` is not available inside a war
 
 pub const APPROVALS_IN_SANDBOX: &str = "`wardcell approvals` is not available inside a wardcell sandbox: approvals are answered by a person on the host, where nothing sandboxed can read or answer them. Run it on the host.";
 
+pub const COMPLETIONS_WITHOUT_ZONES: &str = "`wardcell completions` is not available in this sandbox: it was started with `wardcell run --profile`, where no wardcell command works, so there is nothing to complete. Print completions on the host, or in a sandbox started in a zone.";
+
 fn zone_without_zones(what: &str) -> String {
     format!(
         "`wardcell {what}` is not available in this sandbox: it was started with `wardcell run --profile`, outside any zone, so there is no zone to list or enter. To use zones, start the run from the host with `wardcell run --zone <ZONE> -- <COMMAND>`."
@@ -87,6 +89,7 @@ pub fn refusal(location: &Location, path: &[String]) -> Option<String> {
             Some(zone_without_zones(&format!("zone {sub}")))
         }
         (Location::NoZones, ["zone", ..]) => Some(zone_without_zones("zone")),
+        (Location::NoZones, ["completions", ..]) => Some(COMPLETIONS_WITHOUT_ZONES.to_string()),
         (Location::NoZones, _) => None,
     }
 }
@@ -168,8 +171,12 @@ mod tests {
             "zone current",
             "zone enter",
             "approvals list",
+            "completions bash",
         ] {
             assert!(refusal(&Location::NoZones, &p(cmd)).is_some(), "{cmd}");
+        }
+        for loc in [Location::Host, zone.clone()] {
+            assert_eq!(refusal(&loc, &p("completions zsh")), None);
         }
     }
 }

@@ -7,8 +7,10 @@
 // `unsafe` is allowed in `sys` alone (one fork).
 #![deny(unsafe_code)]
 
+mod apparmor;
 mod approvals;
 mod cli;
+mod completions;
 mod context;
 mod credentials;
 mod doctor;
@@ -124,6 +126,9 @@ fn dispatch(
             ApprovalsCommand::Deny { id, reason } => approvals::answer(&id, false, &reason)?,
             ApprovalsCommand::Watch => approvals::watch()?,
         },
+        (Command::Completions { shell }, Location::Host | Location::Zone { .. }) => {
+            completions::print(shell)?;
+        }
         (Command::Doctor { config }, Location::Host) => {
             return Ok(ExitCode::from(doctor::run(config.file.as_deref())));
         }

@@ -400,7 +400,15 @@ fn help_lists_only_what_works_here() {
     let s = Scratch::new("help");
     assert_eq!(
         commands(&help(&s, &["--help"], &[])),
-        ["run", "policy", "zone", "logs", "approvals", "doctor"]
+        [
+            "run",
+            "policy",
+            "zone",
+            "logs",
+            "approvals",
+            "doctor",
+            "completions"
+        ]
     );
     assert_eq!(
         commands(&help(&s, &["approvals", "--help"], &[])),
@@ -412,7 +420,10 @@ fn help_lists_only_what_works_here() {
         ["check", "show"]
     );
 
-    assert_eq!(commands(&help(&s, &["--help"], IN_ZONE)), ["zone"]);
+    assert_eq!(
+        commands(&help(&s, &["--help"], IN_ZONE)),
+        ["zone", "completions"]
+    );
     assert_eq!(
         commands(&help(&s, &["zone", "--help"], IN_ZONE)),
         ["list", "current", "enter"]
