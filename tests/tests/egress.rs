@@ -433,3 +433,75 @@ both!(a_port_without_an_entry_is_refused, |fx| {
     assert_eq!(out.stdout.matches("refused").count(), 2, "{out:#?}");
     assert!(srv.seen().is_empty());
 });
+
+/// Queries for a name the list does not name, as fast as one process sends them, for
+/// `secs` seconds; prints how many were sent.
+const DNS_FLOOD: &str = r#"
+import socket, struct, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+n, end = 0, time.time() + float(sys.argv[1])
+while time.time() < end:
+    q = struct.pack('>HHHHHH', n & 0xffff, 0x0100, 1, 0, 0, 0)
+    q += b'\x05flood\x06denied\x07example\x00' + struct.pack('>HH', 1, 1)
+    try:
+        s.sendto(q, ('127.0.0.1', 53))
+        n += 1
+    except BlockingIOError:
+        pass
+    try:
+        while True:
+            s.recv(512)
+    except BlockingIOError:
+        pass
+print('sent', n, flush=True)
+"#;
+
+// A sandbox refused as fast as it can ask (a DNS packet per refusal) cannot turn each
+// refusal into an audit line: past a burst, refusals are recorded at a fixed rate and
+// the rest counted in one event, so the log grows by a bounded amount and loses no count.
+both!(
+    a_flood_of_refusals_is_counted_not_logged_line_by_line,
+    |fx| {
+        fx.test_config("network = { allow = [\"localhost:1\"] }\n");
+        let script = fx.home.join("flood.py");
+        fx.write(&script, DNS_FLOOD);
+        let py = python();
+        let started = std::time::Instant::now();
+        let (out, log) = run(&fx, &[py.to_str().unwrap(), script.to_str().unwrap(), "2"]);
+        out.ok();
+        let secs = started.elapsed().as_secs() + 1;
+        let sent: u64 = result(&out, "sent").parse().unwrap();
+        let d = denied(&log);
+        let one_by_one: Vec<_> = d
+            .iter()
+            .filter(|e| e["host"] == "flood.denied.example")
+            .collect();
+        let held: u64 = d
+            .iter()
+            .filter(|e| e["host"] == "-" && e["port"] == 0)
+            .map(|e| {
+                let why = e["reason"].as_str().unwrap_or("");
+                assert!(why.contains("more refusals, over the 20 a second"), "{why}");
+                why.split(' ').next().unwrap().parse::<u64>().unwrap()
+            })
+            .sum();
+        let bound = 100 + 20 * secs as usize;
+        assert!(
+            !one_by_one.is_empty() && one_by_one.len() <= bound,
+            "{} refusals recorded one by one in {secs} s (at most {bound}); {sent} sent",
+            one_by_one.len()
+        );
+        assert_eq!(
+            d.len() - one_by_one.len(),
+            d.iter().filter(|e| e["host"] == "-").count()
+        );
+        // Every refusal answered is in the log, one by one or in a count (UDP the proxy never
+        // read is not: the flood outruns it).
+        assert!(
+            one_by_one.len() as u64 + held >= 500,
+            "{} + {held} of {sent}",
+            one_by_one.len()
+        );
+    }
+);
