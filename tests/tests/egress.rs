@@ -505,3 +505,58 @@ both!(
         );
     }
 );
+
+/// A request head sent a byte a second; prints when the proxy closed it, or `open`.
+const DRIBBLE: &str = r#"
+import socket, sys, time
+s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5)
+s.sendall(b'GET /slow HTTP/1.1\r\n')
+t0 = time.time()
+s.settimeout(1)
+def closed():
+    print('closed', int(time.time() - t0), flush=True)
+    sys.exit(0)
+while time.time() - t0 < 16:
+    try:
+        if s.recv(100) == b'':
+            closed()
+    except socket.timeout:
+        pass
+    except OSError:
+        closed()
+    try:
+        s.sendall(b'X')
+    except OSError:
+        closed()
+print('open', flush=True)
+"#;
+
+// The proxy gives a transparent connection 10 s in all to say where it goes: a client that
+// sends its head a byte at a time cannot hold the connection (and its slot) open by
+// sending a byte before each read's wait runs out.
+both!(a_head_sent_a_byte_at_a_time_is_cut_off, |fx| {
+    let srv = Server::start(Kind::Http, 0);
+    fx.test_config(&format!(
+        "network = {{ allow = [\"localhost:{}\"] }}\n",
+        srv.port
+    ));
+    let script = fx.home.join("dribble.py");
+    fx.write(&script, DRIBBLE);
+    let py = python();
+    let port = srv.port.to_string();
+    let (out, log) = run(
+        &fx,
+        &[py.to_str().unwrap(), script.to_str().unwrap(), &port],
+    );
+    out.ok();
+    let closed = result(&out, "closed");
+    let secs: u64 = closed.parse().unwrap_or_else(|_| panic!("{out:#?}"));
+    assert!((9..=12).contains(&secs), "closed after {secs} s");
+    assert!(srv.seen().is_empty());
+    assert!(
+        denied(&log)
+            .iter()
+            .any(|e| e["reason"] == "the connection ended before it said where it goes"),
+        "{log:#?}"
+    );
+});
