@@ -560,3 +560,139 @@ both!(a_head_sent_a_byte_at_a_time_is_cut_off, |fx| {
         "{log:#?}"
     );
 });
+
+/// Tricks a hostile command tries on transparent egress. Each prints `TAG RESULT`.
+const TRICKS: &str = r#"
+import socket, struct, sys
+H, E, E2 = (int(a) for a in sys.argv[1:4])
+def say(t, w): print(t, w, flush=True)
+def dns(pkt, fam=socket.AF_INET, addr='127.0.0.1'):
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    s.settimeout(3)
+    s.sendto(pkt, (addr, 53))
+    try:
+        r = s.recv(600)
+        return 'rcode=%d an=%d' % (r[3] & 15, struct.unpack('>H', r[6:8])[0])
+    except socket.timeout:
+        return 'noreply'
+def q(name, qt=1, qd=1):
+    p = struct.pack('>HHHHHH', 0x4242, 0x0100, qd, 0, 0, 0)
+    p += b''.join(bytes([len(x)]) + x.encode() for x in name.split('.')) + b'\0'
+    return p + struct.pack('>HH', qt, 1)
+def tcp(fam, addr, send):
+    try:
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.settimeout(5)
+        s.connect(addr)
+        s.sendall(send)
+        out = b''
+        while True:
+            d = s.recv(1000)
+            if not d:
+                break
+            out += d
+        return (out.split(b'\r\n')[0].decode(errors='replace') or '-')
+    except OSError as e:
+        return 'error=' + type(e).__name__
+def opened(*a):
+    try:
+        socket.socket(*a)
+        return 'opened'
+    except OSError as e:
+        return 'errno=%d' % e.errno
+def get(host):
+    return b'GET /t HTTP/1.1\r\nHost: ' + host.encode() + b'\r\n\r\n'
+V4 = socket.AF_INET
+say('dns-localhost', dns(q('localhost')))
+try:
+    socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).connect(('2001:db8::1', 53))
+    v6 = True
+except OSError:
+    v6 = False
+say('v6', v6)
+if v6:
+    say('v4-mapped', tcp(socket.AF_INET6, ('::ffff:127.0.0.1', E2, 0, 0), b'ping'))
+    say('v6-loopback-for-v4-entry', tcp(socket.AF_INET6, ('::1', E, 0, 0), b'ping'))
+    say('link-local', tcp(socket.AF_INET6, ('fe80::1', E2, 0, 1), b'ping'))
+say('other-loopback', tcp(V4, ('127.0.0.2', E2), b'ping'))
+say('other-loopback-host', tcp(V4, ('127.0.0.2', H), get('localhost:%d' % H)))
+say('metadata-host', tcp(V4, ('169.254.169.254', H), get('localhost:%d' % H)))
+say('host-case-dot', tcp(V4, ('127.0.0.1', H), get('LOCALHOST.:%d' % H)))
+say('host-userinfo', tcp(V4, ('127.0.0.1', H), get('localhost:%d@evil.example' % H)))
+say('host-space', tcp(V4, ('127.0.0.1', H), b'GET / HTTP/1.1\r\nHost : evil.example\r\nHost: localhost\r\n\r\n'))
+for tag, pkt in [('loop', struct.pack('>HHHHHH', 1, 0x100, 1, 0, 0, 0) + b'\xc0\x0c\0\1\0\1'),
+                 ('no-question', struct.pack('>HHHHHH', 1, 0x100, 0, 0, 0, 0)),
+                 ('many-questions', struct.pack('>HHHHHH', 1, 0x100, 65535, 0, 0, 0) + q('localhost')[12:]),
+                 ('cut', q('localhost')[:-2])]:
+    say('dns-' + tag, dns(pkt))
+say('dns-after', dns(q('localhost')))
+say('raw', opened(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+say('ping', opened(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP))
+say('packet', opened(socket.AF_PACKET, socket.SOCK_RAW, 0))
+u = socket.socket(V4, socket.SOCK_DGRAM)
+u.settimeout(1)
+u.sendto(b'x', ('127.0.0.1', E2))
+try:
+    say('udp', u.recv(10))
+except OSError as e:
+    say('udp', type(e).__name__)
+"#;
+
+// What held in an adversarial review of transparent egress: another loopback or the
+// metadata address under an allowed Host, IPv4-mapped and IPv6 forms of an address, the
+// Host header's odd spellings, malformed DNS queries, and sockets that would go around
+// the proxy (raw, ICMP, packet, UDP). Only the allowed name's own address is reached.
+both!(address_and_parser_tricks_reach_nothing_else, |fx| {
+    let http = Server::start(Kind::Http, 0);
+    let echo = Server::start(Kind::Echo, 0);
+    let named = Server::start(Kind::Echo, 0);
+    let (h, e, e2) = (http.port, echo.port, named.port);
+    fx.test_config(&format!(
+        "network = {{ allow = [\"localhost:{h}\", \"localhost:{e2}\", \"127.0.0.1:{e}\"] }}\n"
+    ));
+    let script = fx.home.join("tricks.py");
+    fx.write(&script, TRICKS);
+    let py = python();
+    let ports = [h, e, e2].map(|p| p.to_string());
+    let mut argv = vec![py.to_str().unwrap(), script.to_str().unwrap()];
+    argv.extend(ports.iter().map(String::as_str));
+    let (out, log) = run(&fx, &argv);
+    out.ok();
+    let r = |tag: &str| result(&out, tag);
+    assert_eq!(r("dns-localhost"), "rcode=0 an=1");
+    let mut named_seen = 0;
+    if r("v6") == "True" {
+        // The same IPv4 address, written as IPv6: reached as itself.
+        assert_eq!(r("v4-mapped"), "echo:ping", "{out:#?}");
+        named_seen += 1;
+        // ::1 is not 127.0.0.1: the address entry does not admit it.
+        assert_eq!(r("v6-loopback-for-v4-entry"), "-", "{out:#?}");
+        assert_eq!(r("link-local"), "-", "{out:#?}");
+    }
+    assert_eq!(r("other-loopback"), "-", "{out:#?}");
+    assert!(r("other-loopback-host").contains(" 403 "), "{out:#?}");
+    assert!(r("metadata-host").contains(" 403 "), "{out:#?}");
+    assert!(r("host-case-dot").contains(" 200 "), "{out:#?}");
+    assert_eq!(r("host-userinfo"), "-", "{out:#?}");
+    assert_eq!(r("host-space"), "-", "{out:#?}");
+    for tag in ["loop", "no-question", "many-questions", "cut"] {
+        assert_eq!(r(&format!("dns-{tag}")), "rcode=1 an=0", "{tag}");
+    }
+    assert_eq!(r("dns-after"), "rcode=0 an=1");
+    for tag in ["raw", "ping", "packet"] {
+        assert!(r(tag).starts_with("errno="), "{tag}: {out:#?}");
+    }
+    assert_ne!(r("udp"), "b'x'");
+    assert_eq!(echo.seen().len(), 0, "{out:#?}");
+    assert_eq!(named.seen().len(), named_seen, "{out:#?}");
+    assert_eq!(http.seen(), [format!("LOCALHOST.:{h} /t")]);
+    let d = denied(&log);
+    let all = format!("{d:#?}");
+    for why in [
+        "127.0.0.2 is not an address of localhost",
+        "169.254.169.254 is not an address of localhost",
+        "an HTTP Host header that is not host[:port]",
+    ] {
+        assert!(d.iter().any(|e| e["reason"] == why), "{why}: {all}");
+    }
+});
