@@ -411,6 +411,7 @@ fn empty_spec() -> SandboxSpec {
         tcp_connect: Vec::new(),
         controlling_tty: false,
         proxy_port: None,
+        egress_ports: Vec::new(),
         system_roots: None,
         denied: Vec::new(),
         seatbelt_identity: String::new(),
