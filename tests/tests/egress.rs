@@ -455,7 +455,17 @@ while time.time() < end:
     except BlockingIOError:
         pass
 print('sent', n, flush=True)
+time.sleep(float(sys.argv[2]))
 "#;
+
+/// Milliseconds into the day of an audit line's `ts` (`2026-12-03T06:09:54.018Z`).
+fn ms_of_day(line: &Value) -> u64 {
+    let ts = line["ts"].as_str().unwrap_or_default();
+    let t = &ts[ts.find('T').map_or(0, |i| i + 1)..ts.len().saturating_sub(1)];
+    let f: Vec<f64> = t.split(':').filter_map(|x| x.parse().ok()).collect();
+    assert_eq!(f.len(), 3, "{ts}");
+    ((f[0] * 3600.0 + f[1] * 60.0 + f[2]) * 1000.0) as u64
+}
 
 // A sandbox refused as fast as it can ask (a DNS packet per refusal) cannot turn each
 // refusal into an audit line: past a burst, refusals are recorded at a fixed rate and
@@ -468,7 +478,10 @@ both!(
         fx.write(&script, DNS_FLOOD);
         let py = python();
         let started = std::time::Instant::now();
-        let (out, log) = run(&fx, &[py.to_str().unwrap(), script.to_str().unwrap(), "2"]);
+        let (out, log) = run(
+            &fx,
+            &[py.to_str().unwrap(), script.to_str().unwrap(), "2", "3"],
+        );
         out.ok();
         let secs = started.elapsed().as_secs() + 1;
         let sent: u64 = result(&out, "sent").parse().unwrap();
@@ -486,6 +499,13 @@ both!(
                 why.split(' ').next().unwrap().parse::<u64>().unwrap()
             })
             .sum();
+        // The count is written once the flood has been over for a second, not only when the
+        // run ends (the sandbox sleeps 3 s after it).
+        let last_count = d.iter().rev().find(|e| e["host"] == "-").expect("a count");
+        let finished = log.iter().find(|l| l["event"] == "run.finished").unwrap();
+        let day = 86_400_000;
+        let gap = (ms_of_day(finished) + day - ms_of_day(last_count)) % day;
+        assert!(gap > 1000, "{last_count} {finished}");
         let bound = 100 + 20 * secs as usize;
         assert!(
             !one_by_one.is_empty() && one_by_one.len() <= bound,

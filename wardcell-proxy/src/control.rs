@@ -176,7 +176,7 @@ pub fn report(control: &mut UnixStream, event: &ProxyEvent) -> Result<(), FrameE
 /// The sandbox can be refused as fast as it can ask (one DNS packet each), and every
 /// event is a line in the run's audit log; past this rate refusals are counted, and the
 /// count goes to the broker as one `Denied` event (host `-`, port 0) before the next
-/// refusal reported, or when the proxy ends.
+/// refusal reported, after a second without events, or when the proxy ends.
 pub const DENIED_BURST: u32 = 100;
 pub const DENIED_PER_SECOND: u32 = 20;
 
@@ -242,8 +242,8 @@ pub struct Events {
     throttle: Arc<Mutex<Throttle>>,
 }
 
-/// The writer's end: events in order, a summary of held-back refusals before the next
-/// one reported and at the end.
+/// The writer's end: events in order, a count of held-back refusals before the next one
+/// reported, after a quiet second, and at the end.
 pub struct Queue {
     rx: mpsc::UnboundedReceiver<ProxyEvent>,
     throttle: Arc<Mutex<Throttle>>,
@@ -279,21 +279,26 @@ impl Events {
 }
 
 impl Queue {
-    /// The next event; after the last, the count of refusals still held back.
+    /// The next event; a count of refusals held back once the channel has been quiet
+    /// for a second, and after the last event.
     pub async fn recv(&mut self) -> Option<ProxyEvent> {
-        if self.done {
-            return None;
-        }
-        match self.rx.recv().await {
-            Some(e) => Some(e),
-            None => {
-                self.done = true;
-                self.throttle
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .summary()
+        while !self.done {
+            let quiet = std::time::Duration::from_secs(1);
+            match tokio::time::timeout(quiet, self.rx.recv()).await {
+                Ok(Some(e)) => return Some(e),
+                Ok(None) => self.done = true,
+                Err(_) => {}
+            }
+            let held = self
+                .throttle
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .summary();
+            if held.is_some() {
+                return held;
             }
         }
+        None
     }
 }
 
