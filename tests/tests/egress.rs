@@ -639,6 +639,7 @@ say('other-loopback-host', tcp(V4, ('127.0.0.2', H), get('localhost:%d' % H)))
 say('metadata-host', tcp(V4, ('169.254.169.254', H), get('localhost:%d' % H)))
 say('host-case-dot', tcp(V4, ('127.0.0.1', H), get('LOCALHOST.:%d' % H)))
 say('host-userinfo', tcp(V4, ('127.0.0.1', H), get('localhost:%d@evil.example' % H)))
+say('absolute-form', tcp(V4, ('127.0.0.1', H), b'GET http://evil.example/x HTTP/1.1\r\nHost: localhost:%d\r\n\r\n' % H))
 say('host-space', tcp(V4, ('127.0.0.1', H), b'GET / HTTP/1.1\r\nHost : evil.example\r\nHost: localhost\r\n\r\n'))
 for tag, pkt in [('loop', struct.pack('>HHHHHH', 1, 0x100, 1, 0, 0, 0) + b'\xc0\x0c\0\1\0\1'),
                  ('no-question', struct.pack('>HHHHHH', 1, 0x100, 0, 0, 0, 0)),
@@ -695,6 +696,8 @@ both!(address_and_parser_tricks_reach_nothing_else, |fx| {
     assert!(r("host-case-dot").contains(" 200 "), "{out:#?}");
     assert_eq!(r("host-userinfo"), "-", "{out:#?}");
     assert_eq!(r("host-space"), "-", "{out:#?}");
+    // A server takes an absolute-form target over Host: the two must agree.
+    assert_eq!(r("absolute-form"), "-", "{out:#?}");
     for tag in ["loop", "no-question", "many-questions", "cut"] {
         assert_eq!(r(&format!("dns-{tag}")), "rcode=1 an=0", "{tag}");
     }
@@ -712,6 +715,7 @@ both!(address_and_parser_tricks_reach_nothing_else, |fx| {
         "127.0.0.2 is not an address of localhost",
         "169.254.169.254 is not an address of localhost",
         "an HTTP Host header that is not host[:port]",
+        "an HTTP request whose target names another host than its Host",
     ] {
         assert!(d.iter().any(|e| e["reason"] == why), "{why}: {all}");
     }
