@@ -433,3 +433,290 @@ both!(a_port_without_an_entry_is_refused, |fx| {
     assert_eq!(out.stdout.matches("refused").count(), 2, "{out:#?}");
     assert!(srv.seen().is_empty());
 });
+
+/// Queries for a name the list does not name, as fast as one process sends them, for
+/// `secs` seconds; prints how many were sent.
+const DNS_FLOOD: &str = r#"
+import socket, struct, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+n, end = 0, time.time() + float(sys.argv[1])
+while time.time() < end:
+    q = struct.pack('>HHHHHH', n & 0xffff, 0x0100, 1, 0, 0, 0)
+    q += b'\x05flood\x06denied\x07example\x00' + struct.pack('>HH', 1, 1)
+    try:
+        s.sendto(q, ('127.0.0.1', 53))
+        n += 1
+    except BlockingIOError:
+        pass
+    try:
+        while True:
+            s.recv(512)
+    except BlockingIOError:
+        pass
+print('sent', n, flush=True)
+time.sleep(float(sys.argv[2]))
+"#;
+
+/// Milliseconds into the day of an audit line's `ts` (`2026-12-03T06:09:54.018Z`).
+fn ms_of_day(line: &Value) -> u64 {
+    let ts = line["ts"].as_str().unwrap_or_default();
+    let t = &ts[ts.find('T').map_or(0, |i| i + 1)..ts.len().saturating_sub(1)];
+    let f: Vec<f64> = t.split(':').filter_map(|x| x.parse().ok()).collect();
+    assert_eq!(f.len(), 3, "{ts}");
+    ((f[0] * 3600.0 + f[1] * 60.0 + f[2]) * 1000.0) as u64
+}
+
+// A sandbox refused as fast as it can ask (a DNS packet per refusal) cannot turn each
+// refusal into an audit line: past a burst, refusals are recorded at a fixed rate and
+// the rest counted in one event, so the log grows by a bounded amount and loses no count.
+both!(
+    a_flood_of_refusals_is_counted_not_logged_line_by_line,
+    |fx| {
+        fx.test_config("network = { allow = [\"localhost:1\"] }\n");
+        let script = fx.home.join("flood.py");
+        fx.write(&script, DNS_FLOOD);
+        let py = python();
+        let started = std::time::Instant::now();
+        let (out, log) = run(
+            &fx,
+            &[py.to_str().unwrap(), script.to_str().unwrap(), "2", "3"],
+        );
+        out.ok();
+        let secs = started.elapsed().as_secs() + 1;
+        let sent: u64 = result(&out, "sent").parse().unwrap();
+        let d = denied(&log);
+        let one_by_one: Vec<_> = d
+            .iter()
+            .filter(|e| e["host"] == "flood.denied.example")
+            .collect();
+        let held: u64 = d
+            .iter()
+            .filter(|e| e["host"] == "-" && e["port"] == 0)
+            .map(|e| {
+                let why = e["reason"].as_str().unwrap_or("");
+                assert!(why.contains("more refusals, over the 20 a second"), "{why}");
+                why.split(' ').next().unwrap().parse::<u64>().unwrap()
+            })
+            .sum();
+        // The count is written once the flood has been over for a second, not only when the
+        // run ends (the sandbox sleeps 3 s after it).
+        let last_count = d.iter().rev().find(|e| e["host"] == "-").expect("a count");
+        let finished = log.iter().find(|l| l["event"] == "run.finished").unwrap();
+        let day = 86_400_000;
+        let gap = (ms_of_day(finished) + day - ms_of_day(last_count)) % day;
+        assert!(gap > 1000, "{last_count} {finished}");
+        let bound = 100 + 20 * secs as usize;
+        assert!(
+            !one_by_one.is_empty() && one_by_one.len() <= bound,
+            "{} refusals recorded one by one in {secs} s (at most {bound}); {sent} sent",
+            one_by_one.len()
+        );
+        assert_eq!(
+            d.len() - one_by_one.len(),
+            d.iter().filter(|e| e["host"] == "-").count()
+        );
+        // Every refusal answered is in the log, one by one or in a count (UDP the proxy never
+        // read is not: the flood outruns it).
+        assert!(
+            one_by_one.len() as u64 + held >= 500,
+            "{} + {held} of {sent}",
+            one_by_one.len()
+        );
+    }
+);
+
+/// A request head sent a byte a second; prints when the proxy closed it, or `open`.
+const DRIBBLE: &str = r#"
+import socket, sys, time
+s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5)
+s.sendall(b'GET /slow HTTP/1.1\r\n')
+t0 = time.time()
+s.settimeout(1)
+def closed():
+    print('closed', int(time.time() - t0), flush=True)
+    sys.exit(0)
+while time.time() - t0 < 16:
+    try:
+        if s.recv(100) == b'':
+            closed()
+    except socket.timeout:
+        pass
+    except OSError:
+        closed()
+    try:
+        s.sendall(b'X')
+    except OSError:
+        closed()
+print('open', flush=True)
+"#;
+
+// The proxy gives a transparent connection 10 s in all to say where it goes: a client that
+// sends its head a byte at a time cannot hold the connection (and its slot) open by
+// sending a byte before each read's wait runs out.
+both!(a_head_sent_a_byte_at_a_time_is_cut_off, |fx| {
+    let srv = Server::start(Kind::Http, 0);
+    fx.test_config(&format!(
+        "network = {{ allow = [\"localhost:{}\"] }}\n",
+        srv.port
+    ));
+    let script = fx.home.join("dribble.py");
+    fx.write(&script, DRIBBLE);
+    let py = python();
+    let port = srv.port.to_string();
+    let (out, log) = run(
+        &fx,
+        &[py.to_str().unwrap(), script.to_str().unwrap(), &port],
+    );
+    out.ok();
+    let closed = result(&out, "closed");
+    let secs: u64 = closed.parse().unwrap_or_else(|_| panic!("{out:#?}"));
+    assert!((9..=12).contains(&secs), "closed after {secs} s");
+    assert!(srv.seen().is_empty());
+    assert!(
+        denied(&log)
+            .iter()
+            .any(|e| e["reason"] == "the connection ended before it said where it goes"),
+        "{log:#?}"
+    );
+});
+
+/// Tricks a hostile command tries on transparent egress. Each prints `TAG RESULT`.
+const TRICKS: &str = r#"
+import socket, struct, sys
+H, E, E2 = (int(a) for a in sys.argv[1:4])
+def say(t, w): print(t, w, flush=True)
+def dns(pkt, fam=socket.AF_INET, addr='127.0.0.1'):
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    s.settimeout(3)
+    s.sendto(pkt, (addr, 53))
+    try:
+        r = s.recv(600)
+        return 'rcode=%d an=%d' % (r[3] & 15, struct.unpack('>H', r[6:8])[0])
+    except socket.timeout:
+        return 'noreply'
+def q(name, qt=1, qd=1):
+    p = struct.pack('>HHHHHH', 0x4242, 0x0100, qd, 0, 0, 0)
+    p += b''.join(bytes([len(x)]) + x.encode() for x in name.split('.')) + b'\0'
+    return p + struct.pack('>HH', qt, 1)
+def tcp(fam, addr, send):
+    try:
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.settimeout(5)
+        s.connect(addr)
+        s.sendall(send)
+        out = b''
+        while True:
+            d = s.recv(1000)
+            if not d:
+                break
+            out += d
+        return (out.split(b'\r\n')[0].decode(errors='replace') or '-')
+    except OSError as e:
+        return 'error=' + type(e).__name__
+def opened(*a):
+    try:
+        socket.socket(*a)
+        return 'opened'
+    except OSError as e:
+        return 'errno=%d' % e.errno
+def get(host):
+    return b'GET /t HTTP/1.1\r\nHost: ' + host.encode() + b'\r\n\r\n'
+V4 = socket.AF_INET
+say('dns-localhost', dns(q('localhost')))
+try:
+    socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).connect(('2001:db8::1', 53))
+    v6 = True
+except OSError:
+    v6 = False
+say('v6', v6)
+if v6:
+    say('v4-mapped', tcp(socket.AF_INET6, ('::ffff:127.0.0.1', E2, 0, 0), b'ping'))
+    say('v6-loopback-for-v4-entry', tcp(socket.AF_INET6, ('::1', E, 0, 0), b'ping'))
+    say('link-local', tcp(socket.AF_INET6, ('fe80::1', E2, 0, 1), b'ping'))
+say('other-loopback', tcp(V4, ('127.0.0.2', E2), b'ping'))
+say('other-loopback-host', tcp(V4, ('127.0.0.2', H), get('localhost:%d' % H)))
+say('metadata-host', tcp(V4, ('169.254.169.254', H), get('localhost:%d' % H)))
+say('host-case-dot', tcp(V4, ('127.0.0.1', H), get('LOCALHOST.:%d' % H)))
+say('host-userinfo', tcp(V4, ('127.0.0.1', H), get('localhost:%d@evil.example' % H)))
+say('absolute-form', tcp(V4, ('127.0.0.1', H), b'GET http://evil.example/x HTTP/1.1\r\nHost: localhost:%d\r\n\r\n' % H))
+say('host-space', tcp(V4, ('127.0.0.1', H), b'GET / HTTP/1.1\r\nHost : evil.example\r\nHost: localhost\r\n\r\n'))
+for tag, pkt in [('loop', struct.pack('>HHHHHH', 1, 0x100, 1, 0, 0, 0) + b'\xc0\x0c\0\1\0\1'),
+                 ('no-question', struct.pack('>HHHHHH', 1, 0x100, 0, 0, 0, 0)),
+                 ('many-questions', struct.pack('>HHHHHH', 1, 0x100, 65535, 0, 0, 0) + q('localhost')[12:]),
+                 ('cut', q('localhost')[:-2])]:
+    say('dns-' + tag, dns(pkt))
+say('dns-after', dns(q('localhost')))
+say('raw', opened(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+say('ping', opened(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP))
+say('packet', opened(socket.AF_PACKET, socket.SOCK_RAW, 0))
+u = socket.socket(V4, socket.SOCK_DGRAM)
+u.settimeout(1)
+u.sendto(b'x', ('127.0.0.1', E2))
+try:
+    say('udp', u.recv(10))
+except OSError as e:
+    say('udp', type(e).__name__)
+"#;
+
+// What held in an adversarial review of transparent egress: another loopback or the
+// metadata address under an allowed Host, IPv4-mapped and IPv6 forms of an address, the
+// Host header's odd spellings, malformed DNS queries, and sockets that would go around
+// the proxy (raw, ICMP, packet, UDP). Only the allowed name's own address is reached.
+both!(address_and_parser_tricks_reach_nothing_else, |fx| {
+    let http = Server::start(Kind::Http, 0);
+    let echo = Server::start(Kind::Echo, 0);
+    let named = Server::start(Kind::Echo, 0);
+    let (h, e, e2) = (http.port, echo.port, named.port);
+    fx.test_config(&format!(
+        "network = {{ allow = [\"localhost:{h}\", \"localhost:{e2}\", \"127.0.0.1:{e}\"] }}\n"
+    ));
+    let script = fx.home.join("tricks.py");
+    fx.write(&script, TRICKS);
+    let py = python();
+    let ports = [h, e, e2].map(|p| p.to_string());
+    let mut argv = vec![py.to_str().unwrap(), script.to_str().unwrap()];
+    argv.extend(ports.iter().map(String::as_str));
+    let (out, log) = run(&fx, &argv);
+    out.ok();
+    let r = |tag: &str| result(&out, tag);
+    assert_eq!(r("dns-localhost"), "rcode=0 an=1");
+    let mut named_seen = 0;
+    if r("v6") == "True" {
+        // The same IPv4 address, written as IPv6: reached as itself.
+        assert_eq!(r("v4-mapped"), "echo:ping", "{out:#?}");
+        named_seen += 1;
+        // ::1 is not 127.0.0.1: the address entry does not admit it.
+        assert_eq!(r("v6-loopback-for-v4-entry"), "-", "{out:#?}");
+        assert_eq!(r("link-local"), "-", "{out:#?}");
+    }
+    assert_eq!(r("other-loopback"), "-", "{out:#?}");
+    assert!(r("other-loopback-host").contains(" 403 "), "{out:#?}");
+    assert!(r("metadata-host").contains(" 403 "), "{out:#?}");
+    assert!(r("host-case-dot").contains(" 200 "), "{out:#?}");
+    assert_eq!(r("host-userinfo"), "-", "{out:#?}");
+    assert_eq!(r("host-space"), "-", "{out:#?}");
+    // A server takes an absolute-form target over Host: the two must agree.
+    assert_eq!(r("absolute-form"), "-", "{out:#?}");
+    for tag in ["loop", "no-question", "many-questions", "cut"] {
+        assert_eq!(r(&format!("dns-{tag}")), "rcode=1 an=0", "{tag}");
+    }
+    assert_eq!(r("dns-after"), "rcode=0 an=1");
+    for tag in ["raw", "ping", "packet"] {
+        assert!(r(tag).starts_with("errno="), "{tag}: {out:#?}");
+    }
+    assert_ne!(r("udp"), "b'x'");
+    assert_eq!(echo.seen().len(), 0, "{out:#?}");
+    assert_eq!(named.seen().len(), named_seen, "{out:#?}");
+    assert_eq!(http.seen(), [format!("LOCALHOST.:{h} /t")]);
+    let d = denied(&log);
+    let all = format!("{d:#?}");
+    for why in [
+        "127.0.0.2 is not an address of localhost",
+        "169.254.169.254 is not an address of localhost",
+        "an HTTP Host header that is not host[:port]",
+        "an HTTP request whose target names another host than its Host",
+    ] {
+        assert!(d.iter().any(|e| e["reason"] == why), "{why}: {all}");
+    }
+});

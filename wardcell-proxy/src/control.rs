@@ -18,6 +18,7 @@ use std::io::IoSliceMut;
 use std::net::{TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
 
 use nix::errno::Errno;
 use nix::sys::socket::{
@@ -171,20 +172,133 @@ pub fn report(control: &mut UnixStream, event: &ProxyEvent) -> Result<(), FrameE
     protocol::write_frame(control, event)
 }
 
+/// Refusals reported one by one: a burst of [`DENIED_BURST`], then [`DENIED_PER_SECOND`].
+/// The sandbox can be refused as fast as it can ask (one DNS packet each), and every
+/// event is a line in the run's audit log; past this rate refusals are counted, and the
+/// count goes to the broker as one `Denied` event (host `-`, port 0) before the next
+/// refusal reported, after a second without events, or when the proxy ends.
+pub const DENIED_BURST: u32 = 100;
+pub const DENIED_PER_SECOND: u32 = 20;
+
+/// A token bucket for refusals, and the count of those it held back. Pure: the caller
+/// gives the time.
+#[derive(Debug)]
+pub struct Throttle {
+    tokens: u32,
+    /// When the last token was added (or the bucket was made).
+    since: std::time::Instant,
+    held: u64,
+}
+
+impl Throttle {
+    pub fn new(now: std::time::Instant) -> Throttle {
+        Throttle {
+            tokens: DENIED_BURST,
+            since: now,
+            held: 0,
+        }
+    }
+
+    /// May one more refusal be reported at `now`? If not, it is counted.
+    pub fn admit(&mut self, now: std::time::Instant) -> bool {
+        let per_token = std::time::Duration::from_secs(1) / DENIED_PER_SECOND;
+        let elapsed = now.saturating_duration_since(self.since).as_nanos();
+        let new = (elapsed / per_token.as_nanos()).min(u128::from(DENIED_BURST)) as u32;
+        if new > 0 {
+            self.tokens = (self.tokens + new).min(DENIED_BURST);
+            self.since = if self.tokens == DENIED_BURST {
+                now
+            } else {
+                self.since + per_token * new
+            };
+        }
+        if self.tokens == 0 {
+            self.held += 1;
+            return false;
+        }
+        self.tokens -= 1;
+        true
+    }
+
+    /// The refusals held back since the last call, as one event, if there were any.
+    pub fn summary(&mut self) -> Option<ProxyEvent> {
+        let n = std::mem::take(&mut self.held);
+        (n > 0).then(|| ProxyEvent::Denied {
+            host: "-".into(),
+            port: 0,
+            reason: format!(
+                "{n} more refusals, over the {DENIED_PER_SECOND} a second recorded one by one"
+            ),
+        })
+    }
+}
+
 /// Where connection handlers post their events. Unbounded so that a handler never waits
-/// on the broker; events are small and the broker reads them as they come.
+/// on the broker; events are small, refusals are throttled ([`Throttle`]), and an allowed
+/// connection's event needs a connection through the proxy.
 #[derive(Clone)]
-pub struct Events(mpsc::UnboundedSender<ProxyEvent>);
+pub struct Events {
+    tx: mpsc::UnboundedSender<ProxyEvent>,
+    throttle: Arc<Mutex<Throttle>>,
+}
+
+/// The writer's end: events in order, a count of held-back refusals before the next one
+/// reported, after a quiet second, and at the end.
+pub struct Queue {
+    rx: mpsc::UnboundedReceiver<ProxyEvent>,
+    throttle: Arc<Mutex<Throttle>>,
+    done: bool,
+}
 
 impl Events {
-    pub fn channel() -> (Events, mpsc::UnboundedReceiver<ProxyEvent>) {
+    pub fn channel() -> (Events, Queue) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Events(tx), rx)
+        let throttle = Arc::new(Mutex::new(Throttle::new(std::time::Instant::now())));
+        let queue = Queue {
+            rx,
+            throttle: throttle.clone(),
+            done: false,
+        };
+        (Events { tx, throttle }, queue)
     }
 
     pub fn send(&self, event: ProxyEvent) {
+        let mut first = None;
+        if matches!(event, ProxyEvent::Denied { .. }) {
+            let mut t = self.throttle.lock().unwrap_or_else(|p| p.into_inner());
+            if !t.admit(std::time::Instant::now()) {
+                return;
+            }
+            first = t.summary();
+        }
         // Fails only once the writer is gone, i.e. the process is ending.
-        let _ = self.0.send(event);
+        for e in first.into_iter().chain(Some(event)) {
+            let _ = self.tx.send(e);
+        }
+    }
+}
+
+impl Queue {
+    /// The next event; a count of refusals held back once the channel has been quiet
+    /// for a second, and after the last event.
+    pub async fn recv(&mut self) -> Option<ProxyEvent> {
+        while !self.done {
+            let quiet = std::time::Duration::from_secs(1);
+            match tokio::time::timeout(quiet, self.rx.recv()).await {
+                Ok(Some(e)) => return Some(e),
+                Ok(None) => self.done = true,
+                Err(_) => {}
+            }
+            let held = self
+                .throttle
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .summary();
+            if held.is_some() {
+                return held;
+            }
+        }
+        None
     }
 }
 
@@ -204,11 +318,7 @@ const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 /// Step 4: write events until the broker closes its side. Then stop accepting (`front`),
 /// let the connections in flight finish (their sandbox is gone, so they end), write every
 /// event they leave, and return: the broker reads to the end before it reaps us.
-pub async fn run(
-    control: UnixStream,
-    mut events: mpsc::UnboundedReceiver<ProxyEvent>,
-    front: tokio::task::AbortHandle,
-) -> Ended {
+pub async fn run(control: UnixStream, mut events: Queue, front: tokio::task::AbortHandle) -> Ended {
     let stream = match control
         .set_nonblocking(true)
         .and_then(|()| tokio::net::UnixStream::from_std(control))
@@ -246,5 +356,39 @@ pub async fn run(
             Ok(_) => Ended::Broken("the broker sent a message out of turn".into()),
             Err(e) => Ended::Broken(format!("reading the control socket: {e}")),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn refusals_past_the_rate_are_counted_not_dropped() {
+        let t0 = Instant::now();
+        let mut t = Throttle::new(t0);
+        let admitted = (0..1000).filter(|_| t.admit(t0)).count();
+        assert_eq!(admitted, DENIED_BURST as usize);
+        match t.summary() {
+            Some(ProxyEvent::Denied { host, port, reason }) => {
+                assert_eq!((host.as_str(), port), ("-", 0));
+                assert!(reason.starts_with("900 more refusals"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(t.summary().is_none(), "counted once");
+        // A second later, one second's worth again, and no more.
+        let t1 = t0 + Duration::from_secs(1);
+        let again = (0..1000).filter(|_| t.admit(t1)).count();
+        assert_eq!(again, DENIED_PER_SECOND as usize);
+        // After a long quiet, a full burst, never more.
+        let t2 = t1 + Duration::from_secs(3600);
+        assert_eq!(
+            (0..1000).filter(|_| t.admit(t2)).count(),
+            DENIED_BURST as usize
+        );
+        // Time going backwards (it cannot, but) admits nothing new.
+        assert!(!t.admit(t0));
     }
 }

@@ -134,23 +134,60 @@ fn http(buf: &[u8]) -> Sniffed {
                 .headers
                 .iter()
                 .filter(|h| h.name.eq_ignore_ascii_case("host"));
-            let Some(host) = hosts.next() else {
-                return Sniffed::Http(None);
-            };
+            let host = hosts.next();
             if hosts.next().is_some() {
                 return Sniffed::Bad("an HTTP request with two Host headers");
             }
-            match std::str::from_utf8(host.value)
-                .ok()
-                .and_then(|v| v.trim().parse::<Authority>().ok())
-            {
-                Some(a) if !a.as_str().contains('@') => {
-                    Sniffed::Http(Some((a.host().to_string(), a.port_u16())))
+            let host = match host.map(|h| authority(h.value)) {
+                None => None,
+                Some(Some(a)) => Some(a),
+                Some(None) => return Sniffed::Bad("an HTTP Host header that is not host[:port]"),
+            };
+            // An absolute-form (`http://h/p`) or authority-form (`h:443`) target names a
+            // host too, and a server takes it over Host: it must name the same host.
+            let target = match req.path {
+                None | Some("*") => None,
+                Some(p) if p.starts_with('/') => None,
+                Some(p) => match p
+                    .parse::<hyper::Uri>()
+                    .ok()
+                    .and_then(|u| u.authority().and_then(|a| authority(a.as_str().as_bytes())))
+                {
+                    Some(a) => Some(a),
+                    None => return Sniffed::Bad("an HTTP request target that names no host"),
+                },
+            };
+            match (host, target) {
+                (Some((h, hp)), Some((t, tp))) => {
+                    let same = |a: &str, b: &str| {
+                        a.trim_end_matches('.')
+                            .eq_ignore_ascii_case(b.trim_end_matches('.'))
+                    };
+                    if !same(&h, &t) || (hp.is_some() && tp.is_some() && hp != tp) {
+                        return Sniffed::Bad(
+                            "an HTTP request whose target names another host than its Host",
+                        );
+                    }
+                    Sniffed::Http(Some((h, hp.or(tp))))
                 }
-                _ => Sniffed::Bad("an HTTP Host header that is not host[:port]"),
+                (h, t) => Sniffed::Http(h.or(t)),
             }
         }
     }
+}
+
+/// `host[:port]` from a Host header or a request target's authority; `None` when it is
+/// not one (userinfo included).
+fn authority(value: &[u8]) -> Option<(String, Option<u16>)> {
+    let a = std::str::from_utf8(value)
+        .ok()?
+        .trim()
+        .parse::<Authority>()
+        .ok()?;
+    if a.as_str().contains('@') {
+        return None;
+    }
+    Some((a.host().to_string(), a.port_u16()))
 }
 
 #[cfg(test)]
@@ -215,6 +252,40 @@ mod tests {
             sniff(b"GET / HTTP/1.1\r\nHost: u@a\r\n\r\n"),
             Sniffed::Bad(_)
         ));
+    }
+
+    #[test]
+    fn a_request_target_naming_a_host_must_name_the_same_host_as_host() {
+        let h = |s: &[u8]| sniff(s);
+        assert_eq!(
+            h(b"GET http://A.example./x HTTP/1.1\r\nHost: a.example:8080\r\n\r\n"),
+            Sniffed::Http(Some(("a.example".into(), Some(8080))))
+        );
+        assert_eq!(
+            h(b"GET http://a.example:81/x HTTP/1.0\r\n\r\n"),
+            Sniffed::Http(Some(("a.example".into(), Some(81))))
+        );
+        assert_eq!(
+            h(b"CONNECT a.example:443 HTTP/1.1\r\nHost: a.example:443\r\n\r\n"),
+            Sniffed::Http(Some(("a.example".into(), Some(443))))
+        );
+        assert_eq!(
+            h(b"OPTIONS * HTTP/1.1\r\nHost: a.example\r\n\r\n"),
+            Sniffed::Http(Some(("a.example".into(), None)))
+        );
+        for bad in [
+            &b"GET http://evil.example/x HTTP/1.1\r\nHost: a.example\r\n\r\n"[..],
+            b"CONNECT evil.example:443 HTTP/1.1\r\nHost: a.example\r\n\r\n",
+            b"GET http://a.example:81/ HTTP/1.1\r\nHost: a.example:80\r\n\r\n",
+            b"GET http://u@a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n",
+            b"GET mailto:x HTTP/1.1\r\nHost: a.example\r\n\r\n",
+        ] {
+            assert!(
+                matches!(h(bad), Sniffed::Bad(_)),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]

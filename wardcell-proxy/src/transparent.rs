@@ -5,8 +5,9 @@
 //!
 //! For each connection, in order:
 //!
-//! 1. read the first bytes (at most [`MAX_SNIFF`]); a client silent for [`FIRST_WAIT`]
-//!    speaks a server-first protocol and is judged by its destination alone;
+//! 1. read the first bytes (at most [`MAX_SNIFF`], within [`HEAD_TIMEOUT`] in all); a
+//!    client silent for [`FIRST_WAIT`] speaks a server-first protocol and is judged by
+//!    its destination alone;
 //! 2. take the name it claims: a TLS ClientHello's SNI, an HTTP/1 `Host`; a claim that
 //!    differs from every name the proxy's DNS answered the destination address for is
 //!    refused; without a claim, the name the address was answered for, or else the
@@ -39,13 +40,16 @@ use wardcell_common::protocol::ProxyEvent;
 
 use crate::allow::{AllowList, Host, Target};
 use crate::dns;
-use crate::front::{Ctx, HEADER_TIMEOUT};
+use crate::front::Ctx;
 use crate::names::Names;
 use crate::nameserver::canonical;
 use crate::sniff::{sniff, Sniffed, MAX_SNIFF};
 
 /// How long a client may stay silent before it is taken to wait for the server.
 pub const FIRST_WAIT: Duration = Duration::from_millis(500);
+/// How long, from the connection, a client has to send its whole ClientHello or request
+/// head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Accept connections until the process ends.
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, names: Arc<Names>) {
@@ -132,9 +136,13 @@ async fn handle(mut client: TcpStream, ctx: Arc<Ctx>, names: Arc<Names>) {
     // 1.
     let mut buf = vec![0u8; MAX_SNIFF];
     let mut n = 0;
+    // One deadline for the whole head, not one per read: a byte now and then would
+    // otherwise hold the connection's slot for as long as the client likes.
+    let start = tokio::time::Instant::now();
     let seen = loop {
-        let wait = if n == 0 { FIRST_WAIT } else { HEADER_TIMEOUT };
-        match tokio::time::timeout(wait, client.read(&mut buf[n..])).await {
+        let wait = if n == 0 { FIRST_WAIT } else { HEAD_TIMEOUT };
+        let read = client.read(&mut buf[n..]);
+        match tokio::time::timeout_at(start + wait, read).await {
             Err(_) if n == 0 => break Sniffed::Other,
             Err(_) | Ok(Ok(0)) => break sniff(&buf[..n]),
             Ok(Ok(k)) => {
