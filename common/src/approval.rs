@@ -240,6 +240,7 @@ mod tests {
             ],
             client: None,
             identities: Default::default(),
+            trace: None,
         }
     }
 

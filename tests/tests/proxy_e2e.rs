@@ -493,8 +493,20 @@ fn log_names(fx: &Fixture) -> BTreeSet<String> {
 /// the test CA and the token in `secret_env`, killed after 180 s. Returns what it printed
 /// and the run's audit log (its lines parsed, and its text).
 fn run(fx: &Fixture, up: &Upstream, secret_env: &str, sh: &str) -> (Out, Vec<Value>, String) {
+    run_with(fx, up, secret_env, sh, &[])
+}
+
+/// [`run`] with more variables in wardcell's environment.
+fn run_with(
+    fx: &Fixture,
+    up: &Upstream,
+    secret_env: &str,
+    sh: &str,
+    vars: &[(&str, &str)],
+) -> (Out, Vec<Value>, String) {
     let before = log_names(fx);
     let mut cmd = fx.cmd(&["run", "--", "/bin/sh", "-c", sh]);
+    cmd.envs(vars.iter().copied());
     cmd.env("PATH", run_path(fx))
         .env("SSL_CERT_FILE", &up.ca_pem)
         .env(secret_env, &up.token)
@@ -902,6 +914,84 @@ both!(the_token_is_nowhere_a_sandbox_can_read, |fx| {
         "{log_text}"
     );
 });
+
+// WARDCELL_LOG=debug through an authenticated zone: every process traces (the client,
+// the broker, each sandbox's shim and each zone's proxy), every line carries the run id
+// of the audit log, the variable stays out of the commands' environments, and the
+// secret is nowhere in stderr.
+both!(
+    a_traced_authenticated_run_carries_the_run_id_and_never_the_secret,
+    |fx| {
+        const VAR: &str = "E2E_GIT_CRED";
+        let up = Upstream::start(&fx);
+        config(&fx, &up, VAR, None);
+        let push = script(
+            &fx,
+            "push.sh",
+            &format!(
+                "curl -sS --max-time 30 -o /dev/null -w 'authed code=%{{http_code}}\\n' '{url}'\n\
+             echo \"push-log=${{WARDCELL_LOG-unset}}\"\n",
+                url = up.url("/repo.git/info/refs?service=git-upload-pack"),
+            ),
+        );
+        let (out, log, log_text) = run_with(
+            &fx,
+            &up,
+            VAR,
+            &format!(
+                "echo \"agent-log=${{WARDCELL_LOG-unset}}\"; wardcell zone enter push -- sh {push}"
+            ),
+            &[("WARDCELL_LOG", "debug")],
+        );
+        out.ok();
+        assert_eq!(field(&out, "authed", "code"), "200", "{out:#?}");
+        assert!(out.stdout.contains("agent-log=unset"), "{out:#?}");
+        assert!(out.stdout.contains("push-log=unset"), "{out:#?}");
+        let id = log[0]["run"].as_str().expect("a run id").to_string();
+        let traced: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("wardcell"))
+            .collect();
+        for l in &traced {
+            assert!(
+                l.contains(&format!("] run={id} ")),
+                "a trace line without run {id}: {l}\n{}",
+                out.stderr
+            );
+        }
+        for process in [
+            "wardcell[",
+            "wardcell-broker[",
+            "wardcell-shim[",
+            "wardcell-proxy[",
+        ] {
+            assert!(
+                traced.iter().any(|l| l.starts_with(process)),
+                "nothing from {process} in stderr:\n{}",
+                out.stderr
+            );
+        }
+        // Both sandboxes' shims and the push zone's credential, by name.
+        assert!(
+            traced
+                .iter()
+                .filter(|l| l.starts_with("wardcell-shim[") && l.contains("spec received"))
+                .count()
+                >= 2,
+            "{}",
+            out.stderr
+        );
+        assert!(
+            traced.iter().any(|l| l.starts_with("wardcell-proxy[")
+                && l.contains(&format!("credentials=[\"{CRED}\"]"))),
+            "{}",
+            out.stderr
+        );
+        assert_no_secret("wardcell's traced stderr", &out.stderr, &up);
+        assert_no_secret("the run's audit log", &log_text, &up);
+    }
+);
 
 // A request outside the credential's paths gets no credential, and the push zone's
 // proxy really is in the middle for the credential's host (the server's own certificate

@@ -411,6 +411,7 @@ pub fn build_with(
         system_roots,
         denied,
         seatbelt_identity: String::new(),
+        trace: None,
     })
 }
 
@@ -538,6 +539,7 @@ mod tests {
             ],
             client: None,
             identities: recorded(),
+            trace: None,
         }
     }
 

@@ -158,6 +158,8 @@ impl Events {
     }
 
     pub fn send(&self, event: ProxyEvent) {
+        // Hosts, ports, credential names and counts: never a credential's value.
+        tracing::debug!(event = ?event, "connection");
         // Fails only once the writer is gone, i.e. the process is ending.
         let _ = self.0.send(event);
     }

@@ -56,6 +56,10 @@ pub struct RunArgs {
     pub profile: Option<String>,
     #[command(flatten)]
     pub config: ConfigArg,
+    /// Print what each wardcell process does to stderr (as WARDCELL_LOG=debug does),
+    /// each line with the run id; the command's environment does not change
+    #[arg(short, long)]
+    pub verbose: bool,
     /// The command and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,

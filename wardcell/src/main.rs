@@ -26,10 +26,26 @@ use std::process::ExitCode;
 use cli::{ApprovalsCommand, Command, LogsCommand, Parsed, PolicyCommand, ZoneCommand};
 use error::Error;
 use location::Location;
+use wardcell_common::trace;
 
 fn main() -> ExitCode {
+    // 0. Tracing, when WARDCELL_LOG asks; a value that is not a level is a usage error.
+    //    `run` holds its lines for the broker, which prints them with the run id.
+    let traced = match std::env::var(trace::VAR).map(|v| trace::parse(&v)) {
+        Ok(Err(why)) => return report(Error::Usage(why)),
+        Ok(Ok(level)) => level,
+        Err(_) => None,
+    };
+    if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
+        trace::hold();
+    }
+    if let Some(level) = traced {
+        trace::install("wardcell", level);
+    }
+
     // 1. Where are we: the host, a sandbox in a zone, or a sandbox without zones.
     let location = Location::detect(&|k| std::env::var(k).ok());
+    tracing::debug!(location = ?location, "started");
 
     // 2. Refuse a command that does not work here, before doing anything else.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -136,6 +152,13 @@ fn dispatch(
 }
 
 fn report(e: Error) -> ExitCode {
+    // Lines held for a broker that will not print them (no plan was handed over).
+    for l in trace::take_held() {
+        eprintln!(
+            "{}",
+            trace::line("wardcell", std::process::id(), trace::run(), &l)
+        );
+    }
     // A reader that went away (`| head`) is not worth a message.
     if matches!(&e, Error::Stdout(io) if io.kind() == std::io::ErrorKind::BrokenPipe) {
         return ExitCode::from(e.exit_code());
