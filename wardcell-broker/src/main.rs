@@ -529,6 +529,8 @@ fn run_first_sandbox(
                 "cwd": plan.cwd,
                 "config": plan.source,
                 "uid": nix::unistd::getuid().as_raw(),
+                // `wardcell doctor`'s trial run (`--plan`): `logs list` leaves it out.
+                "trial": writer.is_none(),
             }),
         )
     };

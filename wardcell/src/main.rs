@@ -47,8 +47,12 @@ fn main() -> ExitCode {
     let location = Location::detect(&|k| std::env::var(k).ok());
     tracing::debug!(location = ?location, "started");
 
-    // 2. Refuse a command that does not work here, before doing anything else.
+    // 2. Help is never refused: `wardcell help COMMAND` and `COMMAND --help` print it
+    //    anywhere. Refuse a command that does not work here, before doing anything else.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(path) = cli::help_path(&args) {
+        return cli::print_help(&location, &path);
+    }
     if let Some(why) = location::refusal(&location, &cli::command_path(&args)) {
         return report(Error::Refused(why));
     }
@@ -118,7 +122,9 @@ fn dispatch(
             let command = run::utf8_command(command)?;
             return Ok(ExitCode::from(zones::inside_enter(socket, &zone, command)?));
         }
-        (Command::Logs(LogsCommand::List { output }), Location::Host) => logs::list(output)?,
+        (Command::Logs(LogsCommand::List { output, limit, all }), Location::Host) => {
+            logs::list(output, limit, all)?
+        }
         (
             Command::Logs(LogsCommand::Show {
                 id,
