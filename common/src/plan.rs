@@ -124,7 +124,10 @@ pub struct CredentialPlan {
     pub secret: SecretPlan,
 }
 
+// Variant names in JSON (`policy show --output json`) as zones.toml writes them; frames
+// (bincode) carry the variant's index, so the names change nothing there.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
 pub enum CredentialScheme {
     Basic,
     Bearer,
@@ -133,6 +136,7 @@ pub enum CredentialScheme {
 
 /// Where a secret comes from. The proxy resolves it; nothing else ever does.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
 pub enum SecretPlan {
     Env(String),
     /// Absolute (`~` expanded).
@@ -143,6 +147,7 @@ pub enum SecretPlan {
 /// Where a run starts. One value per run: its size does not matter.
 #[allow(clippy::large_enum_variant)]
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "lowercase")]
 pub enum Start {
     /// In this zone (one of [`Plan::zones`]).
     Zone(String),

@@ -489,6 +489,9 @@ fn policy_show_json_is_the_resolved_plan() {
     let o = s.host(&["policy", "show", "--output", "json"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let plan: Plan = serde_json::from_slice(&o.stdout).unwrap();
+    // One document, no Rust enum names: where the run starts reads as zones.toml would.
+    let raw: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(raw["start"], serde_json::json!({"zone": "agent"}));
 
     // The same value resolve() makes from the same inputs.
     let cfg = wardcell_common::config::parse(SPEC, &plan.source).unwrap();
