@@ -988,6 +988,15 @@ both!(
             "{}",
             out.stderr
         );
+        // The proxy traces while it serves too (confined by then): the request it
+        // attached the credential to, by name.
+        assert!(
+            traced.iter().any(|l| l.starts_with("wardcell-proxy[")
+                && l.contains("connection")
+                && l.contains(&format!("credential: Some(\"{CRED}\")"))),
+            "{}",
+            out.stderr
+        );
         assert_no_secret("wardcell's traced stderr", &out.stderr, &up);
         assert_no_secret("the run's audit log", &log_text, &up);
     }

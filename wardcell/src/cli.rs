@@ -278,6 +278,14 @@ pub fn help_path(args: &[OsString]) -> Option<Vec<String>> {
     if words.first() == Some(&"help") {
         return Some(words[1..].iter().map(|w| w.to_string()).collect());
     }
+    // Most command lines ask for no help: they cost no clap command here.
+    let asks = words
+        .iter()
+        .take_while(|w| **w != "--")
+        .any(|w| *w == "-h" || *w == "--help");
+    if !asks {
+        return None;
+    }
     let full = Cli::command();
     let mut at = &full;
     let mut path = Vec::new();
