@@ -182,3 +182,24 @@ plugin = ["{bin}/wardcell-approve", "--queue"]
         "{out:#?}"
     );
 });
+
+// Inside a sandbox, `WARDCELL_LOG` set by the command itself traces that client, with
+// the run id (from its zone socket's directory); it still never reaches the entered
+// zone's command.
+both!(a_client_inside_traces_with_the_run_id, |fx| {
+    fx.test_config("\n[zones.other]\nprofile = \"test\"\nenter_from = [\"agent\"]\n");
+    let out = fx.sh(
+        "WARDCELL_LOG=debug wardcell zone enter other -- sh -c 'echo \"inner=${WARDCELL_LOG-unset}\"'",
+    );
+    out.ok();
+    assert!(out.stdout.contains("inner=unset"), "{out:#?}");
+    let ids = run_ids(&fx);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let lines = traced(&out);
+    assert!(
+        lines.iter().any(|l| l.starts_with("wardcell[")
+            && l.contains(&format!("] run={} ", ids[0]))
+            && l.contains("asking the supervisor to enter")),
+        "{out:#?}"
+    );
+});

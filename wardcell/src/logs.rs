@@ -34,7 +34,7 @@ fn is_running(id: &str) -> bool {
 }
 
 /// A run id names a file: only its exact shape is accepted.
-fn valid_id(id: &str) -> bool {
+pub fn valid_id(id: &str) -> bool {
     let b = id.as_bytes();
     b.len() == 25
         && b[8] == b'T'

@@ -45,6 +45,18 @@ fn main() -> ExitCode {
 
     // 1. Where are we: the host, a sandbox in a zone, or a sandbox without zones.
     let location = Location::detect(&|k| std::env::var(k).ok());
+    // In a zone, the supervisor's socket lies in the run's directory, named by its id:
+    // trace lines carry it (a label only; nothing is decided by it).
+    if let Location::Zone { socket, .. } = &location {
+        if let Some(run) = socket
+            .parent()
+            .and_then(|d| d.file_name())
+            .and_then(|n| n.to_str())
+            .filter(|n| logs::valid_id(n))
+        {
+            trace::set_run(run);
+        }
+    }
     tracing::debug!(location = ?location, "started");
 
     // 2. Help is never refused: `wardcell help COMMAND` and `COMMAND --help` print it
