@@ -26,3 +26,4 @@ pub mod protocol;
 pub mod resolve;
 pub mod seatbelt;
 pub mod text;
+pub mod trace;

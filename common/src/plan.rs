@@ -39,6 +39,27 @@ pub struct Plan {
     /// What every path above was when the run started. Empty from the client; the broker
     /// fills it before the first sandbox, opening each path without following links.
     pub identities: Recorded,
+    /// `wardcell run -v` or `WARDCELL_LOG`: the level the run traces at, and the plan
+    /// writer's own lines so far (at most `trace::MAX_HELD`), which the broker prints
+    /// once the run id exists. `None`: tracing is off.
+    pub trace: Option<PlanTrace>,
+}
+
+/// Tracing asked for in the plan writer (see `crate::trace`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct PlanTrace {
+    /// A level `trace::parse` reads (`debug`, ...).
+    pub level: String,
+    /// The writer's lines, each without its `wardcell[pid] run=...` head.
+    pub lines: Vec<String>,
+}
+
+/// What the broker tells a helper (shim, proxy) about tracing: the level and the run id
+/// its lines carry. `None` in a spec: tracing is off.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct TraceSpec {
+    pub level: String,
+    pub run: String,
 }
 
 impl Plan {
@@ -133,7 +154,10 @@ pub struct CredentialPlan {
     pub secret: SecretPlan,
 }
 
+// Variant names in JSON (`policy show --output json`) as zones.toml writes them; frames
+// (bincode) carry the variant's index, so the names change nothing there.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
 pub enum CredentialScheme {
     Basic,
     Bearer,
@@ -142,6 +166,7 @@ pub enum CredentialScheme {
 
 /// Where a secret comes from. The proxy resolves it; nothing else ever does.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
 pub enum SecretPlan {
     Env(String),
     /// Absolute (`~` expanded).
@@ -152,6 +177,7 @@ pub enum SecretPlan {
 /// Where a run starts. One value per run: its size does not matter.
 #[allow(clippy::large_enum_variant)]
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "lowercase")]
 pub enum Start {
     /// In this zone (one of [`Plan::zones`]).
     Zone(String),
@@ -296,6 +322,8 @@ pub struct SandboxSpec {
     /// the supervisor's peer check on macOS (`seatbelt::identity_name`). Empty on Linux,
     /// where the sandbox's network namespace identifies its processes.
     pub seatbelt_identity: String,
+    /// Tracing, when the run traces (set by the broker as it sends the spec).
+    pub trace: Option<TraceSpec>,
 }
 
 /// One path of a sandbox's view.
@@ -375,6 +403,8 @@ pub struct ProxySpec {
     pub allow: Vec<String>,
     /// Credentials this zone's proxy attaches (empty unless the zone is authenticated).
     pub credentials: Vec<CredentialPlan>,
+    /// Tracing, when the run traces.
+    pub trace: Option<TraceSpec>,
 }
 
 #[cfg(test)]

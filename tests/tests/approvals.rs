@@ -152,6 +152,18 @@ both!(
         assert!(text.stdout.contains(&id), "{text:?}");
         let show = approvals(&fx, &["show", &id], None);
         show.ok();
+        // JSON: one document, with the list's keys and the request's log, user and adds
+        // (docs/OUTPUT.md); numbers as numbers.
+        let json = approvals(&fx, &["show", &id, "--output", "json"], None);
+        json.ok();
+        let doc: Value = serde_json::from_str(&json.stdout).expect("one JSON document");
+        assert_eq!(doc["id"], id.as_str(), "{doc}");
+        assert!(
+            doc["age_secs"].is_u64() && doc["time_left_secs"].is_u64(),
+            "{doc}"
+        );
+        assert_eq!(doc["waiting"], true, "{doc}");
+        assert!(doc["log"].is_string() && doc["adds"].is_object(), "{doc}");
         let extra = fx.outside.join("extra");
         for want in [
             "state:".to_string(),

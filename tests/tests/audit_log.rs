@@ -245,7 +245,16 @@ both!(logs_show_cannot_be_forged_from_inside, |fx| {
         "{show:#?}"
     );
     assert!(show.stdout.contains("\\x1b[2J"), "{show:#?}");
-    // JSON output is JSON's own escaping, unchanged.
+    // JSON Lines output is the log's own lines, unchanged.
+    let jsonl: Out = fx
+        .cmd(&["logs", "show", &id, "--output", "jsonl"])
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap()
+        .into();
+    jsonl.ok();
+    assert_eq!(jsonl.stdout, text, "{jsonl:#?}");
+    // JSON output is one document: the array of those events.
     let json: Out = fx
         .cmd(&["logs", "show", &id, "--output", "json"])
         .env("XDG_STATE_HOME", &state)
@@ -253,5 +262,10 @@ both!(logs_show_cannot_be_forged_from_inside, |fx| {
         .unwrap()
         .into();
     json.ok();
-    assert_eq!(json.stdout, text, "{json:#?}");
+    let doc: serde_json::Value = serde_json::from_str(&json.stdout).expect("one JSON document");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(doc, serde_json::Value::Array(lines), "{json:#?}");
 });

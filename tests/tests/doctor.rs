@@ -54,3 +54,23 @@ both!(doctor_is_refused_inside_a_sandbox, |fx| {
         "{out:?}"
     );
 });
+
+both!(doctor_names_the_kernel_and_the_peer_check, |fx| {
+    let out = fx.run(&["doctor"]);
+    out.ok();
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert!(
+        out.stdout.contains(&format!(
+            "OK    kernel           Linux {}\n",
+            release.trim()
+        )),
+        "{out:?}"
+    );
+    // This machine's kernel (6.5 or later, as the zone tests need) has SO_PEERPIDFD.
+    assert!(
+        out.stdout.contains(
+            "OK    peer check       SO_PEERPIDFD works: wardcell-broker can verify each zone request's process"
+        ),
+        "{out:?}"
+    );
+});

@@ -496,6 +496,19 @@ fn run(fx: &Fixture, up: &Upstream, secret_env: &str, sh: &str) -> (Out, Vec<Val
     run_env(fx, up, &[(secret_env, &up.token)], sh)
 }
 
+/// [`run`] with more variables in wardcell's environment.
+fn run_with(
+    fx: &Fixture,
+    up: &Upstream,
+    secret_env: &str,
+    sh: &str,
+    vars: &[(&str, &str)],
+) -> (Out, Vec<Value>, String) {
+    let mut env = vec![(secret_env, up.token.as_str())];
+    env.extend_from_slice(vars);
+    run_env(fx, up, &env, sh)
+}
+
 /// As [`run`], with the variables `env` (secrets among them) instead of the one token.
 fn run_env(
     fx: &Fixture,
@@ -912,6 +925,93 @@ both!(the_token_is_nowhere_a_sandbox_can_read, |fx| {
         "{log_text}"
     );
 });
+
+// WARDCELL_LOG=debug through an authenticated zone: every process traces (the client,
+// the broker, each sandbox's shim and each zone's proxy), every line carries the run id
+// of the audit log, the variable stays out of the commands' environments, and the
+// secret is nowhere in stderr.
+both!(
+    a_traced_authenticated_run_carries_the_run_id_and_never_the_secret,
+    |fx| {
+        const VAR: &str = "E2E_GIT_CRED";
+        let up = Upstream::start(&fx);
+        config(&fx, &up, VAR, None);
+        let push = script(
+            &fx,
+            "push.sh",
+            &format!(
+                "curl -sS --max-time 30 -o /dev/null -w 'authed code=%{{http_code}}\\n' '{url}'\n\
+             echo \"push-log=${{WARDCELL_LOG-unset}}\"\n",
+                url = up.url("/repo.git/info/refs?service=git-upload-pack"),
+            ),
+        );
+        let (out, log, log_text) = run_with(
+            &fx,
+            &up,
+            VAR,
+            &format!(
+                "echo \"agent-log=${{WARDCELL_LOG-unset}}\"; wardcell zone enter push -- sh {push}"
+            ),
+            &[("WARDCELL_LOG", "debug")],
+        );
+        out.ok();
+        assert_eq!(field(&out, "authed", "code"), "200", "{out:#?}");
+        assert!(out.stdout.contains("agent-log=unset"), "{out:#?}");
+        assert!(out.stdout.contains("push-log=unset"), "{out:#?}");
+        let id = log[0]["run"].as_str().expect("a run id").to_string();
+        let traced: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("wardcell"))
+            .collect();
+        for l in &traced {
+            assert!(
+                l.contains(&format!("] run={id} ")),
+                "a trace line without run {id}: {l}\n{}",
+                out.stderr
+            );
+        }
+        for process in [
+            "wardcell[",
+            "wardcell-broker[",
+            "wardcell-shim[",
+            "wardcell-proxy[",
+        ] {
+            assert!(
+                traced.iter().any(|l| l.starts_with(process)),
+                "nothing from {process} in stderr:\n{}",
+                out.stderr
+            );
+        }
+        // Both sandboxes' shims and the push zone's credential, by name.
+        assert!(
+            traced
+                .iter()
+                .filter(|l| l.starts_with("wardcell-shim[") && l.contains("spec received"))
+                .count()
+                >= 2,
+            "{}",
+            out.stderr
+        );
+        assert!(
+            traced.iter().any(|l| l.starts_with("wardcell-proxy[")
+                && l.contains(&format!("credentials=[\"{CRED}\"]"))),
+            "{}",
+            out.stderr
+        );
+        // The proxy traces while it serves too (confined by then): the request it
+        // attached the credential to, by name.
+        assert!(
+            traced.iter().any(|l| l.starts_with("wardcell-proxy[")
+                && l.contains("connection")
+                && l.contains(&format!("credential: Some(\"{CRED}\")"))),
+            "{}",
+            out.stderr
+        );
+        assert_no_secret("wardcell's traced stderr", &out.stderr, &up);
+        assert_no_secret("the run's audit log", &log_text, &up);
+    }
+);
 
 // A request outside the credential's paths gets no credential, and the push zone's
 // proxy really is in the middle for the credential's host (the server's own certificate

@@ -41,6 +41,10 @@ fn main() -> ExitCode {
             }
         }
     }
+    // Tracing, when the broker traces (it sets WARDCELL_LOG for us).
+    if let Some(level) = wardcell_common::trace::from_env() {
+        wardcell_common::trace::install("wardcell-approve", level);
+    }
     let answer = match ask() {
         Ok(a) => a,
         Err(why) => {
@@ -74,6 +78,10 @@ fn ask() -> Result<Answer, String> {
         .filter(Value::is_object)
         .ok_or("the request on stdin is not one JSON object")?;
     let timeout = request["timeout_secs"].as_u64();
+    if let Some(run) = request["run"].as_str() {
+        wardcell_common::trace::set_run(run);
+    }
+    tracing::debug!(target_zone = request["target"].as_str(), "request read");
 
     // 3. The queue, in wardcell's state directory (masked in every sandbox).
     let q = queue::open_dir(&state_dir()?, true)?;
@@ -89,6 +97,7 @@ fn ask() -> Result<Answer, String> {
     });
     let queued = queue::enqueue(&q, record)?;
     let id = queued.id.clone();
+    tracing::debug!(id = %id, "queued; waiting for a person's answer");
 
     // 5. Tell the person: always a syslog line, a desktop notification where there is a
     //    session bus (never waited for; its absence changes nothing).
@@ -132,6 +141,7 @@ fn ask() -> Result<Answer, String> {
                 reference: Some(id.clone()),
                 ..a
             };
+            tracing::debug!(id = %id, approved = answer.approved, "answered");
             queue::syslog(
                 "wardcell-approve",
                 &format!(

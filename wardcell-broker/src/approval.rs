@@ -19,6 +19,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
+use wardcell_common::trace;
 
 use wardcell_common::approval::{parse_answer, MAX_ANSWER};
 pub use wardcell_common::approval::{request, Answer, Entry};
@@ -56,6 +57,7 @@ impl Plugin {
                 "no approval plugin is configured ([approval] plugin in zones.toml)",
             ));
         };
+        tracing::debug!(plugin = %prog, "asking the approval plugin");
         let mut cmd = Command::new(prog);
         cmd.args(args)
             .current_dir(helper::HELPER_CWD)
@@ -65,6 +67,11 @@ impl Plugin {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
+        // A tracing run traces its plugin too, to the same stderr.
+        if let Some(level) = trace::level() {
+            cmd.env(trace::VAR, trace::name(level))
+                .stderr(Stdio::inherit());
+        }
         let started = sys::die_with_thread(&mut cmd)
             .spawn()
             .and_then(

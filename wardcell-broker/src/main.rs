@@ -87,6 +87,8 @@ use wardcell_common::plan::{Plan, ProfilePlan, Start};
 use wardcell_common::protocol::{self, Launch, ShimReport};
 #[cfg(target_os = "linux")]
 use wardcell_common::text::shown;
+#[cfg(target_os = "linux")]
+use wardcell_common::trace;
 
 #[cfg(target_os = "linux")]
 use audit::AuditLog;
@@ -120,6 +122,10 @@ const FORWARDED: &[Signal] = &[
 
 #[cfg(target_os = "linux")]
 fn main() {
+    // 0. Tracing, when WARDCELL_LOG asks (a plan from `run -v` turns it on later).
+    if let Some(level) = trace::from_env() {
+        trace::install("wardcell-broker", level);
+    }
     let mut args = std::env::args().skip(1);
     let writer = match (args.next().as_deref(), args.next(), args.next()) {
         (Some("--version"), None, None) => {
@@ -176,6 +182,12 @@ fn main() {
 
 #[cfg(target_os = "linux")]
 fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
+    // 0. The run id first: every trace line carries it.
+    let mut random = [0u8; 4];
+    sys::random_bytes(&mut random).map_err(|e| BrokerError::Launch(e.to_string()))?;
+    let run_id = runid::new_run_id(random);
+    trace::set_run(&run_id);
+    tracing::debug!(writer = writer.map(|p| p.as_raw()), "broker started");
     // 1. The first sandbox's namespaces and shim, started at once: the kernel and the
     //    other core build them while the client's plan writer resolves the plan and this
     //    thread prepares everything else.
@@ -214,8 +226,10 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
         }
     };
 
-    // 3. Run id, directories, audit log.
-    let prepared = prepare_run(&mut plan);
+    trace_plan(&mut plan, writer);
+
+    // 3. Directories, audit log.
+    let prepared = prepare_run(&mut plan, &run_id);
     let (run_id, run_dir, audit) = match prepared {
         Ok(p) => p,
         Err(e) => {
@@ -227,6 +241,29 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     let result = run_first_sandbox(&run, spawned, terminal, writer, ignored);
     let _ = fs::remove_dir_all(&run_dir);
     result
+}
+
+#[cfg(target_os = "linux")]
+/// `wardcell run -v` turns tracing on here; the plan writer's own lines are printed now
+/// that the run id exists (escaped and bounded by `trace::line` and the plan writer).
+fn trace_plan(plan: &mut Plan, writer: Option<Pid>) {
+    let Some(asked) = plan.trace.take() else {
+        return;
+    };
+    if let Ok(Some(level)) = trace::parse(&asked.level) {
+        trace::install("wardcell-broker", level);
+    }
+    if trace::level().is_some() {
+        let pid = writer.map_or(0, |p| p.as_raw() as u32);
+        for l in asked.lines.iter().take(trace::MAX_HELD + 1) {
+            eprintln!("{}", trace::line("wardcell", pid, trace::run(), l));
+        }
+    }
+    tracing::debug!(
+        zones = plan.zones.len(),
+        command = ?plan.command,
+        "plan received"
+    );
 }
 
 #[cfg(target_os = "linux")]
@@ -285,10 +322,8 @@ fn sweep_stale_runs(runtime: &Path, ours: &Path) {
 #[cfg(target_os = "linux")]
 /// The run id, its runtime directory (0700) and its audit log; wardcell's own
 /// directories exist afterwards, so that every sandbox can mask them.
-fn prepare_run(plan: &mut Plan) -> Result<(String, PathBuf, AuditLog), BrokerError> {
-    let mut random = [0u8; 4];
-    sys::random_bytes(&mut random).map_err(|e| BrokerError::Launch(e.to_string()))?;
-    let run_id = runid::new_run_id(random);
+fn prepare_run(plan: &mut Plan, run_id: &str) -> Result<(String, PathBuf, AuditLog), BrokerError> {
+    let run_id = run_id.to_string();
     prepare_own_dirs(plan)?;
     spec::resolve_own_paths(plan).map_err(BrokerError::Refused)?;
     record_identities(plan);
@@ -494,6 +529,8 @@ fn run_first_sandbox(
                 "cwd": plan.cwd,
                 "config": plan.source,
                 "uid": nix::unistd::getuid().as_raw(),
+                // `wardcell doctor`'s trial run (`--plan`): `logs list` leaves it out.
+                "trial": writer.is_none(),
             }),
         )
     };

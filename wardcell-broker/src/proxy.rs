@@ -90,6 +90,7 @@ pub fn start(
         zone: zone.to_string(),
         allow: profile.network.allow.clone(),
         credentials,
+        trace: wardcell_common::trace::spec(&run.id),
     };
     protocol::send_hello(&mut ours).map_err(|e| fail("hello", &e))?;
     protocol::expect_hello(&mut ours).map_err(|e| fail("hello", &e))?;
@@ -119,6 +120,7 @@ pub fn start(
         reaped,
     };
     let mut child = child.0.take().expect("owned until here");
+    tracing::debug!(zone, pid, intercepts = ca_pem.is_some(), "proxy ready");
     std::thread::Builder::new()
         .name(format!("proxy-events-{zone}"))
         .spawn(move || {

@@ -74,6 +74,8 @@ impl Run {
     /// Write one event to the run's log. If the log cannot take it, every sandbox of the
     /// run is killed: nothing goes on unaudited (main says why when the run ends).
     pub fn record(&self, category: &str, event: &str, fields: serde_json::Value) -> io::Result<()> {
+        // Every audit event is a trace line too (the log never holds a secret).
+        tracing::debug!(category, event, fields = %fields, "audit event");
         let written = self.audit.write(category, event, fields);
         if written.is_err() {
             self.end_unaudited();
@@ -349,7 +351,9 @@ pub fn complete<T>(
         pty: req.pty,
         authenticated: req.authenticated,
     };
-    let spec = spec::build(&request, &|p| p.exists()).map_err(BrokerError::Refused)?;
+    let mut spec = spec::build(&request, &|p| p.exists()).map_err(BrokerError::Refused)?;
+    spec.trace = wardcell_common::trace::spec(&run.id);
+    tracing::debug!(zone = req.zone, profile = %req.profile.name, "sandbox spec sent");
 
     // Hand it over.
     let mut control = running

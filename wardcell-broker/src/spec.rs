@@ -408,6 +408,7 @@ pub fn build_with(
         system_roots,
         denied,
         seatbelt_identity: String::new(),
+        trace: None,
     })
 }
 
@@ -553,6 +554,7 @@ mod tests {
             ],
             client: None,
             identities: recorded(),
+            trace: None,
         }
     }
 

@@ -263,6 +263,8 @@ impl Events {
     }
 
     pub fn send(&self, event: ProxyEvent) {
+        // Hosts, ports, credential names and counts: never a credential's value.
+        tracing::debug!(event = ?event, "connection");
         let mut first = None;
         if matches!(event, ProxyEvent::Denied { .. }) {
             let mut t = self.throttle.lock().unwrap_or_else(|p| p.into_inner());

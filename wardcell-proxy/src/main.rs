@@ -70,6 +70,13 @@ fn main() -> ExitCode {
         Ok(x) => x,
         Err(e) => return fail_quietly(&e),
     };
+    wardcell_common::trace::install_from("wardcell-proxy", spec.trace.as_ref());
+    tracing::debug!(
+        zone = %spec.zone,
+        allow = ?spec.allow,
+        credentials = ?spec.credentials.iter().map(|c| &c.name).collect::<Vec<_>>(),
+        "spec received"
+    );
 
     // 4 to 7.
     let (ctx_parts, ca_pem) = match prepare(&spec) {
@@ -84,6 +91,8 @@ fn main() -> ExitCode {
             err: e,
         });
     }
+
+    tracing::debug!(intercepts = !spec.credentials.is_empty(), "serving");
 
     // 9. Serve until the broker goes away.
     match serve(control, sockets, spec, ctx_parts) {

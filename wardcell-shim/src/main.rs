@@ -137,6 +137,13 @@ fn main() {
         // The broker died or spoke out of turn: nothing to do and no one to tell.
         Err(_) => std::process::exit(1),
     };
+    wardcell_common::trace::install_from("wardcell-shim", spec.trace.as_ref());
+    tracing::debug!(
+        view = spec.view.len(),
+        proxy = spec.proxy_port,
+        tty = spec.controlling_tty,
+        "spec received"
+    );
 
     // 2. The view (mounts.rs).
     let view = match prepared.and_then(|p| mounts::setup(&spec, p)) {
@@ -160,6 +167,8 @@ fn main() {
     if let Err(e) = await_proceed(&mut control, &view) {
         setup_failed(&mut control, "start", e);
     }
+
+    tracing::debug!("view built; starting the command");
 
     // 3. The command. With a pty, its session is init's: the command's process group
     //    then has its parent in the same session, so it is not orphaned and Ctrl-Z
@@ -187,7 +196,9 @@ fn main() {
         let _ = kill(child, Signal::SIGKILL);
         setup_failed(&mut control, "init", e);
     }
+    tracing::debug!(pid = child.as_raw(), "command started; init supervises it");
     let status = supervise(child, &waited, &mut control);
+    tracing::debug!(status = ?status, "command ended");
     report(&mut control, &status);
     let _ = control.flush();
     std::process::exit(match status {

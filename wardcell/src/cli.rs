@@ -19,7 +19,8 @@ use crate::location::Location;
     name = "wardcell",
     version,
     about = "Run a command, typically a coding agent, in a sandbox whose permissions come from a named zone",
-    disable_help_subcommand = true
+    disable_help_subcommand = true,
+    after_help = "`wardcell help COMMAND` or `wardcell COMMAND --help` prints a command's help, on the host and in a sandbox."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -72,6 +73,10 @@ pub struct RunArgs {
     pub profile: Option<String>,
     #[command(flatten)]
     pub config: ConfigArg,
+    /// Print what each wardcell process does to stderr (as WARDCELL_LOG=debug does),
+    /// each line with the run id; the command's environment does not change
+    #[arg(short, long)]
+    pub verbose: bool,
     /// The command and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -86,9 +91,23 @@ pub struct ConfigArg {
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Output {
+    /// Lines for people
     #[default]
     Text,
+    /// One JSON document
     Json,
+}
+
+/// `logs show --output`: also the log's own lines.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShowOutput {
+    /// One event a line, in words
+    #[default]
+    Text,
+    /// One JSON array of the events
+    Json,
+    /// The log's own JSON lines, as written
+    Jsonl,
 }
 
 #[derive(Subcommand, Debug)]
@@ -108,6 +127,7 @@ pub enum PolicyCommand {
         profile: Option<String>,
         #[command(flatten)]
         config: ConfigArg,
+        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -119,6 +139,7 @@ pub enum ZoneCommand {
     List {
         #[command(flatten)]
         config: ConfigArg,
+        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -137,8 +158,15 @@ pub enum ZoneCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum LogsCommand {
-    /// List the runs that have a log, oldest first
+    /// List the runs that have a log, newest first: start (UTC), zone, exit status, duration, command
     List {
+        /// At most this many runs
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// Also `wardcell doctor`'s trial runs (marked "(doctor)")
+        #[arg(long)]
+        all: bool,
+        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -150,8 +178,10 @@ pub enum LogsCommand {
         /// Only this category: run, audit, proxy or sandbox
         #[arg(long, value_name = "CATEGORY")]
         category: Option<String>,
-        #[arg(long, value_enum, default_value_t = Output::Text)]
-        output: Output,
+        /// text for people (one event a line, in words), json (one JSON document: the
+        /// array of the events; schema: docs/OUTPUT.md) or jsonl (the log's own lines)
+        #[arg(long, value_enum, default_value_t = ShowOutput::Text)]
+        output: ShowOutput,
     },
     /// Check that no event of a run's log was edited, removed or reordered
     Verify {
@@ -164,6 +194,7 @@ pub enum LogsCommand {
 pub enum ApprovalsCommand {
     /// List the requests waiting for an answer, newest first
     List {
+        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -172,6 +203,7 @@ pub enum ApprovalsCommand {
         /// The request id (from `wardcell approvals list`)
         #[arg(value_name = "ID")]
         id: String,
+        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -218,7 +250,7 @@ pub fn command_for(location: &Location) -> clap::Command {
                 })
             })
             .after_help(format!(
-                "This process is in a wardcell sandbox, in zone '{zone}'; only zone commands work here."
+                "This process is in a wardcell sandbox, in zone '{zone}'; only zone commands work here; `wardcell help COMMAND` prints any command's help."
             )),
         Location::NoZones => cmd
             .mut_subcommand("run", hide)
@@ -230,7 +262,7 @@ pub fn command_for(location: &Location) -> clap::Command {
             .mut_subcommand("completions", hide)
             .override_usage("wardcell [--help | --version]")
             .after_help(
-                "This process is in a wardcell sandbox started without zones (`wardcell run --profile`); no wardcell command works here.",
+                "This process is in a wardcell sandbox started without zones (`wardcell run --profile`); no wardcell command works here; `wardcell help COMMAND` prints any command's help.",
             ),
     }
 }
@@ -253,6 +285,70 @@ pub fn command_path(args: &[OsString]) -> Vec<String> {
         }
     }
     out
+}
+
+/// Where a help request (`wardcell help [COMMAND...]`, or `-h`/`--help` before the
+/// command's own arguments) asks for help, as the subcommand names on the way: `None`
+/// when the command line asks for something else.
+pub fn help_path(args: &[OsString]) -> Option<Vec<String>> {
+    let words: Vec<&str> = args.iter().skip(1).map_while(|a| a.to_str()).collect();
+    if words.first() == Some(&"help") {
+        return Some(words[1..].iter().map(|w| w.to_string()).collect());
+    }
+    // Most command lines ask for no help: they cost no clap command here.
+    let asks = words
+        .iter()
+        .take_while(|w| **w != "--")
+        .any(|w| *w == "-h" || *w == "--help");
+    if !asks {
+        return None;
+    }
+    let full = Cli::command();
+    let mut at = &full;
+    let mut path = Vec::new();
+    for w in words {
+        match w {
+            "--" => return None,
+            "-h" | "--help" => return Some(path),
+            _ if w.starts_with('-') => continue,
+            _ => match at.find_subcommand(w) {
+                Some(sub) => {
+                    path.push(w.to_string());
+                    at = sub;
+                }
+                // The command's own arguments: their `--help` is theirs.
+                None => return None,
+            },
+        }
+    }
+    None
+}
+
+/// Print the help of the command at `path` as offered at `location`, even one that does
+/// not work here (help is never refused; running is), with why it does not. An unknown
+/// command is a usage error.
+pub fn print_help(location: &Location, path: &[String]) -> std::process::ExitCode {
+    let mut cmd = command_for(location);
+    cmd.build();
+    let mut at = &mut cmd;
+    for (i, name) in path.iter().enumerate() {
+        match at.find_subcommand_mut(name) {
+            Some(sub) => at = sub,
+            None => {
+                eprintln!(
+                    "error: `wardcell help`: there is no command `{}`; see `wardcell --help`",
+                    wardcell_common::text::shown(&path[..=i].join(" "))
+                );
+                return 2.into();
+            }
+        }
+    }
+    let mut text = at.render_help().to_string();
+    if let Some(why) = crate::location::refusal(location, path) {
+        text.push_str(&format!("\nNot available here: {why}\n"));
+    }
+    print!("{text}");
+    std::process::ExitCode::SUCCESS
 }
 
 /// What parsing produced: a command to run, or an exit (help, version, usage error).

@@ -41,6 +41,10 @@ impl Report {
         );
         self.worst = self.worst.max(level);
     }
+
+    fn line_for(&mut self, (level, text): (Level, String), what: &str) {
+        self.line(level, what, text);
+    }
 }
 
 fn read_sysctl(path: &str) -> Option<String> {
@@ -103,7 +107,10 @@ pub fn run(config_file: Option<&Path>) -> u8 {
         }
     }
 
-    // 2. What the kernel offers, as the shim sees it.
+    // 2. The kernel, and what it offers, as the shim sees it.
+    if cfg!(target_os = "linux") {
+        kernel_version(&mut r);
+    }
     if let Some(shim) = &shim {
         if cfg!(target_os = "macos") {
             seatbelt_checks(&mut r, shim);
@@ -112,9 +119,11 @@ pub fn run(config_file: Option<&Path>) -> u8 {
         }
     }
 
-    // 3. User namespaces: the settings that commonly block them (Linux).
+    // 3. User namespaces: the settings that commonly block them (Linux); the broker's
+    //    peer check.
     if cfg!(target_os = "linux") {
         userns_settings(&mut r);
+        peer_check(&mut r);
     }
 
     // 4. Configuration and directories.
@@ -236,7 +245,7 @@ fn kernel_checks(r: &mut Report, shim: &Path) {
             r.line(
                 Level::Fail,
                 "kernel",
-                format!("running the shim's probe: {e}"),
+                format!("running wardcell-shim --probe ({}): {e}", shim.display()),
             );
             return;
         }
@@ -298,8 +307,44 @@ fn kernel_checks(r: &mut Report, shim: &Path) {
         r.line(
             Level::Fail,
             "seccomp",
-            format!("cannot install filters: {seccomp}"),
+            format!(
+                "wardcell-shim ({}) cannot install filters: {seccomp}",
+                shim.display()
+            ),
         );
+    }
+}
+
+/// The kernel's release, as `uname -r` prints it.
+fn kernel_version(r: &mut Report) {
+    match read_sysctl("/proc/sys/kernel/osrelease") {
+        Some(release) => r.line(Level::Ok, "kernel", format!("Linux {release}")),
+        None => r.line(
+            Level::Warn,
+            "kernel",
+            "cannot read /proc/sys/kernel/osrelease: is /proc mounted?",
+        ),
+    }
+}
+
+/// SO_PEERPIDFD, without which wardcell-broker cannot verify who asks it for a zone.
+fn peer_check(r: &mut Report) {
+    r.line_for(peer_line(crate::sys::peer_pidfd()), "peer check");
+}
+
+/// The doctor line for the SO_PEERPIDFD check's result.
+fn peer_line(result: std::io::Result<()>) -> (Level, String) {
+    match result {
+        Ok(()) => (
+            Level::Ok,
+            "SO_PEERPIDFD works: wardcell-broker can verify each zone request's process".into(),
+        ),
+        Err(e) => (
+            Level::Warn,
+            format!(
+                "SO_PEERPIDFD is not available ({e}; it needs Linux 6.5): sandboxes run, but wardcell-broker refuses every `zone enter`, since it cannot verify the process asking"
+            ),
+        ),
     }
 }
 
@@ -421,7 +466,11 @@ fn trial(r: &mut Report, host: &context::Host, program: &str, what: &str) -> boo
                 .next()
                 .unwrap_or("no message")
                 .trim_start_matches("error: ");
-            r.line(Level::Fail, what, err);
+            r.line(
+                Level::Fail,
+                what,
+                format!("wardcell-broker --plan (the trial run): {err}"),
+            );
             false
         }
         Err(e) => {
@@ -434,6 +483,17 @@ fn trial(r: &mut Report, host: &context::Host, program: &str, what: &str) -> boo
 #[cfg(test)]
 mod macos_tests {
     use super::*;
+
+    #[test]
+    fn the_peer_check_names_the_broker_either_way() {
+        let (l, t) = peer_line(Ok(()));
+        assert!(l == Level::Ok && t.contains("wardcell-broker"), "{t}");
+        let (l, t) = peer_line(Err(std::io::Error::from_raw_os_error(92)));
+        assert!(
+            l == Level::Warn && t.contains("Linux 6.5") && t.contains("wardcell-broker refuses"),
+            "{t}"
+        );
+    }
 
     #[test]
     fn seatbelt_probe_lines() {

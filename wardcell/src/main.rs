@@ -31,13 +31,45 @@ static ALLOCATOR: sys::Allocator = sys::Allocator;
 use cli::{ApprovalsCommand, Command, LogsCommand, Parsed, PolicyCommand, ZoneCommand};
 use error::Error;
 use location::Location;
+use wardcell_common::trace;
 
 fn main() -> ExitCode {
+    // 0. Tracing, when WARDCELL_LOG asks; a value that is not a level is a usage error.
+    //    `run` holds its lines for the broker, which prints them with the run id.
+    let traced = match std::env::var(trace::VAR).map(|v| trace::parse(&v)) {
+        Ok(Err(why)) => return report(Error::Usage(why)),
+        Ok(Ok(level)) => level,
+        Err(_) => None,
+    };
+    if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
+        trace::hold();
+    }
+    if let Some(level) = traced {
+        trace::install("wardcell", level);
+    }
+
     // 1. Where are we: the host, a sandbox in a zone, or a sandbox without zones.
     let location = Location::detect(&|k| std::env::var(k).ok());
+    // In a zone, the supervisor's socket lies in the run's directory, named by its id:
+    // trace lines carry it (a label only; nothing is decided by it).
+    if let Location::Zone { socket, .. } = &location {
+        if let Some(run) = socket
+            .parent()
+            .and_then(|d| d.file_name())
+            .and_then(|n| n.to_str())
+            .filter(|n| logs::valid_id(n))
+        {
+            trace::set_run(run);
+        }
+    }
+    tracing::debug!(location = ?location, "started");
 
-    // 2. Refuse a command that does not work here, before doing anything else.
+    // 2. Help is never refused: `wardcell help COMMAND` and `COMMAND --help` print it
+    //    anywhere. Refuse a command that does not work here, before doing anything else.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(path) = cli::help_path(&args) {
+        return cli::print_help(&location, &path);
+    }
     if let Some(why) = location::refusal(&location, &cli::command_path(&args)) {
         return report(Error::Refused(why));
     }
@@ -107,7 +139,9 @@ fn dispatch(
             let command = run::utf8_command(command)?;
             return Ok(ExitCode::from(zones::inside_enter(socket, &zone, command)?));
         }
-        (Command::Logs(LogsCommand::List { output }), Location::Host) => logs::list(output)?,
+        (Command::Logs(LogsCommand::List { output, limit, all }), Location::Host) => {
+            logs::list(output, limit, all)?
+        }
         (
             Command::Logs(LogsCommand::Show {
                 id,
@@ -144,6 +178,13 @@ fn dispatch(
 }
 
 fn report(e: Error) -> ExitCode {
+    // Lines held for a broker that will not print them (no plan was handed over).
+    for l in trace::take_held() {
+        eprintln!(
+            "{}",
+            trace::line("wardcell", std::process::id(), trace::run(), &l)
+        );
+    }
     // A reader that went away (`| head`) is not worth a message.
     if matches!(&e, Error::Stdout(io) if io.kind() == std::io::ErrorKind::BrokenPipe) {
         return ExitCode::from(e.exit_code());

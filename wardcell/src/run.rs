@@ -12,9 +12,10 @@ use std::process::Command;
 use nix::{fcntl, unistd};
 
 use wardcell_common::paths;
-use wardcell_common::plan::Plan;
+use wardcell_common::plan::{Plan, PlanTrace};
 use wardcell_common::protocol::{self, Launch};
 use wardcell_common::resolve::{self, StartRequest};
+use wardcell_common::trace;
 
 use crate::cli::RunArgs;
 use crate::context;
@@ -34,6 +35,10 @@ pub fn utf8_command(args: Vec<OsString>) -> Result<Vec<String>, Error> {
 /// starting (see [`start_broker_early`]); the plan goes to it on `to_broker`, and this
 /// process ends.
 pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error> {
+    // 0. `-v`: trace at debug unless WARDCELL_LOG already chose a level.
+    if args.verbose && trace::level().is_none() {
+        trace::install("wardcell", tracing::Level::DEBUG);
+    }
     // 1. The command, as text.
     let command = utf8_command(args.command)?;
     // 2. The configuration, found and checked.
@@ -45,14 +50,20 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
         (None, None) => StartRequest::Default,
     };
     // 4. The plan: the same value `policy show` prints.
-    let plan = resolve::resolve(&host.config, start, command, &host.context)?;
+    let mut plan = resolve::resolve(&host.config, start, command, &host.context)?;
+    tracing::debug!(config = %plan.source, zones = plan.zones.len(), "plan resolved");
     // 5. Secret files nobody else may read, before anything starts; write paths that
     //    are not there, said once.
     credentials::check_sources(&plan)?;
     for line in plan.missing_writes() {
         eprintln!("{}", crate::output::shown(&line));
     }
-    // 6. Hand it over.
+    // 6. Hand it over, with what this process traced (the broker prints it).
+    tracing::debug!("handing the plan to the broker");
+    plan.trace = trace::level().map(|level| PlanTrace {
+        level: trace::name(level),
+        lines: trace::take_held(),
+    });
     let launch = Launch::Run(Box::new(plan));
     send_plan(&mut to_broker, &launch)?;
     // The writer's work is done: end now, without freeing what it built.

@@ -158,3 +158,38 @@ unsafe impl std::alloc::GlobalAlloc for Allocator {
         out
     }
 }
+
+/// Whether the kernel hands out a pidfd for a Unix socket's peer (SO_PEERPIDFD, Linux
+/// 6.5), which the broker's peer check needs: tried on a socketpair of our own.
+#[cfg(target_os = "linux")]
+pub fn peer_pidfd() -> std::io::Result<()> {
+    use nix::libc;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    const SO_PEERPIDFD: libc::c_int = 77;
+    let (a, _b) = std::os::unix::net::UnixStream::pair()?;
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `fd`, an int of ours, and sets
+    // `len`, also ours.
+    let r = unsafe {
+        libc::getsockopt(
+            a.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_PEERPIDFD,
+            (&mut fd as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just made this descriptor for us, and nothing else owns it.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    Ok(())
+}
+
+/// macOS: the broker identifies peers by audit token instead.
+#[cfg(not(target_os = "linux"))]
+pub fn peer_pidfd() -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}

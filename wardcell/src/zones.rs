@@ -104,6 +104,7 @@ pub fn inside_list(socket: &Path, format: Output) -> Result<(), Error> {
 /// the command's exit status. stdin, stdout and stderr go with the request: the command
 /// reads and writes them directly; only the exit status comes back.
 pub fn inside_enter(socket: &Path, zone: &str, command: Vec<String>) -> Result<u8, Error> {
+    tracing::debug!(zone, "asking the supervisor to enter");
     let mut s = connect(socket)?;
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))

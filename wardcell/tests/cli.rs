@@ -500,6 +500,9 @@ fn policy_show_json_is_the_resolved_plan() {
     let o = s.host(&["policy", "show", "--output", "json"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let plan: Plan = serde_json::from_slice(&o.stdout).unwrap();
+    // One document, no Rust enum names: where the run starts reads as zones.toml would.
+    let raw: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(raw["start"], serde_json::json!({"zone": "agent"}));
 
     // The same value resolve() makes from the same inputs.
     let cfg = wardcell_common::config::parse(SPEC, &plan.source).unwrap();
@@ -574,4 +577,86 @@ fn the_broker_refuses_to_start_by_hand() {
             "{args:?}: {err}"
         );
     }
+}
+
+/// Every command path of the client, with whether it takes `--output`.
+const PATHS: &[(&str, bool)] = &[
+    ("run", false),
+    ("policy", false),
+    ("policy check", false),
+    ("policy show", true),
+    ("zone", false),
+    ("zone list", true),
+    ("zone current", false),
+    ("zone enter", false),
+    ("logs", false),
+    ("logs list", true),
+    ("logs show", true),
+    ("logs verify", false),
+    ("approvals", false),
+    ("approvals list", true),
+    ("approvals show", true),
+    ("approvals approve", false),
+    ("approvals deny", false),
+    ("approvals watch", false),
+    ("doctor", false),
+];
+
+#[test]
+fn help_is_never_refused_anywhere() {
+    let s = Scratch::new("help-everywhere");
+    let mark = s.root.join("ran");
+    for env in [&[][..], IN_ZONE, NO_ZONES] {
+        for (path, output) in PATHS {
+            let words: Vec<&str> = path.split(' ').collect();
+            let mut help_cmd = vec!["help"];
+            help_cmd.extend(&words);
+            let mut flag = words.clone();
+            flag.push("--help");
+            for args in [help_cmd, flag] {
+                let o = s.run(&args, env);
+                assert_eq!(o.status.code(), Some(0), "{args:?} {env:?}: {}", stderr(&o));
+                let out = stdout(&o);
+                assert!(
+                    out.contains(&format!("Usage: wardcell {path}")),
+                    "{args:?} {env:?}: {out}"
+                );
+                assert_eq!(stderr(&o), "", "{args:?} {env:?}");
+                if *output {
+                    assert!(
+                        out.contains("--output") && out.contains("one JSON document"),
+                        "{args:?}: {out}"
+                    );
+                }
+            }
+        }
+    }
+    // The help of a command that does not work here says why; running it is refused.
+    let o = s.host(&["zone", "enter", "--help"]);
+    assert!(stdout(&o)
+        .contains("Not available here: `wardcell zone enter` only works inside a sandbox"));
+    let o = s.run(&["help", "logs"], IN_ZONE);
+    assert!(stdout(&o).contains(
+        "Not available here: `wardcell logs` is not available inside a wardcell sandbox"
+    ));
+    let o = s.host(&[
+        "zone",
+        "enter",
+        "push",
+        "--",
+        "touch",
+        mark.to_str().unwrap(),
+    ]);
+    assert_error(&o, 1);
+    // `help` of a command that does not exist is a usage error; a command's own --help
+    // after its arguments is the command's.
+    let o = s.host(&["help", "bogus"]);
+    assert_eq!(
+        assert_error(&o, 2),
+        "error: `wardcell help`: there is no command `bogus`; see `wardcell --help`"
+    );
+    let o = s.host(&["help"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("wardcell help COMMAND"));
+    assert!(!mark.exists());
 }

@@ -415,6 +415,7 @@ fn empty_spec() -> SandboxSpec {
         system_roots: None,
         denied: Vec::new(),
         seatbelt_identity: String::new(),
+        trace: None,
     }
 }
 

@@ -82,6 +82,7 @@ pub fn spec(allow: &[String], credentials: Vec<CredentialPlan>) -> ProxySpec {
         zone: "push".into(),
         allow: allow.to_vec(),
         credentials,
+        trace: None,
     }
 }
 
