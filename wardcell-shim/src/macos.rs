@@ -135,6 +135,7 @@ fn probe() -> ! {
         proxy_port: None,
         egress_ports: Vec::new(),
         system_roots: None,
+        trace: None,
         denied: Vec::new(),
         seatbelt_identity: String::new(),
     };
