@@ -44,6 +44,19 @@ pub fn shown(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `eprintln!`, but the line goes to stderr in one `write(2)`. `eprintln!` writes each
+/// piece of its format on its own, so the lines of processes sharing a terminal or a pipe
+/// (the broker's, a sandboxed `wardcell zone enter`'s) could cut into each other
+/// (`error: error: the run's audit log ...`); a pipe keeps a write of up to 4096 bytes
+/// whole.
+#[macro_export]
+macro_rules! eprintln_line {
+    ($($arg:tt)*) => {{
+        let line = ::std::format!("{}\n", ::std::format_args!($($arg)*));
+        let _ = ::std::io::Write::write_all(&mut ::std::io::stderr().lock(), line.as_bytes());
+    }};
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,7 +36,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             _ => {
-                eprintln!("error: unknown argument {a:?}; {USAGE}");
+                wardcell_common::eprintln_line!("error: unknown argument {a:?}; {USAGE}");
                 return ExitCode::from(2);
             }
         }

@@ -105,7 +105,7 @@ fn main() {
         println!("wardcell-broker {}", env!("CARGO_PKG_VERSION"));
         return;
     }
-    eprintln!("error: wardcell cannot start sandboxes on macOS yet: the broker's macOS run path (starting the shim without namespaces, relaying, the supervisor) is not written; see README, \"macOS\"");
+    wardcell_common::eprintln_line!("error: wardcell cannot start sandboxes on macOS yet: the broker's macOS run path (starting the shim without namespaces, relaying, the supervisor) is not written; see README, \"macOS\"");
     std::process::exit(1)
 }
 
@@ -149,7 +149,7 @@ fn main() {
                 Some(Pid::from_raw(pid))
             }
             _ => {
-                eprintln!(
+                wardcell_common::eprintln_line!(
                     "error: {}",
                     BrokerError::Launch(format!(
                         "--plan-writer {pid:?} is not a child of this process"
@@ -159,7 +159,7 @@ fn main() {
             }
         },
         _ => {
-            eprintln!(
+            wardcell_common::eprintln_line!(
                 "error: {}",
                 BrokerError::Launch("expected --plan-writer PID or --plan".into())
             );
@@ -169,7 +169,7 @@ fn main() {
     let code = match run(writer) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", shown(&e.to_string()));
+            wardcell_common::eprintln_line!("error: {}", shown(&e.to_string()));
             1
         }
     };
@@ -256,7 +256,7 @@ fn trace_plan(plan: &mut Plan, writer: Option<Pid>) {
     if trace::level().is_some() {
         let pid = writer.map_or(0, |p| p.as_raw() as u32);
         for l in asked.lines.iter().take(trace::MAX_HELD + 1) {
-            eprintln!("{}", trace::line("wardcell", pid, trace::run(), l));
+            wardcell_common::eprintln_line!("{}", trace::line("wardcell", pid, trace::run(), l));
         }
     }
     tracing::debug!(
@@ -611,7 +611,7 @@ fn run_first_sandbox(
             );
             if !partial.is_empty() && !warned {
                 warned = true;
-                eprintln!(
+                wardcell_common::eprintln_line!(
                     "warning: this kernel lacks {}; the sandbox runs without it (see `wardcell doctor`)",
                     shown(&partial.join(", "))
                 );
@@ -647,7 +647,7 @@ fn run_first_sandbox(
     let (code, message) = describe(&ended.outcome, &sb.spec.argv[0]);
     run.end_entries();
     for line in run.check_git(&name) {
-        eprintln!(
+        wardcell_common::eprintln_line!(
             "warning: {} appeared during this run and runs code the next time git runs in {}; inspect it before you use git there",
             shown(&line),
             shown(&run.plan.cwd.display().to_string())
@@ -666,7 +666,7 @@ fn run_first_sandbox(
             Err(BrokerError::Refused(m))
         }
         (_, Some(m)) => {
-            eprintln!("error: {}", shown(&m));
+            wardcell_common::eprintln_line!("error: {}", shown(&m));
             Ok(code)
         }
         (_, None) => Ok(code),

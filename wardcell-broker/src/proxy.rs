@@ -169,7 +169,7 @@ fn died(run: &Run, zone: &str, status: io::Result<std::process::ExitStatus>) {
         "-" => "the sandbox's proxy".to_string(),
         z => format!("the proxy of zone '{z}'"),
     };
-    eprintln!(
+    wardcell_common::eprintln_line!(
         "error: {whose} died ({how}); connections from its sandbox now fail; start the run again to get its network back"
     );
 }

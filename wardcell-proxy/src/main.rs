@@ -47,7 +47,9 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         _ => {
-            eprintln!("error: wardcell-proxy takes no arguments; it is started by wardcell-broker");
+            wardcell_common::eprintln_line!(
+                "error: wardcell-proxy takes no arguments; it is started by wardcell-broker"
+            );
             return ExitCode::from(2);
         }
     }
@@ -55,7 +57,7 @@ fn main() -> ExitCode {
     // 1. Undumpable first: nothing of ours is readable through ptrace or /proc from here on.
     sys::single_malloc_arena();
     if let Err(e) = sys::set_undumpable() {
-        eprintln!("error: wardcell-proxy: PR_SET_DUMPABLE: {e}");
+        wardcell_common::eprintln_line!("error: wardcell-proxy: PR_SET_DUMPABLE: {e}");
         return ExitCode::FAILURE;
     }
 
@@ -98,7 +100,7 @@ fn main() -> ExitCode {
     match serve(control, sockets, spec, ctx_parts) {
         Ok(Ended::BrokerGone) => ExitCode::SUCCESS,
         Ok(Ended::Broken(why)) => {
-            eprintln!("error: wardcell-proxy: control channel: {why}");
+            wardcell_common::eprintln_line!("error: wardcell-proxy: control channel: {why}");
             ExitCode::FAILURE
         }
         Err(e) => fail_quietly(&e),
@@ -190,13 +192,13 @@ fn fail(control: &mut UnixStream, e: &Error) -> ExitCode {
         message: e.to_string(),
     };
     if control::report(control, &failed).is_err() {
-        eprintln!("error: {e}");
+        wardcell_common::eprintln_line!("error: {e}");
     }
     ExitCode::FAILURE
 }
 
 /// The broker cannot be told: say it on stderr, then exit 1.
 fn fail_quietly(e: &Error) -> ExitCode {
-    eprintln!("error: {e}");
+    wardcell_common::eprintln_line!("error: {e}");
     ExitCode::FAILURE
 }

@@ -43,7 +43,9 @@ pub fn main() {
     let mut control = match sys::control_socket() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: wardcell-shim is started by wardcell-broker, not by hand ({e})");
+            wardcell_common::eprintln_line!(
+                "error: wardcell-shim is started by wardcell-broker, not by hand ({e})"
+            );
             std::process::exit(1);
         }
     };

@@ -111,13 +111,15 @@ fn main() {
     }
     // Block what init waits for before anything can arrive; the command unblocks.
     if let Err(e) = waited.thread_set_mask() {
-        eprintln!("error: wardcell-shim: setting the signal mask: {e}");
+        wardcell_common::eprintln_line!("error: wardcell-shim: setting the signal mask: {e}");
         std::process::exit(1);
     }
     let mut control = match sys::control_socket() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: wardcell-shim is started by wardcell-broker, not by hand ({e})");
+            wardcell_common::eprintln_line!(
+                "error: wardcell-shim is started by wardcell-broker, not by hand ({e})"
+            );
             std::process::exit(1);
         }
     };

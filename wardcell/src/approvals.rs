@@ -213,7 +213,7 @@ pub fn answer(id: &str, approved: bool, reason: &str) -> Result<(), Error> {
 /// Print each request as it arrives, one line each, until interrupted.
 pub fn watch() -> Result<(), Error> {
     let q = queue_dir()?;
-    eprintln!(
+    wardcell_common::eprintln_line!(
         "waiting for approval requests in {} (Ctrl-C to stop)",
         shown(&q.display().to_string())
     );

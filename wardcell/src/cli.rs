@@ -335,7 +335,7 @@ pub fn print_help(location: &Location, path: &[String]) -> std::process::ExitCod
         match at.find_subcommand_mut(name) {
             Some(sub) => at = sub,
             None => {
-                eprintln!(
+                wardcell_common::eprintln_line!(
                     "error: `wardcell help`: there is no command `{}`; see `wardcell --help`",
                     wardcell_common::text::shown(&path[..=i].join(" "))
                 );
@@ -405,7 +405,7 @@ pub fn parse(location: &Location, args: Vec<OsString>) -> Parsed {
                 } else {
                     format!("wardcell {} --help", known.join(" "))
                 };
-                eprintln!(
+                wardcell_common::eprintln_line!(
                     "error: {}; see `{help}`",
                     wardcell_common::text::shown(first)
                 );

@@ -180,7 +180,7 @@ fn dispatch(
 fn report(e: Error) -> ExitCode {
     // Lines held for a broker that will not print them (no plan was handed over).
     for l in trace::take_held() {
-        eprintln!(
+        wardcell_common::eprintln_line!(
             "{}",
             trace::line("wardcell", std::process::id(), trace::run(), &l)
         );
@@ -189,6 +189,6 @@ fn report(e: Error) -> ExitCode {
     if matches!(&e, Error::Stdout(io) if io.kind() == std::io::ErrorKind::BrokenPipe) {
         return ExitCode::from(e.exit_code());
     }
-    eprintln!("error: {}", output::shown(&e.to_string()));
+    wardcell_common::eprintln_line!("error: {}", output::shown(&e.to_string()));
     ExitCode::from(e.exit_code())
 }

@@ -31,7 +31,7 @@ pub fn check(config: &ConfigArg) -> Result<(), Error> {
     )?;
     crate::credentials::check_sources(&plan)?;
     for line in plan.missing_writes() {
-        eprintln!("{}", output::shown(&line));
+        wardcell_common::eprintln_line!("{}", output::shown(&line));
     }
     output::print(&format!(
         "ok: {}: {}, {}",

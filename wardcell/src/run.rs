@@ -56,7 +56,7 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
     //    are not there, said once.
     credentials::check_sources(&plan)?;
     for line in plan.missing_writes() {
-        eprintln!("{}", crate::output::shown(&line));
+        wardcell_common::eprintln_line!("{}", crate::output::shown(&line));
     }
     // 6. Hand it over, with what this process traced (the broker prints it).
     tracing::debug!("handing the plan to the broker");

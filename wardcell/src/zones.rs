@@ -128,7 +128,7 @@ pub fn inside_enter(socket: &Path, zone: &str, command: Vec<String>) -> Result<u
             ZoneResponse::Started => continue,
             ZoneResponse::Exited { code } => return Ok(code.clamp(0, 255) as u8),
             ZoneResponse::Failed { message, code } => {
-                eprintln!("error: {}", output::shown(&message));
+                wardcell_common::eprintln_line!("error: {}", output::shown(&message));
                 return Ok(code.clamp(1, 255) as u8);
             }
             ZoneResponse::Refused { message } => return Err(Error::Refused(message)),
