@@ -115,6 +115,20 @@ impl Ctx {
     }
 }
 
+/// The next connection on `listener`, without Nagle. Out of descriptors, or a
+/// connection reset before accept: wait a moment and try again.
+pub async fn accept(listener: &TcpListener) -> TcpStream {
+    loop {
+        match listener.accept().await {
+            Ok((s, _)) => {
+                let _ = s.set_nodelay(true);
+                return s;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
 /// Accept connections until the process ends.
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
     loop {
@@ -124,15 +138,7 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
             .acquire_owned()
             .await
             .expect("the semaphore is never closed");
-        let stream = match listener.accept().await {
-            Ok((s, _)) => s,
-            // Out of descriptors or a connection reset before accept: wait a moment.
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+        let stream = accept(&listener).await;
         let ctx = ctx.clone();
         tokio::spawn(async move {
             let _slot = slot;

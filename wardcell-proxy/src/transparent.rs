@@ -55,14 +55,7 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, names: Arc<Names>) {
     loop {
         let slot = ctx.slot().await;
-        let stream = match listener.accept().await {
-            Ok((s, _)) => s,
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+        let stream = crate::front::accept(&listener).await;
         let (ctx, names) = (ctx.clone(), names.clone());
         tokio::spawn(async move {
             let _slot = slot;
