@@ -25,5 +25,6 @@ pub mod plan;
 pub mod protocol;
 pub mod resolve;
 pub mod seatbelt;
+pub mod syslog;
 pub mod text;
 pub mod trace;

@@ -330,32 +330,9 @@ pub fn sweep(q: &Path, age: u64) {
     }
 }
 
-/// Where syslog listens on Linux. Fixed: nothing a sandbox (or a request) says moves it.
-const SYSLOG_SOCKET: &str = "/dev/log";
-
-/// One line to syslog (facility authpriv, notice), as `tag`, through `/dev/log` with the
-/// `syslog` crate (RFC 3164); nothing happens where there is no syslog.
+/// One line to syslog (authpriv, notice) as `tag` (see `wardcell_common::syslog`).
 pub fn syslog(tag: &str, line: &str) {
-    syslog_to(Path::new(SYSLOG_SOCKET), tag, line);
-}
-
-/// [`syslog`] to the socket at `socket` (tests give their own): one datagram, never
-/// waited for, control characters escaped so that a sandbox's text cannot forge a line of
-/// its own.
-fn syslog_to(socket: &Path, tag: &str, line: &str) {
-    let formatter = syslog::Formatter3164 {
-        facility: syslog::Facility::LOG_AUTHPRIV,
-        hostname: None,
-        process: tag.to_string(),
-        pid: std::process::id(),
-    };
-    let Ok(mut logger) = syslog::unix_custom(formatter, socket) else {
-        return;
-    };
-    if let syslog::LoggerBackend::Unix(s) = &logger.backend {
-        let _ = s.set_nonblocking(true);
-    }
-    let _ = logger.notice(wardcell_common::text::shown(line));
+    wardcell_common::syslog::send(tag, line);
 }
 
 /// A command line as one shown line.
@@ -385,35 +362,6 @@ mod tests {
         let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).unwrap();
         d
-    }
-
-    #[test]
-    fn one_syslog_line_and_none_where_there_is_no_syslog() {
-        let d = tmpdir("syslog");
-        let sock = d.join("log");
-        let server = std::os::unix::net::UnixDatagram::bind(&sock).unwrap();
-        syslog_to(
-            &sock,
-            "wardcell-approve",
-            "request 0a1b2c3d: git push\nforged: line",
-        );
-        let mut buf = [0u8; 512];
-        let n = server.recv(&mut buf).unwrap();
-        let got = String::from_utf8_lossy(&buf[..n]).into_owned();
-        // <85>: facility authpriv (10 << 3), severity notice (5); then the RFC 3164
-        // timestamp and the tag.
-        assert!(got.starts_with("<85>"), "{got}");
-        assert!(
-            got.contains(&format!(" wardcell-approve[{}]: ", std::process::id())),
-            "{got}"
-        );
-        assert!(
-            got.ends_with("]: request 0a1b2c3d: git push\\nforged: line"),
-            "{got}"
-        );
-        // No socket: nothing happens, nothing waits.
-        syslog_to(&d.join("absent"), "wardcell-approve", "x");
-        fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

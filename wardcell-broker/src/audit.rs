@@ -84,7 +84,7 @@ impl AuditLog {
                 self.path.display()
             );
             if self.syslog {
-                crate::sys::syslog_authpriv(&format!("run {}: {why}", self.run));
+                wardcell_common::syslog::send("wardcell", &format!("run {}: {why}", self.run));
             }
             chain.failed = Some(why);
             return Err(e);
@@ -93,7 +93,7 @@ impl AuditLog {
         chain.prev = audit::hash_line(&line);
         chain.seq += 1;
         if self.syslog {
-            crate::sys::syslog_authpriv(&line);
+            wardcell_common::syslog::send("wardcell", &line);
         }
         Ok(())
     }

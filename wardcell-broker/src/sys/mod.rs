@@ -128,27 +128,6 @@ pub fn spawn_with_control(
     cmd.spawn()
 }
 
-/// Send one audit line to syslog, facility authpriv, as "wardcell".
-pub fn syslog_authpriv(line: &str) {
-    static OPEN: std::sync::Once = std::sync::Once::new();
-    OPEN.call_once(|| {
-        // SAFETY: the identifier is a 'static C string, as openlog requires (it keeps
-        // the pointer).
-        unsafe { libc::openlog(c"wardcell".as_ptr(), libc::LOG_PID, libc::LOG_AUTHPRIV) };
-    });
-    let Ok(msg) = std::ffi::CString::new(line) else {
-        return;
-    };
-    // SAFETY: a constant "%s" format with one C string argument.
-    unsafe {
-        libc::syslog(
-            libc::LOG_AUTHPRIV | libc::LOG_INFO,
-            c"%s".as_ptr(),
-            msg.as_ptr(),
-        )
-    };
-}
-
 /// pidfd_open(2) for a child of ours that has not been reaped (so `pid` is still its).
 pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
     // SAFETY: integer arguments; the kernel returns a new descriptor (close-on-exec) or -1.
