@@ -11,6 +11,7 @@
 //! - [`approval`]: the approval plugin's answer.
 //! - [`seatbelt`]: the Seatbelt (macOS) profile text made from a sandbox spec.
 //! - [`text`]: text from a sandbox or a configuration, made safe to print.
+//! - [`stdio`]: which standard descriptors a process was started without.
 #![forbid(unsafe_code)]
 
 pub mod approval;
@@ -25,6 +26,7 @@ pub mod plan;
 pub mod protocol;
 pub mod resolve;
 pub mod seatbelt;
+pub mod stdio;
 pub mod syslog;
 pub mod text;
 pub mod trace;

@@ -354,28 +354,8 @@ pub fn new_fs(
     owned(unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) })
 }
 
-/// Which of descriptors 0, 1 and 2 were closed when this process started (bit N for fd
-/// N). The Rust runtime opens /dev/null in their place before `main`; a command run with
-/// `>&-` must find its stdout closed, as it would without wardcell.
-pub fn closed_at_start() -> u8 {
-    CLOSED_AT_START.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-static CLOSED_AT_START: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Run by the C library before `main`, so before the Rust runtime fills the gaps.
-#[used]
-#[link_section = ".init_array"]
-static NOTE_CLOSED_STDIO: extern "C" fn() = note_closed_stdio;
-
-extern "C" fn note_closed_stdio() {
-    let closed = (0..3)
-        .filter(|&fd| {
-            nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD) == Err(nix::errno::Errno::EBADF)
-        })
-        .fold(0u8, |m, fd| m | 1 << fd);
-    CLOSED_AT_START.store(closed, std::sync::atomic::Ordering::Relaxed);
-}
+// `closed_at_start()`: which standard descriptors this process was started without.
+wardcell_common::closed_stdio_at_start!();
 
 /// PR_CAPBSET_DROP for every capability this kernel knows (0 up to the first number it
 /// refuses with EINVAL). Returns how many it knows; an error names the capability.

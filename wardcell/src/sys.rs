@@ -22,28 +22,8 @@ pub fn fork() -> nix::Result<Forked> {
     }
 }
 
-/// Which of descriptors 0, 1 and 2 were closed when this process started (bit N for fd
-/// N). The Rust runtime opens /dev/null in their place before `main`; a command run with
-/// `>&-` must find its stdout closed, as it would without wardcell.
-pub fn closed_at_start() -> u8 {
-    CLOSED_AT_START.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-static CLOSED_AT_START: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Run by the C library before `main`, so before the Rust runtime fills the gaps.
-#[used]
-#[link_section = ".init_array"]
-static NOTE_CLOSED_STDIO: extern "C" fn() = note_closed_stdio;
-
-extern "C" fn note_closed_stdio() {
-    let closed = (0..3)
-        .filter(|&fd| {
-            nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD) == Err(nix::errno::Errno::EBADF)
-        })
-        .fold(0u8, |m, fd| m | 1 << fd);
-    CLOSED_AT_START.store(closed, std::sync::atomic::Ordering::Relaxed);
-}
+// `closed_at_start()`: which standard descriptors this process was started without.
+wardcell_common::closed_stdio_at_start!();
 
 /// The system allocator, except in a process about to exit ([`keep_what_is_freed`]):
 /// `wardcell run`'s plan writer lives about a millisecond, on the path of every start.
