@@ -153,19 +153,25 @@ impl Supervisor {
         );
     }
 
-    fn handle(&self, mut conn: UnixStream) {
-        let _ = conn.set_write_timeout(Some(REQUEST_DEADLINE));
-        // 1. Who is calling.
-        let peer = match peer::verify(&conn, self.netns) {
-            Ok(p) => p,
-            Err(why) => {
+    /// The caller, verified by what the kernel says; a refusal is audited and answered
+    /// with nothing.
+    fn verified(&self, conn: &UnixStream) -> Option<Peer> {
+        peer::verify(conn, self.netns)
+            .map_err(|why| {
                 let _ = self.audit(
                     "audit",
                     "audit.peer_refused",
                     json!({"zone": self.zone, "chain": self.chain, "reason": why}),
                 );
-                return;
-            }
+            })
+            .ok()
+    }
+
+    fn handle(&self, mut conn: UnixStream) {
+        let _ = conn.set_write_timeout(Some(REQUEST_DEADLINE));
+        // 1. Who is calling.
+        let Some(peer) = self.verified(&conn) else {
+            return;
         };
         // 2. The request, within the deadline.
         let deadline = Instant::now() + REQUEST_DEADLINE;
@@ -516,16 +522,8 @@ impl Supervisor {
     /// else's is refused without a word, as always).
     fn refuse_busy(&self, mut conn: UnixStream) {
         let _ = conn.set_write_timeout(Some(Duration::from_millis(200)));
-        let peer = match peer::verify(&conn, self.netns) {
-            Ok(p) => p,
-            Err(why) => {
-                let _ = self.audit(
-                    "audit",
-                    "audit.peer_refused",
-                    json!({"zone": self.zone, "chain": self.chain, "reason": why}),
-                );
-                return;
-            }
+        let Some(peer) = self.verified(&conn) else {
+            return;
         };
         let reason =
             format!("this sandbox's supervisor already serves {MAX_CONNECTIONS} connections");
