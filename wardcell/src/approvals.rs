@@ -81,15 +81,20 @@ const HEADER: [&str; 9] = [
     "ID", "AGE", "RUN", "FROM", "CHAIN", "TARGET", "COMMAND", "CWD", "LEFT",
 ];
 
+/// The requests in queue `q` whose plugin still waits for an answer, newest first.
+fn waiting(q: &std::path::Path) -> Result<Vec<Request>, Error> {
+    Ok(queue::list(q)
+        .map_err(Error::Approvals)?
+        .into_iter()
+        .filter(|r| r.waiting)
+        .collect())
+}
+
 /// The requests still waiting, newest first.
 pub fn list(format: Output) -> Result<(), Error> {
     let q = queue_dir()?;
     let now = queue::now();
-    let waiting: Vec<Request> = queue::list(&q)
-        .map_err(Error::Approvals)?
-        .into_iter()
-        .filter(|r| r.waiting)
-        .collect();
+    let waiting = waiting(&q)?;
     match format {
         Output::Json => {
             let all: Vec<Value> = waiting.iter().map(|r| json_of(r, now)).collect();
@@ -220,11 +225,7 @@ pub fn watch() -> Result<(), Error> {
     let mut seen: BTreeSet<String> = BTreeSet::new();
     loop {
         let now = queue::now();
-        let waiting: Vec<Request> = queue::list(&q)
-            .map_err(Error::Approvals)?
-            .into_iter()
-            .filter(|r| r.waiting)
-            .collect();
+        let waiting = waiting(&q)?;
         let mut out = std::io::stdout().lock();
         for r in waiting.iter().rev().filter(|r| !seen.contains(&r.id)) {
             let line = format!(
