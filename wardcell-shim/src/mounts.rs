@@ -657,17 +657,8 @@ fn attach(
                 )
                 .map_err(|e| fail(format!("creating {}: {e}", path.display())))?;
             } else {
-                let fd = nix::fcntl::openat(
-                    Some(dir.as_fd().as_raw_fd()),
-                    name,
-                    nix::fcntl::OFlag::O_CREAT
-                        | nix::fcntl::OFlag::O_EXCL
-                        | nix::fcntl::OFlag::O_WRONLY
-                        | nix::fcntl::OFlag::O_CLOEXEC,
-                    Mode::from_bits_truncate(0o644),
-                )
-                .map_err(|e| fail(format!("creating {}: {e}", path.display())))?;
-                let _ = nix::unistd::close(fd);
+                create_file(dir.as_fd(), name)
+                    .map_err(|e| fail(format!("creating {}: {e}", path.display())))?;
             }
             sys::open_nofollow(Some(dir.as_fd()), Path::new(name))
                 .map_err(|e| fail(format!("opening {}: {e}", path.display())))?
@@ -836,6 +827,23 @@ fn hold_terminal() -> Result<OwnedFd> {
     Ok(slave)
 }
 
+/// A new empty file `name` (0644) in our own directory `dir`, to mount a node on; it must
+/// not exist yet.
+fn create_file(dir: BorrowedFd<'_>, name: &std::ffi::OsStr) -> nix::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = nix::fcntl::openat(
+        Some(dir.as_raw_fd()),
+        name,
+        nix::fcntl::OFlag::O_CREAT
+            | nix::fcntl::OFlag::O_EXCL
+            | nix::fcntl::OFlag::O_WRONLY
+            | nix::fcntl::OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o644),
+    )?;
+    let _ = nix::unistd::close(fd);
+    Ok(())
+}
+
 /// A minimal /dev's contents, in its still detached tmpfs: an empty file for each held
 /// device node (the terminal's, which only the spec asks for, is made when it is bound),
 /// the usual links, and the mount points of `pts` and `shm`.
@@ -843,19 +851,8 @@ fn populate_dev<'a>(dev: &OwnedFd, nodes: impl Iterator<Item = &'a str>) -> Resu
     use std::os::fd::AsRawFd;
     let at = Some(dev.as_raw_fd());
     let create = |name: &str| {
-        nix::fcntl::openat(
-            at,
-            name,
-            nix::fcntl::OFlag::O_CREAT
-                | nix::fcntl::OFlag::O_EXCL
-                | nix::fcntl::OFlag::O_WRONLY
-                | nix::fcntl::OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(0o644),
-        )
-        .map(|fd| {
-            let _ = nix::unistd::close(fd);
-        })
-        .map_err(|e| fail(format!("creating /dev/{name}: {e}")))
+        create_file(dev.as_fd(), std::ffi::OsStr::new(name))
+            .map_err(|e| fail(format!("creating /dev/{name}: {e}")))
     };
     for name in nodes {
         create(name)?;
