@@ -633,7 +633,7 @@ fn run_first_sandbox(
         },
         &mut on_report,
     );
-    sb.retire();
+    sb.retire_first();
     if let Some(why) = &ended.bad_report {
         let _ = run.record(
             "sandbox",

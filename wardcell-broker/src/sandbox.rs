@@ -222,6 +222,15 @@ impl Sandbox {
         }
         self.proxy = None;
     }
+
+    /// The run's first sandbox has ended, and the broker with it once the entries still
+    /// running end: as [`Sandbox::retire`], the supervisor's thread left to the exit.
+    pub fn retire_first(&mut self) {
+        if let Some(s) = &self.supervisor {
+            s.stop_at_exit();
+        }
+        self.proxy = None;
+    }
 }
 
 /// Kills and reaps a half-started sandbox unless disarmed.

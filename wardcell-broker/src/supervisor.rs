@@ -105,13 +105,23 @@ impl Supervisor {
         &self.path
     }
 
-    /// Stop accepting and remove the socket.
+    /// Stop accepting and remove the socket; the thread serving it ends.
     pub fn stop(&self) {
         if !self.stopped.swap(true, Ordering::SeqCst) {
             let _ = nix::sys::socket::shutdown(
                 self.listener.as_raw_fd(),
                 nix::sys::socket::Shutdown::Both,
             );
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    /// Stop accepting and remove the socket, for a broker that ends soon: the thread
+    /// serving it is left asleep (nothing can connect to a removed socket, and one that
+    /// connected before is dropped unanswered), not woken to end a moment before the
+    /// process does, on the path of every run's end.
+    pub fn stop_at_exit(&self) {
+        if !self.stopped.swap(true, Ordering::SeqCst) {
             let _ = std::fs::remove_file(&self.path);
         }
     }
