@@ -30,7 +30,8 @@ use crate::chain;
 use crate::peer::{self, Peer};
 use crate::relay::{self, Outcome};
 use crate::sandbox::{self, Run};
-use crate::sys::peer::{recv_fds, unfit_stdio, NetNs};
+use crate::sys;
+use crate::sys::fds::{recv_fds, unfit_stdio};
 
 /// A connection must send its whole request within this.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
@@ -41,7 +42,8 @@ pub struct Supervisor {
     run: Arc<Run>,
     zone: String,
     chain: Vec<String>,
-    netns: NetNs,
+    /// What every process of its sandbox carries (peer.rs).
+    mark: peer::Mark,
     path: PathBuf,
     listener: UnixListener,
     stopped: AtomicBool,
@@ -59,7 +61,7 @@ impl Supervisor {
         name: &str,
         zone: &str,
         chain: Vec<String>,
-        netns: NetNs,
+        mark: peer::Mark,
     ) -> io::Result<Arc<Supervisor>> {
         let path = run.dir.join(format!("{name}.sock"));
         // sockaddr_un holds 108 bytes with the terminating NUL.
@@ -75,7 +77,7 @@ impl Supervisor {
             run,
             zone: zone.to_string(),
             chain,
-            netns,
+            mark,
             path,
             listener,
             stopped: AtomicBool::new(false),
@@ -108,10 +110,7 @@ impl Supervisor {
     /// Stop accepting and remove the socket.
     pub fn stop(&self) {
         if !self.stopped.swap(true, Ordering::SeqCst) {
-            let _ = nix::sys::socket::shutdown(
-                self.listener.as_raw_fd(),
-                nix::sys::socket::Shutdown::Both,
-            );
+            sys::wake_listener(self.listener.as_fd(), &self.path);
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -156,7 +155,7 @@ impl Supervisor {
     /// The caller, verified by what the kernel says; a refusal is audited and answered
     /// with nothing.
     fn verified(&self, conn: &UnixStream) -> Option<Peer> {
-        peer::verify(conn, self.netns)
+        peer::verify(conn, &self.mark)
             .map_err(|why| {
                 let _ = self.audit(
                     "audit",
@@ -306,7 +305,7 @@ impl Supervisor {
                 Ok(p) => p,
                 Err(refusal) => return refusal,
             };
-            plugin_key = self.run.entry_started(plugin.pidfd());
+            plugin_key = self.run.entry_started(plugin.process());
             let answer = plugin.answer(
                 zone.approval_timeout_secs.map(Duration::from_secs),
                 conn.as_fd(),
@@ -403,7 +402,7 @@ impl Supervisor {
             }
         };
         let _ = protocol::write_frame(conn, &ZoneResponse::Started);
-        let entry = self.run.entry_started(sb.running.pidfd.as_fd());
+        let entry = self.run.entry_started(&sb.running.process);
         let sb_name = sb.name.clone();
 
         // g. Wait, ending it if the caller goes away; relay the status.

@@ -1,5 +1,4 @@
-//! Who is calling a supervisor, by the kernel's record. Nothing a request says about its
-//! origin is believed.
+//! Linux: who is calling a supervisor, by the kernel's record.
 //!
 //! 1. SO_PEERCRED: the uid must be ours.
 //! 2. SO_PEERPIDFD: a handle on the very process that connected.
@@ -11,30 +10,35 @@
 //! 5. The pidfd is confirmed alive afterwards, so the pid read in 3 and 4 cannot have
 //!    been reused by another process in between.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 
+use wardcell_common::plan::SandboxSpec;
+
+use super::Peer;
+use crate::relay::Running;
 use crate::sys::peer::{netns_of, peer_cred, peer_pidfd, pid_of_pidfd, pidfd_alive, NetNs};
 
-/// A verified caller.
-pub struct Peer {
-    pub pid: libc::pid_t,
-    pub cwd: String,
-    /// `SigIgn`, SIGPIPE left out (the client is a Rust program: it always ignores it).
-    pub ignored: u64,
-    _pidfd: OwnedFd,
+/// What every process of a sandbox carries: its network namespace.
+pub type Mark = NetNs;
+/// What a [`Mark`] is, in words.
+pub const MARK: &str = "network namespace";
+
+/// The mark of the sandbox `running`: the network namespace its shim made.
+pub fn mark(running: &Running, _run_id: &str, _number: u32) -> std::io::Result<Mark> {
+    netns_of(running.pid)
 }
 
-pub fn verify(conn: &UnixStream, sandbox: NetNs) -> Result<Peer, String> {
+/// Nothing to write into the spec: the shim made the namespace the mark is.
+pub fn stamp(_spec: &mut SandboxSpec, _mark: &Mark) {}
+
+pub fn verify(conn: &UnixStream, sandbox: &Mark) -> Result<Peer, String> {
     let cred = peer_cred(conn.as_fd()).map_err(|e| format!("SO_PEERCRED: {e}"))?;
-    let uid = nix::unistd::getuid().as_raw();
-    if cred.uid != uid {
-        return Err(format!("peer uid {} is not {uid}", cred.uid));
-    }
+    super::same_user(cred.uid, nix::unistd::getuid().as_raw())?;
     let pidfd = peer_pidfd(conn.as_fd()).map_err(|e| format!("SO_PEERPIDFD: {e}"))?;
     let pid = pid_of_pidfd(pidfd.as_fd()).map_err(|e| format!("peer pid: {e}"))?;
     let ns = netns_of(pid).map_err(|e| format!("peer {pid}'s network namespace: {e}"))?;
-    if ns != sandbox {
+    if ns != *sandbox {
         return Err(format!(
             "peer {pid} is not in this sandbox's network namespace"
         ));
@@ -56,10 +60,5 @@ pub fn verify(conn: &UnixStream, sandbox: NetNs) -> Result<Peer, String> {
     if !pidfd_alive(pidfd.as_fd()) {
         return Err(format!("peer {pid} exited while it was being checked"));
     }
-    Ok(Peer {
-        pid,
-        cwd,
-        ignored,
-        _pidfd: pidfd,
-    })
+    Ok(Peer { pid, cwd, ignored })
 }

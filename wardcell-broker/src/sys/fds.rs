@@ -1,0 +1,104 @@
+//! Descriptors passed beside frames (SCM_RIGHTS), and which may be a command's stdio.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use super::cerr;
+
+/// Receive the descriptors sent with a 1-byte message ('F') by SCM_RIGHTS. Exactly
+/// `want` descriptors must arrive; anything else is an error saying what came, and every
+/// descriptor that did arrive is closed, a truncated control message's included (the
+/// kernel installs what fits before it truncates).
+pub fn recv_fds(sock: RawFd, want: usize) -> io::Result<Vec<OwnedFd>> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // Room for 12 descriptors, more than any caller wants, so a surplus is counted.
+    let mut space = [0u64; 8];
+    // SAFETY: msghdr is plain old data; the pointers set below outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = space.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&space) as _;
+    // SAFETY: recvmsg writes at most iov_len bytes into `byte` and msg_controllen bytes
+    // into `space`, and updates `msg`.
+    let n = unsafe { libc::recvmsg(sock, &mut msg, super::MSG_CMSG_CLOEXEC) };
+    cerr(n as libc::c_long)?;
+    let mut fds = Vec::new();
+    // SAFETY: the kernel filled msg_control with well-formed headers up to
+    // msg_controllen; CMSG_FIRSTHDR/NXTHDR never walk past it.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    while !c.is_null() {
+        // SAFETY: `c` points at a header inside `space`.
+        let hdr = unsafe { &*c };
+        if hdr.cmsg_level == libc::SOL_SOCKET && hdr.cmsg_type == libc::SCM_RIGHTS {
+            // SAFETY: CMSG_LEN(0) is arithmetic.
+            let data_len = hdr.cmsg_len as usize - unsafe { libc::CMSG_LEN(0) } as usize;
+            // SAFETY: CMSG_DATA points inside `space`, followed by data_len bytes.
+            let data = unsafe { libc::CMSG_DATA(c) };
+            for i in 0..data_len / std::mem::size_of::<RawFd>() {
+                // SAFETY: the data is an unaligned array of descriptors SCM_RIGHTS just
+                // installed in our table for us; each is owned (and closed) exactly once.
+                let fd = unsafe { (data as *const RawFd).add(i).read_unaligned() };
+                // SAFETY: as above.
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                // Where recvmsg cannot make them close-on-exec itself (macOS), at once.
+                if super::MSG_CMSG_CLOEXEC == 0 {
+                    let _ = super::set_cloexec(fd.as_raw_fd());
+                }
+                fds.push(fd);
+            }
+        }
+        // SAFETY: as for CMSG_FIRSTHDR.
+        c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
+    }
+    let why = if n == 0 {
+        "the connection closed before its descriptors arrived".to_string()
+    } else if byte[0] != b'F' {
+        format!(
+            "expected the descriptor message ('F'), got the byte {:#04x}",
+            byte[0]
+        )
+    } else if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        format!("more than the {want} descriptors expected were sent (the control message was truncated)")
+    } else if fds.len() != want {
+        format!("expected {want} descriptors, {} arrived", fds.len())
+    } else {
+        return Ok(fds);
+    };
+    Err(io::Error::other(why))
+}
+
+/// What a descriptor handed to `zone enter` as stdio is, when it is not one a command
+/// may be given: only pipes, sockets, character devices and regular files are; an
+/// `O_PATH` descriptor or a directory would let the target walk the caller's mount
+/// namespace through `/proc/self/fd/N/...`.
+pub fn unfit_stdio(fd: BorrowedFd<'_>) -> Option<&'static str> {
+    match super::is_path_only(fd) {
+        Ok(true) => return Some("an O_PATH descriptor"),
+        Ok(false) => {}
+        Err(_) => return Some("a descriptor that cannot be inspected"),
+    }
+    let Ok(st) = nix::sys::stat::fstat(fd.as_raw_fd()) else {
+        return Some("a descriptor that cannot be inspected");
+    };
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR | libc::S_IFREG => None,
+        libc::S_IFDIR => Some("a directory"),
+        libc::S_IFBLK => Some("a block device"),
+        _ => Some("neither a pipe, a socket, a character device nor a regular file"),
+    }
+}
+
+/// Send `fds` with a 1-byte message ('F') by SCM_RIGHTS (to a proxy: Linux only so far).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub fn send_fds(sock: RawFd, fds: &[RawFd]) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let iov = [io::IoSlice::new(b"F")];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    sendmsg::<()>(sock, &iov, &cmsg, MsgFlags::empty(), None).map_err(io::Error::from)?;
+    Ok(())
+}
