@@ -37,11 +37,15 @@ impl Process {
             0,
             0,
         );
-        if let Err(e) = kq.kevent(&[watch], &mut [], None) {
-            if e != nix::errno::Errno::ESRCH {
-                return Err(e.into());
-            }
-            // Already exited (a zombie of ours): readable at once.
+        // XNU attaches only to a process that has not begun to exit, and
+        // never fires for an exit before the attach: one found exited, before or just
+        // after, makes the queue readable at once instead.
+        let exited = match kq.kevent(&[watch], &mut [], None) {
+            Ok(_) => peek_child(pid) == Some(true),
+            Err(nix::errno::Errno::ESRCH) => true,
+            Err(e) => return Err(e.into()),
+        };
+        if exited {
             let now = KEvent::new(
                 1,
                 EventFilter::EVFILT_USER,
@@ -163,18 +167,27 @@ pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
 
 /// Whether `pid` is a child of this process (peeked at, never reaped).
 pub fn is_child(pid: libc::pid_t) -> bool {
+    peek_child(pid).is_some()
+}
+
+/// For a child of ours, whether it has exited (without reaping it); None for any other.
+fn peek_child(pid: libc::pid_t) -> Option<bool> {
+    if pid <= 0 {
+        return None;
+    }
     // SAFETY: siginfo_t is plain old data.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     // SAFETY: waitid writes one siginfo_t into `info`; WNOWAIT leaves the child as it is.
-    pid > 0
-        && unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            )
-        } == 0
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // With WNOHANG, a child that has not exited leaves `info` zeroed.
+    (r == 0).then_some(info.si_pid == pid)
 }
 
 /// Ready `cmd` to start a helper (the approval plugin): the signals the broker took are
