@@ -13,7 +13,11 @@
 //! - `peer`: who is on the other end of a supervisor's socket;
 //! - `Process`: a child to watch (readable once it has exited) and signal;
 //! - `Signals`: the signals the broker forwards, read from a descriptor;
-//! - `random_bytes`, `is_child`, `for_helper` and `wake_listener`.
+//! - `random_bytes`, `is_child`, `for_helper`, `wake_listener`, `is_path_only` and
+//!   `MSG_CMSG_CLOEXEC` (what `fds` needs of the platform).
+//!
+//! Linux only: `spawn_with_control`, `pidfd_open` and `pidfd_send_signal`, for the proxy
+//! (macOS has none yet: proxy_macos.rs).
 
 pub mod fds;
 #[cfg(target_os = "linux")]
