@@ -88,4 +88,20 @@ mod tests {
         // Denied its identity and allowed the other: refused too, never guessed at.
         assert!(judge(answers(501, false, true), 501).is_err());
     }
+
+    /// The identity the macOS broker gives a sandbox (`macos::mark`: the run id, the
+    /// sandbox's number, 16 random bytes) is one the shim accepts, for any run and any
+    /// number, and differs by each of the three.
+    #[test]
+    fn every_identity_the_broker_makes_is_one_the_shim_accepts() {
+        use wardcell_common::seatbelt::{identity_name, is_identity};
+        let run = crate::runid::new_run_id([0xff; 4]);
+        let a = identity_name(&run, u32::MAX, &[0xff; 16]);
+        assert!(is_identity(&a), "{a}");
+        assert!(is_identity(&identity_name(&run, 1, &[0; 16])));
+        let other_run = crate::runid::new_run_id([0; 4]);
+        assert_ne!(a, identity_name(&other_run, u32::MAX, &[0xff; 16]));
+        assert_ne!(a, identity_name(&run, 1, &[0xff; 16]));
+        assert_ne!(a, identity_name(&run, u32::MAX, &[0xfe; 16]));
+    }
 }
