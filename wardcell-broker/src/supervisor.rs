@@ -64,10 +64,11 @@ impl Supervisor {
         mark: peer::Mark,
     ) -> io::Result<Arc<Supervisor>> {
         let path = run.dir.join(format!("{name}.sock"));
-        // sockaddr_un holds 108 bytes with the terminating NUL.
-        if path.as_os_str().len() > 107 {
+        // sockaddr_un's path holds the terminating NUL too (108 bytes on Linux, 104 on macOS).
+        let most = sys::SUN_PATH_LEN - 1;
+        if path.as_os_str().len() > most {
             return Err(io::Error::other(format!(
-                "its socket path {} is longer than the 107 bytes a Unix socket path may have; set XDG_RUNTIME_DIR to a shorter directory",
+                "its socket path {} is longer than the {most} bytes a Unix socket path may have; set XDG_RUNTIME_DIR to a shorter directory",
                 path.display()
             )));
         }

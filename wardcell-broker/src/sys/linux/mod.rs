@@ -15,6 +15,9 @@ use super::{cerr, LAUNCH_FD};
 /// recvmsg's flag that makes received descriptors close-on-exec as they arrive.
 pub const MSG_CMSG_CLOEXEC: libc::c_int = libc::MSG_CMSG_CLOEXEC;
 
+/// The size of `sockaddr_un`'s path, its terminating NUL included.
+pub const SUN_PATH_LEN: usize = 108;
+
 /// A child of the broker, by its pidfd: readable once it has exited, and signalled
 /// without the risk of reaching a process that reused its pid.
 pub struct Process(OwnedFd);

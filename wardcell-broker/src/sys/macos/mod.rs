@@ -19,6 +19,9 @@ use nix::sys::signal::{SigHandler, Signal};
 /// each as soon as it has it.
 pub const MSG_CMSG_CLOEXEC: libc::c_int = 0;
 
+/// The size of `sockaddr_un`'s path, its terminating NUL included.
+pub const SUN_PATH_LEN: usize = 104;
+
 /// A child of the broker: its pid, and a kqueue that becomes readable when it exits.
 pub struct Process {
     pid: libc::pid_t,
