@@ -21,9 +21,11 @@ macro_rules! closed_stdio_at_start {
         static CLOSED_AT_START: ::std::sync::atomic::AtomicU8 =
             ::std::sync::atomic::AtomicU8::new(0);
 
-        /// Run by the C library before `main`, so before the Rust runtime fills the gaps.
+        /// Run by the C library (on macOS, dyld) before `main`, so before the Rust
+        /// runtime fills the gaps.
         #[used]
-        #[link_section = ".init_array"]
+        #[cfg_attr(not(target_vendor = "apple"), link_section = ".init_array")]
+        #[cfg_attr(target_vendor = "apple", link_section = "__DATA,__mod_init_func")]
         static NOTE_CLOSED_STDIO: extern "C" fn() = note_closed_stdio;
 
         extern "C" fn note_closed_stdio() {

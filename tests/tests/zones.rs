@@ -387,6 +387,39 @@ both!(another_runs_sandbox_is_refused, |fx| {
     let _ = fs::remove_dir_all(&rt_a);
 });
 
+both!(
+    a_socket_path_too_long_for_a_unix_socket_is_refused_in_one_line,
+    |fx| {
+        zones_config(&fx, "");
+        // <this>/wardcell/<run id>/s1.sock: well over the 107 bytes sockaddr_un holds.
+        let rt = PathBuf::from(format!(
+            "/var/tmp/wcrt-long-{}-{}-{}",
+            std::process::id(),
+            fx.uid(),
+            "x".repeat(80)
+        ));
+        let _ = fs::remove_dir_all(&rt);
+        fs::create_dir_all(&rt).unwrap();
+        fx.own(&rt);
+        let out: Out = fx
+            .cmd(&["run", "--", "/bin/true"])
+            .env("XDG_RUNTIME_DIR", &rt)
+            .output()
+            .unwrap()
+            .into();
+        let _ = fs::remove_dir_all(&rt);
+        assert_eq!(out.code, 1, "{out:?}");
+        assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
+        assert!(
+        out.stderr.starts_with("error: ")
+            && out
+                .stderr
+                .contains("is longer than the 107 bytes a Unix socket path may have; set XDG_RUNTIME_DIR to a shorter directory"),
+        "{out:?}"
+    );
+    }
+);
+
 both!(approval_plugin_decides_and_is_audited, |fx| {
     let plugin = fx.dir.join("approve.sh");
     fx.write(

@@ -5,11 +5,11 @@
 //! (wardcell_common::helper), in a process group of its own. Its answer is taken when the
 //! plugin itself exits, whatever its children still hold open; then its whole group is
 //! killed. It is also killed with its group when the caller goes away, when the zone's
-//! `approval_timeout` passes, and when the run ends (the supervisor tracks its pidfd like
+//! `approval_timeout` passes, and when the run ends (the supervisor tracks its process like
 //! an entered sandbox's).
 
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ use crate::sys;
 /// A started plugin; dropping it kills its process group and reaps it.
 pub struct Plugin {
     child: Child,
-    pidfd: OwnedFd,
+    process: sys::Process,
     stdout: ChildStdout,
     reaped: bool,
 }
@@ -72,26 +72,24 @@ impl Plugin {
             cmd.env(trace::VAR, trace::name(level))
                 .stderr(Stdio::inherit());
         }
-        let started = sys::die_with_thread(&mut cmd)
-            .spawn()
-            .and_then(
-                |mut child| match sys::pidfd_open(child.id() as libc::pid_t) {
-                    Ok(pidfd) => Ok((child, pidfd)),
-                    Err(e) => {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        Err(e)
-                    }
-                },
-            );
-        let (mut child, pidfd) = started.map_err(|e| {
+        let started = sys::for_helper(&mut cmd).spawn().and_then(|mut child| {
+            match sys::Process::of_child(child.id() as libc::pid_t) {
+                Ok(process) => Ok((child, process)),
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    Err(e)
+                }
+            }
+        });
+        let (mut child, process) = started.map_err(|e| {
             Answer::refusal(format!("the approval plugin could not be started: {e}"))
         })?;
         let mut stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
         let plugin = Plugin {
             child,
-            pidfd,
+            process,
             stdout,
             reaped: false,
         };
@@ -110,9 +108,9 @@ impl Plugin {
         Ok(plugin)
     }
 
-    /// Its pidfd: SIGKILL through it ends the wait in [`Plugin::answer`].
-    pub fn pidfd(&self) -> BorrowedFd<'_> {
-        self.pidfd.as_fd()
+    /// The process: SIGKILL through it ends the wait in [`Plugin::answer`].
+    pub fn process(&self) -> &sys::Process {
+        &self.process
     }
 
     /// Kill its process group. Safe while the plugin is not reaped: its process ID, which
@@ -141,7 +139,7 @@ impl Plugin {
                 }
             };
             let mut fds = vec![
-                PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN),
+                PollFd::new(self.process.as_fd(), PollFlags::POLLIN),
                 PollFd::new(caller, PollFlags::POLLIN),
             ];
             if stdout_open {

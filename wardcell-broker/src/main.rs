@@ -13,103 +13,60 @@
 //!    and the run's audit log;
 //! 4. complete the sandbox (sandbox::complete): its supervisor's socket when it is in a
 //!    zone, its spec, then, while the shim builds the mounts, audit the run's start,
-//!    route the signals it forwards into a signalfd (before any thread starts), start the
+//!    take over the signals it forwards (before any thread starts), start the
 //!    supervisor (supervisor.rs answers `zone list` and decides `zone enter`) and, with
 //!    network, the proxy; then tell the shim to proceed;
 //! 5. relay until it ends, restore the terminal, audit the end, remove the run's
 //!    directory, and exit with the command's status (128+N for a signal).
+//!
+//! The same steps, and every decision, on Linux and macOS: what differs is in `sys/linux`
+//! and `sys/macos` (starting the shim: new namespaces, or a plain child whose shim applies
+//! a Seatbelt profile; watching a child: pidfd or kqueue; taking signals: signalfd or
+//! kqueue) and in `peer` (a sandbox's processes recognised by their network namespace,
+//! or by their Seatbelt identity). macOS has no proxy yet: a sandbox with network is
+//! refused there (proxy_macos.rs). README, "macOS".
 
-#[cfg(target_os = "linux")]
 mod approval;
-#[cfg(target_os = "linux")]
 mod audit;
-#[cfg(target_os = "linux")]
 mod chain;
-#[cfg(target_os = "linux")]
 mod error;
-#[cfg(target_os = "linux")]
 mod peer;
-#[cfg(target_os = "linux")]
+// macOS: no proxy yet; a sandbox with network is refused there (proxy_macos.rs).
+#[cfg_attr(target_os = "macos", path = "proxy_macos.rs")]
 mod proxy;
-#[cfg(target_os = "linux")]
 mod relay;
-#[cfg(target_os = "linux")]
 mod runid;
-#[cfg(target_os = "linux")]
 mod sandbox;
-#[cfg(target_os = "linux")]
 mod spec;
-#[cfg(target_os = "linux")]
 mod supervisor;
-#[cfg(target_os = "linux")]
-mod sys;
-// macOS: the Seatbelt peer check, the one part of the broker ported so far
-// (README, "macOS"; docs/THREAT_MODEL.md).
-#[cfg(target_os = "macos")]
-#[path = "sys/macos.rs"]
 mod sys;
 
-#[cfg(target_os = "linux")]
 use std::ffi::CString;
-#[cfg(target_os = "linux")]
 use std::fs;
-#[cfg(target_os = "linux")]
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-#[cfg(target_os = "linux")]
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-#[cfg(target_os = "linux")]
 use std::os::unix::net::UnixStream;
-#[cfg(target_os = "linux")]
 use std::path::{Path, PathBuf};
-#[cfg(target_os = "linux")]
 use std::sync::Arc;
 
-#[cfg(target_os = "linux")]
 use nix::fcntl::{Flock, FlockArg};
-#[cfg(target_os = "linux")]
-use nix::sys::signal::{SigSet, Signal};
-#[cfg(target_os = "linux")]
-use nix::sys::signalfd::{SfdFlags, SignalFd};
-#[cfg(target_os = "linux")]
+use nix::sys::signal::Signal;
 use nix::sys::termios::{self, SetArg, Termios};
-#[cfg(target_os = "linux")]
-use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
-#[cfg(target_os = "linux")]
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
-#[cfg(target_os = "linux")]
 use serde_json::json;
 
-#[cfg(target_os = "linux")]
 use wardcell_common::paths;
-#[cfg(target_os = "linux")]
 use wardcell_common::plan::{Plan, ProfilePlan, Start};
-#[cfg(target_os = "linux")]
 use wardcell_common::protocol::{self, Launch, ShimReport};
-#[cfg(target_os = "linux")]
 use wardcell_common::text::shown;
-#[cfg(target_os = "linux")]
 use wardcell_common::trace;
 
-#[cfg(target_os = "linux")]
 use audit::AuditLog;
-#[cfg(target_os = "linux")]
 use error::BrokerError;
-#[cfg(target_os = "linux")]
 use relay::Outcome;
-#[cfg(target_os = "linux")]
 use sandbox::Run;
 
-#[cfg(target_os = "macos")]
-fn main() {
-    if std::env::args().nth(1).as_deref() == Some("--version") {
-        println!("wardcell-broker {}", env!("CARGO_PKG_VERSION"));
-        return;
-    }
-    wardcell_common::eprintln_line!("error: wardcell cannot start sandboxes on macOS yet: the broker's macOS run path (starting the shim without namespaces, relaying, the supervisor) is not written; see README, \"macOS\"");
-    std::process::exit(1)
-}
-
-#[cfg(target_os = "linux")]
 /// Signals the broker passes to the sandbox.
 const FORWARDED: &[Signal] = &[
     Signal::SIGINT,
@@ -120,7 +77,6 @@ const FORWARDED: &[Signal] = &[
     Signal::SIGUSR2,
 ];
 
-#[cfg(target_os = "linux")]
 fn main() {
     // 0. Tracing, when WARDCELL_LOG asks (a plan from `run -v` turns it on later).
     if let Some(level) = trace::from_env() {
@@ -138,16 +94,7 @@ fn main() {
         (Some("--plan-writer"), Some(pid), None) => match pid.parse::<i32>() {
             // Only a child of this process (the client forked it before exec) can be the
             // writer; peek without reaping it.
-            Ok(pid)
-                if pid > 0
-                    && waitid(
-                        Id::Pid(Pid::from_raw(pid)),
-                        WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
-                    )
-                    .is_ok() =>
-            {
-                Some(Pid::from_raw(pid))
-            }
+            Ok(pid) if sys::is_child(pid) => Some(Pid::from_raw(pid)),
             _ => {
                 wardcell_common::eprintln_line!(
                     "error: {}",
@@ -180,7 +127,6 @@ fn main() {
     std::process::exit(code)
 }
 
-#[cfg(target_os = "linux")]
 fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     // 0. The run id first: every trace line carries it.
     let mut random = [0u8; 4];
@@ -243,7 +189,6 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     result
 }
 
-#[cfg(target_os = "linux")]
 /// `wardcell run -v` turns tracing on here; the plan writer's own lines are printed now
 /// that the run id exists (escaped and bounded by `trace::line` and the plan writer).
 fn trace_plan(plan: &mut Plan, writer: Option<Pid>) {
@@ -266,7 +211,6 @@ fn trace_plan(plan: &mut Plan, writer: Option<Pid>) {
     );
 }
 
-#[cfg(target_os = "linux")]
 /// How the plan writer ended, as an exit status for this process (128+N for signal N).
 fn exit_status_of(writer: Pid) -> i32 {
     match waitpid(writer, None) {
@@ -276,7 +220,6 @@ fn exit_status_of(writer: Pid) -> i32 {
     }
 }
 
-#[cfg(target_os = "linux")]
 /// Lock `dir` for as long as this broker lives: a run directory whose lock can be taken
 /// belongs to a broker that is gone (killed, so it could not clean up).
 fn hold_run_lock(dir: &Path) -> Result<(), BrokerError> {
@@ -294,7 +237,6 @@ fn hold_run_lock(dir: &Path) -> Result<(), BrokerError> {
     Ok(())
 }
 
-#[cfg(target_os = "linux")]
 /// Remove the directories of runs whose brokers are gone.
 fn sweep_stale_runs(runtime: &Path, ours: &Path) {
     let Ok(entries) = fs::read_dir(runtime) else {
@@ -319,7 +261,6 @@ fn sweep_stale_runs(runtime: &Path, ours: &Path) {
     }
 }
 
-#[cfg(target_os = "linux")]
 /// The run id, its runtime directory (0700) and its audit log; wardcell's own
 /// directories exist afterwards, so that every sandbox can mask them.
 fn prepare_run(plan: &mut Plan, run_id: &str) -> Result<(String, PathBuf, AuditLog), BrokerError> {
@@ -350,7 +291,6 @@ fn prepare_run(plan: &mut Plan, run_id: &str) -> Result<(String, PathBuf, AuditL
     Ok((run_id, run_dir, audit))
 }
 
-#[cfg(target_os = "linux")]
 /// What every path the plan names is now, before any sandbox of this run exists (one
 /// `lstat` each; a final symbolic link is never recorded). Sandboxes are built only from
 /// paths that, opened without following a link at any component, are still the very
@@ -387,7 +327,6 @@ fn record_identities(plan: &mut Plan) {
     }
 }
 
-#[cfg(target_os = "linux")]
 /// The plan on fd 3; `None` when the writer closed it without sending anything.
 fn take_plan() -> Result<Option<Plan>, BrokerError> {
     let fd = sys::launch_fd().map_err(|e| BrokerError::Launch(e.to_string()))?;
@@ -402,7 +341,6 @@ fn take_plan() -> Result<Option<Plan>, BrokerError> {
     }
 }
 
-#[cfg(target_os = "linux")]
 /// Create `dir` (and missing parents) as 0700; an existing one must be ours and private.
 fn make_private_dir(dir: &Path) -> Result<(), BrokerError> {
     let fail = |what: String| BrokerError::Dir {
@@ -428,7 +366,6 @@ fn make_private_dir(dir: &Path) -> Result<(), BrokerError> {
     Ok(())
 }
 
-#[cfg(target_os = "linux")]
 /// wardcell's directories must exist so that every sandbox can mask them.
 fn prepare_own_dirs(plan: &Plan) -> Result<(), BrokerError> {
     make_private_dir(&plan.dirs.runtime)?;
@@ -441,7 +378,6 @@ fn prepare_own_dirs(plan: &Plan) -> Result<(), BrokerError> {
     Ok(())
 }
 
-#[cfg(target_os = "linux")]
 fn start_profile(plan: &Plan) -> Result<(Option<&str>, &ProfilePlan), BrokerError> {
     match &plan.start {
         Start::Profile(p) => Ok((None, p)),
@@ -454,7 +390,6 @@ fn start_profile(plan: &Plan) -> Result<(Option<&str>, &ProfilePlan), BrokerErro
     }
 }
 
-#[cfg(target_os = "linux")]
 fn find_helper(name: &str) -> Result<PathBuf, BrokerError> {
     let beside = std::env::current_exe()
         .ok()
@@ -473,33 +408,33 @@ fn find_helper(name: &str) -> Result<PathBuf, BrokerError> {
     )))
 }
 
-#[cfg(target_os = "linux")]
 fn is_tty(fd: impl AsFd) -> bool {
     termios::tcgetattr(fd).is_ok()
 }
 
-#[cfg(target_os = "linux")]
-/// Forwarded signals (and SIGWINCH with a pty, and SIGCHLD) blocked and read from a
-/// descriptor. One this process was started ignoring stays ignored and is never
-/// forwarded: a blocked signal is queued even when ignored, so taking it would forward it
-/// or not depending on when it came.
-fn take_signals(pty: bool, ignored: u64) -> Result<SignalFd, BrokerError> {
-    let mut mask = SigSet::empty();
-    for &s in FORWARDED {
-        if ignored & (1 << (s as i32 - 1)) == 0 {
-            mask.add(s);
-        }
-    }
-    mask.add(Signal::SIGCHLD);
-    if pty {
-        mask.add(Signal::SIGWINCH);
-    }
-    mask.thread_block()
-        .and_then(|()| SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK))
-        .map_err(|e| BrokerError::Sandbox(format!("signalfd: {e}")))
+/// Forwarded signals (and SIGWINCH with a pty, and SIGCHLD) taken over and read from a
+/// descriptor (sys::Signals).
+fn take_signals(pty: bool, ignored: u64) -> Result<sys::Signals, BrokerError> {
+    sys::Signals::take(&signals_to_take(pty, ignored))
+        .map_err(|e| BrokerError::Sandbox(e.to_string()))
 }
 
-#[cfg(target_os = "linux")]
+/// Which signals the broker takes: one this process was started ignoring stays ignored
+/// and is never forwarded (a blocked signal is queued even when ignored, so taking it
+/// would forward it or not depending on when it came).
+fn signals_to_take(pty: bool, ignored: u64) -> Vec<Signal> {
+    let mut take: Vec<Signal> = FORWARDED
+        .iter()
+        .copied()
+        .filter(|&s| ignored & (1 << (s as i32 - 1)) == 0)
+        .collect();
+    take.push(Signal::SIGCHLD);
+    if pty {
+        take.push(Signal::SIGWINCH);
+    }
+    take
+}
+
 fn run_first_sandbox(
     run: &Arc<Run>,
     spawned: sandbox::Spawned,
@@ -673,7 +608,6 @@ fn run_first_sandbox(
     }
 }
 
-#[cfg(target_os = "linux")]
 /// How a sandbox ended: the exit status, and the one-line error when it did not run.
 pub fn describe(outcome: &Outcome, program: &str) -> (i32, Option<String>) {
     match outcome {
@@ -699,9 +633,7 @@ pub fn describe(outcome: &Outcome, program: &str) -> (i32, Option<String>) {
             )),
         ),
         Outcome::ChildFailed(code) => {
-            let what = sys::spawn::Step::from_exit(*code)
-                .map(|s| s.describe())
-                .unwrap_or("starting the shim");
+            let what = sys::spawn::failed_step(*code).unwrap_or("starting the shim");
             (
                 1,
                 Some(format!(
@@ -712,20 +644,17 @@ pub fn describe(outcome: &Outcome, program: &str) -> (i32, Option<String>) {
     }
 }
 
-#[cfg(target_os = "linux")]
 /// The first sandbox's stdio: the broker's own, or a new pty when a person is at a
 /// terminal (stdin and stdout both terminals).
 struct Terminal {
     pty: Option<Pty>,
 }
 
-#[cfg(target_os = "linux")]
 struct Pty {
     master: OwnedFd,
     slave: OwnedFd,
 }
 
-#[cfg(target_os = "linux")]
 impl Terminal {
     fn for_stdio() -> Result<Terminal, BrokerError> {
         let stdin = std::io::stdin();
@@ -762,7 +691,6 @@ impl Terminal {
     }
 }
 
-#[cfg(target_os = "linux")]
 fn open_pty(stdin: std::os::fd::BorrowedFd<'_>) -> Result<Pty, BrokerError> {
     let attrs = termios::tcgetattr(stdin).ok();
     let pty = nix::pty::openpty(None, attrs.as_ref())
@@ -778,11 +706,29 @@ fn open_pty(stdin: std::os::fd::BorrowedFd<'_>) -> Result<Pty, BrokerError> {
     })
 }
 
-#[cfg(target_os = "linux")]
 fn enter_raw_mode(stdin: std::os::fd::BorrowedFd<'_>) -> Option<Termios> {
     let saved = termios::tcgetattr(stdin).ok()?;
     let mut raw = saved.clone();
     termios::cfmakeraw(&mut raw);
     termios::tcsetattr(stdin, SetArg::TCSADRAIN, &raw).ok()?;
     Some(saved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_the_broker_takes() {
+        let all = signals_to_take(false, 0);
+        assert_eq!(&all[..FORWARDED.len()], FORWARDED);
+        assert_eq!(all[FORWARDED.len()..], [Signal::SIGCHLD]);
+        // With a pty, the window size too.
+        assert_eq!(signals_to_take(true, 0).last(), Some(&Signal::SIGWINCH));
+        // One it was started ignoring (nohup: SIGHUP) is neither taken nor forwarded.
+        let hup = 1 << (Signal::SIGHUP as i32 - 1);
+        let taken = signals_to_take(false, hup);
+        assert!(!taken.contains(&Signal::SIGHUP), "{taken:?}");
+        assert!(taken.contains(&Signal::SIGINT), "{taken:?}");
+    }
 }

@@ -1,65 +1,107 @@
 //! Who is calling a supervisor, by the kernel's record. Nothing a request says about its
 //! origin is believed.
 //!
-//! 1. SO_PEERCRED: the uid must be ours.
-//! 2. SO_PEERPIDFD: a handle on the very process that connected.
-//! 3. Its pid, read from that pidfd; its network namespace, read from /proc: it must be
-//!    the sandbox's. A process on the host, or in another run's sandbox, or in another
-//!    sandbox of this run, lives in another network namespace.
-//! 4. Its working directory and the signals it ignores, from /proc (where a `zone enter`
-//!    command will run, and what it starts ignoring, as after an exec).
-//! 5. The pidfd is confirmed alive afterwards, so the pid read in 3 and 4 cannot have
-//!    been reused by another process in between.
+//! Every process of a sandbox carries a [`Mark`] the supervisor checks: on Linux the
+//! sandbox's network namespace (linux.rs), on macOS its Seatbelt identity (macos.rs).
+//! What a check concludes from what the kernel said is decided here, by pure functions.
 
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::net::UnixStream;
-
-use crate::sys::peer::{netns_of, peer_cred, peer_pidfd, pid_of_pidfd, pidfd_alive, NetNs};
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+pub use linux::{mark, stamp, verify, Mark, MARK};
+#[cfg(target_os = "macos")]
+mod macos;
+#[cfg(target_os = "macos")]
+pub use macos::{mark, stamp, verify, Mark, MARK};
 
 /// A verified caller.
 pub struct Peer {
     pub pid: libc::pid_t,
     pub cwd: String,
-    /// `SigIgn`, SIGPIPE left out (the client is a Rust program: it always ignores it).
+    /// The signals it ignores (bit N-1 for signal N), SIGPIPE left out (the client is a
+    /// Rust program: it always ignores it).
     pub ignored: u64,
-    _pidfd: OwnedFd,
 }
 
-pub fn verify(conn: &UnixStream, sandbox: NetNs) -> Result<Peer, String> {
-    let cred = peer_cred(conn.as_fd()).map_err(|e| format!("SO_PEERCRED: {e}"))?;
-    let uid = nix::unistd::getuid().as_raw();
-    if cred.uid != uid {
-        return Err(format!("peer uid {} is not {uid}", cred.uid));
+/// The peer's uid must be ours.
+pub fn same_user(theirs: libc::uid_t, ours: libc::uid_t) -> Result<(), String> {
+    if theirs != ours {
+        return Err(format!("peer uid {theirs} is not {ours}"));
     }
-    let pidfd = peer_pidfd(conn.as_fd()).map_err(|e| format!("SO_PEERPIDFD: {e}"))?;
-    let pid = pid_of_pidfd(pidfd.as_fd()).map_err(|e| format!("peer pid: {e}"))?;
-    let ns = netns_of(pid).map_err(|e| format!("peer {pid}'s network namespace: {e}"))?;
-    if ns != sandbox {
-        return Err(format!(
-            "peer {pid} is not in this sandbox's network namespace"
-        ));
+    Ok(())
+}
+
+/// What macOS says about a peer: the audit token's effective uid and pid, and Seatbelt's
+/// answers for that process: may it look up this sandbox's identity name (`own`), and
+/// the name no wardcell profile allows (`never`).
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+pub struct Answers {
+    pub euid: libc::uid_t,
+    pub pid: libc::pid_t,
+    pub own: bool,
+    pub never: bool,
+}
+
+/// The macOS supervisor's decision: the caller's pid if it is a process of this sandbox,
+/// run by this user; else why not, for the audit log.
+#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+pub fn judge(a: Answers, ours: libc::uid_t) -> Result<libc::pid_t, String> {
+    same_user(a.euid, ours)?;
+    wardcell_common::seatbelt::peer_verdict(a.own, a.never)
+        .map_err(|e| format!("peer {} {e}", a.pid))?;
+    Ok(a.pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answers(euid: u32, own: bool, never: bool) -> Answers {
+        Answers {
+            euid,
+            pid: 4242,
+            own,
+            never,
+        }
     }
-    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
-        .map_err(|e| format!("peer {pid}'s working directory: {e}"))?
-        .into_os_string()
-        .into_string()
-        .map_err(|_| format!("peer {pid}'s working directory is not UTF-8"))?;
-    let ignored = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            let hex = s.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
-            u64::from_str_radix(hex.trim(), 16).ok()
-        })
-        .unwrap_or(0)
-        & 0x7fff_ffff
-        & !(1 << (libc::SIGPIPE - 1));
-    if !pidfd_alive(pidfd.as_fd()) {
-        return Err(format!("peer {pid} exited while it was being checked"));
+
+    #[test]
+    fn only_a_process_of_this_sandbox_run_by_this_user_passes() {
+        // This sandbox's process: allowed its identity, denied the name no profile allows.
+        assert_eq!(judge(answers(501, true, false), 501), Ok(4242));
+        // Another user's process, whatever Seatbelt says.
+        assert_eq!(
+            judge(answers(0, true, false), 501),
+            Err("peer uid 0 is not 501".into())
+        );
+        // A process outside any sandbox is allowed every lookup.
+        assert_eq!(
+            judge(answers(501, true, true), 501),
+            Err("peer 4242 is not in a wardcell sandbox".into())
+        );
+        // Another sandbox's process (this run's or another's) is denied this identity.
+        assert_eq!(
+            judge(answers(501, false, false), 501),
+            Err("peer 4242 is not in this sandbox".into())
+        );
+        // Denied its identity and allowed the other: refused too, never guessed at.
+        assert!(judge(answers(501, false, true), 501).is_err());
     }
-    Ok(Peer {
-        pid,
-        cwd,
-        ignored,
-        _pidfd: pidfd,
-    })
+
+    /// The identity the macOS broker gives a sandbox (`macos::mark`: the run id, the
+    /// sandbox's number, 16 random bytes) is one the shim accepts, for any run and any
+    /// number, and differs by each of the three.
+    #[test]
+    fn every_identity_the_broker_makes_is_one_the_shim_accepts() {
+        use wardcell_common::seatbelt::{identity_name, is_identity};
+        let run = crate::runid::new_run_id([0xff; 4]);
+        let a = identity_name(&run, u32::MAX, &[0xff; 16]);
+        assert!(is_identity(&a), "{a}");
+        assert!(is_identity(&identity_name(&run, 1, &[0; 16])));
+        let other_run = crate::runid::new_run_id([0; 4]);
+        assert_ne!(a, identity_name(&other_run, u32::MAX, &[0xff; 16]));
+        assert_ne!(a, identity_name(&run, 1, &[0xff; 16]));
+        assert_ne!(a, identity_name(&run, u32::MAX, &[0xfe; 16]));
+    }
 }

@@ -13,12 +13,13 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use wardcell_common::plan::{ProfilePlan, ProxySpec};
-use wardcell_common::protocol::{self, ProxyEvent, ProxyRequest};
+use wardcell_common::plan::{ProfilePlan, ProxySpec, SandboxSpec};
+use wardcell_common::protocol::{self, ProxyEvent, ProxyRequest, ShimReport};
 
 use crate::error::BrokerError;
 use crate::sandbox::Run;
 use crate::sys;
+use crate::sys::fds::recv_fds;
 
 /// A running proxy; dropping it ends it, after its last events are in the log.
 ///
@@ -50,9 +51,39 @@ impl Drop for Proxy {
     }
 }
 
+/// With network: the shim's listener, from inside the sandbox's network namespace, goes
+/// to the zone's proxy (started here); the command starts once the proxy serves. Returns
+/// the proxy and its CA certificate (PEM) when it intercepts TLS.
+pub fn hand_over(
+    run: &Arc<Run>,
+    control: &mut UnixStream,
+    spec: &SandboxSpec,
+    zone: Option<&str>,
+    profile: &ProfilePlan,
+    authenticated: bool,
+) -> Result<(Proxy, Option<String>), BrokerError> {
+    match protocol::read_frame::<ShimReport>(control)? {
+        ShimReport::Listener => {}
+        ShimReport::SetupFailed { step, message } => {
+            return Err(BrokerError::Refused(format!(
+                "could not start the sandbox: {step}: {message}; `wardcell doctor` checks what this machine supports"
+            )))
+        }
+        other => {
+            return Err(BrokerError::Sandbox(format!(
+                "the shim answered out of turn: {other:?}"
+            )))
+        }
+    }
+    // The proxy's listener, the DNS socket, one listener per egress port.
+    let fds = recv_fds(control.as_raw_fd(), 2 + spec.egress_ports.len())
+        .map_err(|e| BrokerError::Sandbox(format!("the proxy listeners: {e}")))?;
+    start(run, zone.unwrap_or("-"), profile, authenticated, fds)
+}
+
 /// Start the proxy of one sandbox. Returns it and the per-run CA certificate (PEM) when
 /// it intercepts TLS.
-pub fn start(
+fn start(
     run: &Arc<Run>,
     zone: &str,
     profile: &ProfilePlan,
@@ -95,7 +126,7 @@ pub fn start(
     protocol::send_hello(&mut ours).map_err(|e| fail("hello", &e))?;
     protocol::expect_hello(&mut ours).map_err(|e| fail("hello", &e))?;
     let raw: Vec<_> = listeners.iter().map(|l| l.as_raw_fd()).collect();
-    sys::peer::send_fds(ours.as_raw_fd(), &raw).map_err(|e| fail("listeners", &e))?;
+    sys::fds::send_fds(ours.as_raw_fd(), &raw).map_err(|e| fail("listeners", &e))?;
     drop(listeners);
     protocol::write_frame(&mut ours, &ProxyRequest::Start(Box::new(spec)))
         .map_err(|e| fail("spec", &e))?;

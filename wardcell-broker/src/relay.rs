@@ -6,7 +6,6 @@ use std::os::unix::net::UnixStream;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
-use nix::sys::signalfd::SignalFd;
 use nix::sys::termios::{self, SetArg, Termios};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
@@ -18,7 +17,8 @@ use crate::sys;
 /// A sandbox that is running.
 pub struct Running {
     pub pid: libc::pid_t,
-    pub pidfd: OwnedFd,
+    /// Readable once the shim (on macOS, the command it became) has exited.
+    pub process: sys::Process,
     pub control: UnixStream,
 }
 
@@ -38,7 +38,7 @@ pub enum Outcome {
     ExecFailed(i32),
     /// Building the sandbox failed at `step`.
     SetupFailed { step: String, message: String },
-    /// The shim died before exec with this status (see sys::spawn::Step).
+    /// The shim died before exec with this status (see sys::spawn::failed_step).
     ChildFailed(i32),
 }
 
@@ -78,7 +78,7 @@ fn suspend(p: &PtyRelay<'_>, run: &Running) {
         let _ = termios::tcsetattr(p.stdin, SetArg::TCSADRAIN, &raw);
     }
     let _ = sys::copy_winsize(p.stdin, p.master.as_fd());
-    let _ = sys::pidfd_send_signal(run.pidfd.as_fd(), libc::SIGCONT);
+    let _ = run.process.signal(libc::SIGCONT);
 }
 
 fn read_some(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
@@ -100,7 +100,7 @@ fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
 #[derive(Default)]
 pub struct Watch<'a> {
     /// Signals the broker forwards (and SIGWINCH when a pty is relayed, and SIGCHLD).
-    pub signals: Option<&'a SignalFd>,
+    pub signals: Option<&'a sys::Signals>,
     /// A child of the broker to reap when it exits (the client's plan writer), on SIGCHLD.
     pub reap: Option<Pid>,
     pub pty: Option<PtyRelay<'a>>,
@@ -134,7 +134,7 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
     let mut master_open = pty.is_some();
     let mut buf = vec![0u8; 16 * 1024];
     let status = loop {
-        let mut fds = vec![PollFd::new(run.pidfd.as_fd(), PollFlags::POLLIN)];
+        let mut fds = vec![PollFd::new(run.process.as_fd(), PollFlags::POLLIN)];
         let idx_sig = match signals {
             Some(s) => {
                 fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
@@ -189,22 +189,21 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
             // misbehaving, which ends the entry the same way).
             caller_open = false;
             caller_gone = true;
-            let _ = sys::pidfd_send_signal(run.pidfd.as_fd(), libc::SIGKILL);
+            let _ = run.process.signal(libc::SIGKILL);
         }
         if let (true, Some(signals)) = (sig_ready, signals) {
-            while let Ok(Some(info)) = signals.read_signal() {
-                let sig = info.ssi_signo as i32;
+            while let Some(sig) = signals.next() {
                 if sig == Signal::SIGWINCH as i32 {
                     if let Some(p) = &pty {
                         let _ = sys::copy_winsize(p.stdin, p.master.as_fd());
                     }
                 } else if sig == Signal::SIGCHLD as i32 {
-                    // Never forwarded. The sandbox's own end is watched through its pidfd.
+                    // Never forwarded. The sandbox's own end is watched through its process.
                     if let Some(pid) = reap {
                         let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
                     }
                 } else {
-                    let _ = sys::pidfd_send_signal(run.pidfd.as_fd(), sig);
+                    let _ = run.process.signal(sig);
                 }
             }
         }
@@ -256,9 +255,15 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
         }
     };
 
-    // The shim is gone: what it wrote is all there will be.
+    // The shim is gone: what it wrote is all there will be. On Linux every process of the
+    // sandbox is gone with it and the pty ends at once; on macOS one the command left
+    // behind may still hold it open, so the drain stops once the pty stays quiet.
     if let Some(p) = &pty {
         while master_open {
+            let mut ready = [PollFd::new(p.master.as_fd(), PollFlags::POLLIN)];
+            if !poll(&mut ready, PollTimeout::from(200u16)).is_ok_and(|n| n > 0) {
+                break;
+            }
             match read_some(p.master.as_fd(), &mut buf) {
                 Ok(0) | Err(_) => master_open = false,
                 Ok(n) => {
@@ -281,14 +286,20 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
         }
     }
     Ended {
-        outcome: outcome(&reports, status),
+        outcome: outcome(&reports, status, sys::spawn::failed_step),
         caller_gone,
         bad_report,
     }
 }
 
 /// What the reports and the shim's own exit status add up to.
-pub fn outcome(reports: &[ShimReport], status: Option<WaitStatus>) -> Outcome {
+/// `failed_step` says whether an exit status is the shim's own, from before it started
+/// (sys::spawn; never on macOS, where that status is the command's).
+pub fn outcome(
+    reports: &[ShimReport],
+    status: Option<WaitStatus>,
+    failed_step: fn(i32) -> Option<&'static str>,
+) -> Outcome {
     for r in reports {
         match r {
             ShimReport::SetupFailed { step, message } => {
@@ -310,7 +321,7 @@ pub fn outcome(reports: &[ShimReport], status: Option<WaitStatus>) -> Outcome {
     }
     match status {
         Some(WaitStatus::Exited(_, code)) => {
-            if crate::sys::spawn::Step::from_exit(code).is_some() {
+            if failed_step(code).is_some() {
                 Outcome::ChildFailed(code)
             } else {
                 Outcome::Finished(code)
@@ -318,5 +329,49 @@ pub fn outcome(reports: &[ShimReport], status: Option<WaitStatus>) -> Outcome {
         }
         Some(WaitStatus::Signaled(_, sig, _)) => Outcome::Finished(128 + sig as i32),
         _ => Outcome::Finished(1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn linux_steps(code: i32) -> Option<&'static str> {
+        (201..=208).contains(&code).then_some("a step")
+    }
+
+    fn no_steps(_: i32) -> Option<&'static str> {
+        None
+    }
+
+    #[test]
+    fn reports_come_first_then_the_exit_status() {
+        let pid = Pid::from_raw(1);
+        let exited = |c| Some(WaitStatus::Exited(pid, c));
+        let failed = ShimReport::ExecFailed { errno: 2 };
+        assert_eq!(
+            outcome(&[failed], exited(127), linux_steps),
+            Outcome::ExecFailed(2)
+        );
+        assert_eq!(
+            outcome(&[ShimReport::Exited { code: 3 }], exited(3), linux_steps),
+            Outcome::Finished(3)
+        );
+        // No report: on Linux, a status in the steps' range is the shim's before exec.
+        assert_eq!(
+            outcome(&[], exited(203), linux_steps),
+            Outcome::ChildFailed(203)
+        );
+        // On macOS the shim became the command: the same status is the command's own.
+        assert_eq!(outcome(&[], exited(203), no_steps), Outcome::Finished(203));
+        assert_eq!(
+            outcome(
+                &[],
+                Some(WaitStatus::Signaled(pid, Signal::SIGTERM, false)),
+                no_steps
+            ),
+            Outcome::Finished(128 + 15)
+        );
+        assert_eq!(outcome(&[], None, no_steps), Outcome::Finished(1));
     }
 }

@@ -2,8 +2,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::OwnedFd;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -14,15 +13,14 @@ use nix::unistd::Pid;
 
 use wardcell_common::gitguard;
 use wardcell_common::plan::{Plan, ProfilePlan, SandboxSpec};
-use wardcell_common::protocol::{self, ShimReport, ShimRequest};
+use wardcell_common::protocol::{self, ShimRequest};
 
 use crate::audit::AuditLog;
 use crate::error::BrokerError;
 use crate::proxy::{self, Proxy};
 use crate::relay::Running;
 use crate::supervisor::Supervisor;
-use crate::sys::peer::recv_fds;
-use crate::{spec, sys};
+use crate::{peer, spec, sys};
 
 /// What every sandbox of one top-level run shares.
 pub struct Run {
@@ -35,17 +33,17 @@ pub struct Run {
     /// The environment `wardcell run` started in (see spec::Request::host_env).
     pub host_env: Vec<(String, String)>,
     next_sandbox: AtomicU32,
-    /// Entered sandboxes still running (their pidfds), so the run's end can end them and
-    /// wait for their completions to be audited.
-    entries: Mutex<Vec<(u32, OwnedFd)>>,
+    /// Entered sandboxes still running, so the run's end can end them and wait for their
+    /// completions to be audited.
+    entries: Mutex<Vec<(u32, sys::Process)>>,
     entries_done: Condvar,
     ending: AtomicBool,
     /// The run's repository, where code-running files may appear (see gitguard), and
     /// what was found there so far.
     git_watch: Option<gitguard::Watch>,
     git_found: Mutex<Vec<String>>,
-    /// The first sandbox (its pidfd), once it is complete: what ends the run.
-    first: OnceLock<OwnedFd>,
+    /// The first sandbox, once it is complete: what ends the run.
+    first: OnceLock<sys::Process>,
 }
 
 impl Run {
@@ -86,8 +84,8 @@ impl Run {
     /// The first sandbox is complete: from now on a failed log write ends it. A write
     /// that failed before this ends it at once.
     pub fn set_first(&self, running: &Running) {
-        if let Ok(fd) = running.pidfd.try_clone() {
-            let _ = self.first.set(fd);
+        if let Ok(p) = running.process.try_clone() {
+            let _ = self.first.set(p);
         }
         if self.audit.failure().is_some() {
             self.end_unaudited();
@@ -96,12 +94,12 @@ impl Run {
 
     fn end_unaudited(&self) {
         self.ending.store(true, Ordering::SeqCst);
-        if let Some(fd) = self.first.get() {
-            let _ = sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
+        if let Some(p) = self.first.get() {
+            let _ = p.signal(libc::SIGKILL);
         }
         let e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        for (_, fd) in e.iter() {
-            let _ = sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
+        for (_, p) in e.iter() {
+            let _ = p.signal(libc::SIGKILL);
         }
     }
 
@@ -135,10 +133,10 @@ impl Run {
         found.clone()
     }
 
-    /// Record an entered sandbox (or an approval plugin) while it runs, by its pidfd;
-    /// returns the key to [`Run::entry_done`].
-    pub fn entry_started(&self, pidfd: BorrowedFd<'_>) -> Option<u32> {
-        let fd = pidfd.try_clone_to_owned().ok()?;
+    /// Record an entered sandbox (or an approval plugin) while it runs; returns the key
+    /// to [`Run::entry_done`].
+    pub fn entry_started(&self, process: &sys::Process) -> Option<u32> {
+        let fd = process.try_clone().ok()?;
         let key = self.next_sandbox.fetch_add(1, Ordering::Relaxed) | 0x8000_0000;
         self.entries
             .lock()
@@ -168,8 +166,8 @@ impl Run {
     pub fn end_entries(&self) {
         self.ending.store(true, Ordering::SeqCst);
         let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        for (_, fd) in e.iter() {
-            let _ = sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
+        for (_, p) in e.iter() {
+            let _ = p.signal(libc::SIGKILL);
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         while !e.is_empty() {
@@ -242,7 +240,7 @@ struct Abort<'a> {
 impl Drop for Abort<'_> {
     fn drop(&mut self) {
         if let Some(r) = self.running {
-            let _ = sys::pidfd_send_signal(r.pidfd.as_fd(), libc::SIGKILL);
+            let _ = r.process.signal(libc::SIGKILL);
             let _ = waitpid(Pid::from_raw(r.pid), None);
         }
         if let Some(s) = &self.supervisor {
@@ -259,7 +257,7 @@ pub struct Spawned {
 impl Spawned {
     /// Kill and reap it: it will not be completed.
     pub fn abandon(self) {
-        let _ = sys::pidfd_send_signal(self.running.pidfd.as_fd(), libc::SIGKILL);
+        let _ = self.running.process.signal(libc::SIGKILL);
         let _ = waitpid(Pid::from_raw(self.running.pid), None);
     }
 }
@@ -286,11 +284,11 @@ pub fn spawn(shim: &CString, stdio: [RawFd; 3], ignored: u64) -> Result<Spawned,
     let (ours, theirs) =
         UnixStream::pair().map_err(|e| BrokerError::Sandbox(format!("socketpair: {e}")))?;
     let spawned = sys::spawn::spawn_sandbox(shim, stdio, theirs.as_raw_fd(), ignored)
-        .map_err(|e| BrokerError::Sandbox(sys::spawn::explain_clone_error(&e)))?;
+        .map_err(|e| BrokerError::Sandbox(sys::spawn::explain_spawn_error(&e)))?;
     Ok(Spawned {
         running: Running {
             pid: spawned.pid,
-            pidfd: spawned.pidfd,
+            process: spawned.process,
             control: ours,
         },
     })
@@ -329,16 +327,16 @@ pub fn complete<T>(
         supervisor: None,
     };
 
-    // Its network namespace: how its supervisor will recognise its processes.
-    let netns = sys::peer::netns_of(running.pid).map_err(|e| {
-        BrokerError::Sandbox(format!("reading the sandbox's network namespace: {e}"))
-    })?;
+    // What its processes carry: how its supervisor will recognise them.
+    let number = run.next_sandbox.fetch_add(1, Ordering::Relaxed);
+    let mark = peer::mark(&running, &run.id, number)
+        .map_err(|e| BrokerError::Sandbox(format!("reading the sandbox's {}: {e}", peer::MARK)))?;
 
     // A supervisor, in a zone.
-    let name = format!("s{}", run.next_sandbox.fetch_add(1, Ordering::Relaxed));
+    let name = format!("s{number}");
     let supervisor = match req.zone {
         Some(zone) => {
-            let s = Supervisor::bind(run.clone(), &name, zone, req.chain.clone(), netns)
+            let s = Supervisor::bind(run.clone(), &name, zone, req.chain.clone(), mark.clone())
                 .map_err(|e| BrokerError::Sandbox(format!("starting the zone supervisor: {e}")))?;
             abort.supervisor = Some(s.clone());
             Some(s)
@@ -362,6 +360,7 @@ pub fn complete<T>(
     };
     let mut spec = spec::build(&request, &|p| p.exists()).map_err(BrokerError::Refused)?;
     spec.trace = wardcell_common::trace::spec(&run.id);
+    peer::stamp(&mut spec, &mark);
     tracing::debug!(zone = req.zone, profile = %req.profile.name, "sandbox spec sent");
 
     // Hand it over.
@@ -389,24 +388,14 @@ pub fn complete<T>(
     // to the zone's proxy; the command starts once the proxy serves.
     let (proxy, ca_pem) = match spec.proxy_port {
         Some(_) => {
-            match protocol::read_frame::<ShimReport>(&mut control)? {
-                ShimReport::Listener => {}
-                ShimReport::SetupFailed { step, message } => {
-                    return Err(BrokerError::Refused(format!(
-                        "could not start the sandbox: {step}: {message}; `wardcell doctor` checks what this machine supports"
-                    )))
-                }
-                other => {
-                    return Err(BrokerError::Sandbox(format!(
-                        "the shim answered out of turn: {other:?}"
-                    )))
-                }
-            }
-            // The proxy's listener, the DNS socket, one listener per egress port.
-            let fds = recv_fds(control.as_raw_fd(), 2 + spec.egress_ports.len())
-                .map_err(|e| BrokerError::Sandbox(format!("the proxy listeners: {e}")))?;
-            let zone = req.zone.unwrap_or("-");
-            let (proxy, ca_pem) = proxy::start(run, zone, req.profile, req.authenticated, fds)?;
+            let (proxy, ca_pem) = proxy::hand_over(
+                run,
+                &mut control,
+                &spec,
+                req.zone,
+                req.profile,
+                req.authenticated,
+            )?;
             (Some(proxy), ca_pem)
         }
         None => (None, None),
@@ -434,9 +423,36 @@ pub fn complete<T>(
 fn child_failure(running: &Running) -> String {
     use nix::sys::wait::WaitStatus;
     match waitpid(Pid::from_raw(running.pid), None) {
-        Ok(WaitStatus::Exited(_, code)) => sys::spawn::Step::from_exit(code)
-            .map(|s| format!("{} failed", s.describe()))
+        Ok(WaitStatus::Exited(_, code)) => sys::spawn::failed_step(code)
+            .map(|s| format!("{s} failed"))
             .unwrap_or_else(|| format!("the shim exited with status {code}")),
         other => format!("the shim ended before it started: {other:?}"),
+    }
+}
+
+/// Why a sandbox with network cannot start on macOS: its proxy does not run there yet
+/// (README, "macOS"). `zone` is None for `run --profile`.
+#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+pub fn network_refusal(zone: Option<&str>, profile: &str) -> String {
+    let what = match zone {
+        Some(z) => format!("zone '{z}' cannot start on macOS: its profile '{profile}' has"),
+        None => format!("profile '{profile}' cannot start on macOS: it has"),
+    };
+    format!("{what} network (network.allow), and wardcell's proxy does not run on macOS yet; use one without network there")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::network_refusal;
+
+    #[test]
+    fn a_sandbox_with_network_is_refused_on_macos_in_one_line_naming_it() {
+        assert_eq!(
+            network_refusal(Some("push"), "git-push"),
+            "zone 'push' cannot start on macOS: its profile 'git-push' has network (network.allow), and wardcell's proxy does not run on macOS yet; use one without network there"
+        );
+        let m = network_refusal(None, "web");
+        assert!(m.starts_with("profile 'web' cannot start on macOS"), "{m}");
+        assert!(!m.contains('\n'));
     }
 }

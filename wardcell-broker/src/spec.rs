@@ -8,8 +8,13 @@ use wardcell_common::plan::{
 };
 
 /// Bound read-only into every sandbox: CPU topology (nproc and friends). Its own /proc,
-/// a minimal /dev and a private /tmp are the shim's to make.
-pub const ALWAYS_READ: &[&str] = &["/sys/devices/system/cpu"];
+/// a minimal /dev and a private /tmp are the shim's to make. macOS has no /sys (the
+/// Seatbelt profile allows the sysctls that say as much).
+pub const ALWAYS_READ: &[&str] = if cfg!(target_os = "linux") {
+    &["/sys/devices/system/cpu"]
+} else {
+    &[]
+};
 /// Where host services keep their sockets. Masked unless a profile names a path in them.
 pub const HOST_SOCKET_DIRS: &[&str] = &["/run", "/var/run"];
 
@@ -673,9 +678,10 @@ mod tests {
                 masks(&spec)
             );
         }
-        assert!(spec
-            .paths(&ViewKind::Read)
-            .any(|p| p == Path::new("/sys/devices/system/cpu")));
+        // Linux: /sys/devices/system/cpu (macOS has no /sys).
+        for always in ALWAYS_READ {
+            assert!(spec.paths(&ViewKind::Read).any(|p| p == Path::new(always)));
+        }
     }
 
     #[test]

@@ -30,7 +30,8 @@ use crate::chain;
 use crate::peer::{self, Peer};
 use crate::relay::{self, Outcome};
 use crate::sandbox::{self, Run};
-use crate::sys::peer::{recv_fds, unfit_stdio, NetNs};
+use crate::sys;
+use crate::sys::fds::{recv_fds, unfit_stdio};
 
 /// A connection must send its whole request within this.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
@@ -41,7 +42,8 @@ pub struct Supervisor {
     run: Arc<Run>,
     zone: String,
     chain: Vec<String>,
-    netns: NetNs,
+    /// What every process of its sandbox carries (peer.rs).
+    mark: peer::Mark,
     path: PathBuf,
     listener: UnixListener,
     stopped: AtomicBool,
@@ -59,13 +61,14 @@ impl Supervisor {
         name: &str,
         zone: &str,
         chain: Vec<String>,
-        netns: NetNs,
+        mark: peer::Mark,
     ) -> io::Result<Arc<Supervisor>> {
         let path = run.dir.join(format!("{name}.sock"));
-        // sockaddr_un holds 108 bytes with the terminating NUL.
-        if path.as_os_str().len() > 107 {
+        // sockaddr_un's path holds the terminating NUL too (108 bytes on Linux, 104 on macOS).
+        let most = sys::SUN_PATH_LEN - 1;
+        if path.as_os_str().len() > most {
             return Err(io::Error::other(format!(
-                "its socket path {} is longer than the 107 bytes a Unix socket path may have; set XDG_RUNTIME_DIR to a shorter directory",
+                "its socket path {} is longer than the {most} bytes a Unix socket path may have; set XDG_RUNTIME_DIR to a shorter directory",
                 path.display()
             )));
         }
@@ -75,7 +78,7 @@ impl Supervisor {
             run,
             zone: zone.to_string(),
             chain,
-            netns,
+            mark,
             path,
             listener,
             stopped: AtomicBool::new(false),
@@ -108,10 +111,7 @@ impl Supervisor {
     /// Stop accepting and remove the socket; the thread serving it ends.
     pub fn stop(&self) {
         if !self.stopped.swap(true, Ordering::SeqCst) {
-            let _ = nix::sys::socket::shutdown(
-                self.listener.as_raw_fd(),
-                nix::sys::socket::Shutdown::Both,
-            );
+            sys::wake_listener(self.listener.as_fd(), &self.path);
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -166,7 +166,7 @@ impl Supervisor {
     /// The caller, verified by what the kernel says; a refusal is audited and answered
     /// with nothing.
     fn verified(&self, conn: &UnixStream) -> Option<Peer> {
-        peer::verify(conn, self.netns)
+        peer::verify(conn, &self.mark)
             .map_err(|why| {
                 let _ = self.audit(
                     "audit",
@@ -316,7 +316,7 @@ impl Supervisor {
                 Ok(p) => p,
                 Err(refusal) => return refusal,
             };
-            plugin_key = self.run.entry_started(plugin.pidfd());
+            plugin_key = self.run.entry_started(plugin.process());
             let answer = plugin.answer(
                 zone.approval_timeout_secs.map(Duration::from_secs),
                 conn.as_fd(),
@@ -413,7 +413,7 @@ impl Supervisor {
             }
         };
         let _ = protocol::write_frame(conn, &ZoneResponse::Started);
-        let entry = self.run.entry_started(sb.running.pidfd.as_fd());
+        let entry = self.run.entry_started(&sb.running.process);
         let sb_name = sb.name.clone();
 
         // g. Wait, ending it if the caller goes away; relay the status.

@@ -1,16 +1,17 @@
 //! The shim on macOS: no namespaces, no view; a Seatbelt profile made from the same
 //! spec confines the command.
 //!
-//! The broker starts this binary with the control socket at fd 3. It then:
+//! The broker starts this binary as a plain child (no namespaces) with the control socket
+//! at fd 3. It then:
 //!
-//! 1. reads the sandbox spec (after a Hello) from fd 3;
+//! 1. says Hello on fd 3, then reads the broker's Hello and the sandbox spec;
 //! 2. writes the Seatbelt profile for it (`wardcell_common::seatbelt`) and checks the
 //!    sandbox's identity name; either failing refuses the sandbox;
 //! 3. waits for the broker's `Proceed` (a run whose proxy intercepts TLS is refused:
 //!    the CA bundle has no private place to live without a view);
-//! 4. starts a session (or, with a pty, takes the terminal's foreground), enters the
-//!    working directory, marks every fd above 2 close-on-exec, puts SIGPIPE back at its
-//!    default;
+//! 4. starts a session (with a pty, one whose controlling terminal is the pty, so the
+//!    command leads its foreground process group), enters the working directory, marks
+//!    every fd above 2 close-on-exec, puts SIGPIPE back at its default;
 //! 5. applies the profile with `sandbox_init_with_parameters`, the identity as
 //!    `WARDCELL_IDENTITY`: from here on this process and everything it starts carry it,
 //!    and it cannot be lifted;
@@ -49,6 +50,9 @@ pub fn main() {
             std::process::exit(1);
         }
     };
+    if protocol::send_hello(&mut control).is_err() {
+        std::process::exit(1);
+    }
     let spec = match read_spec(&mut control) {
         Ok(s) => s,
         Err(_) => std::process::exit(1),
@@ -83,19 +87,13 @@ pub fn main() {
     }
 
     // 4. Session, directory, descriptors, SIGPIPE.
-    if spec.controlling_tty {
-        let me = nix::unistd::getpid();
-        if let Err(e) =
-            nix::unistd::setpgid(me, me).and_then(|()| nix::unistd::tcsetpgrp(std::io::stdin(), me))
-        {
-            setup_failed(
-                &mut control,
-                "terminal",
-                format!("taking the foreground: {e}"),
-            );
-        }
-    } else if let Err(e) = nix::unistd::setsid() {
+    if let Err(e) = nix::unistd::setsid() {
         setup_failed(&mut control, "setsid", e.to_string());
+    }
+    if spec.controlling_tty {
+        if let Err(e) = sys::set_controlling_tty(0) {
+            setup_failed(&mut control, "terminal", format!("TIOCSCTTY: {e}"));
+        }
     }
     if let Err(e) = std::env::set_current_dir(&spec.cwd) {
         setup_failed(

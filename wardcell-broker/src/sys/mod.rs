@@ -1,14 +1,33 @@
 //! Everything in the broker that needs `unsafe`, each block with its reason.
 //!
-//! - [`spawn`]: clone3 into new namespaces and exec the shim;
+//! Here, the same on Linux and macOS:
 //! - [`launch_fd`]: taking the plan descriptor the client left at fd 3;
 //! - terminal helpers: window size;
-//! - pidfds ([`pidfd_open`], [`pidfd_send_signal`]) and helpers that die with the thread
-//!   that starts them ([`spawn_with_control`], [`die_with_thread`]).
-//! - which standard descriptors were closed at start ([`closed_at_start`]).
+//! - which signals this process was started ignoring ([`ignored_signals`]) and which
+//!   standard descriptors were closed at start ([`closed_at_start`]);
+//! - [`fds`]: descriptors passed beside frames.
+//!
+//! Per platform, each with the same names (`linux/`, `macos/`):
+//! - `spawn`: starting a sandbox's shim (Linux: clone3 into new namespaces; macOS: a
+//!   plain child, no namespaces);
+//! - `peer`: who is on the other end of a supervisor's socket;
+//! - `Process`: a child to watch (readable once it has exited) and signal;
+//! - `Signals`: the signals the broker forwards, read from a descriptor;
+//! - `random_bytes`, `is_child`, `for_helper`, `wake_listener`, `is_path_only` and
+//!   `MSG_CMSG_CLOEXEC` (what `fds` needs of the platform).
+//!
+//! Linux only: `spawn_with_control`, `pidfd_open` and `pidfd_send_signal`, for the proxy
+//! (macOS has none yet: proxy_macos.rs).
 
-pub mod peer;
-pub mod spawn;
+pub mod fds;
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+pub use linux::*;
+#[cfg(target_os = "macos")]
+mod macos;
+#[cfg(target_os = "macos")]
+pub use macos::*;
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -75,82 +94,55 @@ pub fn ignored_signals() -> u64 {
     set
 }
 
-/// pidfd_send_signal(2).
-pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: i32) -> io::Result<()> {
-    // SAFETY: integer arguments and a null siginfo, which the kernel fills in itself.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            sig,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    cerr(r).map(drop)
-}
-
-/// Fill `buf` from the kernel's random source.
-pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        // SAFETY: the kernel writes at most `buf.len() - got` bytes into our buffer.
-        let r = unsafe { libc::getrandom(buf[got..].as_mut_ptr().cast(), buf.len() - got, 0) };
-        got += cerr(r as libc::c_long)? as usize;
-    }
-    Ok(())
-}
-
-/// Start a helper (the proxy) outside any sandbox with `control` as its fd 3, dying with
-/// the thread that starts it. Its environment is the broker's (the caller's).
-pub fn spawn_with_control(
-    path: &std::path::Path,
-    control: RawFd,
-) -> io::Result<std::process::Child> {
-    use std::os::unix::process::CommandExt;
-    let mut cmd = std::process::Command::new(path);
-    cmd.stdin(std::process::Stdio::null());
-    // SAFETY: the closure runs in the child between fork and exec and makes only
-    // async-signal-safe calls (dup2, fcntl, prctl) on integers captured by value.
-    unsafe {
-        cmd.pre_exec(move || {
-            let ok = if control == LAUNCH_FD {
-                libc::fcntl(LAUNCH_FD, libc::F_SETFD, 0) == 0
-            } else {
-                libc::dup2(control, LAUNCH_FD) == LAUNCH_FD
-            };
-            if !ok || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn()
-}
-
-/// pidfd_open(2) for a child of ours that has not been reaped (so `pid` is still its).
-pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
-    // SAFETY: integer arguments; the kernel returns a new descriptor (close-on-exec) or -1.
-    let fd = cerr(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
-    // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// Have the process `cmd` starts killed when the thread starting it exits (a helper must
-/// not outlive the broker thread waiting for it).
-pub fn die_with_thread(cmd: &mut std::process::Command) -> &mut std::process::Command {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the child between fork and exec and makes one
-    // async-signal-safe call (prctl) with integer arguments.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        })
-    }
-}
-
 // `closed_at_start()`: which standard descriptors this process was started without.
 wardcell_common::closed_stdio_at_start!();
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+
+    fn exited(p: &Process, wait_ms: u16) -> bool {
+        let mut fds = [PollFd::new(p.as_fd(), PollFlags::POLLIN)];
+        poll(&mut fds, PollTimeout::from(wait_ms)).is_ok_and(|n| n > 0)
+    }
+
+    /// What relay.rs and sandbox.rs rely on, on every platform: a child's `Process` is
+    /// readable once it has exited (a clone too), and a signal reaches it before then.
+    #[test]
+    fn a_process_is_readable_once_it_has_exited_and_signalled_until_then() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let p = Process::of_child(child.id() as libc::pid_t).unwrap();
+        let clone = p.try_clone().unwrap();
+        assert!(!exited(&p, 50));
+        p.signal(libc::SIGKILL).unwrap();
+        assert!(exited(&p, 5000));
+        assert!(exited(&clone, 0));
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+
+        // A child that has already exited when it is watched is readable at once.
+        let mut quick = std::process::Command::new("true").spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let p = Process::of_child(quick.id() as libc::pid_t).unwrap();
+        assert!(exited(&p, 0));
+        quick.wait().unwrap();
+    }
+
+    #[test]
+    fn is_child_knows_its_own() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert!(is_child(child.id() as libc::pid_t));
+        assert!(!is_child(1));
+        assert!(!is_child(0));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}

@@ -52,6 +52,16 @@ pub fn cloexec_from(first: c_int) -> io::Result<()> {
     Ok(())
 }
 
+/// Make terminal `fd` the controlling terminal of this process's new session.
+pub fn set_controlling_tty(fd: c_int) -> io::Result<()> {
+    // SAFETY: TIOCSCTTY takes an integer argument and touches no memory of ours; a bad
+    // descriptor is an error.
+    if unsafe { libc::ioctl(fd, libc::TIOCSCTTY.into(), 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// SIGPIPE at its default (the Rust runtime ignores it; an ignored signal survives exec).
 pub fn sigpipe_default() {
     // SAFETY: SIG_DFL installs no handler, so nothing runs in signal context; this

@@ -1,81 +1,9 @@
-//! Who is on the other end of a Unix socket, by the kernel's record, and descriptors
-//! passed beside frames.
+//! Descriptors passed beside frames (SCM_RIGHTS), and which may be a command's stdio.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::MetadataExt;
 
 use super::cerr;
-
-/// A network namespace, identified as the kernel does: nsfs device and inode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NetNs {
-    pub dev: u64,
-    pub ino: u64,
-}
-
-/// The network namespace of process `pid` (as numbered in our PID namespace).
-pub fn netns_of(pid: libc::pid_t) -> io::Result<NetNs> {
-    let m = std::fs::metadata(format!("/proc/{pid}/ns/net"))?;
-    Ok(NetNs {
-        dev: m.dev(),
-        ino: m.ino(),
-    })
-}
-
-/// SO_PEERCRED: the peer's pid, uid and gid when it connected.
-pub fn peer_cred(sock: BorrowedFd<'_>) -> io::Result<libc::ucred> {
-    // SAFETY: ucred is plain old data.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
-    let r = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    cerr(r as libc::c_long)?;
-    Ok(cred)
-}
-
-/// SO_PEERPIDFD (Linux 6.5): a pidfd for the process that connected.
-pub fn peer_pidfd(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
-    const SO_PEERPIDFD: libc::c_int = 77;
-    let mut fd: libc::c_int = -1;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes one int into `fd`.
-    let r = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            SO_PEERPIDFD,
-            (&mut fd as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    cerr(r as libc::c_long)?;
-    // SAFETY: the kernel created this descriptor for us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// The pid (in our PID namespace) a pidfd refers to, from /proc/self/fdinfo.
-pub fn pid_of_pidfd(pidfd: BorrowedFd<'_>) -> io::Result<libc::pid_t> {
-    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd()))?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("Pid:"))
-        .and_then(|v| v.trim().parse::<libc::pid_t>().ok())
-        .filter(|&p| p > 0)
-        .ok_or_else(|| io::Error::other("the process has exited"))
-}
-
-/// Whether the process behind `pidfd` is still there (a zombie still holds its pid).
-pub fn pidfd_alive(pidfd: BorrowedFd<'_>) -> bool {
-    super::pidfd_send_signal(pidfd, 0).is_ok()
-}
 
 /// Receive the descriptors sent with a 1-byte message ('F') by SCM_RIGHTS. Exactly
 /// `want` descriptors must arrive; anything else is an error saying what came, and every
@@ -97,7 +25,7 @@ pub fn recv_fds(sock: RawFd, want: usize) -> io::Result<Vec<OwnedFd>> {
     msg.msg_controllen = std::mem::size_of_val(&space) as _;
     // SAFETY: recvmsg writes at most iov_len bytes into `byte` and msg_controllen bytes
     // into `space`, and updates `msg`.
-    let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    let n = unsafe { libc::recvmsg(sock, &mut msg, super::MSG_CMSG_CLOEXEC) };
     cerr(n as libc::c_long)?;
     let mut fds = Vec::new();
     // SAFETY: the kernel filled msg_control with well-formed headers up to
@@ -116,7 +44,12 @@ pub fn recv_fds(sock: RawFd, want: usize) -> io::Result<Vec<OwnedFd>> {
                 // installed in our table for us; each is owned (and closed) exactly once.
                 let fd = unsafe { (data as *const RawFd).add(i).read_unaligned() };
                 // SAFETY: as above.
-                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                // Where recvmsg cannot make them close-on-exec itself (macOS), at once.
+                if super::MSG_CMSG_CLOEXEC == 0 {
+                    let _ = super::set_cloexec(fd.as_raw_fd());
+                }
+                fds.push(fd);
             }
         }
         // SAFETY: as for CMSG_FIRSTHDR.
@@ -144,12 +77,9 @@ pub fn recv_fds(sock: RawFd, want: usize) -> io::Result<Vec<OwnedFd>> {
 /// `O_PATH` descriptor or a directory would let the target walk the caller's mount
 /// namespace through `/proc/self/fd/N/...`.
 pub fn unfit_stdio(fd: BorrowedFd<'_>) -> Option<&'static str> {
-    use nix::fcntl::{fcntl, FcntlArg, OFlag};
-    match fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL) {
-        Ok(fl) if OFlag::from_bits_retain(fl).contains(OFlag::O_PATH) => {
-            return Some("an O_PATH descriptor")
-        }
-        Ok(_) => {}
+    match super::is_path_only(fd) {
+        Ok(true) => return Some("an O_PATH descriptor"),
+        Ok(false) => {}
         Err(_) => return Some("a descriptor that cannot be inspected"),
     }
     let Ok(st) = nix::sys::stat::fstat(fd.as_raw_fd()) else {
@@ -163,7 +93,8 @@ pub fn unfit_stdio(fd: BorrowedFd<'_>) -> Option<&'static str> {
     }
 }
 
-/// Send `fds` with a 1-byte message ('F') by SCM_RIGHTS.
+/// Send `fds` with a 1-byte message ('F') by SCM_RIGHTS (to a proxy: Linux only so far).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub fn send_fds(sock: RawFd, fds: &[RawFd]) -> io::Result<()> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     let iov = [io::IoSlice::new(b"F")];

@@ -98,10 +98,10 @@ struct CapData {
 
 const CAP_VERSION_3: u32 = 0x2008_0522;
 
-/// A started sandbox: the shim's pid (in the broker's PID namespace) and a pidfd for it.
+/// A started sandbox: the shim's pid (in the broker's PID namespace) and its pidfd.
 pub struct Spawned {
     pub pid: libc::pid_t,
-    pub pidfd: OwnedFd,
+    pub process: super::Process,
 }
 
 /// Start `shim` as PID 1 of new namespaces with `stdio` as its 0, 1, 2 and `control` as
@@ -173,7 +173,7 @@ pub fn spawn_sandbox(
             let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
             Ok(Spawned {
                 pid: pid as libc::pid_t,
-                pidfd,
+                process: super::Process(pidfd),
             })
         }
     }
@@ -329,9 +329,14 @@ unsafe fn child_setup(
     fail(Step::Exec)
 }
 
+/// What the shim's exit status `code` says failed before it ran, if it died there.
+pub fn failed_step(code: i32) -> Option<&'static str> {
+    Step::from_exit(code).map(Step::describe)
+}
+
 /// Whether the kernel lets this user create the namespaces a sandbox needs, and if not,
 /// why, in words for `doctor` and for a failed spawn.
-pub fn explain_clone_error(e: &io::Error) -> String {
+pub fn explain_spawn_error(e: &io::Error) -> String {
     let hint = match e.raw_os_error() {
         Some(libc::EPERM) | Some(libc::EACCES) => {
             if std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")

@@ -7,18 +7,19 @@
 //! 3. `sandbox_check_by_audit_token`: may that process look up the sandbox's identity
 //!    name (only this sandbox's profile allows it), and is it denied a name every
 //!    wardcell profile denies (an unsandboxed process is allowed everything)?
-//!    `seatbelt::peer_verdict` decides from the two answers.
+//! 4. its working directory (`proc_pidinfo`), where a `zone enter` command will run.
 //!
-//! Compiled for macOS and checked in CI; not yet called, because the macOS broker does
-//! not start sandboxes yet (README, "macOS"). Untested on a Mac.
-#![allow(dead_code)]
+//! What these answers add up to is decided in `peer::judge` (portable, unit-tested).
+//! Compiled for macOS and checked in CI; untested on a Mac (README, "macOS").
 
-use std::ffi::{c_char, c_int, CString};
+use std::ffi::{c_char, c_int, CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 
 use wardcell_common::seatbelt;
+
+use crate::peer::Answers;
 
 /// `audit_token_t`: eight 32-bit words, passed by value.
 #[repr(C)]
@@ -99,18 +100,53 @@ pub fn may_look_up(token: AuditToken, name: &str) -> io::Result<bool> {
     }
 }
 
-/// The peer's pid if it is a process of the sandbox whose identity is `identity`.
-pub fn verify_peer(conn: &UnixStream, identity: &str) -> Result<libc::pid_t, String> {
+/// What the kernel and Seatbelt say about the process at the other end of `conn`, for
+/// the sandbox whose identity is `identity`.
+pub fn answers(conn: &UnixStream, identity: &str) -> Result<Answers, String> {
     use std::os::fd::AsFd;
     let token = peer_token(conn.as_fd()).map_err(|e| format!("LOCAL_PEERTOKEN: {e}"))?;
     let (euid, pid) = token_ids(token);
-    let uid = nix::unistd::getuid().as_raw();
-    if euid != uid {
-        return Err(format!("peer uid {euid} is not {uid}"));
-    }
     let own = may_look_up(token, identity).map_err(|e| format!("sandbox_check: {e}"))?;
     let never =
         may_look_up(token, seatbelt::NEVER_ALLOWED).map_err(|e| format!("sandbox_check: {e}"))?;
-    seatbelt::peer_verdict(own, never).map_err(|e| format!("peer {pid} {e}"))?;
-    Ok(pid)
+    Ok(Answers {
+        euid,
+        pid,
+        own,
+        never,
+    })
+}
+
+/// The working directory of process `pid`.
+pub fn cwd_of(pid: libc::pid_t) -> io::Result<String> {
+    // SAFETY: proc_vnodepathinfo is plain old data.
+    let mut info: libc::proc_vnodepathinfo = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::proc_vnodepathinfo>() as c_int;
+    // SAFETY: proc_pidinfo writes at most `size` bytes into `info`, which outlives the
+    // call, and returns how many it wrote.
+    let n = unsafe {
+        libc::proc_pidinfo(
+            pid,
+            libc::PROC_PIDVNODEPATHINFO,
+            0,
+            (&mut info as *mut libc::proc_vnodepathinfo).cast(),
+            size,
+        )
+    };
+    if n != size {
+        return Err(io::Error::last_os_error());
+    }
+    // The path is a NUL-terminated array of MAXPATHLEN bytes (libc splits it in rows).
+    // SAFETY: `vip_path` is 32 * 32 contiguous c_chars inside `info`.
+    let bytes: &[u8] = unsafe {
+        std::slice::from_raw_parts(
+            info.pvi_cdir.vip_path.as_ptr().cast::<u8>(),
+            std::mem::size_of_val(&info.pvi_cdir.vip_path),
+        )
+    };
+    let path = CStr::from_bytes_until_nul(bytes)
+        .map_err(|_| io::Error::other("the working directory's path is not terminated"))?;
+    path.to_str()
+        .map(str::to_string)
+        .map_err(|_| io::Error::other("the working directory is not UTF-8"))
 }

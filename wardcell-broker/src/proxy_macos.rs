@@ -1,0 +1,27 @@
+//! macOS: no proxy yet. wardcell-proxy cannot be built and checked for macOS on the
+//! Linux CI (README, "macOS"), and without a network namespace its listener and the
+//! CA bundle have no private place; so a sandbox whose profile has network is refused,
+//! in one line naming its zone, before its command starts.
+
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+use wardcell_common::plan::{ProfilePlan, SandboxSpec};
+
+use crate::error::BrokerError;
+use crate::sandbox::{network_refusal, Run};
+
+/// Never made here.
+pub enum Proxy {}
+
+/// Refuse the sandbox: see [`network_refusal`].
+pub fn hand_over(
+    _run: &Arc<Run>,
+    _control: &mut UnixStream,
+    _spec: &SandboxSpec,
+    zone: Option<&str>,
+    profile: &ProfilePlan,
+    _authenticated: bool,
+) -> Result<(Proxy, Option<String>), BrokerError> {
+    Err(BrokerError::Refused(network_refusal(zone, &profile.name)))
+}

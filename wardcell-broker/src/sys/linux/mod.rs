@@ -1,0 +1,178 @@
+//! The broker's Linux system calls: pidfds, signalfd, clone3 (spawn.rs), and the
+//! peer's credentials, pidfd and namespace (peer.rs).
+
+pub mod peer;
+pub mod spawn;
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+use super::{cerr, LAUNCH_FD};
+
+/// recvmsg's flag that makes received descriptors close-on-exec as they arrive.
+pub const MSG_CMSG_CLOEXEC: libc::c_int = libc::MSG_CMSG_CLOEXEC;
+
+/// The size of `sockaddr_un`'s path, its terminating NUL included.
+pub const SUN_PATH_LEN: usize = 108;
+
+/// A child of the broker, by its pidfd: readable once it has exited, and signalled
+/// without the risk of reaching a process that reused its pid.
+pub struct Process(OwnedFd);
+
+impl Process {
+    /// A child of ours that has not been reaped.
+    pub fn of_child(pid: libc::pid_t) -> io::Result<Process> {
+        pidfd_open(pid).map(Process)
+    }
+
+    pub fn signal(&self, sig: i32) -> io::Result<()> {
+        pidfd_send_signal(self.0.as_fd(), sig)
+    }
+
+    pub fn try_clone(&self) -> io::Result<Process> {
+        self.0.try_clone().map(Process)
+    }
+}
+
+impl AsFd for Process {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// Signals blocked in this thread (and so in every thread it starts afterwards) and read
+/// from a signalfd.
+pub struct Signals(SignalFd);
+
+impl Signals {
+    /// Must be called before the broker starts a thread.
+    pub fn take(signals: &[Signal]) -> io::Result<Signals> {
+        let mut mask = SigSet::empty();
+        for &s in signals {
+            mask.add(s);
+        }
+        mask.thread_block()
+            .and_then(|()| {
+                SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+            })
+            .map(Signals)
+            .map_err(|e| io::Error::other(format!("signalfd: {e}")))
+    }
+
+    /// The next signal taken, if one is waiting.
+    pub fn next(&self) -> Option<i32> {
+        match self.0.read_signal() {
+            Ok(Some(info)) => Some(info.ssi_signo as i32),
+            _ => None,
+        }
+    }
+}
+
+impl AsFd for Signals {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// Whether `pid` is a child of this process (peeked at, never reaped).
+pub fn is_child(pid: libc::pid_t) -> bool {
+    use nix::sys::wait::{waitid, Id, WaitPidFlag};
+    pid > 0
+        && waitid(
+            Id::Pid(nix::unistd::Pid::from_raw(pid)),
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
+        )
+        .is_ok()
+}
+
+/// Wake the thread blocked in `accept` on a listener that is being stopped.
+pub fn wake_listener(listener: BorrowedFd<'_>, _path: &std::path::Path) {
+    let _ = nix::sys::socket::shutdown(listener.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+}
+
+/// Whether `fd` is an `O_PATH` descriptor (a handle on a path, not an open file).
+pub fn is_path_only(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let fl = fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL)?;
+    Ok(OFlag::from_bits_retain(fl).contains(OFlag::O_PATH))
+}
+
+/// pidfd_send_signal(2).
+pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: i32) -> io::Result<()> {
+    // SAFETY: integer arguments and a null siginfo, which the kernel fills in itself.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    cerr(r).map(drop)
+}
+
+/// Fill `buf` from the kernel's random source.
+pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: the kernel writes at most `buf.len() - got` bytes into our buffer.
+        let r = unsafe { libc::getrandom(buf[got..].as_mut_ptr().cast(), buf.len() - got, 0) };
+        got += cerr(r as libc::c_long)? as usize;
+    }
+    Ok(())
+}
+
+/// Start a helper (the proxy) outside any sandbox with `control` as its fd 3, dying with
+/// the thread that starts it. Its environment is the broker's (the caller's).
+pub fn spawn_with_control(
+    path: &std::path::Path,
+    control: RawFd,
+) -> io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(path);
+    cmd.stdin(std::process::Stdio::null());
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // async-signal-safe calls (dup2, fcntl, prctl) on integers captured by value.
+    unsafe {
+        cmd.pre_exec(move || {
+            let ok = if control == LAUNCH_FD {
+                libc::fcntl(LAUNCH_FD, libc::F_SETFD, 0) == 0
+            } else {
+                libc::dup2(control, LAUNCH_FD) == LAUNCH_FD
+            };
+            if !ok || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// pidfd_open(2) for a child of ours that has not been reaped (so `pid` is still its).
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: integer arguments; the kernel returns a new descriptor (close-on-exec) or -1.
+    let fd = cerr(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Ready `cmd` to start a helper (the approval plugin): it is killed when the thread
+/// starting it exits (a helper must not outlive the broker thread waiting for it).
+pub fn for_helper(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and makes one
+    // async-signal-safe call (prctl) with integer arguments.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}

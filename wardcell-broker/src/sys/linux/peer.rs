@@ -1,0 +1,77 @@
+//! Who is on the other end of a Unix socket, by the kernel's record (Linux).
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+
+use crate::sys::cerr;
+
+/// A network namespace, identified as the kernel does: nsfs device and inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetNs {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// The network namespace of process `pid` (as numbered in our PID namespace).
+pub fn netns_of(pid: libc::pid_t) -> io::Result<NetNs> {
+    let m = std::fs::metadata(format!("/proc/{pid}/ns/net"))?;
+    Ok(NetNs {
+        dev: m.dev(),
+        ino: m.ino(),
+    })
+}
+
+/// SO_PEERCRED: the peer's pid, uid and gid when it connected.
+pub fn peer_cred(sock: BorrowedFd<'_>) -> io::Result<libc::ucred> {
+    // SAFETY: ucred is plain old data.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    cerr(r as libc::c_long)?;
+    Ok(cred)
+}
+
+/// SO_PEERPIDFD (Linux 6.5): a pidfd for the process that connected.
+pub fn peer_pidfd(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    const SO_PEERPIDFD: libc::c_int = 77;
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes one int into `fd`.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_PEERPIDFD,
+            (&mut fd as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    cerr(r as libc::c_long)?;
+    // SAFETY: the kernel created this descriptor for us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The pid (in our PID namespace) a pidfd refers to, from /proc/self/fdinfo.
+pub fn pid_of_pidfd(pidfd: BorrowedFd<'_>) -> io::Result<libc::pid_t> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd()))?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("Pid:"))
+        .and_then(|v| v.trim().parse::<libc::pid_t>().ok())
+        .filter(|&p| p > 0)
+        .ok_or_else(|| io::Error::other("the process has exited"))
+}
+
+/// Whether the process behind `pidfd` is still there (a zombie still holds its pid).
+pub fn pidfd_alive(pidfd: BorrowedFd<'_>) -> bool {
+    super::pidfd_send_signal(pidfd, 0).is_ok()
+}

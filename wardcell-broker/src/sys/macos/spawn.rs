@@ -1,0 +1,93 @@
+//! Starting a sandbox on macOS: no namespaces to make, so the shim is a plain child of
+//! the broker, with the sandbox's stdio at 0 to 2, the control socket at fd 3, an empty
+//! environment, and the signal dispositions the command is to start with. The shim
+//! applies the Seatbelt profile itself, then execs the command in its place.
+
+use std::ffi::{CStr, OsStr};
+use std::io;
+use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+
+use super::Process;
+
+/// A started sandbox: the shim's pid and a [`Process`] for it.
+pub struct Spawned {
+    pub pid: libc::pid_t,
+    pub process: Process,
+}
+
+/// Start `shim` with `stdio` as its 0, 1, 2 (closed where -1) and `control` as its fd 3,
+/// ignoring the signals in `ignored` (bit N-1 for signal N) and every other at its
+/// default.
+pub fn spawn_sandbox(
+    shim: &CStr,
+    stdio: [RawFd; 3],
+    control: RawFd,
+    ignored: u64,
+) -> io::Result<Spawned> {
+    let mut cmd = std::process::Command::new(OsStr::from_bytes(shim.to_bytes()));
+    cmd.arg0("wardcell-shim").env_clear();
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // async-signal-safe calls (dup2, fcntl, close, signal) on integers captured by value.
+    unsafe {
+        cmd.pre_exec(move || {
+            for (target, &src) in stdio.iter().enumerate() {
+                let target = target as RawFd;
+                // dup2 onto itself is a no-op: clear close-on-exec instead.
+                let ok = if src < 0 {
+                    libc::close(target);
+                    true
+                } else if src == target {
+                    libc::fcntl(target, libc::F_SETFD, 0) == 0
+                } else {
+                    libc::dup2(src, target) == target
+                };
+                if !ok {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            let ok = if control == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0) == 0
+            } else {
+                libc::dup2(control, 3) == 3
+            };
+            if !ok {
+                return Err(io::Error::last_os_error());
+            }
+            for sig in 1..32 {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    let to = if ignored & (1 << (sig - 1)) != 0 {
+                        libc::SIG_IGN
+                    } else {
+                        libc::SIG_DFL
+                    };
+                    libc::signal(sig, to);
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let pid = child.id() as libc::pid_t;
+    match Process::of_child(pid) {
+        Ok(process) => Ok(Spawned { pid, process }),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
+    }
+}
+
+/// What the shim's exit status says failed before it ran: nothing here. A failure
+/// between fork and exec is returned by [`spawn_sandbox`] itself, so an exit status is
+/// always the shim's report or the command's own.
+pub fn failed_step(_code: i32) -> Option<&'static str> {
+    None
+}
+
+/// Why the shim could not be started, in words.
+pub fn explain_spawn_error(e: &io::Error) -> String {
+    format!("starting wardcell-shim failed: {e}")
+}
