@@ -360,6 +360,14 @@ pub enum Parsed {
 /// Parse `args` against the command offered at `location`. Help and version print and
 /// exit 0; a usage error is one `error: ` line on stderr and exit code 2.
 pub fn parse(location: &Location, args: Vec<OsString>) -> Parsed {
+    // `wardcell run` on the host is parsed by its own arguments alone: building the
+    // whole command tree cost the plan writer, on the path of every start, about as
+    // much CPU time as everything else it does before resolving the configuration.
+    // The same definitions, so the same result and the same errors
+    // (tests::run_alone_parses_as_the_whole_tree_does).
+    if *location == Location::Host && args.get(1).is_some_and(|a| a == "run") {
+        return parsed_or_usage(parse_run(&args[1..]), &["run".to_string()]);
+    }
     let cmd = command_for(location);
     // The part of the path that names real commands, for the "see --help" hint.
     let mut known = Vec::new();
@@ -376,6 +384,22 @@ pub fn parse(location: &Location, args: Vec<OsString>) -> Parsed {
     let parsed = cmd
         .try_get_matches_from(args)
         .and_then(|m| Cli::from_arg_matches(&m));
+    parsed_or_usage(parsed, &known)
+}
+
+/// `run ARGS...` parsed by [`RunArgs`] alone, as the whole tree defines that subcommand.
+fn parse_run(args: &[OsString]) -> Result<Cli, clap::Error> {
+    RunArgs::augment_args(clap::Command::new("run").bin_name("wardcell run"))
+        .try_get_matches_from(args)
+        .and_then(|m| RunArgs::from_arg_matches(&m))
+        .map(|run| Cli {
+            command: Command::Run(run),
+        })
+}
+
+/// The command, or what clap printed or said: help and version exit 0, a usage error
+/// is one `error: ` line (`known`: the commands named, for the "see --help" hint).
+fn parsed_or_usage(parsed: Result<Cli, clap::Error>, known: &[String]) -> Parsed {
     match parsed {
         Ok(cli) => Parsed::Run(cli),
         Err(e) => {
@@ -421,6 +445,52 @@ mod tests {
 
     fn args(s: &str) -> Vec<OsString> {
         s.split(' ').map(OsString::from).collect()
+    }
+
+    /// What parsing made of `line`: the command, or the error's kind and first
+    /// paragraph (help's text aside: `main` prints help before anything is parsed).
+    fn outcome(parsed: Result<Cli, clap::Error>) -> String {
+        match parsed {
+            Ok(cli) => format!("{:?}", cli.command),
+            Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => "help".into(),
+            Err(e) => {
+                let text = e.render().to_string();
+                let first: Vec<&str> = text.lines().take_while(|l| !l.trim().is_empty()).collect();
+                format!("{:?}: {}", e.kind(), first.join(" "))
+            }
+        }
+    }
+
+    #[test]
+    fn run_alone_parses_as_the_whole_tree_does() {
+        for line in [
+            "wardcell run -- true",
+            "wardcell run true",
+            "wardcell run --zone push -- git push",
+            "wardcell run --zone=push git push origin --force",
+            "wardcell run --profile p -v -- sh -c x",
+            "wardcell run --config x.toml -- a --zone b",
+            "wardcell run -v --verbose -- x",
+            "wardcell run --zone a --profile b -- x",
+            "wardcell run",
+            "wardcell run --",
+            "wardcell run --bogus -- x",
+            "wardcell run -x -- y",
+            "wardcell run --zone",
+            "wardcell run --zone a --zone b -- x",
+            "wardcell run -v",
+            "wardcell run --version",
+            "wardcell run -V",
+            "wardcell run --help",
+            "wardcell run -h -- x",
+            "wardcell run -- --help",
+        ] {
+            let a = args(line);
+            let tree = command_for(&Location::Host)
+                .try_get_matches_from(a.clone())
+                .and_then(|m| Cli::from_arg_matches(&m));
+            assert_eq!(outcome(parse_run(&a[1..])), outcome(tree), "{line}");
+        }
     }
 
     #[test]
