@@ -1,5 +1,7 @@
 //! Start-up benchmark: `wardcell run -- /bin/true` against bwrap with the same
-//! namespaces (user, net, pid, with /proc and /dev), alternately, and the medians.
+//! namespaces (user, mount, network, PID and IPC, with /proc and /dev), alternately, and
+//! the medians; bwrap without the IPC namespace too (how this benchmark measured until
+//! December 2026: wardcell has always made one).
 //!
 //! Run: `cargo build --release --workspace && target/x86_64-unknown-linux-musl/release/startup-bench [ROUNDS [DIR...]]`
 //! (uses the wardcell binaries next to this one; bwrap from PATH). Target: wardcell's
@@ -80,8 +82,11 @@ fn main() {
         c.args(["run", "--", "/bin/true"]).current_dir("/usr");
         c
     };
-    let run_bw = || {
+    let run_bw = |ipc: bool| {
         let mut c = Command::new("bwrap");
+        if ipc {
+            c.arg("--unshare-ipc");
+        }
         c.args([
             "--unshare-user",
             "--unshare-net",
@@ -107,9 +112,11 @@ fn main() {
     for dir in &builds {
         time(&mut run_wc(dir));
     }
-    time(&mut run_bw());
+    time(&mut run_bw(true));
+    time(&mut run_bw(false));
     let mut wc: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); builds.len()];
     let mut bw = Vec::with_capacity(rounds);
+    let mut bw_no_ipc = Vec::with_capacity(rounds);
     for round in 0..rounds {
         // Every other round in reverse order, so no build always follows bwrap.
         let mut order: Vec<usize> = (0..builds.len()).collect();
@@ -121,11 +128,19 @@ fn main() {
                 wc[i].push(time(&mut run_wc(&builds[i])));
             }
         }
-        for _ in 0..block {
-            bw.push(time(&mut run_bw()));
+        for ipc in [round % 2 == 0, round % 2 == 1] {
+            for _ in 0..block {
+                let took = time(&mut run_bw(ipc));
+                if ipc {
+                    bw.push(took);
+                } else {
+                    bw_no_ipc.push(took);
+                }
+            }
         }
     }
     let mb = median(&mut bw);
+    let mb_no_ipc = median(&mut bw_no_ipc);
     if block == 1 {
         println!("rounds: {rounds} each, alternating");
     } else {
@@ -143,9 +158,18 @@ fn main() {
             println!("  ratio to bwrap: {:.2}", ms(mw) / ms(mb));
         }
     }
-    println!("bwrap (user,net,pid,/proc,/dev) median {:>8.2} ms", ms(mb));
     println!(
-        "ratio wardcell/bwrap: {:.2}",
-        ms(median(&mut wc[0])) / ms(mb)
+        "bwrap (user,mnt,net,pid,ipc,/proc,/dev) median {:>8.2} ms",
+        ms(mb)
+    );
+    println!(
+        "bwrap without the IPC namespace   median {:>8.2} ms",
+        ms(mb_no_ipc)
+    );
+    let m0 = ms(median(&mut wc[0]));
+    println!("ratio wardcell/bwrap: {:.2}", m0 / ms(mb));
+    println!(
+        "ratio wardcell/bwrap without the IPC namespace: {:.2}",
+        m0 / ms(mb_no_ipc)
     );
 }
