@@ -18,7 +18,8 @@
 //! back whole, so that they are cached as an installed program's are (bwrap's, here).
 //! A freshly linked binary's cached pages come from the linker's many small writes,
 //! and on this kernel starting from them measured 0.3 to 0.6 ms slower per run, the
-//! same binary copied elsewhere or read back from disk not.
+//! same binary copied elsewhere or read back from disk not (`WARDCELL_BENCH_AS_LINKED=1`
+//! skips this step: relink, then compare).
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -103,9 +104,12 @@ fn main() {
         ]);
         c
     };
-    for dir in &builds {
-        for name in ["wardcell", "wardcell-broker", "wardcell-shim"] {
-            recache(&dir.join(name));
+    // WARDCELL_BENCH_AS_LINKED=1 leaves them as they are, to see the difference.
+    if std::env::var_os("WARDCELL_BENCH_AS_LINKED").is_none() {
+        for dir in &builds {
+            for name in ["wardcell", "wardcell-broker", "wardcell-shim"] {
+                recache(&dir.join(name));
+            }
         }
     }
     // Warm each up once (page cache, dynamic loader).
