@@ -102,3 +102,51 @@ pub fn send_fds(sock: RawFd, fds: &[RawFd]) -> io::Result<()> {
     sendmsg::<()>(sock, &iov, &cmsg, MsgFlags::empty(), None).map_err(io::Error::from)?;
     Ok(())
 }
+
+/// In a child between fork and exec (async-signal-safe calls only): `stdio` as its
+/// descriptors 0, 1 and 2 (closed where -1) and `control` as its descriptor 3, each
+/// inheritable. False when one could not be placed.
+pub fn place_for_exec(stdio: [RawFd; 3], control: RawFd) -> bool {
+    for (target, &src) in stdio.iter().enumerate() {
+        let target = target as RawFd;
+        // SAFETY: integer arguments; dup2 onto itself is a no-op, so clear CLOEXEC instead.
+        let ok = unsafe {
+            if src < 0 {
+                libc::close(target);
+                true
+            } else if src == target {
+                libc::fcntl(target, libc::F_SETFD, 0) == 0
+            } else {
+                libc::dup2(src, target) == target
+            }
+        };
+        if !ok {
+            return false;
+        }
+    }
+    // SAFETY: as above.
+    unsafe {
+        if control == 3 {
+            libc::fcntl(3, libc::F_SETFD, 0) == 0
+        } else {
+            libc::dup2(control, 3) == 3
+        }
+    }
+}
+
+/// In a child between fork and exec: every signal from 1 to 31 ignored if its bit is in
+/// `ignored` (bit N-1 for signal N), else at its default (SIGKILL and SIGSTOP skipped).
+pub fn dispositions_for_exec(ignored: u64) {
+    for sig in 1..32 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            let to = if ignored & (1 << (sig - 1)) != 0 {
+                libc::SIG_IGN
+            } else {
+                libc::SIG_DFL
+            };
+            // SAFETY: setting a disposition to SIG_IGN or SIG_DFL is async-signal-safe
+            // and installs no handler.
+            unsafe { libc::signal(sig, to) };
+        }
+    }
+}

@@ -279,49 +279,14 @@ unsafe fn child_setup(
     //    else closed on exec.
     //    Signal dispositions: what the command's caller ignored (never SIGPIPE, which the
     //    broker ignores because Rust does) stays ignored, everything else is default.
-    for (target, &src) in stdio.iter().enumerate() {
-        let target = target as RawFd;
-        // SAFETY: integer arguments; dup2 onto itself is a no-op, so clear CLOEXEC instead.
-        let ok = unsafe {
-            if src < 0 {
-                libc::close(target);
-                true
-            } else if src == target {
-                libc::fcntl(target, libc::F_SETFD, 0) == 0
-            } else {
-                libc::dup2(src, target) == target
-            }
-        };
-        if !ok {
-            fail(Step::Descriptors);
-        }
-    }
-    // SAFETY: as above.
-    let ok = unsafe {
-        if control == 3 {
-            libc::fcntl(3, libc::F_SETFD, 0) == 0
-        } else {
-            libc::dup2(control, 3) == 3
-        }
-    };
-    if !ok {
+    if !crate::sys::fds::place_for_exec(stdio, control) {
         fail(Step::Descriptors);
     }
     // SAFETY: close_range only changes descriptor flags.
     if unsafe { libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 1u32 << 2) } != 0 {
         fail(Step::Descriptors);
     }
-    for sig in 1..32 {
-        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-            let to = if ignored & (1 << (sig - 1)) != 0 {
-                libc::SIG_IGN
-            } else {
-                libc::SIG_DFL
-            };
-            // SAFETY: setting a disposition to SIG_IGN or SIG_DFL is async-signal-safe.
-            unsafe { libc::signal(sig, to) };
-        }
-    }
+    crate::sys::fds::dispositions_for_exec(ignored);
 
     // 8. Exec the shim with an empty environment.
     // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.

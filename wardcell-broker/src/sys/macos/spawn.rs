@@ -32,39 +32,10 @@ pub fn spawn_sandbox(
     // async-signal-safe calls (dup2, fcntl, close, signal) on integers captured by value.
     unsafe {
         cmd.pre_exec(move || {
-            for (target, &src) in stdio.iter().enumerate() {
-                let target = target as RawFd;
-                // dup2 onto itself is a no-op: clear close-on-exec instead.
-                let ok = if src < 0 {
-                    libc::close(target);
-                    true
-                } else if src == target {
-                    libc::fcntl(target, libc::F_SETFD, 0) == 0
-                } else {
-                    libc::dup2(src, target) == target
-                };
-                if !ok {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            let ok = if control == 3 {
-                libc::fcntl(3, libc::F_SETFD, 0) == 0
-            } else {
-                libc::dup2(control, 3) == 3
-            };
-            if !ok {
+            if !crate::sys::fds::place_for_exec(stdio, control) {
                 return Err(io::Error::last_os_error());
             }
-            for sig in 1..32 {
-                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                    let to = if ignored & (1 << (sig - 1)) != 0 {
-                        libc::SIG_IGN
-                    } else {
-                        libc::SIG_DFL
-                    };
-                    libc::signal(sig, to);
-                }
-            }
+            crate::sys::fds::dispositions_for_exec(ignored);
             Ok(())
         });
     }
