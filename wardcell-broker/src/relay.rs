@@ -255,9 +255,11 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
         }
     };
 
-    // The shim is gone: what it wrote is all there will be. On Linux every process of the
-    // sandbox is gone with it and the pty ends at once; on macOS one the command left
-    // behind may still hold it open, so the drain stops once the pty stays quiet.
+    // The shim is gone: what its sandbox wrote is all there will be. On Linux every
+    // process of that sandbox is gone with it, and the pty ends at once unless a sandbox
+    // entered from it (`zone enter`) still holds it; on macOS one the command left behind
+    // may. So the drain stops once the pty stays quiet: what such a process writes later
+    // is not relayed (entries are killed when the run's first sandbox ends).
     if let Some(p) = &pty {
         while master_open {
             let mut ready = [PollFd::new(p.master.as_fd(), PollFlags::POLLIN)];

@@ -103,10 +103,14 @@ pub fn send_fds(sock: RawFd, fds: &[RawFd]) -> io::Result<()> {
     Ok(())
 }
 
-/// In a child between fork and exec (async-signal-safe calls only): `stdio` as its
-/// descriptors 0, 1 and 2 (closed where -1) and `control` as its descriptor 3, each
-/// inheritable. False when one could not be placed.
-pub fn place_for_exec(stdio: [RawFd; 3], control: RawFd) -> bool {
+/// `stdio` as this process's descriptors 0, 1 and 2 (closed where -1) and `control` as
+/// its descriptor 3, each inheritable; async-signal-safe, allocates nothing. False when
+/// one could not be placed.
+///
+/// # Safety
+/// Only in a child between fork (or clone3) and exec: it replaces descriptors 0 to 3,
+/// which anything else in the process may own.
+pub unsafe fn place_for_exec(stdio: [RawFd; 3], control: RawFd) -> bool {
     for (target, &src) in stdio.iter().enumerate() {
         let target = target as RawFd;
         // SAFETY: integer arguments; dup2 onto itself is a no-op, so clear CLOEXEC instead.
@@ -134,9 +138,13 @@ pub fn place_for_exec(stdio: [RawFd; 3], control: RawFd) -> bool {
     }
 }
 
-/// In a child between fork and exec: every signal from 1 to 31 ignored if its bit is in
-/// `ignored` (bit N-1 for signal N), else at its default (SIGKILL and SIGSTOP skipped).
-pub fn dispositions_for_exec(ignored: u64) {
+/// Every signal from 1 to 31 ignored if its bit is in `ignored` (bit N-1 for signal N),
+/// else at its default (SIGKILL and SIGSTOP skipped); async-signal-safe.
+///
+/// # Safety
+/// Only in a child between fork (or clone3) and exec: it drops every handler the
+/// process installed.
+pub unsafe fn dispositions_for_exec(ignored: u64) {
     for sig in 1..32 {
         if sig != libc::SIGKILL && sig != libc::SIGSTOP {
             let to = if ignored & (1 << (sig - 1)) != 0 {

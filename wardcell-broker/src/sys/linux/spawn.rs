@@ -279,14 +279,16 @@ unsafe fn child_setup(
     //    else closed on exec.
     //    Signal dispositions: what the command's caller ignored (never SIGPIPE, which the
     //    broker ignores because Rust does) stays ignored, everything else is default.
-    if !crate::sys::fds::place_for_exec(stdio, control) {
+    // SAFETY: this is the child between clone3 and exec.
+    if !unsafe { crate::sys::fds::place_for_exec(stdio, control) } {
         fail(Step::Descriptors);
     }
     // SAFETY: close_range only changes descriptor flags.
     if unsafe { libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 1u32 << 2) } != 0 {
         fail(Step::Descriptors);
     }
-    crate::sys::fds::dispositions_for_exec(ignored);
+    // SAFETY: as above.
+    unsafe { crate::sys::fds::dispositions_for_exec(ignored) };
 
     // 8. Exec the shim with an empty environment.
     // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
