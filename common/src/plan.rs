@@ -285,7 +285,8 @@ pub struct Dirs {
 
 /// What the shim needs to build one sandbox and exec one command in it. Made by the
 /// broker from a [`ProfilePlan`]; the shim carries it out without decisions of its own.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+/// `Default` is the empty spec (a probe's, tests'); the broker names every field.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
 pub struct SandboxSpec {
     pub argv: Vec<String>,
     /// The complete environment of the command.

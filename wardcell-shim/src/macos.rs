@@ -28,7 +28,7 @@ use std::io::Write;
 use wardcell_common::protocol::{self, ShimReport, ShimRequest};
 use wardcell_common::seatbelt;
 
-use crate::{exec, read_spec, report, setup_failed};
+use crate::{exec, greet_broker, read_spec, report, setup_failed};
 
 pub fn main() {
     match std::env::args().nth(1).as_deref() {
@@ -41,18 +41,7 @@ pub fn main() {
     }
 
     // 1. The spec.
-    let mut control = match sys::control_socket() {
-        Ok(s) => s,
-        Err(e) => {
-            wardcell_common::eprintln_line!(
-                "error: wardcell-shim is started by wardcell-broker, not by hand ({e})"
-            );
-            std::process::exit(1);
-        }
-    };
-    if protocol::send_hello(&mut control).is_err() {
-        std::process::exit(1);
-    }
+    let mut control = greet_broker(sys::control_socket());
     let spec = match read_spec(&mut control) {
         Ok(s) => s,
         Err(_) => std::process::exit(1),
@@ -126,18 +115,8 @@ pub fn main() {
 /// throwaway child), as `key=value` lines.
 fn probe() -> ! {
     let spec = wardcell_common::plan::SandboxSpec {
-        argv: Vec::new(),
-        env: Vec::new(),
         cwd: "/".into(),
-        view: Vec::new(),
-        tcp_connect: Vec::new(),
-        controlling_tty: false,
-        proxy_port: None,
-        egress_ports: Vec::new(),
-        system_roots: None,
-        trace: None,
-        denied: Vec::new(),
-        seatbelt_identity: String::new(),
+        ..Default::default()
     };
     let result = seatbelt::profile(&spec).and_then(|p| sys::probe(&p));
     match result {

@@ -114,20 +114,7 @@ fn main() {
         wardcell_common::eprintln_line!("error: wardcell-shim: setting the signal mask: {e}");
         std::process::exit(1);
     }
-    let mut control = match sys::control_socket() {
-        Ok(s) => s,
-        Err(e) => {
-            wardcell_common::eprintln_line!(
-                "error: wardcell-shim is started by wardcell-broker, not by hand ({e})"
-            );
-            std::process::exit(1);
-        }
-    };
-    // Hello first: the broker sends the spec as soon as it has it, and the spec waits in
-    // the socket while this shim does what does not depend on it.
-    if protocol::send_hello(&mut control).is_err() {
-        std::process::exit(1);
-    }
+    let mut control = greet_broker(sys::control_socket());
     // The filter does not depend on the spec: compile it while the broker prepares it.
     let filter = seccomp::policy();
     // Nor do the filesystems of the view that are not the host's (mounts.rs), nor
@@ -259,6 +246,26 @@ fn probe() -> ! {
     };
     println!("seccomp={seccomp}");
     std::process::exit(0)
+}
+
+/// The control socket the broker passed at fd 3 (`control`, as this system's sys module
+/// took it), with our Hello sent: the broker sends the spec as soon as it has it, and the
+/// spec waits in the socket while the shim does what does not depend on it. Without the
+/// socket, or the broker, the shim ends.
+fn greet_broker(control: std::io::Result<UnixStream>) -> UnixStream {
+    let mut control = match control {
+        Ok(s) => s,
+        Err(e) => {
+            wardcell_common::eprintln_line!(
+                "error: wardcell-shim is started by wardcell-broker, not by hand ({e})"
+            );
+            std::process::exit(1);
+        }
+    };
+    if protocol::send_hello(&mut control).is_err() {
+        std::process::exit(1);
+    }
+    control
 }
 
 /// The broker's Hello (ours went first) and the spec.

@@ -405,17 +405,8 @@ fn id(kind: Kind) -> Option<Identity> {
 fn empty_spec() -> SandboxSpec {
     SandboxSpec {
         argv: vec!["sh".into()],
-        env: Vec::new(),
         cwd: PathBuf::from("/"),
-        view: Vec::new(),
-        tcp_connect: Vec::new(),
-        controlling_tty: false,
-        proxy_port: None,
-        egress_ports: Vec::new(),
-        system_roots: None,
-        denied: Vec::new(),
-        seatbelt_identity: String::new(),
-        trace: None,
+        ..SandboxSpec::default()
     }
 }
 
