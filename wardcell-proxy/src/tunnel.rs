@@ -43,13 +43,7 @@ pub async fn run(client: Upgraded, mut upstream: TcpStream, target: Target, even
             let _ = tokio::try_join!(pump(cr, uw, &mut up), pump(ur, cw, &mut down));
         }
     }
-    events.send(ProxyEvent::Connect {
-        host: target.host.to_string(),
-        port: target.port,
-        credential: None,
-        bytes_up: up,
-        bytes_down: down,
-    });
+    tunnelled(events, &target, up, down);
 }
 
 /// A transparent connection (transparent.rs): `early`, the bytes already read from the
@@ -62,13 +56,7 @@ pub async fn run_tcp(
     events: &Events,
 ) {
     let (up, down) = sockets(client, upstream, early).await;
-    events.send(ProxyEvent::Connect {
-        host: target.host.to_string(),
-        port: target.port,
-        credential: None,
-        bytes_up: up,
-        bytes_down: down,
-    });
+    tunnelled(events, &target, up, down);
 }
 
 /// Between two sockets: `early` upstream first, then splice both ways (a plain copy
@@ -177,4 +165,15 @@ async fn splice_pump(
             }
         }
     }
+}
+
+/// The `proxy.connect` event of a tunnel: no credential, the bytes each way.
+fn tunnelled(events: &Events, target: &Target, up: u64, down: u64) {
+    events.send(ProxyEvent::Connect {
+        host: target.host.to_string(),
+        port: target.port,
+        credential: None,
+        bytes_up: up,
+        bytes_down: down,
+    });
 }
