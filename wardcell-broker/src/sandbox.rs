@@ -222,12 +222,13 @@ impl Sandbox {
     }
 
     /// The run's first sandbox has ended, and the broker with it once the entries still
-    /// running end: as [`Sandbox::retire`], the supervisor's thread left to the exit.
+    /// running end: as [`Sandbox::retire`], the supervisor's thread left to the exit
+    /// (stopped first this way, its `stop` then does nothing).
     pub fn retire_first(&mut self) {
         if let Some(s) = &self.supervisor {
             s.stop_at_exit();
         }
-        self.proxy = None;
+        self.retire();
     }
 }
 
