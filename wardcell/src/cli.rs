@@ -415,15 +415,7 @@ fn parsed_or_usage(parsed: Result<Cli, clap::Error>, known: &[String]) -> Parsed
             if code == 0 {
                 let _ = e.print();
             } else {
-                let rendered = e.render().to_string();
-                // clap's first paragraph, on one line.
-                let first = rendered
-                    .lines()
-                    .take_while(|l| !l.trim().is_empty())
-                    .map(str::trim)
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                let first = first.strip_prefix("error: ").unwrap_or(&first);
+                let first = first_paragraph(&e);
                 let help = if known.is_empty() {
                     "wardcell --help".to_string()
                 } else {
@@ -431,11 +423,26 @@ fn parsed_or_usage(parsed: Result<Cli, clap::Error>, known: &[String]) -> Parsed
                 };
                 wardcell_common::eprintln_line!(
                     "error: {}; see `{help}`",
-                    wardcell_common::text::shown(first)
+                    wardcell_common::text::shown(&first)
                 );
             }
             Parsed::Exit(code.into())
         }
+    }
+}
+
+/// clap's first paragraph of `e`, on one line, without its `error: `.
+fn first_paragraph(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let first = rendered
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
+    match first.strip_prefix("error: ") {
+        Some(rest) => rest.to_string(),
+        None => first,
     }
 }
 
@@ -453,11 +460,7 @@ mod tests {
         match parsed {
             Ok(cli) => format!("{:?}", cli.command),
             Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => "help".into(),
-            Err(e) => {
-                let text = e.render().to_string();
-                let first: Vec<&str> = text.lines().take_while(|l| !l.trim().is_empty()).collect();
-                format!("{:?}: {}", e.kind(), first.join(" "))
-            }
+            Err(e) => format!("{:?}: {}", e.kind(), first_paragraph(&e)),
         }
     }
 
