@@ -652,6 +652,42 @@ both!(
     }
 );
 
+both!(
+    every_entry_allowed_as_the_run_ends_has_its_completion,
+    |fx| {
+        zones_config(&fx, "");
+        // Entries asked for just as the top-level command ends, at varying moments: an
+        // entry whose decision was written must have its completion written too, before
+        // the run's end (the run's end waits for an entry from before its decision).
+        for i in 0..25 {
+            let out = inside(
+                &fx,
+                &format!(
+                    "for n in 1 2 3; do wardcell zone enter build -- true & done; sleep 0.00{}; exit 0",
+                    i % 10
+                ),
+            );
+            out.ok();
+            let (id, log) = last_log(&fx);
+            let lines: Vec<&str> = log.lines().collect();
+            let allowed = lines
+                .iter()
+                .filter(|l| l.contains("\"decision\":\"allowed\""))
+                .count();
+            let completed: Vec<usize> = (0..lines.len())
+                .filter(|&n| lines[n].contains("\"audit.completed\""))
+                .collect();
+            assert_eq!(allowed, completed.len(), "round {i}:\n{log}");
+            let finished = lines
+                .iter()
+                .position(|l| l.contains("\"run.finished\""))
+                .expect(&log);
+            assert!(completed.iter().all(|&c| c < finished), "round {i}:\n{log}");
+            fx.run(&["logs", "verify", &id]).ok();
+        }
+    }
+);
+
 both!(back_to_back_entries_are_not_refused, |fx| {
     zones_config(&fx, "");
     // The "one at a time" flag is released before the caller hears the status.

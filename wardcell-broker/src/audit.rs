@@ -35,6 +35,10 @@ struct Chain {
     len: u64,
     /// Why the log could not take an event; set once, never cleared.
     failed: Option<String>,
+    /// `run.finished` is written: the log takes nothing after it (`logs verify` refuses
+    /// a line there), so what comes late (a request racing the run's end) is refused,
+    /// and an entry whose decision cannot be written does not start.
+    finished: bool,
 }
 
 impl AuditLog {
@@ -54,6 +58,7 @@ impl AuditLog {
                 prev: GENESIS.to_string(),
                 len: 0,
                 failed: None,
+                finished: false,
             }),
             syslog,
         })
@@ -74,6 +79,11 @@ impl AuditLog {
         if let Some(why) = &chain.failed {
             return Err(io::Error::other(why.clone()));
         }
+        if chain.finished {
+            return Err(io::Error::other(
+                "the run has finished: its log takes no more events",
+            ));
+        }
         // A decision is durable before what it allows starts. The finish is not synced:
         // a machine crash cuts the log's tail, which `verify` reports as a cut log, and
         // an fsync at every run's end would cost every run a disk flush.
@@ -92,6 +102,7 @@ impl AuditLog {
         chain.len += line.len() as u64 + 1;
         chain.prev = audit::hash_line(&line);
         chain.seq += 1;
+        chain.finished = event == "run.finished";
         if self.syslog {
             wardcell_common::syslog::send("wardcell", &line);
         }

@@ -35,7 +35,10 @@ pub struct Run {
     next_sandbox: AtomicU32,
     /// Entered sandboxes still running, so the run's end can end them and wait for their
     /// completions to be audited.
-    entries: Mutex<Vec<(u32, sys::Process)>>,
+    /// An entry is reserved before its decision is written, and has its process once
+    /// started: the run's end waits for reserved ones too, so that every entry allowed
+    /// has its completion written.
+    entries: Mutex<Vec<(u32, Option<sys::Process>)>>,
     entries_done: Condvar,
     ending: AtomicBool,
     /// The run's repository, where code-running files may appear (see gitguard), and
@@ -98,7 +101,7 @@ impl Run {
             let _ = p.signal(libc::SIGKILL);
         }
         let e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        for (_, p) in e.iter() {
+        for p in e.iter().filter_map(|(_, p)| p.as_ref()) {
             let _ = p.signal(libc::SIGKILL);
         }
     }
@@ -136,16 +139,43 @@ impl Run {
     /// Record an entered sandbox (or an approval plugin) while it runs; returns the key
     /// to [`Run::entry_done`].
     pub fn entry_started(&self, process: &sys::Process) -> Option<u32> {
-        let fd = process.try_clone().ok()?;
+        let key = self.entry_reserve()?;
+        self.entry_attach(key, process);
+        Some(key)
+    }
+
+    /// Reserve an entry about to be decided and started; `None` once the run is ending.
+    /// Until [`Run::entry_done`], the run's end waits for it.
+    pub fn entry_reserve(&self) -> Option<u32> {
+        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        // Checked under the lock [`Run::end_entries`] takes after setting `ending`: a
+        // reservation made here is one it sees.
+        if self.is_ending() {
+            return None;
+        }
         let key = self.next_sandbox.fetch_add(1, Ordering::Relaxed) | 0x8000_0000;
-        self.entries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((key, fd));
+        e.push((key, None));
+        Some(key)
+    }
+
+    /// The reserved entry `key` has started `process`: the run's end can now end it (at
+    /// once, if the run is ending already).
+    pub fn entry_attach(&self, key: u32, process: &sys::Process) {
+        let Ok(p) = process.try_clone() else {
+            let _ = process.signal(libc::SIGKILL);
+            return;
+        };
+        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if self.is_ending() {
+            let _ = p.signal(libc::SIGKILL);
+        }
+        if let Some(slot) = e.iter_mut().find(|(k, _)| *k == key) {
+            slot.1 = Some(p);
+        }
+        drop(e);
         if self.audit.failure().is_some() {
             self.end_unaudited();
         }
-        Some(key)
     }
 
     pub fn entry_done(&self, key: Option<u32>) {
@@ -166,7 +196,7 @@ impl Run {
     pub fn end_entries(&self) {
         self.ending.store(true, Ordering::SeqCst);
         let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        for (_, p) in e.iter() {
+        for p in e.iter().filter_map(|(_, p)| p.as_ref()) {
             let _ = p.signal(libc::SIGKILL);
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);

@@ -343,7 +343,20 @@ impl Supervisor {
             return;
         }
 
-        // e. The decision, written before anything starts.
+        // e. The decision, written before anything starts, for an entry the run's end
+        //    will wait for: one allowed always has its completion written.
+        let Some(key) = self.run.entry_reserve() else {
+            let reason = "the run is ending";
+            let _ = self.audit(
+                "audit",
+                "audit.decision",
+                decision("denied", reason, answer.as_ref()),
+            );
+            self.run.entry_done(plugin_key);
+            entering.release();
+            return refuse(conn, format!("{reason}; nothing was started"));
+        };
+        let entry = Some(key);
         if let Err(e) = self.audit(
             "audit",
             "audit.decision",
@@ -354,6 +367,7 @@ impl Supervisor {
             ),
         ) {
             self.run.entry_done(plugin_key);
+            self.run.entry_done(entry);
             entering.release();
             refuse(
                 conn,
@@ -407,13 +421,14 @@ impl Supervisor {
                     "audit.completed",
                     completed(Value::Null, &format!("not started: {message}")),
                 );
+                self.run.entry_done(entry);
                 entering.release();
                 let _ = protocol::write_frame(conn, &ZoneResponse::Failed { message, code: 1 });
                 return;
             }
         };
+        self.run.entry_attach(key, &sb.running.process);
         let _ = protocol::write_frame(conn, &ZoneResponse::Started);
-        let entry = self.run.entry_started(&sb.running.process);
         let sb_name = sb.name.clone();
 
         // g. Wait, ending it if the caller goes away; relay the status.
