@@ -983,3 +983,40 @@ both!(ctrl_z_stops_the_command_as_under_a_shell, |fx| {
     guard.0 = None;
     assert_eq!(status.code(), Some(0), "{}", seen.lock().unwrap());
 });
+
+// The shim run by hand with a socket at fd 3 (anyone's, not the broker's) refuses in one
+// line and touches nothing: not even its Hello goes out, and no mount is changed (it is
+// run in a mount namespace of its own, so that a regression could not change the host's).
+#[test]
+fn the_shim_run_by_hand_refuses_before_doing_anything() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let shim = wardcell_tests::staged().bin.join("wardcell-shim");
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let fd = theirs.as_raw_fd();
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["-m", "--propagation", "unchanged"]).arg(&shim);
+    // SAFETY: between fork and exec only dup2, which is async-signal-safe, on integers.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(fd, 3) == 3 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    // Nothing will come from "the broker": a shim that waited for it ends, not hangs.
+    ours.shutdown(std::net::Shutdown::Write).unwrap();
+    let out = cmd.output().unwrap();
+    drop(theirs);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr,
+        "error: wardcell-shim is started by wardcell-broker, not by hand (it is not PID 1 of a new PID namespace)\n"
+    );
+    let mut sent = Vec::new();
+    (&ours).read_to_end(&mut sent).unwrap();
+    assert!(sent.is_empty(), "the shim spoke: {sent:?}");
+}

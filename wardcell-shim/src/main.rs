@@ -100,6 +100,15 @@ fn main() {
         _ => {}
     }
 
+    // 0. Only as PID 1 of the PID namespace the broker made: run by hand, with any socket
+    //    at fd 3, the steps below would change the caller's own mounts and network.
+    if std::process::id() != 1 {
+        wardcell_common::eprintln_line!(
+            "error: wardcell-shim is started by wardcell-broker, not by hand (it is not PID 1 of a new PID namespace)"
+        );
+        std::process::exit(1);
+    }
+
     // 1. A clean signal state, then the spec. What the caller ignored, the command will
     //    ignore; init itself needs SIGCHLD at its default to reap.
     let inherited = sys::ignored_signals();
