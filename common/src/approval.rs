@@ -242,6 +242,7 @@ mod tests {
             ],
             client: None,
             identities: Default::default(),
+            open_files: None,
             trace: None,
         }
     }

@@ -107,11 +107,34 @@ pub fn verify(path: &Path, was: Identity, now: io::Result<Identity>) -> Result<(
             "{} changed since the run started: a symbolic link now stands on the way to it; nothing was started",
             path.display()
         )),
+        Err(e) if out_of_descriptors(&e) => Err(no_descriptor_left(path, &e)),
         Err(e) => Err(format!(
             "{} changed since the run started: it cannot be opened now ({e}); nothing was started",
             path.display()
         )),
     }
+}
+
+/// EMFILE or ENFILE: the process, or the whole system, has no descriptor left. Nothing
+/// about the path itself: said as such, never as a changed path.
+pub fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// The one line for a path that could not be opened for want of a descriptor.
+pub fn no_descriptor_left(path: &Path, e: &io::Error) -> String {
+    let (limit, hint) = if e.raw_os_error() == Some(libc::ENFILE) {
+        ("the system's", "close programs or raise fs.file-max")
+    } else {
+        (
+            "this run's",
+            "raise the hard limit (`ulimit -Hn`, as root) or name fewer paths in the profile",
+        )
+    };
+    format!(
+        "{} could not be opened: {limit} open-file limit is reached ({e}); {hint}, then run again; nothing was started",
+        path.display()
+    )
 }
 
 /// ELOOP, the error `RESOLVE_NO_SYMLINKS` gives for a link on the way.
@@ -157,5 +180,24 @@ mod tests {
         let e = verify(p, id(1, Kind::Dir), Err(io::Error::from_raw_os_error(40))).unwrap_err();
         assert!(e.contains("symbolic link"), "{e}");
         assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn no_descriptor_left_is_said_as_such_not_as_a_changed_path() {
+        let was = Identity {
+            dev: 1,
+            ino: 2,
+            kind: Kind::Dir,
+        };
+        let emfile = io::Error::from_raw_os_error(libc::EMFILE);
+        let e = verify(Path::new("/usr/sbin"), was, Err(emfile)).unwrap_err();
+        assert!(
+            e.starts_with("/usr/sbin could not be opened: this run's open-file limit is reached"),
+            "{e}"
+        );
+        assert!(!e.contains("changed"), "{e}");
+        let enfile = io::Error::from_raw_os_error(libc::ENFILE);
+        let e = verify(Path::new("/usr/sbin"), was, Err(enfile)).unwrap_err();
+        assert!(e.contains("the system's open-file limit is reached"), "{e}");
     }
 }

@@ -39,10 +39,29 @@ pub struct Plan {
     /// What every path above was when the run started. Empty from the client; the broker
     /// fills it before the first sandbox, opening each path without following links.
     pub identities: Recorded,
+    /// The soft open-file limit `wardcell run` was started with. wardcell's own processes
+    /// run with it raised to the hard limit (a profile of many paths needs a descriptor
+    /// or two per path); every command gets this one back. `None`: leave the limit as it is.
+    pub open_files: Option<u64>,
     /// `wardcell run -v` or `WARDCELL_LOG`: the level the run traces at, and the plan
     /// writer's own lines so far (at most `trace::MAX_HELD`), which the broker prints
     /// once the run id exists. `None`: tracing is off.
     pub trace: Option<PlanTrace>,
+}
+
+impl Plan {
+    /// The zone (`None` under `run --profile`) and profile the run starts in; `None` when
+    /// the plan names a zone it does not hold.
+    pub fn start_profile(&self) -> Option<(Option<&str>, &ProfilePlan)> {
+        match &self.start {
+            Start::Profile(p) => Some((None, p)),
+            Start::Zone(name) => self
+                .zones
+                .iter()
+                .find(|z| &z.name == name)
+                .map(|z| (Some(z.name.as_str()), &z.profile)),
+        }
+    }
 }
 
 /// Tracing asked for in the plan writer (see `crate::trace`).
@@ -240,7 +259,35 @@ impl ProfilePlan {
             .chain(&self.deny)
             .chain(&self.unix_sockets)
     }
+
+    /// The descriptors a sandbox of this profile needs while its view is built: two per
+    /// path (the tree, and its copy for Landlock or the mount), and [`OPEN_FILES_BASE`].
+    pub fn open_files_needed(&self) -> u64 {
+        2 * self.paths().count() as u64 + OPEN_FILES_BASE
+    }
+
+    /// What `run` would refuse about a sandbox of this profile before building it, in one
+    /// line: more egress ports than a sandbox can have, or more paths than `open_files`
+    /// (the hard open-file limit, which wardcell raises its own soft limit to) lets a
+    /// sandbox hold while its view is built. `policy check` says the same.
+    pub fn runnable(&self, open_files: Option<u64>) -> Result<(), String> {
+        egress_ports(&self.network.allow).map_err(|e| format!("profile '{}': {e}", self.name))?;
+        let needed = self.open_files_needed();
+        match open_files {
+            Some(limit) if limit < needed => Err(format!(
+                "profile '{}' names {} paths, and building its sandbox needs about {needed} open files, above this session's hard open-file limit of {limit}: raise it (as root, `ulimit -Hn {needed}`; for a service, LimitNOFILE=) or name fewer paths in the profile",
+                self.name,
+                self.paths().count()
+            )),
+            _ => Ok(()),
+        }
+    }
 }
+
+/// The descriptors a sandbox needs besides two per path of its profile: measured as 27
+/// (`ulimit -n N; wardcell run -- true` with 11 to 211 paths, with and without network,
+/// needs exactly 2 per path and 27), with room for the descriptors a caller passes.
+pub const OPEN_FILES_BASE: u64 = 48;
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Skipped {
@@ -323,6 +370,9 @@ pub struct SandboxSpec {
     /// the supervisor's peer check on macOS (`seatbelt::identity_name`). Empty on Linux,
     /// where the sandbox's network namespace identifies its processes.
     pub seatbelt_identity: String,
+    /// The soft open-file limit the command starts with (the caller's, see
+    /// [`Plan::open_files`]); `None`: the shim's own.
+    pub open_files: Option<u64>,
     /// Tracing, when the run traces (set by the broker as it sends the spec).
     pub trace: Option<TraceSpec>,
 }
@@ -429,5 +479,34 @@ mod egress_tests {
         let many: Vec<String> = (1..=11).map(|p| format!("h.io:{p}")).collect();
         assert!(egress_ports(&many).unwrap_err().contains("at most 10"));
         assert_eq!(egress_ports(&many[..10]).unwrap().len(), 10);
+    }
+
+    #[test]
+    fn a_profile_is_runnable_within_its_ports_and_the_open_file_limit() {
+        let mut p = ProfilePlan {
+            name: "big".into(),
+            read: (0..100).map(|i| PathBuf::from(format!("/r/{i}"))).collect(),
+            write: vec!["/w".into()],
+            ..Default::default()
+        };
+        // 101 paths: two descriptors each, and the base.
+        assert_eq!(p.open_files_needed(), 202 + OPEN_FILES_BASE);
+        assert_eq!(p.runnable(None), Ok(()));
+        assert_eq!(p.runnable(Some(202 + OPEN_FILES_BASE)), Ok(()));
+        let e = p.runnable(Some(201 + OPEN_FILES_BASE)).unwrap_err();
+        assert!(e.starts_with("profile 'big' names 101 paths"), "{e}");
+        assert!(
+            e.contains(&format!(
+                "hard open-file limit of {}",
+                201 + OPEN_FILES_BASE
+            )),
+            "{e}"
+        );
+        p.network.allow = (1..=11).map(|p| format!("h.io:{p}")).collect();
+        let e = p.runnable(None).unwrap_err();
+        assert!(
+            e.starts_with("profile 'big': network.allow names 11 distinct ports"),
+            "{e}"
+        );
     }
 }

@@ -95,6 +95,11 @@ pub enum FrameError {
         ours: u32,
         theirs: u32,
     },
+    /// A message to send cannot be encoded (a path that is not UTF-8); nothing was written.
+    Unencodable {
+        what: &'static str,
+        why: String,
+    },
     /// A message to send encodes to more than its limit; nothing was written.
     TooLargeToSend {
         what: &'static str,
@@ -122,6 +127,7 @@ impl fmt::Display for FrameError {
                 "{what} takes {len} bytes, over its limit of {max} bytes ({})",
                 human(*max)
             ),
+            FrameError::Unencodable { what, why } => write!(f, "{what} cannot be sent: {why}"),
             FrameError::Io(e) => write!(f, "{e}"),
         }
     }
@@ -161,8 +167,15 @@ impl bincode::enc::write::Writer for Measure {
 pub fn encode_frame<T: Message>(msg: &T) -> Result<Vec<u8>, FrameError> {
     let standard = bincode::config::standard();
     let mut measure = Measure(0);
-    bincode::serde::encode_into_writer(msg, &mut measure, standard)
-        .map_err(|e| FrameError::Malformed(e.to_string()))?;
+    bincode::serde::encode_into_writer(msg, &mut measure, standard).map_err(|e| {
+        FrameError::Unencodable {
+            what: T::WHAT,
+            why: match e {
+                bincode::error::EncodeError::OtherString(why) => why,
+                e => e.to_string(),
+            },
+        }
+    })?;
     let len = measure.0;
     if len > T::MAX_LEN {
         return Err(FrameError::TooLargeToSend {

@@ -182,6 +182,7 @@ pub fn resolve(
         credentials,
         client: ctx.client.clone(),
         identities: Default::default(),
+        open_files: None,
         trace: None,
     })
 }

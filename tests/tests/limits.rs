@@ -225,3 +225,135 @@ both!(a_plan_over_its_limit_is_refused_with_one_line, |fx| {
         "{out:#?}"
     );
 });
+
+/// `wardcell ARGS` with the open-file limit at `soft` and `hard` (set in the child, after
+/// it has taken the fixture's uid).
+fn with_open_files(fx: &Fixture, soft: u64, hard: u64, args: &[&str]) -> wardcell_tests::Out {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = fx.cmd(args);
+    // SAFETY: setrlimit is async-signal-safe and touches only the limit given here.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            match libc::setrlimit(libc::RLIMIT_NOFILE, &lim) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    cmd.output().expect("spawn wardcell").into()
+}
+
+/// The audit logs in the fixture's state directory.
+fn logs(fx: &Fixture) -> usize {
+    std::fs::read_dir(fx.home.join(".local/state/wardcell/runs"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+// Issue 19: below about 49 open files, runs failed with "/usr/sbin changed since the run
+// started"; at `ulimit -n 8` an empty log was left. wardcell now runs with the hard
+// limit, and the command gets the caller's soft limit back.
+both!(
+    a_low_soft_open_file_limit_is_raised_for_wardcell_not_the_command,
+    |fx| {
+        fx.test_config("");
+        let out = with_open_files(
+            &fx,
+            12,
+            4096,
+            &["run", "--", "/bin/sh", "-c", "ulimit -Sn; ulimit -Hn"],
+        );
+        out.ok();
+        assert_eq!(out.stdout, "12\n4096\n", "{out:#?}");
+    }
+);
+
+// ...and a profile that needs more descriptors than the hard limit allows is refused
+// before anything starts, in words, by `run` and by `policy check` alike; no log is left.
+both!(
+    a_profile_over_the_hard_open_file_limit_is_refused_in_words,
+    |fx| {
+        let mut read = String::new();
+        for i in 0..100 {
+            let d = fx.outside.join(format!("d{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            write!(read, "\"{}\", ", d.display()).unwrap();
+        }
+        fx.own(&fx.outside);
+        fx.test_config(&format!(
+            "\n[profiles.wide]\nextends = \"test\"\nread = [{read}]\n"
+        ));
+        let want = "profile 'wide' names 1";
+        let out = with_open_files(&fx, 200, 200, &["run", "--profile", "wide", "--", "true"]);
+        out.expect_code(1);
+        assert_eq!(out.stderr.lines().count(), 1, "{out:#?}");
+        assert!(
+            out.stderr.starts_with(&format!("error: {want}")),
+            "{out:#?}"
+        );
+        assert!(
+            out.stderr.contains("hard open-file limit of 200"),
+            "{out:#?}"
+        );
+        assert_eq!(logs(&fx), 0, "a refused run leaves no log");
+        let out = with_open_files(&fx, 200, 200, &["policy", "check"]);
+        out.expect_code(1);
+        assert!(
+            out.stderr.starts_with(&format!("error: {want}")),
+            "{out:#?}"
+        );
+        // With room, both pass and the run works.
+        with_open_files(&fx, 1024, 1024, &["policy", "check"]).ok();
+        with_open_files(&fx, 1024, 1024, &["run", "--profile", "wide", "--", "true"]).ok();
+    }
+);
+
+// Issue 19: `policy check` said ok to a profile with more ports than `run` accepts.
+both!(policy_check_refuses_what_run_refuses, |fx| {
+    let ports: Vec<String> = (1..=11).map(|p| format!("\"h.example:{p}\"")).collect();
+    fx.test_config(&format!(
+        "\n[profiles.ports]\nextends = \"test\"\nnetwork = {{ allow = [{}] }}\n",
+        ports.join(", ")
+    ));
+    let out = fx.run(&["policy", "check"]);
+    out.expect_code(1);
+    assert!(
+        out.stderr
+            .starts_with("error: profile 'ports': network.allow names 11 distinct ports; a sandbox can have at most 10"),
+        "{out:#?}"
+    );
+    let out = fx.run(&["run", "--profile", "ports", "--", "true"]);
+    out.expect_code(1);
+    assert!(out.stderr.contains("names 11 distinct ports"), "{out:#?}");
+});
+
+// Issue 19: a working directory whose path is not UTF-8 gave a Rust debug string.
+both!(
+    a_working_directory_that_is_not_utf8_is_refused_in_words,
+    |fx| {
+        use std::os::unix::ffi::OsStrExt;
+        fx.test_config("");
+        let bad = fx.proj.join(std::ffi::OsStr::from_bytes(b"bad\xff"));
+        std::fs::create_dir(&bad).unwrap();
+        fx.own(&bad);
+        let out: wardcell_tests::Out = fx
+            .cmd(&["run", "--", "true"])
+            .current_dir(&bad)
+            .output()
+            .unwrap()
+            .into();
+        out.expect_code(1);
+        assert_eq!(
+        out.stderr,
+        format!(
+            "error: the current directory {}/bad\\xff is not valid UTF-8, and wardcell hands paths to its sandboxes as UTF-8 text: run it from a directory whose path is UTF-8\n",
+            fx.proj.display()
+        ),
+        "{out:#?}"
+    );
+    }
+);

@@ -379,15 +379,8 @@ fn prepare_own_dirs(plan: &Plan) -> Result<(), BrokerError> {
 }
 
 fn start_profile(plan: &Plan) -> Result<(Option<&str>, &ProfilePlan), BrokerError> {
-    match &plan.start {
-        Start::Profile(p) => Ok((None, p)),
-        Start::Zone(name) => plan
-            .zones
-            .iter()
-            .find(|z| &z.name == name)
-            .map(|z| (Some(z.name.as_str()), &z.profile))
-            .ok_or_else(|| BrokerError::Launch(format!("the plan has no zone '{name}'"))),
-    }
+    plan.start_profile()
+        .ok_or_else(|| BrokerError::Launch("the plan has no zone to start in".into()))
 }
 
 fn find_helper(name: &str) -> Result<PathBuf, BrokerError> {

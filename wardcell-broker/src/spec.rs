@@ -413,6 +413,7 @@ pub fn build_with(
         system_roots,
         denied,
         seatbelt_identity: String::new(),
+        open_files: req.plan.open_files,
         trace: None,
     })
 }
@@ -559,6 +560,7 @@ mod tests {
             ],
             client: None,
             identities: recorded(),
+            open_files: None,
             trace: None,
         }
     }

@@ -362,7 +362,20 @@ fn exec_command(
             ),
         );
     }
-    // b. No new privileges: setuid bits and file capabilities mean nothing from here on.
+    // b. The caller's soft open-file limit back (wardcell ran with the hard one).
+    if let Some(soft) = spec.open_files {
+        use nix::sys::resource::{getrlimit, setrlimit, Resource};
+        let lowered = getrlimit(Resource::RLIMIT_NOFILE)
+            .and_then(|(_, hard)| setrlimit(Resource::RLIMIT_NOFILE, soft.min(hard), hard));
+        if let Err(e) = lowered {
+            setup_failed(
+                control,
+                "rlimit",
+                format!("restoring the open-file limit: {e}"),
+            );
+        }
+    }
+    //    No new privileges: setuid bits and file capabilities mean nothing from here on.
     if let Err(e) = nix::sys::prctl::set_no_new_privs() {
         setup_failed(control, "no_new_privs", e.to_string());
     }

@@ -533,12 +533,18 @@ fn clone_err(e: &std::io::Error) -> std::io::Error {
 }
 
 fn changed(path: &Path, e: std::io::Error) -> Failure {
-    Failure {
-        step: "identity",
-        message: format!(
+    use wardcell_common::identity::{no_descriptor_left, out_of_descriptors};
+    let message = if out_of_descriptors(&e) {
+        no_descriptor_left(path, &e)
+    } else {
+        format!(
             "{} cannot be opened without following a symbolic link ({e}); nothing was started",
             path.display()
-        ),
+        )
+    };
+    Failure {
+        step: "identity",
+        message,
     }
 }
 

@@ -30,6 +30,20 @@ pub fn check(config: &ConfigArg) -> Result<(), Error> {
         &host.context,
     )?;
     crate::credentials::check_sources(&plan)?;
+    // What `run` would refuse of each profile: the zones' as resolved, the others
+    // (`run --profile`) alone.
+    let open_files = crate::run::open_file_limit();
+    for zone in &plan.zones {
+        zone.profile.runnable(open_files).map_err(Error::Refused)?;
+    }
+    for name in host.config.profiles.keys() {
+        if !plan.zones.iter().any(|z| &z.profile.name == name) {
+            let ctx = &host.context;
+            resolve::resolve_profile(&host.config, name, &plan.home, &plan.cwd, ctx.getenv)?
+                .runnable(open_files)
+                .map_err(Error::Refused)?;
+        }
+    }
     for line in plan.missing_writes() {
         wardcell_common::eprintln_line!("{}", output::shown(&line));
     }

@@ -8,6 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use nix::{fcntl, unistd};
 
@@ -51,10 +52,26 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
     };
     // 4. The plan: the same value `policy show` prints.
     let mut plan = resolve::resolve(&host.config, start, command, &host.context)?;
+    for (what, path) in [
+        ("the current directory", &plan.cwd),
+        ("your home directory", &plan.home),
+    ] {
+        if path.to_str().is_none() {
+            return Err(Error::Refused(format!(
+                "{what} {} is not valid UTF-8, and wardcell hands paths to its sandboxes as UTF-8 text: run it from a directory whose path is UTF-8",
+                path.as_os_str().as_encoded_bytes().escape_ascii()
+            )));
+        }
+    }
     tracing::debug!(config = %plan.source, zones = plan.zones.len(), "plan resolved");
     // 5. Secret files nobody else may read, before anything starts; write paths that
     //    are not there, said once.
     credentials::check_sources(&plan)?;
+    if let Some((_, profile)) = plan.start_profile() {
+        profile
+            .runnable(open_file_limit())
+            .map_err(Error::Refused)?;
+    }
     for line in plan.missing_writes() {
         wardcell_common::eprintln_line!("{}", crate::output::shown(&line));
     }
@@ -64,6 +81,7 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
         level: trace::name(level),
         lines: trace::take_held(),
     });
+    plan.open_files = OPEN_FILES.get().copied().flatten();
     let launch = Launch::Run(Box::new(plan));
     send_plan(&mut to_broker, &launch)?;
     // The writer's work is done: end now, without freeing what it built.
@@ -79,6 +97,7 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
 /// writer's exit status and says nothing: the writer already did.
 pub fn start_broker_early() -> Result<UnixStream, Error> {
     let broker = find_helper("wardcell-broker")?;
+    let _ = OPEN_FILES.set(raise_open_files());
     let (ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
     match sys::fork().map_err(|e| fail("fork", &e))? {
         sys::Forked::Child => {
@@ -107,6 +126,31 @@ pub fn start_broker_early() -> Result<UnixStream, Error> {
             )))
         }
     }
+}
+
+/// The soft open-file limit this process was started with, when [`raise_open_files`]
+/// raised it: the plan carries it, and every command of the run gets it back.
+static OPEN_FILES: OnceLock<Option<u64>> = OnceLock::new();
+
+/// Raise the soft open-file limit to the hard one, for the broker, the plan writer and
+/// every shim (a sandbox holds a descriptor or two per path of its profile while it
+/// builds its view). Returns the soft limit it replaced, `None` when it left it alone.
+/// macOS refuses a soft limit above `OPEN_MAX` (10,240) when the hard one is unlimited.
+fn raise_open_files() -> Option<u64> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    [hard, 10_240]
+        .into_iter()
+        .filter(|&want| want > soft && want <= hard)
+        .find(|&want| setrlimit(Resource::RLIMIT_NOFILE, want, hard).is_ok())
+        .map(|_| soft)
+}
+
+/// The hard open-file limit, which bounds what [`raise_open_files`] can do.
+pub fn open_file_limit() -> Option<u64> {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .ok()
+        .map(|(_, hard)| hard)
 }
 
 /// A launch step that failed: `<what>: <why>`.
