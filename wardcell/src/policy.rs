@@ -1,5 +1,6 @@
 //! `wardcell policy check` and `wardcell policy show` (host only).
 
+use wardcell_common::plan::{Plan, SecretPlan};
 use wardcell_common::resolve::{self, StartRequest};
 
 use crate::cli::{ConfigArg, Output};
@@ -44,7 +45,11 @@ pub fn check(config: &ConfigArg) -> Result<(), Error> {
                 .map_err(Error::Refused)?;
         }
     }
-    for line in plan.missing_writes() {
+    for line in plan
+        .missing_writes()
+        .into_iter()
+        .chain(warnings(&plan, host.context.getenv))
+    {
         wardcell_common::eprintln_line!("{}", output::shown(&line));
     }
     output::print(&format!(
@@ -72,5 +77,108 @@ pub fn show(
     match format {
         Output::Json => output::print(&output::plan_json(&plan)?),
         Output::Text => output::print(&output::plan_text(&plan, zone.as_deref())),
+    }
+}
+
+/// What the configuration asks for that cannot work here, though `run` starts: each a
+/// `warning:` line naming the zone, profile and credential.
+fn warnings(plan: &Plan, getenv: fn(&str) -> Option<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for zone in &plan.zones {
+        let (z, p) = (&zone.name, &zone.profile);
+        for name in &p.credentials {
+            if !zone.authenticated {
+                out.push(format!(
+                    "warning: zone '{z}' (profile '{}') lists credential '{name}', but the zone does not set authenticated = true, so it is never attached there; set it in [zones.{z}], or remove the credential from the profile",
+                    p.name
+                ));
+                continue;
+            }
+            let hosts = plan.credentials.iter().filter(|c| &c.name == name);
+            for host in hosts.flat_map(|c| &c.hosts) {
+                let (h, port) = host_port(host);
+                if !allows(&p.network.allow, h, port) {
+                    out.push(format!(
+                        "warning: credential '{name}' is for {h}:{port}, which profile '{}' (zone '{z}') does not allow, so it is never attached there; add \"{h}:{port}\" to its network.allow",
+                        p.name
+                    ));
+                }
+            }
+        }
+        for s in p.skipped.iter().filter(|s| s.rule == "unix_sockets") {
+            if s.path.starts_with('$') && s.reason.ends_with("is not set") {
+                out.push(format!(
+                    "warning: profile '{}' (zone '{z}') binds the socket named by {}, which is not set here, so that sandbox gets no socket for it",
+                    p.name, s.path
+                ));
+            }
+        }
+    }
+    for c in &plan.credentials {
+        if let SecretPlan::Env(var) = &c.secret {
+            if getenv(var).is_none() {
+                out.push(format!(
+                    "warning: credential '{}' reads environment variable {var}, which is not set here, so a zone that attaches it cannot start its proxy; set it before `wardcell run`",
+                    c.name
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// A credential's `host` or `host:port` (no port: 443), `[v6]` brackets kept.
+fn host_port(entry: &str) -> (&str, u16) {
+    let (host, port) = match entry.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && (!h.contains(':') || h.ends_with(']')) => {
+            (h, p.parse().ok())
+        }
+        _ => (entry, None),
+    };
+    (host, port.unwrap_or(443))
+}
+
+/// An allow list admits `host:port`: an entry names it exactly, or `*.domain:port` names
+/// a domain it is under (names compared without case, as DNS does).
+fn allows(allow: &[String], host: &str, port: u16) -> bool {
+    allow.iter().any(|entry| {
+        let (pattern, p) = host_port(entry);
+        if p != port {
+            return false;
+        }
+        match pattern.strip_prefix("*.") {
+            Some(domain) => {
+                let host = host.to_ascii_lowercase();
+                let suffix = format!(".{}", domain.to_ascii_lowercase());
+                host.len() > suffix.len() && host.ends_with(&suffix)
+            }
+            None => pattern.eq_ignore_ascii_case(host),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_port_defaults_to_443_and_keeps_v6_brackets() {
+        assert_eq!(host_port("git.example.com"), ("git.example.com", 443));
+        assert_eq!(host_port("git.example.com:8443"), ("git.example.com", 8443));
+        assert_eq!(host_port("[::1]:8080"), ("[::1]", 8080));
+        assert_eq!(host_port("[::1]"), ("[::1]", 443));
+    }
+
+    #[test]
+    fn allow_lists_match_exact_names_and_subdomains_on_the_same_port() {
+        let allow: Vec<String> = ["Git.Example.com:443", "*.corp.example:8443"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert!(allows(&allow, "git.example.com", 443));
+        assert!(!allows(&allow, "git.example.com", 8443));
+        assert!(allows(&allow, "a.b.corp.example", 8443));
+        assert!(!allows(&allow, "corp.example", 8443));
+        assert!(!allows(&allow, "evilcorp.example", 8443));
     }
 }

@@ -199,6 +199,62 @@ fn policy_check_ok_names_the_source() {
     );
 }
 
+// Issue 20: `policy check` said ok to a credential that is never attached (its zone is
+// not authenticated, or no profile using it allows its host), to a secret variable that
+// is not set, and to a `unix_sockets` variable that is not set. Each is now a warning
+// line naming zone, profile and credential; the check still passes.
+#[test]
+fn policy_check_warns_of_what_cannot_work() {
+    let s = Scratch::new("checkwarn");
+    s.user_config(
+        r#"
+[zones.agent]
+profile = "readonly"
+default = true
+[zones.plain]
+profile = "pusher"
+enter_from = ["agent"]
+[zones.push]
+profile = "pusher"
+authenticated = true
+enter_from = ["agent"]
+[profiles.pusher]
+extends = "readonly"
+network = { allow = ["git.example.com:443", "*.npm.example:443"] }
+credentials = ["git", "npm"]
+unix_sockets = ["$WARDCELL_TEST_NO_SUCH_SOCK"]
+[credentials.git]
+hosts = ["git.example.com"]
+scheme = "bearer"
+secret = { env = "WARDCELL_TEST_NO_SUCH_TOKEN" }
+[credentials.npm]
+hosts = ["registry.npm.example", "git.example.com:8443"]
+scheme = "bearer"
+secret = { env = "HOME" }
+"#,
+    );
+    let o = s.host(&["policy", "check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    let want = [
+        "warning: zone 'plain' (profile 'pusher') lists credential 'git', but the zone does not set authenticated = true, so it is never attached there",
+        "warning: zone 'plain' (profile 'pusher') lists credential 'npm', but the zone does not set authenticated = true",
+        "warning: profile 'pusher' (zone 'plain') binds the socket named by $WARDCELL_TEST_NO_SUCH_SOCK, which is not set here",
+        "warning: credential 'npm' is for git.example.com:8443, which profile 'pusher' (zone 'push') does not allow, so it is never attached there; add \"git.example.com:8443\" to its network.allow",
+        "warning: credential 'git' reads environment variable WARDCELL_TEST_NO_SUCH_TOKEN, which is not set here",
+    ];
+    for w in want {
+        assert!(
+            err.lines().any(|l| l.starts_with(w)),
+            "missing {w:?} in:\n{err}"
+        );
+    }
+    // Allowed by `*.npm.example:443`, and git.example.com:443 by name: no warning.
+    assert!(!err.contains("registry.npm.example"), "{err}");
+    assert!(!err.contains("is for git.example.com:443"), "{err}");
+    assert_eq!(err.lines().count(), 6, "{err}");
+}
+
 #[test]
 fn builtin_default_when_no_file() {
     if Path::new("/etc/wardcell/zones.toml").exists() {
