@@ -796,11 +796,17 @@ pub fn parse(text: &str, label: &str) -> Result<Config, ConfigError> {
         }
     }
 
-    // 3. Each profile on its own, then `extends` across them.
+    // 3. Each profile on its own, then `extends` across them. A credential is named
+    //    rightly if its table exists, even one with errors of its own (said above).
+    let defined: BTreeSet<String> = raw
+        .credentials
+        .keys()
+        .map(|k| k.get_ref().clone())
+        .collect();
     let mut checked = BTreeMap::new();
     for (name, (doc, key, p)) in &profiles {
         let builtin = doc.label == BUILTIN_PROFILES_LABEL;
-        let profile = v.profile(*doc, key, p, &profiles, &credentials, builtin);
+        let profile = v.profile(*doc, key, p, &profiles, &defined, builtin);
         checked.insert(name.clone(), profile);
     }
     v.extends_cycles(&profiles);
@@ -1014,7 +1020,7 @@ impl<'a> Checker<'a> {
         name: &Name,
         p: &RawProfile,
         all: &BTreeMap<String, (Doc<'a>, Name, RawProfile)>,
-        credentials: &BTreeMap<String, Credential>,
+        credentials: &BTreeSet<String>,
         builtin: bool,
     ) -> Profile {
         let key = format!("profiles.{}", name.get_ref());
@@ -1114,7 +1120,7 @@ impl<'a> Checker<'a> {
 
         let mut creds = Vec::new();
         for c in &p.credentials {
-            if !credentials.contains_key(c.get_ref()) {
+            if !credentials.contains(c.get_ref()) {
                 self.push(doc.err(
                     &c.span(),
                     format!("{key}.credentials"),
@@ -2053,6 +2059,15 @@ network = {{ allow = ["a.com:443", "b.com:443"] }}
             16,
             "profiles.p.credentials",
             "there is no credential 'nope'",
+        );
+        // A profile naming a credential whose table has an error of its own: that error
+        // is the one said, not "there is no credential".
+        assert_err(
+            &format!("{AGENT}[profiles.p]\ncredentials = [\"c\"]\n[credentials.c]\nhosts = [\"git.example.com\"]\nsecret = {{ env = \"T\" }}\n"),
+            6,
+            14,
+            "credentials.c",
+            "missing key `scheme`",
         );
         let base = "[credentials.c]\nhosts = [\"git.example.com\"]\n";
         assert_err(
