@@ -15,6 +15,39 @@ pub const ALWAYS_REMOVED: &[&str] = &[
     "XDG_RUNTIME_DIR",
 ];
 
+/// `wardcell` by name in every sandbox, however it was installed: unless the first
+/// `wardcell` on the sandbox's `PATH` is the client that started the run, the client's
+/// directory goes first on `PATH` (which is that directory alone when unset or empty).
+/// A build tree's client, or one in a directory the caller's `PATH` lacks, is then found
+/// by name, and never an older install that may not speak the broker's protocol.
+/// `look(candidate)` says what a candidate path is: `None` nothing there, `Some(true)`
+/// the client itself (same file), `Some(false)` another file.
+pub fn client_on_path(
+    env: &mut Vec<(String, String)>,
+    client: &std::path::Path,
+    look: impl Fn(&std::path::Path) -> Option<bool>,
+) {
+    let Some(dir) = client.parent().and_then(|d| d.to_str()) else {
+        return;
+    };
+    let path = env.iter().position(|(k, _)| k == "PATH");
+    let first = path.and_then(|i| {
+        env[i]
+            .1
+            .split(':')
+            .filter(|d| d.starts_with('/'))
+            .find_map(|d| look(&std::path::Path::new(d).join("wardcell")))
+    });
+    if first == Some(true) {
+        return;
+    }
+    match path {
+        Some(i) if env[i].1.is_empty() => env[i].1 = dir.to_string(),
+        Some(i) => env[i].1 = format!("{dir}:{}", env[i].1),
+        None => env.push(("PATH".into(), dir.to_string())),
+    }
+}
+
 /// Glob match with `*` matching any run of characters (including none).
 pub fn glob_match(pattern: &str, name: &str) -> bool {
     let p = pattern.as_bytes();
@@ -160,5 +193,40 @@ mod tests {
                 ("EDITOR".to_string(), "true".to_string()),
             ]
         );
+    }
+
+    #[test]
+    fn the_client_is_found_by_name_first() {
+        let client = std::path::Path::new("/src/wardcell/target/debug/wardcell");
+        let path = |env: &[(String, String)]| {
+            env.iter()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| v.clone())
+        };
+        let with = |p: &str| vec![("PATH".to_string(), p.to_string())];
+        // Installed and first on PATH: nothing changes.
+        let mut env = with("/usr/local/bin:/usr/bin");
+        client_on_path(&mut env, client, |c| {
+            (c == std::path::Path::new("/usr/bin/wardcell")).then_some(true)
+        });
+        assert_eq!(path(&env).unwrap(), "/usr/local/bin:/usr/bin");
+        // Not on PATH at all (a build tree): its directory goes first.
+        let mut env = with("/usr/bin:/bin");
+        client_on_path(&mut env, client, |_| None);
+        assert_eq!(
+            path(&env).unwrap(),
+            "/src/wardcell/target/debug:/usr/bin:/bin"
+        );
+        // Another wardcell first (an older install): the client's directory before it.
+        let mut env = with("/usr/bin");
+        client_on_path(&mut env, client, |_| Some(false));
+        assert_eq!(path(&env).unwrap(), "/src/wardcell/target/debug:/usr/bin");
+        // Relative entries are never looked at; no PATH, or an empty one: the directory.
+        let mut env = with("");
+        client_on_path(&mut env, client, |_| panic!("nothing to look at"));
+        assert_eq!(path(&env).unwrap(), "/src/wardcell/target/debug");
+        let mut env = Vec::new();
+        client_on_path(&mut env, client, |_| None);
+        assert_eq!(path(&env).unwrap(), "/src/wardcell/target/debug");
     }
 }

@@ -114,6 +114,48 @@ both!(list_and_current_match_the_spec, |fx| {
     assert!(!log.contains("audit.decision"), "{log}");
 });
 
+// Issue 20: started from a directory not on PATH (a build tree), `wardcell` was not
+// found by name inside; the broker now puts the client's directory first on PATH, and
+// `doctor` checks that the client runs inside by name.
+both!(
+    wardcell_is_found_by_name_inside_however_it_was_started,
+    |fx| {
+        zones_config(&fx, "");
+        let out: Out = fx
+            .cmd(&[
+                "run",
+                "--",
+                "/bin/sh",
+                "-c",
+                "command -v wardcell; wardcell zone current",
+            ])
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap()
+            .into();
+        out.ok();
+        assert_eq!(
+            out.stdout,
+            format!("{}\nagent\n", fx.bin.join("wardcell").display()),
+            "{out:#?}"
+        );
+        let out: Out = fx
+            .cmd(&["doctor"])
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap()
+            .into();
+        out.ok();
+        assert!(
+            out.stdout.contains(&format!(
+                "OK    client inside    {} runs inside every sandbox, as `wardcell`",
+                fx.bin.join("wardcell").display()
+            )),
+            "{out:#?}"
+        );
+    }
+);
+
 both!(a_zone_admitting_itself_is_marked_current, |fx| {
     fx.config(&format!(
         "[zones.agent]\nprofile = \"p\"\ndefault = true\nenter_from = [\"agent\"]\n[profiles.p]\nextends = \"readonly\"\nread = [\"{}\"]\n",

@@ -338,6 +338,18 @@ pub fn build_with(
         })
         .cloned();
     env.extend(agent);
+    if let Some((client, me)) = req
+        .plan
+        .client
+        .as_ref()
+        .and_then(|c| Some((c, ids.get(c)?)))
+    {
+        envrules::client_on_path(&mut env, client, |c| {
+            std::fs::metadata(c)
+                .ok()
+                .map(|m| wardcell_common::identity::Identity::of(&m) == me)
+        });
+    }
     env.push(("WARDCELL_SANDBOX".into(), "1".into()));
     if let Some(zone) = req.zone {
         env.push(("WARDCELL_ZONE".into(), zone.to_string()));

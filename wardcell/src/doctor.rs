@@ -381,17 +381,21 @@ const TRUE: &str = if cfg!(target_os = "macos") {
 };
 
 fn trial_sandbox(r: &mut Report, host: context::Host) {
-    if !trial(r, &host, TRUE, "sandbox") {
+    if !trial(r, &host, &[TRUE], "sandbox") {
         return;
     }
     match &host.context.client {
         Some(client) => {
-            let client = client.display().to_string();
-            if trial(r, &host, &client, "client inside") {
+            // By name, as an agent runs it: the broker puts its directory on PATH.
+            let by_name = ["/bin/sh", "-c", "exec wardcell --version"];
+            if trial(r, &host, &by_name, "client inside") {
                 r.line(
                     Level::Ok,
                     "client inside",
-                    format!("{client} runs inside every sandbox"),
+                    format!(
+                        "{} runs inside every sandbox, as `wardcell`",
+                        client.display()
+                    ),
                 );
             }
         }
@@ -403,19 +407,15 @@ fn trial_sandbox(r: &mut Report, host: context::Host) {
     }
 }
 
-/// One trial run of `program` (with `--version` unless it is [`TRUE`]); false after a
-/// FAIL line under `what`.
-fn trial(r: &mut Report, host: &context::Host, program: &str, what: &str) -> bool {
+/// One trial run of `command`; false after a FAIL line under `what`.
+fn trial(r: &mut Report, host: &context::Host, command: &[&str], what: &str) -> bool {
     let mut host = context::Host {
         config: host.config.clone(),
         context: host.context.clone(),
     };
     host.context.cwd = PathBuf::from("/usr");
     let builtin = config::Config::builtin();
-    let mut command = vec![program.to_string()];
-    if program != TRUE {
-        command.push("--version".into());
-    }
+    let command = command.iter().map(|a| a.to_string()).collect();
     let plan = match resolve::resolve(
         &builtin,
         StartRequest::Profile("base".into()),
