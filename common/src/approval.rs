@@ -243,6 +243,7 @@ mod tests {
             client: None,
             identities: Default::default(),
             open_files: None,
+            overrides: Default::default(),
             trace: None,
         }
     }

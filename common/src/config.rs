@@ -1591,8 +1591,8 @@ fn check_placeholder(v: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// `host:port`, port 1-65535.
-fn check_host_port(entry: &str) -> Result<(), String> {
+/// `host:port`, port 1-65535: a `network.allow` entry (and `run --allow`).
+pub fn check_host_port(entry: &str) -> Result<(), String> {
     const HINT: &str = "write host:port, like \"crates.io:443\" or \"*.crates.io:443\"";
     let Some((host, port)) = entry.rsplit_once(':') else {
         return Err(format!("{entry:?} has no port: {HINT}"));

@@ -43,6 +43,9 @@ pub struct Plan {
     /// run with it raised to the hard limit (a profile of many paths needs a descriptor
     /// or two per path); every command gets this one back. `None`: leave the limit as it is.
     pub open_files: Option<u64>,
+    /// `run --read/--write/--deny/--allow`, as given: already applied to the start
+    /// profile (`resolve::with_overrides`); `run.started` records them.
+    pub overrides: Overrides,
     /// `wardcell run -v` or `WARDCELL_LOG`: the level the run traces at, and the plan
     /// writer's own lines so far (at most `trace::MAX_HELD`), which the broker prints
     /// once the run id exists. `None`: tracing is off.
@@ -61,6 +64,25 @@ impl Plan {
                 .find(|z| &z.name == name)
                 .map(|z| (Some(z.name.as_str()), &z.profile)),
         }
+    }
+}
+
+/// Entries `wardcell run` (or `policy show`) adds to the start profile for one run.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct Overrides {
+    pub read: Vec<String>,
+    pub write: Vec<String>,
+    pub deny: Vec<String>,
+    /// `host:port` entries for `network.allow`.
+    pub allow: Vec<String>,
+}
+
+impl Overrides {
+    pub fn is_empty(&self) -> bool {
+        self.read.is_empty()
+            && self.write.is_empty()
+            && self.deny.is_empty()
+            && self.allow.is_empty()
     }
 }
 

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use crate::config::{Config, Profile};
 use crate::paths;
 use crate::plan::{
-    AuditPlan, CredentialPlan, CredentialScheme, Dirs, EnvPlan, NetworkPlan, Plan, ProfilePlan,
-    SecretPlan, Skipped, Start, ZonePlan,
+    AuditPlan, CredentialPlan, CredentialScheme, Dirs, EnvPlan, NetworkPlan, Overrides, Plan,
+    ProfilePlan, SecretPlan, Skipped, Start, ZonePlan,
 };
 
 /// Where the user asked the run to start.
@@ -55,6 +55,9 @@ pub enum ResolveError {
         source: String,
         known: Vec<String>,
     },
+    /// A `--read`, `--write`, `--deny` or `--allow` of `run` or `policy show` that cannot
+    /// be applied (the message names the flag).
+    Override(String),
     /// A write entry "." that is the home directory or `/` only because the run started
     /// there.
     WriteTrap {
@@ -96,6 +99,7 @@ impl fmt::Display for ResolveError {
                 config_name(source),
                 known.join(", ")
             ),
+            ResolveError::Override(why) => f.write_str(why),
             ResolveError::WriteTrap {
                 profile,
                 path,
@@ -183,6 +187,7 @@ pub fn resolve(
         client: ctx.client.clone(),
         identities: Default::default(),
         open_files: None,
+        overrides: Overrides::default(),
         trace: None,
     })
 }
@@ -228,6 +233,95 @@ pub fn resolve_profile(
             source: cfg.source.clone(),
             known: cfg.profiles.keys().cloned().collect(),
         })?;
+    resolve_effective(p, home, cwd, getenv)
+}
+
+/// `wardcell run` (and `policy show`) `--read`, `--write`, `--deny` and `--allow`: the
+/// profile the run starts in, with these entries added for this run only (other zones,
+/// even with the same profile, keep theirs; entering the start zone again gets them too).
+/// The entries are checked as strictly as the configuration's, and a path that does not
+/// exist is an error, not left out. The plan records them as given (`run.started`).
+pub fn with_overrides(
+    mut plan: Plan,
+    cfg: &Config,
+    ctx: &Context,
+    overrides: Overrides,
+) -> Result<Plan, ResolveError> {
+    if overrides.is_empty() {
+        return Ok(plan);
+    }
+    let bad = ResolveError::Override;
+    for entry in &overrides.allow {
+        crate::config::check_host_port(entry).map_err(|why| bad(format!("--allow {why}")))?;
+    }
+    let (start_zone, name) = match &plan.start {
+        Start::Profile(p) => (None, p.name.clone()),
+        Start::Zone(z) => {
+            let zone = plan.zones.iter().find(|p| &p.name == z);
+            (
+                Some(z.clone()),
+                zone.map(|z| z.profile.name.clone()).unwrap_or_default(),
+            )
+        }
+    };
+    let mut p = cfg
+        .effective_profile(&name)
+        .ok_or_else(|| bad(format!("no profile '{name}'")))?;
+    let extend = |list: &mut Vec<String>, more: &[String]| {
+        for m in more {
+            if !list.contains(m) {
+                list.push(m.clone());
+            }
+        }
+    };
+    // On a command line a relative path is relative to where the run starts, as a shell
+    // user expects; in the configuration it must say so ("./").
+    let relative = |v: &[String]| -> Vec<String> {
+        v.iter()
+            .map(|e| match e.as_bytes().first() {
+                Some(b'/' | b'~' | b'.') => e.clone(),
+                _ => format!("./{e}"),
+            })
+            .collect()
+    };
+    let (read, write, deny) = (
+        relative(&overrides.read),
+        relative(&overrides.write),
+        relative(&overrides.deny),
+    );
+    extend(&mut p.read, &read);
+    extend(&mut p.write, &write);
+    extend(&mut p.deny, &deny);
+    extend(&mut p.network_allow, &overrides.allow);
+    let resolved = resolve_effective(p, &plan.home, &plan.cwd, ctx.getenv)?;
+    let given = |s: &Skipped| match s.rule.as_str() {
+        "read" => read.contains(&s.path),
+        "write" => write.contains(&s.path),
+        "deny" => deny.contains(&s.path),
+        _ => false,
+    };
+    if let Some(s) = resolved.skipped.iter().find(|s| given(s)) {
+        return Err(bad(format!("--{} {}: {}", s.rule, s.path, s.reason)));
+    }
+    match start_zone {
+        None => plan.start = Start::Profile(resolved),
+        Some(z) => {
+            if let Some(zone) = plan.zones.iter_mut().find(|p| p.name == z) {
+                zone.profile = resolved;
+            }
+        }
+    }
+    plan.overrides = overrides;
+    Ok(plan)
+}
+
+/// A profile with `extends` applied, its paths resolved against `home` and `cwd`.
+fn resolve_effective(
+    p: Profile,
+    home: &Path,
+    cwd: &Path,
+    getenv: fn(&str) -> Option<String>,
+) -> Result<ProfilePlan, ResolveError> {
     let mut skipped = Vec::new();
     let mut links = Vec::new();
     let read = resolve_paths("read", &p.read, home, cwd, &mut skipped, &mut links);
@@ -537,6 +631,49 @@ plugin = ["/bin/true"]
         assert_eq!(
             e.to_string(),
             "there is no zone 'nope' in /x/zones.toml; its zones are: agent, push (see `wardcell zone list`)"
+        );
+    }
+
+    #[test]
+    fn run_flags_change_the_start_profile_only() {
+        let t = TempDir::new("flags");
+        let c = ctx(&t);
+        std::fs::create_dir_all(c.cwd.join("out")).unwrap();
+        let cfg = parse(CFG, "/x/zones.toml").unwrap();
+        let plan = resolve(&cfg, StartRequest::Zone("push".into()), vec![], &c).unwrap();
+        let flags = Overrides {
+            write: vec!["out".into()],
+            deny: vec!["~/.ssh".into()],
+            allow: vec!["pypi.org:443".into()],
+            ..Default::default()
+        };
+        let plan = with_overrides(plan, &cfg, &c, flags.clone()).unwrap();
+        let push = plan.zones.iter().find(|z| z.name == "push").unwrap();
+        assert!(push.profile.write.contains(&c.cwd.join("out")));
+        assert_eq!(
+            push.profile.network.allow,
+            ["git.example.com:443", "pypi.org:443"]
+        );
+        let agent = plan.zones.iter().find(|z| z.name == "agent").unwrap();
+        assert!(!agent.profile.write.contains(&c.cwd.join("out")));
+        assert_eq!(plan.overrides, flags);
+        // Strict where a profile is lenient: a missing path, a bad entry.
+        let plan = resolve(&cfg, StartRequest::Default, vec![], &c).unwrap();
+        let missing = Overrides {
+            read: vec!["nowhere".into()],
+            ..Default::default()
+        };
+        let e = with_overrides(plan.clone(), &cfg, &c, missing).unwrap_err();
+        assert_eq!(e.to_string(), "--read ./nowhere: does not exist");
+        let bad = Overrides {
+            allow: vec!["pypi.org".into()],
+            ..Default::default()
+        };
+        let e = with_overrides(plan, &cfg, &c, bad).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("--allow \"pypi.org\" has no port"),
+            "{e}"
         );
     }
 

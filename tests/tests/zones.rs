@@ -156,6 +156,63 @@ both!(
     }
 );
 
+// Issue 21: `run --read/--write/--deny` change the start zone's profile for this run
+// only: entering another zone with the same profile gets none of them, a later run none,
+// and `run.started` records them as given.
+both!(run_flags_widen_and_narrow_the_start_zone_only, |fx| {
+    zones_config(&fx, "");
+    let out_dir = fx.outside.display().to_string();
+    fx.write(&fx.outside.join("r/file"), "read me\n");
+    fs::create_dir_all(fx.outside.join("w")).unwrap();
+    fx.own(&fx.outside);
+    fx.write(&fx.proj.join("secret.txt"), "s3cret\n");
+    let script = format!(
+        "echo hi > {out_dir}/w/f && echo wrote; cat {out_dir}/r/file; cat secret.txt 2>/dev/null || echo denied; \
+         wardcell zone enter build -- sh -c 'echo x > {out_dir}/w/g 2>/dev/null && echo build-wrote || echo build-refused; cat secret.txt'"
+    );
+    let (w, r) = (format!("{out_dir}/w"), format!("{out_dir}/r"));
+    let flags = [
+        "run",
+        "--write",
+        &w,
+        "--read",
+        &r,
+        "--deny",
+        "secret.txt",
+        "--",
+        "/bin/sh",
+        "-c",
+    ];
+    let mut args: Vec<&str> = flags.to_vec();
+    args.push(&script);
+    let out = fx.run(&args);
+    out.ok();
+    assert_eq!(
+        out.stdout, "wrote\nread me\ndenied\nbuild-refused\ns3cret\n",
+        "{out:#?}"
+    );
+    let (_, log) = last_log(&fx);
+    let started = log.lines().find(|l| l.contains("\"run.started\"")).unwrap();
+    assert!(
+        started.contains(&format!(
+            "\"overrides\":{{\"allow\":[],\"deny\":[\"secret.txt\"],\"read\":[\"{r}\"],\"write\":[\"{w}\"]}}"
+        )),
+        "{started}"
+    );
+    // The next run, without the flags, has none of it.
+    let out = fx.sh(&format!(
+        "echo hi > {out_dir}/w/h || echo refused; cat secret.txt"
+    ));
+    assert_eq!(out.stdout, "refused\ns3cret\n", "{out:#?}");
+    // A path that does not exist is an error, not left out; nothing runs.
+    let out = fx.run(&["run", "--write", "no-such-dir", "--", "true"]);
+    out.expect_code(1);
+    assert_eq!(
+        out.stderr, "error: --write ./no-such-dir: does not exist\n",
+        "{out:#?}"
+    );
+});
+
 both!(a_zone_admitting_itself_is_marked_current, |fx| {
     fx.config(&format!(
         "[zones.agent]\nprofile = \"p\"\ndefault = true\nenter_from = [\"agent\"]\n[profiles.p]\nextends = \"readonly\"\nread = [\"{}\"]\n",

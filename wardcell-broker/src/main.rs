@@ -456,6 +456,7 @@ fn run_first_sandbox(
                 "command": plan.command,
                 "cwd": plan.cwd,
                 "config": plan.source,
+                "overrides": (!plan.overrides.is_empty()).then_some(&plan.overrides),
                 "uid": nix::unistd::getuid().as_raw(),
                 // `wardcell doctor`'s trial run (`--plan`): `logs list` leaves it out.
                 "trial": writer.is_none(),

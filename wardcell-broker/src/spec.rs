@@ -573,6 +573,7 @@ mod tests {
             client: None,
             identities: recorded(),
             open_files: None,
+            overrides: Default::default(),
             trace: None,
         }
     }

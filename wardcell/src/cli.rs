@@ -73,6 +73,8 @@ pub struct RunArgs {
     pub profile: Option<String>,
     #[command(flatten)]
     pub config: ConfigArg,
+    #[command(flatten)]
+    pub flags: ProfileFlags,
     /// Print what each wardcell process does to stderr (as WARDCELL_LOG=debug does),
     /// each line with the run id; the command's environment does not change
     #[arg(short, long)]
@@ -80,6 +82,35 @@ pub struct RunArgs {
     /// The command and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+/// `run` and `policy show`: entries added to the profile the run starts in, for this run
+/// only (other zones keep theirs); `run.started` records them.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ProfileFlags {
+    /// Also let the sandbox read PATH (repeatable)
+    #[arg(long = "read", value_name = "PATH")]
+    pub read: Vec<String>,
+    /// Also let the sandbox write PATH (repeatable)
+    #[arg(long = "write", value_name = "PATH")]
+    pub write: Vec<String>,
+    /// Hide PATH from the sandbox, even inside a tree it may read or write (repeatable)
+    #[arg(long = "deny", value_name = "PATH")]
+    pub deny: Vec<String>,
+    /// Also let the sandbox reach HOST:PORT through its proxy, as network.allow does (repeatable)
+    #[arg(long = "allow", value_name = "HOST:PORT")]
+    pub allow: Vec<String>,
+}
+
+impl From<ProfileFlags> for wardcell_common::plan::Overrides {
+    fn from(f: ProfileFlags) -> Self {
+        wardcell_common::plan::Overrides {
+            read: f.read,
+            write: f.write,
+            deny: f.deny,
+            allow: f.allow,
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -125,6 +156,8 @@ pub enum PolicyCommand {
         /// A profile, as `wardcell run --profile` would use it
         #[arg(long, value_name = "PROFILE")]
         profile: Option<String>,
+        #[command(flatten)]
+        flags: ProfileFlags,
         #[command(flatten)]
         config: ConfigArg,
         /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)

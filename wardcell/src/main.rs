@@ -116,11 +116,12 @@ fn dispatch(
             Command::Policy(PolicyCommand::Show {
                 zone,
                 profile,
+                flags,
                 config,
                 output,
             }),
             Location::Host,
-        ) => policy::show(zone, profile, &config, output)?,
+        ) => policy::show(zone, profile, flags, &config, output)?,
         (Command::Zone(ZoneCommand::List { config, output }), Location::Host) => {
             zones::host_list(&config, output)?;
         }

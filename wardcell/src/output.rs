@@ -301,6 +301,26 @@ pub fn plan_text(plan: &Plan, only: Option<&str>) -> String {
         "audit to syslog: {}",
         if plan.audit.syslog { "yes" } else { "no" }
     ));
+    let o = &plan.overrides;
+    if !o.is_empty() {
+        let start = match &plan.start {
+            wardcell_common::plan::Start::Zone(z) => format!("zone {z}"),
+            wardcell_common::plan::Start::Profile(p) => format!("profile {}", p.name),
+        };
+        let flags: Vec<String> = [
+            ("read", &o.read),
+            ("write", &o.write),
+            ("deny", &o.deny),
+            ("allow", &o.allow),
+        ]
+        .iter()
+        .flat_map(|(flag, v)| v.iter().map(move |e| format!("--{flag} {e}")))
+        .collect();
+        out.push(format!(
+            "added for this run, to {start} only: {}",
+            flags.join(" ")
+        ));
+    }
     let hidden = |p: &Path| p.display().to_string();
     list(
         &mut out,

@@ -3,7 +3,7 @@
 use wardcell_common::plan::{Plan, SecretPlan};
 use wardcell_common::resolve::{self, StartRequest};
 
-use crate::cli::{ConfigArg, Output};
+use crate::cli::{ConfigArg, Output, ProfileFlags};
 use crate::context;
 use crate::error::Error;
 use crate::output;
@@ -64,6 +64,7 @@ pub fn check(config: &ConfigArg) -> Result<(), Error> {
 pub fn show(
     zone: Option<String>,
     profile: Option<String>,
+    flags: ProfileFlags,
     config: &ConfigArg,
     format: Output,
 ) -> Result<(), Error> {
@@ -74,6 +75,7 @@ pub fn show(
         (None, None) => StartRequest::Default,
     };
     let plan = resolve::resolve(&host.config, start, Vec::new(), &host.context)?;
+    let plan = resolve::with_overrides(plan, &host.config, &host.context, flags.into())?;
     match format {
         Output::Json => output::print(&output::plan_json(&plan)?),
         Output::Text => output::print(&output::plan_text(&plan, zone.as_deref())),

@@ -51,7 +51,8 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
         (None, None) => StartRequest::Default,
     };
     // 4. The plan: the same value `policy show` prints.
-    let mut plan = resolve::resolve(&host.config, start, command, &host.context)?;
+    let plan = resolve::resolve(&host.config, start, command, &host.context)?;
+    let mut plan = resolve::with_overrides(plan, &host.config, &host.context, args.flags.into())?;
     for (what, path) in [
         ("the current directory", &plan.cwd),
         ("your home directory", &plan.home),
