@@ -53,6 +53,17 @@ deny = [
     "~/.docker", "~/.kube", "~/.npmrc", "~/.pypirc", "~/.cargo/credentials",
     "~/.cargo/credentials.toml", "~/.config/gcloud", "~/.azure", "~/.password-store",
     "~/.local/share/keyrings", "~/.mozilla", "~/.config/google-chrome", "~/.config/chromium",
+    # Coding agents' own logins and keys.
+    "~/.claude/.credentials.json", "~/.codex/auth.json", "~/.config/anthropic",
+    "~/.config/openai", "~/.gemini/oauth_creds.json", "~/.local/share/opencode/auth.json",
+    # Other common secrets.
+    "~/.vault-token", "~/.pgpass", "~/.my.cnf", "~/.terraform.d/credentials.tfrc.json",
+    "~/.s3cfg", "~/.boto", "~/.config/rclone", "~/.config/hub",
+    # Shell and REPL histories: what was typed, passwords included.
+    "~/.bash_history", "~/.zsh_history", "~/.zhistory", "~/.histfile", "~/.sh_history",
+    "~/.local/share/fish/fish_history", "~/.python_history", "~/.node_repl_history",
+    "~/.psql_history", "~/.mysql_history", "~/.sqlite_history", "~/.rediscli_history",
+    "~/.lesshst",
 ]
 
 [profiles.developer-readonly]
@@ -63,7 +74,39 @@ write = ["."]
 read = ["./.git/hooks", "./.git/config"]
 "#;
 
-/// Label used in error locations inside [`BUILTIN_PROFILES`] (never expected to appear).
+/// Built-in profiles most runs never use, in a document of their own: parsed only when
+/// the configuration or the command line names one of [`BUILTIN_AGENT_NAMES`], so that
+/// a run that does not use them does not pay for reading them.
+pub const BUILTIN_AGENT_PROFILES: &str = r#"
+# Coding agents. Each keeps its state in a directory of its own under
+# ~/.local/share/wardcell (made when missing), never in the one the agent uses on the
+# host: what a sandbox writes there (hooks, MCP servers, settings) must not run outside.
+[profiles.claude-code]
+extends = "developer-readonly"
+write = ["~/.local/share/wardcell/claude"]
+deny = ["~/.claude", "~/.claude.json"]
+network = { allow = ["api.anthropic.com:443"] }
+env.set = { CLAUDE_CONFIG_DIR = "~/.local/share/wardcell/claude", DISABLE_AUTOUPDATER = "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1" }
+
+[profiles.codex]
+extends = "developer-readonly"
+write = ["~/.local/share/wardcell/codex"]
+deny = ["~/.codex"]
+network = { allow = ["api.openai.com:443"] }
+env.set = { CODEX_HOME = "~/.local/share/wardcell/codex" }
+
+# A fragment to extend: the package managers' caches and registries.
+[profiles.package-managers]
+extends = "developer-readonly"
+write = ["~/.npm", "~/.cache/pip", "~/.cargo/registry", "~/.cargo/git", "~/go/pkg/mod", "~/.cache/go-build"]
+network = { allow = ["registry.npmjs.org:443", "pypi.org:443", "files.pythonhosted.org:443", "index.crates.io:443", "static.crates.io:443", "crates.io:443", "proxy.golang.org:443", "sum.golang.org:443"] }
+"#;
+
+/// The profiles in [`BUILTIN_AGENT_PROFILES`].
+pub const BUILTIN_AGENT_NAMES: [&str; 3] = ["claude-code", "codex", "package-managers"];
+
+/// Label used in error locations inside [`BUILTIN_PROFILES`] and
+/// [`BUILTIN_AGENT_PROFILES`] (never expected to appear).
 const BUILTIN_PROFILES_LABEL: &str = "built-in profiles";
 
 /// Longest `extends` chain, built-ins included.
@@ -472,6 +515,12 @@ fn read_config_file(path: &Path) -> Result<Vec<u8>, String> {
 
 /// Read and check the configuration from `source`.
 pub fn load(source: &Source) -> Result<Config, ConfigError> {
+    load_naming(source, None)
+}
+
+/// [`load`] for a command line that names the profile `named` (see [`parse_naming`]).
+pub fn load_naming(source: &Source, named: Option<&str>) -> Result<Config, ConfigError> {
+    let parse = |text: &str, label: &str| parse_naming(text, label, named);
     match source {
         Source::BuiltIn => parse(BUILTIN_CONFIG, BUILTIN_LABEL),
         Source::File(path) => {
@@ -767,20 +816,36 @@ impl<'de> Deserialize<'de> for Node {
 /// Parse and check a configuration. `label` names it in errors and in
 /// [`Config::source`]. Pure: reads nothing but `text`.
 pub fn parse(text: &str, label: &str) -> Result<Config, ConfigError> {
+    parse_naming(text, label, None)
+}
+
+/// [`parse`], for a command line that names the profile `named` (`--profile`): the
+/// built-in agent profiles are read when it or the text names one of them.
+pub fn parse_naming(text: &str, label: &str, named: Option<&str>) -> Result<Config, ConfigError> {
     let user = Doc { label, text };
     let raw = deserialize(user)?;
-    let builtin_doc = Doc {
+    let mut builtin_docs = vec![Doc {
         label: BUILTIN_PROFILES_LABEL,
         text: BUILTIN_PROFILES,
-    };
-    let builtin = deserialize(builtin_doc)?;
+    }];
+    if BUILTIN_AGENT_NAMES
+        .iter()
+        .any(|n| named == Some(*n) || text.contains(n))
+    {
+        builtin_docs.push(Doc {
+            label: BUILTIN_PROFILES_LABEL,
+            text: BUILTIN_AGENT_PROFILES,
+        });
+    }
 
     let mut v = Checker::default();
 
     // 1. Profiles: the built-in ones, then the file's (which replace them by name).
     let mut profiles: BTreeMap<String, (Doc<'_>, Name, RawProfile)> = BTreeMap::new();
-    for (name, p) in builtin.profiles {
-        profiles.insert(name.get_ref().clone(), (builtin_doc, name, p));
+    for doc in builtin_docs {
+        for (name, p) in deserialize(doc)?.profiles {
+            profiles.insert(name.get_ref().clone(), (doc, name, p));
+        }
     }
     for (name, p) in &raw.profiles {
         v.name(user, name, "profiles");
@@ -1654,6 +1719,32 @@ mod tests {
             ["base", "developer-readonly", "readonly"]
         );
         assert!(c.profiles.values().all(|p| p.builtin));
+    }
+
+    #[test]
+    fn agent_profiles_are_read_only_when_named() {
+        // Named on the command line, or by the file (here through `extends`): there,
+        // valid and built-in; otherwise not read at all.
+        let named = parse_naming(BUILTIN_CONFIG, BUILTIN_LABEL, Some("codex")).unwrap();
+        for name in BUILTIN_AGENT_NAMES {
+            let p = named.profiles.get(name).unwrap();
+            assert!(p.builtin && p.extends.as_deref() == Some("developer-readonly"));
+        }
+        let file = format!("{AGENT}[profiles.mine]\nextends = \"claude-code\"\n");
+        let c = parse(&file, "z.toml").unwrap();
+        let mine = c.effective_profile("mine").unwrap();
+        assert!(mine
+            .write
+            .contains(&"~/.local/share/wardcell/claude".to_string()));
+        assert!(mine.deny.contains(&"~/.claude.json".to_string()));
+        let plain = parse_naming(BUILTIN_CONFIG, BUILTIN_LABEL, Some("agent")).unwrap();
+        assert!(BUILTIN_AGENT_NAMES
+            .iter()
+            .all(|n| !plain.profiles.contains_key(*n)));
+        // A file's profile of the same name replaces the built-in one whole.
+        let own = format!("{AGENT}[profiles.codex]\nread = [\"/opt\"]\n");
+        let c = parse(&own, "z.toml").unwrap();
+        assert!(!c.profiles["codex"].builtin && c.profiles["codex"].write.is_empty());
     }
 
     #[test]

@@ -356,7 +356,11 @@ fn resolve_effective(
         skipped,
         env: EnvPlan {
             deny: p.env_deny,
-            set: p.env_set,
+            set: p
+                .env_set
+                .into_iter()
+                .map(|(k, v)| (k, home_value(v, home)))
+                .collect(),
         },
         network: NetworkPlan {
             allow: p.network_allow,
@@ -365,6 +369,16 @@ fn resolve_effective(
         unix_sockets,
         links,
     })
+}
+
+/// An `env.set` value: `~` or `~/...` is in the home directory (as in paths); anything
+/// else as written.
+fn home_value(value: String, home: &Path) -> String {
+    match value.strip_prefix('~') {
+        Some("") => home.to_string_lossy().into_owned(),
+        Some(rest) if rest.starts_with('/') => format!("{}{rest}", home.to_string_lossy()),
+        _ => value,
+    }
 }
 
 /// `unix_sockets`: `$NAME` from the environment `run` started in, or a path; each must
@@ -505,6 +519,16 @@ fn canonical_or_given(p: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_set_values_under_home_are_expanded() {
+        let h = Path::new("/home/me");
+        assert_eq!(home_value("~".into(), h), "/home/me");
+        assert_eq!(home_value("~/.x/y".into(), h), "/home/me/.x/y");
+        for kept in ["~x", "a~/b", "/abs", "", "~~/x"] {
+            assert_eq!(home_value(kept.into(), h), kept);
+        }
+    }
     use crate::config::parse;
 
     struct TempDir(PathBuf);

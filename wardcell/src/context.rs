@@ -32,11 +32,17 @@ pub struct Host {
 
 /// Find and load the configuration (`--config FILE` first) and describe this machine.
 pub fn load(explicit: Option<&Path>) -> Result<Host, Error> {
+    load_naming(explicit, None)
+}
+
+/// [`load`] for a command line naming the profile `named` (`--profile`), which may be
+/// one of the built-in profiles read only when named (`config::parse_naming`).
+pub fn load_naming(explicit: Option<&Path>, named: Option<&str>) -> Result<Host, Error> {
     let home = home()?;
     let cwd = std::env::current_dir().map_err(Error::Cwd)?;
     let explicit = explicit.map(|p| cwd.join(p));
     let source = config::locate(explicit.as_deref(), &env, &home);
-    let config = config::load(&source)?;
+    let config = config::load_naming(&source, named)?;
     let dirs = paths::dirs(
         &env,
         &home,

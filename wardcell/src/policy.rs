@@ -68,7 +68,7 @@ pub fn show(
     config: &ConfigArg,
     format: Output,
 ) -> Result<(), Error> {
-    let host = context::load(config.file.as_deref())?;
+    let host = context::load_naming(config.file.as_deref(), profile.as_deref())?;
     let start = match (&zone, profile) {
         (Some(z), _) => StartRequest::Zone(z.clone()),
         (None, Some(p)) => StartRequest::Profile(p),

@@ -32,6 +32,42 @@ pub fn utf8_command(args: Vec<OsString>) -> Result<Vec<String>, Error> {
         .collect()
 }
 
+/// Where sandboxes keep state of their own (the built-in agent profiles' directories),
+/// apart from the state the same programs keep on the host: a `write` path under it
+/// that does not exist yet is made (0700) by `run`, instead of being left out.
+pub const SANDBOX_STATE: &str = "~/.local/share/wardcell/";
+
+/// Make the missing `write` paths under [`SANDBOX_STATE`] of the profiles this run may
+/// use: the start profile and every zone's. What cannot be made is left out and said
+/// as any missing `write` path is.
+fn make_state_dirs(config: &wardcell_common::config::Config, start: &StartRequest, home: &Path) {
+    use std::os::unix::fs::DirBuilderExt;
+    let named =
+        |p: &wardcell_common::config::Profile| p.write.iter().any(|w| w.starts_with(SANDBOX_STATE));
+    if !config.profiles.values().any(named) {
+        return;
+    }
+    let mut names: Vec<&str> = config.zones.iter().map(|z| z.profile.as_str()).collect();
+    if let StartRequest::Profile(p) = start {
+        names.push(p);
+    }
+    let writes = names
+        .iter()
+        .filter_map(|n| config.effective_profile(n))
+        .flat_map(|p| p.write);
+    for w in writes {
+        if let Some(rest) = w.strip_prefix(SANDBOX_STATE) {
+            let dir = home.join(".local/share/wardcell").join(rest);
+            if !rest.split('/').any(|c| c == "..") && !dir.exists() {
+                let _ = std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&dir);
+            }
+        }
+    }
+}
+
 /// Steps of `wardcell run`, on the host, in the plan writer: the broker is already
 /// starting (see [`start_broker_early`]); the plan goes to it on `to_broker`, and this
 /// process ends.
@@ -43,14 +79,16 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
     // 1. The command, as text.
     let command = utf8_command(args.command)?;
     // 2. The configuration, found and checked.
-    let host = context::load(args.config.file.as_deref())?;
+    let host = context::load_naming(args.config.file.as_deref(), args.profile.as_deref())?;
     // 3. Where to start.
     let start = match (args.zone, args.profile) {
         (Some(z), _) => StartRequest::Zone(z),
         (None, Some(p)) => StartRequest::Profile(p),
         (None, None) => StartRequest::Default,
     };
-    // 4. The plan: the same value `policy show` prints.
+    // 4. The plan: the same value `policy show` prints. First the directories of
+    //    wardcell's own under which the agent profiles keep their state.
+    make_state_dirs(&host.config, &start, &host.context.home);
     let plan = resolve::resolve(&host.config, start, command, &host.context)?;
     let mut plan = resolve::with_overrides(plan, &host.config, &host.context, args.flags.into())?;
     for (what, path) in [
