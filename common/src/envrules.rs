@@ -1,6 +1,7 @@
 //! The environment a sandboxed command receives.
 
 use crate::plan::EnvPlan;
+use std::path::{Path, PathBuf};
 
 /// Variables no sandbox inherits from its caller, whatever a profile says: wardcell's
 /// own (set afresh for each sandbox) and pointers to host agents whose sockets are
@@ -125,6 +126,31 @@ pub fn no_proxy(allow: &[String]) -> String {
         .copied()
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// Where host services keep their sockets. Masked unless a profile names a path in them.
+pub const HOST_SOCKET_DIRS: &[&str] = &["/run", "/var/run"];
+
+/// Host socket locations from the caller's environment: the runtime directory and the
+/// directory of the ssh-agent socket.
+pub fn host_socket_dirs(env: &[(String, String)]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = HOST_SOCKET_DIRS.iter().map(PathBuf::from).collect();
+    for (k, v) in env {
+        let p = Path::new(v);
+        if !p.is_absolute() {
+            continue;
+        }
+        match k.as_str() {
+            "XDG_RUNTIME_DIR" => out.push(p.to_path_buf()),
+            "SSH_AUTH_SOCK" => {
+                if let Some(dir) = p.parent().filter(|d| *d != Path::new("/")) {
+                    out.push(dir.to_path_buf());
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 #[cfg(test)]

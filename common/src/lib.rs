@@ -12,6 +12,7 @@
 //! - [`seatbelt`]: the Seatbelt (macOS) profile text made from a sandbox spec.
 //! - [`text`]: text from a sandbox or a configuration, made safe to print.
 //! - [`stdio`]: which standard descriptors a process was started without.
+//! - [`why`]: whether a zone may read, write or reach something, and which rule decides.
 #![forbid(unsafe_code)]
 
 pub mod approval;
@@ -30,3 +31,4 @@ pub mod stdio;
 pub mod syslog;
 pub mod text;
 pub mod trace;
+pub mod why;

@@ -394,6 +394,8 @@ pub enum ZoneRequest {
         argv: Vec<String>,
         env: Vec<(String, String)>,
     },
+    /// `zone why`: the rules of this sandbox's zone and of the zones it may enter.
+    Why,
 }
 
 /// One zone the caller may enter, as `zone list` shows it.
@@ -409,6 +411,11 @@ pub enum ZoneResponse {
     Zones {
         current: String,
         zones: Vec<ZoneEntry>,
+    },
+    /// The answer to `Why`: this zone's rules, then those of each zone it may enter.
+    Rules {
+        current: Box<crate::why::Rules>,
+        enterable: Vec<crate::why::Rules>,
     },
     /// The request is refused; `message` is the user's one-line error without `error: `.
     Refused { message: String },
@@ -474,6 +481,7 @@ mod tests {
                 argv: vec!["git".into(), "push".into()],
                 env: vec![("A".into(), "b".into())],
             },
+            ZoneRequest::Why,
         ];
         for m in msgs {
             let f = frame_of(&m);
@@ -486,6 +494,18 @@ mod tests {
                 name: "push".into(),
                 description: None,
             }],
+        };
+        let back: ZoneResponse = read_frame(&mut Cursor::new(frame_of(&r))).unwrap();
+        assert_eq!(back, r);
+        let rules = crate::why::Rules {
+            zone: Some("agent".into()),
+            allow: Some(vec!["a.example:443".into()]),
+            masked: vec![("/run".into(), "sockets".into())],
+            ..Default::default()
+        };
+        let r = ZoneResponse::Rules {
+            current: Box::new(rules.clone()),
+            enterable: vec![rules],
         };
         let back: ZoneResponse = read_frame(&mut Cursor::new(frame_of(&r))).unwrap();
         assert_eq!(back, r);

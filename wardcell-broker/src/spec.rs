@@ -15,8 +15,6 @@ pub const ALWAYS_READ: &[&str] = if cfg!(target_os = "linux") {
 } else {
     &[]
 };
-/// Where host services keep their sockets. Masked unless a profile names a path in them.
-pub const HOST_SOCKET_DIRS: &[&str] = &["/run", "/var/run"];
 
 /// One sandbox to build.
 pub struct Request<'a> {
@@ -68,28 +66,6 @@ pub fn system_roots(env: &[(String, String)], exists: &dyn Fn(&Path) -> bool) ->
 
 fn inside(p: &Path, trees: &[PathBuf]) -> Option<PathBuf> {
     trees.iter().find(|t| p.starts_with(t)).cloned()
-}
-
-/// Host socket locations from the caller's environment: the runtime directory and the
-/// directory of the ssh-agent socket.
-fn host_socket_paths(env: &[(String, String)]) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = HOST_SOCKET_DIRS.iter().map(PathBuf::from).collect();
-    for (k, v) in env {
-        let p = Path::new(v);
-        if !p.is_absolute() {
-            continue;
-        }
-        match k.as_str() {
-            "XDG_RUNTIME_DIR" => out.push(p.to_path_buf()),
-            "SSH_AUTH_SOCK" => {
-                if let Some(dir) = p.parent().filter(|d| *d != Path::new("/")) {
-                    out.push(dir.to_path_buf());
-                }
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 /// A symbolic link on the way to `p` whose directory the sandbox may write, and that tree.
@@ -166,7 +142,7 @@ pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<Sandbo
 /// Paths the broker records identities for besides the plan's own: host socket
 /// directories (masked where a tree shows them) and the trees every sandbox reads.
 pub fn host_paths(host_env: &[(String, String)]) -> Vec<PathBuf> {
-    let mut out = host_socket_paths(host_env);
+    let mut out = envrules::host_socket_dirs(host_env);
     out.extend(ALWAYS_READ.iter().map(PathBuf::from));
     out
 }
@@ -243,7 +219,7 @@ pub fn build_with(
     let mut mask: Vec<PathBuf> = profile.deny.clone();
     mask.extend(denied.iter().cloned());
     let named: Vec<&PathBuf> = profile.read.iter().chain(write).collect();
-    for s in host_socket_paths(req.host_env) {
+    for s in envrules::host_socket_dirs(req.host_env) {
         if !named.iter().any(|n| n.starts_with(&s)) {
             mask.push(s);
         }

@@ -23,7 +23,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use wardcell_common::envrules;
+use wardcell_common::plan::ZonePlan;
 use wardcell_common::protocol::{self, ShimReport, ZoneEntry, ZoneRequest, ZoneResponse};
+use wardcell_common::why::Rules;
 
 use crate::approval;
 use crate::chain;
@@ -216,6 +219,20 @@ impl Supervisor {
                         zones,
                     },
                 );
+            }
+            ZoneRequest::Why => {
+                let plan = &self.run.plan;
+                let sockets = envrules::host_socket_dirs(&self.run.host_env);
+                let rules = |z: &ZonePlan| Rules::of(plan, &z.profile, Some(&z.name), &sockets);
+                let Some(current) = plan.zones.iter().find(|z| z.name == self.zone) else {
+                    return self.closed(&peer, "its zone is not in the plan");
+                };
+                let enterable = chain::enterable(&plan.zones, &self.chain);
+                let answer = ZoneResponse::Rules {
+                    current: Box::new(rules(current)),
+                    enterable: enterable.into_iter().map(rules).collect(),
+                };
+                let _ = protocol::write_frame(&mut conn, &answer);
             }
             ZoneRequest::Enter { zone, argv, env } => {
                 let _ = conn.set_read_timeout(Some(

@@ -164,6 +164,33 @@ pub enum PolicyCommand {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+    /// Say whether a zone (the default one unless --zone) or a profile may read or write a path or reach HOST:PORT, which rule decides, and which zones would allow it
+    Why {
+        /// Ask about this zone
+        #[arg(long, value_name = "ZONE", conflicts_with = "profile")]
+        zone: Option<String>,
+        /// Ask about this profile, as `wardcell run --profile` would use it
+        #[arg(long, value_name = "PROFILE")]
+        profile: Option<String>,
+        #[command(flatten)]
+        why: WhyArgs,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+}
+
+/// `policy why` and `zone why`: what is asked about.
+#[derive(Args, Debug, Clone)]
+pub struct WhyArgs {
+    /// HOST:PORT, or a path (one with a `/`, or starting with `.` or `~`)
+    #[arg(value_name = "TARGET")]
+    pub target: String,
+    /// Ask about writing the path, not reading it
+    #[arg(long)]
+    pub write: bool,
+    /// text for people (the first word is `allowed` or `denied`), or json: one JSON document (schema: docs/OUTPUT.md)
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
 }
 
 #[derive(Subcommand, Debug)]
@@ -178,6 +205,11 @@ pub enum ZoneCommand {
     },
     /// Print the name of the zone this sandbox is in
     Current,
+    /// Say whether this zone may read or write a path or reach HOST:PORT, which rule decides, and which zones this run may enter would allow it
+    Why {
+        #[command(flatten)]
+        why: WhyArgs,
+    },
     /// Run a command in another zone, in a new sandbox
     Enter {
         /// The zone to run the command in
@@ -269,6 +301,7 @@ pub fn command_for(location: &Location) -> clap::Command {
                 .mut_subcommand("list", |l| l.about("List every zone of the configuration"))
                 .mut_subcommand("current", hide)
                 .mut_subcommand("enter", hide)
+                .mut_subcommand("why", hide)
         }),
         Location::Zone { zone, .. } => cmd
             .mut_subcommand("run", hide)

@@ -133,6 +133,18 @@ fn dispatch(
             }
             zones::inside_list(socket, output)?;
         }
+        (Command::Zone(ZoneCommand::Why { why }), Location::Zone { socket, .. }) => {
+            return zones::inside_why(socket, &why);
+        }
+        (
+            Command::Policy(PolicyCommand::Why {
+                zone,
+                profile,
+                why,
+                config,
+            }),
+            Location::Host,
+        ) => return policy::why(zone, profile, &why, &config),
         (Command::Zone(ZoneCommand::Current), Location::Zone { zone, .. }) => {
             zones::current(zone)?;
         }

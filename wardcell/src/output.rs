@@ -361,6 +361,27 @@ pub fn plan_text(plan: &Plan, only: Option<&str>) -> String {
     out.iter().map(|l| shown(l)).collect::<Vec<_>>().join("\n")
 }
 
+/// `policy why` and `zone why`: the answer in words (the first word `allowed` or
+/// `denied`) or as one JSON object; exit status 0 when allowed, 1 when denied.
+pub fn why(
+    answer: &wardcell_common::why::Answer,
+    inside: bool,
+    format: crate::cli::Output,
+) -> Result<std::process::ExitCode, Error> {
+    use crate::cli::Output;
+    match format {
+        Output::Json => {
+            print(&serde_json::to_string(answer).map_err(|e| Error::Json(e.to_string()))?)?
+        }
+        Output::Text => {
+            let text = answer.text(inside);
+            let lines: Vec<_> = text.lines().map(shown).collect();
+            print(&lines.join("\n"))?
+        }
+    }
+    Ok(std::process::ExitCode::from(u8::from(!answer.allowed)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

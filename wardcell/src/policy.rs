@@ -1,9 +1,13 @@
-//! `wardcell policy check` and `wardcell policy show` (host only).
+//! `wardcell policy check`, `wardcell policy show` and `wardcell policy why` (host only).
 
-use wardcell_common::plan::{Plan, SecretPlan};
+use std::process::ExitCode;
+
+use wardcell_common::envrules;
+use wardcell_common::plan::{Plan, SecretPlan, ZonePlan};
 use wardcell_common::resolve::{self, StartRequest};
+use wardcell_common::why::{Rules, Target};
 
-use crate::cli::{ConfigArg, Output, ProfileFlags};
+use crate::cli::{ConfigArg, Output, ProfileFlags, WhyArgs};
 use crate::context;
 use crate::error::Error;
 use crate::output;
@@ -157,6 +161,45 @@ fn allows(allow: &[String], host: &str, port: u16) -> bool {
             None => pattern.eq_ignore_ascii_case(host),
         }
     })
+}
+
+/// On the host: answer `why` for a zone (the default one unless `--zone`) or a profile,
+/// and for a denial name the zones of the configuration that would allow it. Exit status
+/// 0 when allowed, 1 when denied.
+pub fn why(
+    zone: Option<String>,
+    profile: Option<String>,
+    why: &WhyArgs,
+    config: &ConfigArg,
+) -> Result<ExitCode, Error> {
+    let host = context::load_naming(config.file.as_deref(), profile.as_deref())?;
+    let target = Target::parse(
+        &why.target,
+        why.write,
+        &host.context.cwd,
+        &host.context.home,
+    )
+    .map_err(Error::Usage)?;
+    let start = match (&zone, profile) {
+        (Some(z), _) => StartRequest::Zone(z.clone()),
+        (None, Some(p)) => StartRequest::Profile(p),
+        (None, None) => StartRequest::Default,
+    };
+    let plan = resolve::resolve(&host.config, start, Vec::new(), &host.context)?;
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let sockets = envrules::host_socket_dirs(&env);
+    let rules_of = |z: &ZonePlan| Rules::of(&plan, &z.profile, Some(&z.name), &sockets);
+    let all: Vec<Rules> = plan.zones.iter().map(rules_of).collect();
+    let current = match plan.start_profile() {
+        Some((zone, p)) => Rules::of(&plan, p, zone, &sockets),
+        None => {
+            return Err(Error::Refused(
+                "the plan has no zone or profile to start in".into(),
+            ))
+        }
+    };
+    let answer = wardcell_common::why::answer(&current, &all, &target);
+    output::why(&answer, false, why.output)
 }
 
 #[cfg(test)]

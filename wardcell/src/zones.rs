@@ -8,7 +8,11 @@ use std::path::Path;
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 use wardcell_common::protocol::{self, ZoneEntry, ZoneRequest, ZoneResponse};
 
-use crate::cli::{ConfigArg, Output};
+use std::process::ExitCode;
+
+use wardcell_common::why::Target;
+
+use crate::cli::{ConfigArg, Output, WhyArgs};
 use crate::context;
 use crate::error::Error;
 use crate::output;
@@ -132,11 +136,36 @@ pub fn inside_enter(socket: &Path, zone: &str, command: Vec<String>) -> Result<u
                 return Ok(code.clamp(1, 255) as u8);
             }
             ZoneResponse::Refused { message } => return Err(Error::Refused(message)),
-            ZoneResponse::Zones { .. } => {
+            ZoneResponse::Zones { .. } | ZoneResponse::Rules { .. } => {
                 return Err(Error::Refused(
                     "the supervisor answered out of turn".to_string(),
                 ))
             }
         }
     }
+}
+
+/// Inside a zone: ask the supervisor for this zone's rules and those of the zones this
+/// run may enter, and answer `why` from them. Exit status 0 when allowed, 1 when denied.
+pub fn inside_why(socket: &Path, why: &WhyArgs) -> Result<ExitCode, Error> {
+    let cwd = std::env::current_dir().map_err(Error::Cwd)?;
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_default();
+    let target = Target::parse(&why.target, why.write, &cwd, &home).map_err(Error::Usage)?;
+    let mut s = connect(socket)?;
+    ask(&mut s, |s| {
+        protocol::write_frame(s, &ZoneRequest::Why).map_err(std::io::Error::other)
+    })?;
+    let (current, enterable) = match answer(&mut s)? {
+        ZoneResponse::Rules { current, enterable } => (current, enterable),
+        ZoneResponse::Refused { message } => return Err(Error::Refused(message)),
+        other => {
+            return Err(Error::Refused(format!(
+                "the supervisor answered out of turn ({other:?})"
+            )))
+        }
+    };
+    let answer = wardcell_common::why::answer(&current, &enterable, &target);
+    output::why(&answer, true, why.output)
 }

@@ -473,7 +473,7 @@ fn help_lists_only_what_works_here() {
     assert_eq!(commands(&help(&s, &["zone", "--help"], &[])), ["list"]);
     assert_eq!(
         commands(&help(&s, &["policy", "--help"], &[])),
-        ["check", "show"]
+        ["check", "show", "why"]
     );
 
     assert_eq!(
@@ -482,7 +482,7 @@ fn help_lists_only_what_works_here() {
     );
     assert_eq!(
         commands(&help(&s, &["zone", "--help"], IN_ZONE)),
-        ["list", "current", "enter"]
+        ["list", "current", "why", "enter"]
     );
     assert!(!help(&s, &["zone", "list", "--help"], IN_ZONE).contains("--config"));
 

@@ -1,0 +1,475 @@
+//! `wardcell policy why` and `wardcell zone why`: whether a zone's sandbox may read or
+//! write a path, or reach `HOST:PORT`, and which rule decides. Pure: the rules come from
+//! the plan (on the host) or from the supervisor (inside, for the zones this run may
+//! enter), and the answer is computed the same way in both places.
+//!
+//! The answer describes the rules as the view applies them: the most specific tree
+//! decides (a `deny` mask, a `read` tree inside a `write` tree), wardcell's own
+//! directories, credential files and host socket directories are masked in every
+//! sandbox, and `/tmp`, `/dev` and `/proc` are the sandbox's own. Paths are compared as
+//! written, after `.` and `..` are taken lexically: a symbolic link inside the view is
+//! not followed (the kernel will).
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::{Plan, ProfilePlan};
+
+/// What decides for one zone (or one profile run outside zones).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct Rules {
+    /// The zone, or None for `run --profile`.
+    pub zone: Option<String>,
+    pub profile: String,
+    pub read: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+    pub deny: Vec<PathBuf>,
+    pub unix_sockets: Vec<PathBuf>,
+    /// Masked in every sandbox, each with why.
+    pub masked: Vec<(PathBuf, String)>,
+    /// `network.allow`; None: no network at all.
+    pub allow: Option<Vec<String>>,
+}
+
+impl Rules {
+    /// The rules of `profile` (in `zone`) under `plan`; `host_sockets` are the host's
+    /// socket directories (`/run`, the runtime directory, the ssh-agent's).
+    pub fn of(
+        plan: &Plan,
+        profile: &ProfilePlan,
+        zone: Option<&str>,
+        host_sockets: &[PathBuf],
+    ) -> Rules {
+        let mut masked: Vec<(PathBuf, String)> = Vec::new();
+        for p in plan
+            .dirs
+            .config
+            .iter()
+            .chain([&plan.dirs.state, &plan.dirs.runtime])
+        {
+            masked.push((
+                p.clone(),
+                "wardcell's own directory, masked in every sandbox".into(),
+            ));
+        }
+        for p in plan.credential_files() {
+            masked.push((
+                p,
+                "a credential's secret file, masked in every sandbox".into(),
+            ));
+        }
+        for p in host_sockets {
+            masked.push((
+                p.clone(),
+                "where host services keep their sockets, masked unless `unix_sockets` names one"
+                    .into(),
+            ));
+        }
+        Rules {
+            zone: zone.map(str::to_string),
+            profile: profile.name.clone(),
+            read: profile.read.clone(),
+            write: profile.write.clone(),
+            deny: profile.deny.clone(),
+            unix_sockets: profile.unix_sockets.clone(),
+            masked,
+            allow: (!profile.network.allow.is_empty()).then(|| profile.network.allow.clone()),
+        }
+    }
+
+    /// How the answer names these rules: `zone 'agent'` or `profile 'p'`.
+    pub fn named(&self) -> String {
+        match &self.zone {
+            Some(z) => format!("zone '{z}'"),
+            None => format!("profile '{}'", self.profile),
+        }
+    }
+}
+
+/// What is asked about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Path { path: PathBuf, write: bool },
+    Net { host: String, port: u16 },
+}
+
+impl Target {
+    /// `HOST:PORT` (`[v6]:PORT` for IPv6) or a path (relative to `cwd`). A path is told
+    /// from a host by a `/` or a leading `.` or `~`; `~` is `home`.
+    pub fn parse(text: &str, write: bool, cwd: &Path, home: &Path) -> Result<Target, String> {
+        let is_path = text.contains('/') || text.starts_with('.') || text.starts_with('~');
+        if is_path {
+            let p = if text == "~" {
+                home.to_path_buf()
+            } else if let Some(rest) = text.strip_prefix("~/") {
+                home.join(rest)
+            } else {
+                cwd.join(text)
+            };
+            return Ok(Target::Path {
+                path: lexical(&p),
+                write,
+            });
+        }
+        if write {
+            return Err(format!(
+                "--write is about paths, and `{text}` is a HOST:PORT; drop --write"
+            ));
+        }
+        let (host, port) = text.rsplit_once(':').ok_or_else(|| {
+            format!("`{text}` is neither a path (give one with a `/`) nor HOST:PORT")
+        })?;
+        let port: u16 = port
+            .parse()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("`{text}`: the port must be a number from 1 to 65535"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+        if host.is_empty() {
+            return Err(format!("`{text}` has no host"));
+        }
+        Ok(Target::Net { host, port })
+    }
+
+    /// As the answer shows it.
+    pub fn shown(&self) -> String {
+        match self {
+            Target::Path { path, .. } => path.display().to_string(),
+            Target::Net { host, port } if host.contains(':') => format!("[{host}]:{port}"),
+            Target::Net { host, port } => format!("{host}:{port}"),
+        }
+    }
+}
+
+/// `.` and `..` taken as written, without asking the filesystem.
+fn lexical(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The answer for one set of rules.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub allowed: bool,
+    /// The rule that decides, in words.
+    pub rule: String,
+}
+
+fn yes(rule: String) -> Verdict {
+    Verdict {
+        allowed: true,
+        rule,
+    }
+}
+
+fn no(rule: String) -> Verdict {
+    Verdict {
+        allowed: false,
+        rule,
+    }
+}
+
+/// Decide `target` under `rules`.
+pub fn decide(rules: &Rules, target: &Target) -> Verdict {
+    match target {
+        Target::Path { path, write } => decide_path(rules, path, *write),
+        Target::Net { host, port } => decide_net(rules, host, *port),
+    }
+}
+
+/// The sandbox's own trees: (path, kind, what it is).
+const OWN: [(&str, u8, &str); 3] = [
+    ("/tmp", 4, "every sandbox has a private /tmp, empty at the start and gone at the end (not the host's), unless a tree the profile names under /tmp is bound over it"),
+    ("/dev", 5, "every sandbox has a minimal /dev of its own (null zero full random urandom tty, pts, shm)"),
+    ("/proc", 6, "every sandbox has a /proc of its own, showing only its own processes"),
+];
+
+fn decide_path(rules: &Rules, path: &Path, write: bool) -> Verdict {
+    let q = |p: &Path| format!("{:?}", p.display().to_string());
+    if let Some((m, why)) = rules.masked.iter().find(|(m, _)| path.starts_with(m)) {
+        let named = rules.unix_sockets.iter().any(|s| s.starts_with(m));
+        if !named || !why.starts_with("where host services") {
+            return no(format!("{} is {why}", q(m)));
+        }
+    }
+    // The most specific entry decides; on a tie a mask, then a `write` tree, wins (a
+    // path both read and written is writable, as the view makes it).
+    let own: Vec<(PathBuf, u8)> = OWN.iter().map(|(p, k, _)| (PathBuf::from(p), *k)).collect();
+    let entries = rules
+        .deny
+        .iter()
+        .map(|p| (p, 0))
+        .chain(rules.read.iter().map(|p| (p, 1)))
+        .chain(rules.write.iter().map(|p| (p, 2)))
+        .chain(rules.unix_sockets.iter().map(|p| (p, 3)))
+        .chain(own.iter().map(|(p, k)| (p, *k)));
+    let best = entries
+        .filter(|(p, _)| path.starts_with(p))
+        .max_by_key(|(p, kind)| {
+            let rank = match kind {
+                0 => 3,
+                2 => 2,
+                1 => 1,
+                _ => 0,
+            };
+            (p.components().count(), rank)
+        });
+    let Some((tree, kind)) = best else {
+        return no(format!(
+            "not in the view: no `read` or `write` tree of {} holds it",
+            rules.named()
+        ));
+    };
+    match (kind, write) {
+        (0, _) => no(format!("{} is masked by `deny`", q(tree))),
+        (3, _) => yes(format!("{} is a host socket `unix_sockets` names", q(tree))),
+        (1, false) => yes(format!("inside the `read` tree {}", q(tree))),
+        (1, true) => {
+            let within = rules
+                .write
+                .iter()
+                .find(|w| tree.starts_with(w) && *w != tree);
+            match within {
+                Some(w) => no(format!(
+                    "{} is a `read` path inside the `write` tree {}: it stays read-only (protected files such as .git/hooks and .git/config are kept so; writing them fails with EBUSY or EROFS)",
+                    q(tree),
+                    q(w)
+                )),
+                None => no(format!("read-only: inside the `read` tree {}", q(tree))),
+            }
+        }
+        (2, _) => yes(format!("inside the `write` tree {}", q(tree))),
+        (k, _) => {
+            let what = OWN
+                .iter()
+                .find(|(_, n, _)| *n == k)
+                .map_or("", |(_, _, w)| *w);
+            Verdict {
+                allowed: k != 6 || !write,
+                rule: what.to_string(),
+            }
+        }
+    }
+}
+
+/// `*.example.com` matches names under example.com, not example.com itself; hosts in
+/// any case, without a trailing dot; IPv6 with or without brackets.
+fn matches(entry: &str, host: &str, port: u16) -> bool {
+    let Some((h, p)) = entry.rsplit_once(':') else {
+        return false;
+    };
+    if p.parse::<u16>().ok() != Some(port) {
+        return false;
+    }
+    let h = h.trim_start_matches('[').trim_end_matches(']');
+    let h = h.strip_suffix('.').unwrap_or(h).to_ascii_lowercase();
+    match h.strip_prefix("*.") {
+        Some(suffix) => host.len() > suffix.len() + 1 && host.ends_with(&format!(".{suffix}")),
+        None => h == host || (h == "localhost" && matches!(host, "127.0.0.1" | "::1")),
+    }
+}
+
+fn decide_net(rules: &Rules, host: &str, port: u16) -> Verdict {
+    let Some(allow) = &rules.allow else {
+        return no(format!(
+            "{} has no network at all (its profile has no `network`)",
+            rules.named()
+        ));
+    };
+    match allow.iter().find(|e| matches(e, host, port)) {
+        Some(e) => yes(format!(
+            "`network.allow` has \"{e}\" (a name that resolves to a private, loopback or link-local address is still refused unless the entry names that address or localhost)"
+        )),
+        None => no(format!(
+            "no `network.allow` entry of {} matches {host}:{port}",
+            rules.named()
+        )),
+    }
+}
+
+/// The whole answer: the verdict for `rules`, and for a denial the zones among `others`
+/// that would allow it.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub target: String,
+    pub zone: Option<String>,
+    pub profile: String,
+    pub allowed: bool,
+    pub rule: String,
+    /// Zones that allow it (for a denial; empty when allowed).
+    pub allowed_in: Vec<String>,
+}
+
+pub fn answer(rules: &Rules, others: &[Rules], target: &Target) -> Answer {
+    let v = decide(rules, target);
+    let allowed_in = if v.allowed {
+        Vec::new()
+    } else {
+        others
+            .iter()
+            .filter(|o| o.zone != rules.zone && decide(o, target).allowed)
+            .filter_map(|o| o.zone.clone())
+            .collect()
+    };
+    Answer {
+        target: target.shown(),
+        zone: rules.zone.clone(),
+        profile: rules.profile.clone(),
+        allowed: v.allowed,
+        rule: v.rule,
+        allowed_in,
+    }
+}
+
+impl Answer {
+    /// For people: the first word is `allowed` or `denied`.
+    pub fn text(&self, inside: bool) -> String {
+        let verb = if self.allowed { "allowed" } else { "denied" };
+        let whose = match &self.zone {
+            Some(z) => format!("zone '{z}'"),
+            None => format!("profile '{}'", self.profile),
+        };
+        let mut out = format!(
+            "{verb}: {} in {whose}\n  because: {}\n",
+            self.target, self.rule
+        );
+        if !self.allowed {
+            let line = match (self.allowed_in.is_empty(), inside) {
+                (true, true) => "no zone this run may enter allows it".to_string(),
+                (true, false) => "no zone allows it".to_string(),
+                (false, true) => format!(
+                    "allowed in: {} (`wardcell zone enter ZONE -- COMMAND`)",
+                    self.allowed_in.join(", ")
+                ),
+                (false, false) => format!(
+                    "allowed in: {} (`wardcell run --zone ZONE -- COMMAND`)",
+                    self.allowed_in.join(", ")
+                ),
+            };
+            out.push_str(&format!("  {line}\n"));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(zone: &str) -> Rules {
+        Rules {
+            zone: Some(zone.into()),
+            profile: "p".into(),
+            read: vec!["/usr".into(), "/home/me".into(), "/home/me/proj/.git/hooks".into()],
+            write: vec!["/home/me/proj".into()],
+            deny: vec!["/home/me/.ssh".into()],
+            unix_sockets: vec!["/run/user/1/ssh.sock".into()],
+            masked: vec![
+                ("/home/me/.config/wardcell".into(), "wardcell's own directory, masked in every sandbox".into()),
+                ("/run".into(), "where host services keep their sockets, masked unless `unix_sockets` names one".into()),
+            ],
+            allow: Some(vec!["api.example.com:443".into(), "*.corp.example:8443".into(), "localhost:5432".into()]),
+        }
+    }
+
+    fn path(p: &str, write: bool) -> Target {
+        Target::parse(p, write, Path::new("/home/me/proj"), Path::new("/home/me")).unwrap()
+    }
+
+    fn net(t: &str) -> Target {
+        Target::parse(t, false, Path::new("/"), Path::new("/")).unwrap()
+    }
+
+    #[test]
+    fn paths_are_decided_by_the_most_specific_rule() {
+        let r = rules("agent");
+        let ok = |t: Target| decide(&r, &t).allowed;
+        assert!(ok(path("src/main.rs", true)));
+        assert!(ok(path("/usr/bin/git", false)));
+        assert!(!ok(path("/usr/bin/git", true)));
+        assert!(!ok(path("~/.ssh/id_ed25519", false)));
+        assert!(!ok(path("/etc/passwd", false)));
+        assert!(ok(path(".git/hooks/pre-commit", false)));
+        let hooks = decide(&r, &path(".git/hooks/pre-commit", true));
+        assert!(!hooks.allowed && hooks.rule.contains("EBUSY"), "{hooks:?}");
+        assert!(!ok(path("~/.config/wardcell/zones.toml", false)));
+        assert!(!ok(path("/run/dbus/system_bus_socket", false)));
+        assert!(ok(path("/run/user/1/ssh.sock", false)));
+        assert!(ok(path("/tmp/x", true)));
+        // A tree the profile names under /tmp is bound over the private one.
+        let t = Rules {
+            read: vec!["/tmp/shared".into()],
+            ..rules("agent")
+        };
+        assert!(!decide(&t, &path("/tmp/shared/x", true)).allowed);
+        assert!(decide(&t, &path("/tmp/other", true)).allowed);
+        assert!(!ok(path("/proc/1/environ", true)));
+        // `..` is taken as written: out of the project is read-only home.
+        assert!(!ok(path("../other/file", true)));
+        assert!(ok(path("../other/file", false)));
+    }
+
+    #[test]
+    fn hosts_match_as_the_proxy_matches_them() {
+        let r = rules("agent");
+        let ok = |t: &str| decide(&r, &net(t)).allowed;
+        assert!(ok("api.example.com:443"));
+        assert!(ok("API.Example.COM.:443"));
+        assert!(!ok("api.example.com:80"));
+        assert!(ok("git.corp.example:8443"));
+        assert!(!ok("corp.example:8443"));
+        assert!(!ok("evilcorp.example:8443"));
+        assert!(ok("localhost:5432") && ok("127.0.0.1:5432") && ok("[::1]:5432"));
+        assert!(!ok("example.org:443"));
+        let none = Rules {
+            allow: None,
+            ..rules("offline")
+        };
+        let v = decide(&none, &net("api.example.com:443"));
+        assert!(!v.allowed && v.rule.contains("no network"), "{v:?}");
+    }
+
+    #[test]
+    fn a_denial_names_the_zones_that_allow_it() {
+        let agent = Rules {
+            allow: None,
+            ..rules("agent")
+        };
+        let push = rules("push");
+        let a = answer(&agent, &[agent.clone(), push], &net("api.example.com:443"));
+        assert_eq!(
+            (a.allowed, a.allowed_in.clone()),
+            (false, vec!["push".to_string()])
+        );
+        let text = a.text(true);
+        assert!(
+            text.starts_with("denied: api.example.com:443 in zone 'agent'\n"),
+            "{text}"
+        );
+        assert!(text.contains("allowed in: push"), "{text}");
+        let b = answer(&rules("push"), &[], &net("api.example.com:443"));
+        assert!(b.text(false).starts_with("allowed: "));
+    }
+
+    #[test]
+    fn targets_are_parsed_or_refused_in_words() {
+        let bad =
+            |t: &str, w: bool| Target::parse(t, w, Path::new("/"), Path::new("/")).unwrap_err();
+        assert!(bad("example.com", false).contains("neither a path"));
+        assert!(bad("example.com:0", false).contains("port"));
+        assert!(bad("example.com:99999", false).contains("port"));
+        assert!(bad("example.com:443", true).contains("--write"));
+        assert_eq!(net("[::1]:80").shown(), "[::1]:80");
+    }
+}
