@@ -1576,6 +1576,10 @@ both!(credentials_match_port_method_and_unambiguous_paths, |fx| {
         ("enc-semicolon", "/repo.git/a%3Bm-encsemicolon"),
         ("semicolon", "/repo.git/m-semicolon;a=b"),
         ("slashes", "/repo.git//m-slashes"),
+        ("nul", "/repo.git/a%00/m-nul"),
+        ("overlong-dots", "/repo.git/%C0%AE%C0%AE/m-overlong"),
+        ("overlong-slash", "/repo.git/a%c0%afb/m-overlongslash"),
+        ("not-utf8", "/repo.git/%E0%80%AE/m-notutf8"),
     ];
     let mut inner = String::new();
     for (tag, args) in [

@@ -170,7 +170,7 @@ fn a_name_resolving_to_loopback_needs_an_explicit_entry() {
         p.event(),
         "127.1",
         upstream,
-        "a loopback address, which the allow list does not name explicitly",
+        "a loopback address, which the proxy dials only for an entry naming 127.0.0.1 literally",
     );
     // (curl would rewrite 127.1 to 127.0.0.1 itself, so plain HTTP is tried raw.)
     let mut s = std::net::TcpStream::connect(("127.0.0.1", p.port)).unwrap();
