@@ -806,8 +806,9 @@ both!(the_hosts_own_address_is_reached_only_literally, |fx| {
         port_s.as_str(),
     ];
 
-    // By name only: refused everywhere, and nothing reaches the server.
-    fx.test_config(&format!("network = {{ allow = [\"{name}:{port}\"] }}\n"));
+    // By name only, even under network.internal (this machine's address may be of a
+    // class internal names reach): refused everywhere, and nothing reaches the server.
+    fx.test_config(&format!("network = {{ internal = [\"{name}:{port}\"] }}\n"));
     let (out, log) = run(&fx, &argv);
     out.ok();
     assert_eq!(result(&out, "dns"), "rcode=0 answers=0", "{out:#?}");
@@ -947,4 +948,100 @@ both!(over_the_connection_cap_is_answered_at_once, |fx| {
     assert!(busy.len() >= 2, "{:#?}", denied(&log));
     assert!(busy.iter().any(|d| d["port"] == 3128), "{busy:#?}");
     assert!(busy.iter().any(|d| d["port"] == u64::from(e)), "{busy:#?}");
+});
+
+/// A name from this machine's hosts file that maps to 127.0.0.1 and is not `localhost`
+/// (`vm` on the CI machine), if there is one: the proxy resolves it from the hosts file.
+fn hosts_file_loopback_name() -> Option<String> {
+    let hosts = fs::read_to_string("/etc/hosts").ok()?;
+    hosts
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next()? == "127.0.0.1").then(|| f.map(str::to_string).collect::<Vec<_>>())
+        })
+        .flatten()
+        .find(|n| {
+            let n = n.to_ascii_lowercase();
+            n != "localhost"
+                && !n.contains("localhost")
+                && n.bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'.')
+        })
+}
+
+// Issue 20, item 1: a name under network.internal reaches the internal address it
+// resolves to (here loopback: `127.1`, which the resolver reads as 127.0.0.1, and a
+// hosts-file name when this machine has one), explicitly, transparently and through the
+// proxy's DNS; the same name under network.allow reaches nothing, and the refusal says
+// to add it under network.internal.
+both!(internal_names_reach_internal_addresses, |fx| {
+    let srv = Server::start(Kind::Http, 0);
+    let port = srv.port;
+    let client = fx.home.join("e2e/internal.py");
+    fx.write(&client, OWN_CLIENT);
+    let py = python();
+    let port_s = port.to_string();
+    let mut names = vec!["127.1".to_string()];
+    names.extend(hosts_file_loopback_name());
+    for name in &names {
+        let argv = [
+            py.to_str().unwrap(),
+            client.to_str().unwrap(),
+            name.as_str(),
+            "127.0.0.1",
+            port_s.as_str(),
+        ];
+        // Under allow: public only.
+        fx.test_config(&format!("network = {{ allow = [\"{name}:{port}\"] }}\n"));
+        let (out, log) = run(&fx, &argv);
+        out.ok();
+        assert_eq!(result(&out, "dns"), "rcode=0 answers=0", "{name}: {out:#?}");
+        let hint = format!("add \"{name}:{port}\" under network.internal");
+        for tag in ["explicit", "transparent"] {
+            let r = result(&out, tag);
+            assert!(
+                r.ends_with("code=403") && r.contains(&hint),
+                "{name} {tag}: {out:#?}"
+            );
+        }
+        assert!(
+            denied(&log)
+                .iter()
+                .any(|d| d["reason"].as_str().unwrap_or("").contains(&hint)),
+            "{name}: {log:#?}"
+        );
+        assert!(srv.seen().is_empty(), "{name}: {:?}", srv.seen());
+
+        // Under internal: reached, by the proxy's DNS too.
+        fx.test_config(&format!(
+            "network = {{ allow = [\"example.invalid:1\"], internal = [\"{name}:{port}\"] }}\n"
+        ));
+        let shown = fx.run(&["policy", "show"]);
+        assert!(
+            shown.stdout.contains("network internal:")
+                && shown
+                    .stdout
+                    .contains(&format!("{name}:{port} (may resolve to private")),
+            "{shown:#?}"
+        );
+        let (out, _) = run(&fx, &argv);
+        out.ok();
+        assert_eq!(result(&out, "dns"), "rcode=0 answers=1", "{name}: {out:#?}");
+        for tag in ["explicit", "transparent"] {
+            assert!(
+                result(&out, tag).ends_with("code=200"),
+                "{name} {tag}: {out:#?}"
+            );
+        }
+        let seen = srv.seen();
+        for path in ["/own-explicit", "/own-transparent"] {
+            assert!(
+                seen.contains(&format!("{name}:{port} {path}")),
+                "{name} {path}: {seen:?}"
+            );
+        }
+        srv.seen.lock().unwrap().clear();
+    }
 });

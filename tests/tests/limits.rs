@@ -323,7 +323,7 @@ both!(policy_check_refuses_what_run_refuses, |fx| {
     out.expect_code(1);
     assert!(
         out.stderr
-            .starts_with("error: profile 'ports': network.allow names 11 distinct ports; a sandbox can have at most 10"),
+            .starts_with("error: profile 'ports': network.allow and network.internal name 11 distinct ports; a sandbox can have at most 10"),
         "{out:#?}"
     );
     let out = fx.run(&["run", "--profile", "ports", "--", "true"]);

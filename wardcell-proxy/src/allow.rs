@@ -120,9 +120,20 @@ pub struct Rule {
     pub entry: String,
     pattern: Pattern,
     port: u16,
+    /// From `network.internal`: its names may resolve to internal addresses.
+    pub internal: bool,
 }
 
 impl Rule {
+    /// A `network.internal` entry.
+    pub fn parse_internal(entry: &str) -> Result<Rule, Error> {
+        Ok(Rule {
+            internal: true,
+            ..Rule::parse(entry)?
+        })
+    }
+
+    /// A `network.allow` entry.
     pub fn parse(entry: &str) -> Result<Rule, Error> {
         let bad = |why: &str| Error::AllowEntry {
             entry: entry.to_string(),
@@ -150,6 +161,7 @@ impl Rule {
             entry: entry.to_string(),
             pattern,
             port,
+            internal: false,
         })
     }
 
@@ -190,10 +202,12 @@ pub struct AllowList {
 }
 
 impl AllowList {
-    pub fn parse(entries: &[String]) -> Result<AllowList, Error> {
-        let rules = entries
+    /// `network.allow` and `network.internal`.
+    pub fn parse(allow: &[String], internal: &[String]) -> Result<AllowList, Error> {
+        let rules = allow
             .iter()
             .map(|e| Rule::parse(e))
+            .chain(internal.iter().map(|e| Rule::parse_internal(e)))
             .collect::<Result<_, _>>()?;
         Ok(AllowList { rules })
     }
@@ -204,14 +218,17 @@ impl AllowList {
         self.rules.iter().filter(move |r| r.matches_host(host))
     }
 
-    /// The entry that admits `t`, an exact one before a wildcard.
+    /// The entry that admits `t`: an exact one before a wildcard, and among those an
+    /// internal one (it reaches more) before an allow one.
     pub fn find(&self, t: &Target) -> Option<&Rule> {
-        let mut hits = self.rules.iter().filter(|r| r.matches(t));
-        let first = hits.next()?;
-        if first.is_exact() {
-            return Some(first);
+        let mut best: Option<&Rule> = None;
+        for r in self.rules.iter().filter(|r| r.matches(t)) {
+            let key = |r: &Rule| (r.is_exact(), r.internal);
+            if best.is_none_or(|b| key(r) > key(b)) {
+                best = Some(r);
+            }
         }
-        Some(hits.find(|r| r.is_exact()).unwrap_or(first))
+        best
     }
 }
 
@@ -220,7 +237,31 @@ mod tests {
     use super::*;
 
     fn list(entries: &[&str]) -> AllowList {
-        AllowList::parse(&entries.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+        AllowList::parse(
+            &entries.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            &[],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn an_internal_entry_wins_over_the_same_allow_entry() {
+        let l = AllowList::parse(
+            &["git.corp:443".into(), "*.corp:443".into()],
+            &["*.corp:443".into(), "git.corp:443".into()],
+        )
+        .unwrap();
+        let found = l.find(&Target::new("git.corp", 443).unwrap()).unwrap();
+        assert!(found.internal && found.entry == "git.corp:443");
+        let found = l.find(&Target::new("a.corp", 443).unwrap()).unwrap();
+        assert!(found.internal && found.entry == "*.corp:443");
+        let only_allow = list(&["git.corp:443"]);
+        assert!(
+            !only_allow
+                .find(&Target::new("git.corp", 443).unwrap())
+                .unwrap()
+                .internal
+        );
     }
 
     fn allowed(l: &AllowList, host: &str, port: u16) -> bool {

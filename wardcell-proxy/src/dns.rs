@@ -136,18 +136,24 @@ pub enum Barred {
 }
 
 impl Barred {
-    /// The refusal, in words: `host` resolves to `ip`, and what would allow it.
-    pub fn explain(&self, host: &Host, ip: IpAddr) -> String {
+    /// The refusal, in words: `host` resolves to `ip`, and what would allow it under
+    /// `rule`, the entry that admitted the name.
+    pub fn explain(&self, host: &Host, ip: IpAddr, rule: &Rule) -> String {
+        let literal = format!("which the proxy dials only for an entry naming {ip} literally");
         match self {
-            Barred::Own => format!(
-                "{host} resolves to {ip}, an address of this machine, which the proxy dials only for an entry naming {ip} literally"
-            ),
+            Barred::Own => format!("{host} resolves to {ip}, an address of this machine, {literal}"),
             Barred::OwnUnknown(why) => format!(
                 "{host} resolves to {ip}, and this machine's own addresses cannot be read ({why}), so only an entry naming {ip} literally reaches it"
             ),
-            Barred::Class(class) => format!(
-                "{host} resolves to {ip}, a {class} address, which the proxy dials only for an entry naming {ip} literally"
-            ),
+            Barred::Class(class @ (Class::Private | Class::Shared | Class::Reserved | Class::Loopback))
+                if !rule.internal =>
+            {
+                format!(
+                    "{host} resolves to {ip}, a {class} address, which names under network.allow never reach: add \"{}\" under network.internal to allow it",
+                    rule.entry
+                )
+            }
+            Barred::Class(class) => format!("{host} resolves to {ip}, a {class} address, {literal}"),
         }
     }
 }
@@ -190,7 +196,9 @@ pub fn own_addresses() -> Result<Arc<[IpAddr]>, String> {
 
 /// May a connection admitted by `rule` go to `ip`? Anything the entry names literally;
 /// never one of this machine's own addresses otherwise; global addresses; loopback when
-/// the entry is `localhost`.
+/// the entry is `localhost`; private, shared, reserved and loopback addresses when the
+/// entry is under `network.internal`. Link-local, unspecified and multicast addresses
+/// only literally.
 pub fn permitted(ip: IpAddr, rule: &Rule) -> Result<(), Barred> {
     if rule.names_ip(ip) {
         return Ok(());
@@ -212,6 +220,9 @@ pub fn admits(ip: IpAddr, rule: &Rule, own: Result<&[IpAddr], String>) -> Result
     match classify(ip) {
         Class::Global => Ok(()),
         Class::Loopback if rule.names_localhost() => Ok(()),
+        Class::Private | Class::Shared | Class::Reserved | Class::Loopback if rule.internal => {
+            Ok(())
+        }
         class => Err(Barred::Class(class)),
     }
 }
@@ -276,7 +287,7 @@ pub async fn resolve(t: &Target, rule: &Rule) -> Result<Vec<SocketAddr>, Unreach
         return Ok(ok);
     }
     Err(match first_refusal {
-        Some((ip, barred)) => Unreachable::Refused(barred.explain(&t.host, ip)),
+        Some((ip, barred)) => Unreachable::Refused(barred.explain(&t.host, ip, rule)),
         None => Unreachable::Lookup("no addresses".into()),
     })
 }
@@ -390,6 +401,57 @@ mod tests {
     }
 
     #[test]
+    fn internal_entries_reach_internal_classes_only() {
+        let none: Result<&[IpAddr], String> = Ok(&[]);
+        let internal = Rule::parse_internal("git.corp:443").unwrap();
+        for a in [
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "fd00::1",
+            "192.0.2.9",
+            "127.0.0.1",
+            "::1",
+            "8.8.8.8",
+        ] {
+            assert_eq!(admits(ip(a), &internal, none.clone()), Ok(()), "{a}");
+        }
+        for (a, c) in [
+            ("169.254.169.254", Class::LinkLocal),
+            ("fe80::1", Class::LinkLocal),
+            ("0.0.0.0", Class::Unspecified),
+            ("224.0.0.1", Class::Multicast),
+        ] {
+            assert_eq!(
+                admits(ip(a), &internal, none.clone()),
+                Err(Barred::Class(c)),
+                "{a}"
+            );
+        }
+        // This machine's own addresses stay out, internal or not.
+        assert_eq!(
+            admits(ip("10.1.2.3"), &internal, Ok(&[ip("10.1.2.3")])),
+            Err(Barred::Own)
+        );
+        // The same name under allow: public only, and the refusal says where it goes.
+        let allow = Rule::parse("git.corp:443").unwrap();
+        let barred = admits(ip("10.1.2.3"), &allow, none.clone()).unwrap_err();
+        let why = barred.explain(&Host::parse("git.corp").unwrap(), ip("10.1.2.3"), &allow);
+        assert!(
+            why.contains("add \"git.corp:443\" under network.internal"),
+            "{why}"
+        );
+        let barred = admits(ip("169.254.169.254"), &internal, none).unwrap_err();
+        let why = barred.explain(
+            &Host::parse("git.corp").unwrap(),
+            ip("169.254.169.254"),
+            &internal,
+        );
+        assert!(why.contains("naming 169.254.169.254 literally"), "{why}");
+    }
+
+    #[test]
     fn the_hosts_own_addresses_only_by_a_literal_entry() {
         let own = [ip("8.8.4.4"), ip("2606:4700::1")];
         let name = Rule::parse("svc.example:80").unwrap();
@@ -407,7 +469,7 @@ mod tests {
             Err(Barred::OwnUnknown(_))
         ));
         assert_eq!(admits(ip("8.8.4.4"), &literal, unknown()), Ok(()));
-        let why = Barred::Own.explain(&Host::parse("svc.example").unwrap(), ip("8.8.4.4"));
+        let why = Barred::Own.explain(&Host::parse("svc.example").unwrap(), ip("8.8.4.4"), &name);
         assert!(why.contains("an address of this machine"), "{why}");
         assert!(why.contains("naming 8.8.4.4 literally"), "{why}");
         // This machine's own addresses are read, loopback aside.
@@ -421,7 +483,13 @@ mod tests {
         let rule = Rule::parse("127.1:80").unwrap();
         let t = Target::new("127.1", 80).unwrap();
         match resolve(&t, &rule).await {
-            Err(Unreachable::Refused(why)) => assert!(why.contains("loopback"), "{why}"),
+            Err(Unreachable::Refused(why)) => {
+                assert!(why.contains("loopback"), "{why}");
+                assert!(
+                    why.contains("add \"127.1:80\" under network.internal"),
+                    "{why}"
+                );
+            }
             other => panic!("{other:?}"),
         }
         let rule = Rule::parse("localhost:80").unwrap();

@@ -209,7 +209,7 @@ async fn handle(mut client: TcpStream, ctx: Arc<Ctx>, names: Arc<Names>) {
         return forbid(client, is_http, &reason).await;
     }
     if let Err(barred) = dns::permitted(dst.ip(), rule) {
-        let reason = barred.explain(&target.host, dst.ip());
+        let reason = barred.explain(&target.host, dst.ip(), rule);
         refuse(target.host.to_string(), reason.clone());
         return forbid(client, is_http, &reason).await;
     }
@@ -299,7 +299,7 @@ mod tests {
     use super::*;
 
     fn allow(e: &[&str]) -> AllowList {
-        AllowList::parse(&e.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+        AllowList::parse(&e.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &[]).unwrap()
     }
 
     fn dst(s: &str) -> SocketAddr {

@@ -170,7 +170,7 @@ fn a_name_resolving_to_loopback_needs_an_explicit_entry() {
         p.event(),
         "127.1",
         upstream,
-        "a loopback address, which the proxy dials only for an entry naming 127.0.0.1 literally",
+        "a loopback address, which names under network.allow never reach: add \"127.1:",
     );
     // (curl would rewrite 127.1 to 127.0.0.1 itself, so plain HTTP is tried raw.)
     let mut s = std::net::TcpStream::connect(("127.0.0.1", p.port)).unwrap();
@@ -180,7 +180,12 @@ fn a_name_resolving_to_loopback_needs_an_explicit_entry() {
     )
     .unwrap();
     assert!(read_head(&mut s).starts_with("HTTP/1.1 403"));
-    assert_denied(p.event(), "127.1", upstream, "loopback");
+    assert_denied(
+        p.event(),
+        "127.1",
+        upstream,
+        &format!("add \"127.1:{upstream}\" under network.internal"),
+    );
 
     // Resolved through the hosts file, under the proxy's Landlock and seccomp.
     if let Some(name) = &hosts_name {
@@ -194,6 +199,43 @@ fn a_name_resolving_to_loopback_needs_an_explicit_entry() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(r.body.starts_with("GET /hello\n"), "{}", r.body);
     assert!(connect_event("localhost", upstream)(&p.event()));
+}
+
+// Issue 20, item 1: the same names under `network.internal` reach loopback, by CONNECT
+// and by plain HTTP, under the proxy's confinement; the refusal above says how.
+#[test]
+fn a_name_under_internal_reaches_loopback() {
+    let upstream = http_server();
+    let mut internal = vec![format!("127.1:{upstream}")];
+    let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    let hosts_name = hosts
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let ip: std::net::IpAddr = f.next()?.parse().ok()?;
+            ip.is_loopback()
+                .then_some(f.map(str::to_string).collect::<Vec<_>>())
+        })
+        .flatten()
+        .find(|n| n != "localhost" && !n.starts_with("localhost.") && !n.contains(':'));
+    internal.extend(hosts_name.iter().map(|n| format!("{n}:{upstream}")));
+    let mut sp = spec(&[], vec![]);
+    sp.internal = internal;
+    let mut p = Proxy::start(sp, &[]);
+    let (_s, head) = raw_connect(p.port, &format!("127.1:{upstream}"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", p.port)).unwrap();
+    write!(
+        s,
+        "GET http://127.1:{upstream}/internal HTTP/1.1\r\nHost: 127.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    assert!(read_head(&mut s).starts_with("HTTP/1.1 200"));
+    if let Some(name) = &hosts_name {
+        let r = curl(&p, &format!("http://{name}:{upstream}/by-hosts"), &[]);
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
 }
 
 #[test]

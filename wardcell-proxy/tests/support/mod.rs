@@ -81,6 +81,7 @@ pub fn spec(allow: &[String], credentials: Vec<CredentialPlan>) -> ProxySpec {
         run_id: "test-run".into(),
         zone: "push".into(),
         allow: allow.to_vec(),
+        internal: Vec::new(),
         credentials,
         trace: None,
     }
