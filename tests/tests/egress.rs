@@ -207,8 +207,9 @@ def curl(*args):
                        capture_output=True, text=True)
     return 'code=%s' % r.stdout
 
-# Before any DNS: an address with no name and no entry of its own.
+# Before any DNS: an address with no name; `localhost:E2` means 127.0.0.1:E2 too.
 say('raw-unnamed', raw('127.0.0.1', E2))
+say('server-first-unnamed', raw('127.0.0.1', S, b'hi\n', first=True))
 try:
     socket.getaddrinfo('denied.example', 80)
     say('gai-denied', 'resolved')
@@ -325,8 +326,14 @@ both!(transparent_egress_reaches_only_the_allow_list, |fx| {
         _ => "rcode=0 -",
     };
     assert_eq!(result(&out, "dns-localhost-aaaa"), aaaa);
-    // Raw TCP: by the name the address was answered for, or by an address entry.
-    assert_eq!(result(&out, "raw-unnamed"), "got=-", "{out:#?}");
+    // Raw TCP: by the name the address was answered for, or by an address entry; a
+    // `localhost:P` entry admits 127.0.0.1:P without a name (issue 20, item 2).
+    assert_eq!(result(&out, "raw-unnamed"), "got=echo:ping", "{out:#?}");
+    assert_eq!(
+        result(&out, "server-first-unnamed"),
+        "got=SSH-2.0-test|echo:hi",
+        "{out:#?}"
+    );
     assert_eq!(result(&out, "raw-named"), "got=echo:ping", "{out:#?}");
     assert_eq!(result(&out, "raw-ip-entry"), "got=echo:ping", "{out:#?}");
     assert_eq!(result(&out, "raw-other-ip"), "got=-", "{out:#?}");
@@ -340,11 +347,11 @@ both!(transparent_egress_reaches_only_the_allow_list, |fx| {
         "got=SSH-2.0-test|echo:hi",
         "{out:#?}"
     );
-    // HTTP without the proxy variables, by Host; a Host that is not the address's name,
-    // or an address the list does not name, gets 403.
+    // HTTP without the proxy variables, by Host; a Host that is not the address's name
+    // gets 403; 127.0.0.1 is localhost's.
     assert_eq!(result(&out, "curl-name"), "code=200", "{out:#?}");
     assert_eq!(result(&out, "curl-host-mismatch"), "code=403", "{out:#?}");
-    assert_eq!(result(&out, "curl-ip"), "code=403", "{out:#?}");
+    assert_eq!(result(&out, "curl-ip"), "code=200", "{out:#?}");
     // The explicit proxy still works as before.
     assert_eq!(result(&out, "curl-explicit"), "code=200", "{out:#?}");
     // TLS by SNI: a name other than the one the address was answered for is cut off
@@ -357,14 +364,15 @@ both!(transparent_egress_reaches_only_the_allow_list, |fx| {
         http.seen(),
         [
             format!("localhost:{h} /by-name"),
+            format!("127.0.0.1:{h} /by-ip"),
             format!("localhost:{h} /explicit"),
             "TLS".to_string()
         ],
         "{out:#?}"
     );
-    assert_eq!(named.seen(), ["ping"]);
+    assert_eq!(named.seen(), ["ping", "ping"]);
     assert_eq!(echo.seen(), ["ping"]);
-    assert_eq!(ssh.seen(), ["hi"]);
+    assert_eq!(ssh.seen(), ["hi", "hi"]);
     assert!(unlisted.seen().is_empty());
 
     // Every refusal is audited, with why.
@@ -378,7 +386,6 @@ both!(transparent_egress_reaches_only_the_allow_list, |fx| {
     };
     let all = format!("{d:#?}");
     assert!(has("denied.example", 53, "not in the allow list"), "{all}");
-    assert!(has("127.0.0.1", e2, "not in the allow list"), "{all}");
     assert!(has("192.0.2.1", e, "not in the allow list"), "{all}");
     assert!(
         has(
@@ -396,7 +403,6 @@ both!(transparent_egress_reaches_only_the_allow_list, |fx| {
         ),
         "{all}"
     );
-    assert!(has("127.0.0.1", h, "not in the allow list"), "{all}");
     let connects: Vec<_> = log
         .iter()
         .filter(|l| l["event"] == "proxy.connect")

@@ -699,11 +699,11 @@ both!(proxy_variables_are_set_per_zone, |fx| {
             );
         }
         // Loopback inside is the sandbox's own, except where the allow list names it
-        // (`localhost:PORT` here means the host's, through the proxy).
+        // (`localhost:PORT` here means the host's 127.0.0.1 and ::1, through the proxy).
         let direct = if zone == "elsewhere" {
             "localhost,127.0.0.1,::1"
         } else {
-            "127.0.0.1,::1"
+            ""
         };
         for v in ["NO_PROXY", "no_proxy"] {
             assert_eq!(
@@ -1103,8 +1103,8 @@ both!(paths_outside_the_credential_get_none, |fx| {
 // What the proxy refuses: hosts and ports off the list, and names that resolve to
 // loopback without the list naming loopback explicitly. There is no way around it: a
 // client that ignores the proxy variables reaches the proxy all the same (transparent
-// egress), which lets `localhost:PORT` through by its TLS server name and refuses
-// `127.0.0.1:PORT`, which the list does not name; a port the list does not name has no
+// egress), which lets `localhost:PORT` through by its TLS server name and
+// `127.0.0.1:PORT` as localhost's address; a port the list does not name has no
 // listener at all.
 //
 // The loopback names: `127.1` (always; the proxy takes it as a name and the resolver
@@ -1127,7 +1127,7 @@ both!(off_list_and_around_the_proxy_are_refused, |fx| {
     ));
     s.push_str(&curl_line(
         "noproxy-ip",
-        &format!("--noproxy '*' -k 'https://127.0.0.1:{port}/around'"),
+        &format!("--noproxy '*' -k 'https://127.0.0.1:{port}/around-ip'"),
     ));
     s.push_str(&curl_line(
         "noproxy-outside",
@@ -1172,11 +1172,10 @@ both!(off_list_and_around_the_proxy_are_refused, |fx| {
     drop(other);
     out.ok();
 
-    // Around the proxy is the proxy: the allowed name gets through it, the address
-    // the list does not name is cut off at the TLS handshake, an unlisted port refuses.
+    // Around the proxy is the proxy: the allowed name gets through it, and so does
+    // 127.0.0.1 (`localhost:P` means it too, issue 20, item 2); an unlisted port refuses.
     assert_eq!(field(&out, "noproxy-localhost", "code"), "200", "{out:#?}");
-    assert_eq!(field(&out, "noproxy-ip", "code"), "000", "{out:#?}");
-    assert_ne!(field(&out, "noproxy-ip", "rc"), "0", "{out:#?}");
+    assert_eq!(field(&out, "noproxy-ip", "code"), "200", "{out:#?}");
     assert_eq!(field(&out, "noproxy-outside", "rc"), "7", "{out:#?}");
     // Off the list: 403 for plain HTTP, 403 to the CONNECT.
     assert_eq!(field(&out, "plain-offlist", "code"), "403", "{out:#?}");
@@ -1207,7 +1206,7 @@ both!(off_list_and_around_the_proxy_are_refused, |fx| {
         .iter()
         .map(|r| r["path"].as_str().unwrap_or("").to_string())
         .collect();
-    assert_eq!(paths, ["/around", "/allowed"], "{out:#?}");
+    assert_eq!(paths, ["/around", "/around-ip", "/allowed"], "{out:#?}");
 
     // Every refusal is a proxy.denied event in the run's log.
     let denied: Vec<_> = events(&log, "proxy.denied").collect();
@@ -1229,14 +1228,10 @@ both!(off_list_and_around_the_proxy_are_refused, |fx| {
         "{log_text}"
     );
     assert!(has("127.1", port, "loopback"), "{log_text}");
-    assert!(
-        has("127.0.0.1", port, "not in the allow list"),
-        "{log_text}"
-    );
     if let Some(n) = &name {
         assert!(has(n, port, "loopback"), "{log_text}");
     }
-    let expected = 5 + if name.is_some() { 2 } else { 0 };
+    let expected = 4 + if name.is_some() { 2 } else { 0 };
     assert_eq!(denied.len(), expected, "{log_text}");
     assert!(
         events(&log, "proxy.connect").any(|e| e["zone"] == "agent"
@@ -1803,9 +1798,8 @@ both!(the_agents_key_arrives_through_its_placeholder_only, |fx| {
 });
 
 // NO_PROXY and the allow list agree on loopback, however the list spells it: `LocalHost`
-// and `[0:0:0:0:0:0:0:1]` name localhost and ::1, so clients send those to the proxy
-// (which admits them), while 127.0.0.1, which the list does not name, is the sandbox's
-// own loopback for NO_PROXY and refused by the proxy alike.
+// names localhost, and with it 127.0.0.1 and ::1 (issue 20, item 2), so NO_PROXY is
+// empty and clients send all three to the proxy, which admits them.
 both!(no_proxy_and_the_allow_list_agree_on_loopback, |fx| {
     let up = Upstream::start(&fx);
     rules_config(&fx, &up);
@@ -1829,22 +1823,23 @@ both!(no_proxy_and_the_allow_list_agree_on_loopback, |fx| {
     ));
     let (out, log, log_text) = run(&fx, &up, "COMPANY_GIT_TOKEN", &sh);
     out.ok();
-    assert_eq!(field(&out, "no-proxy", "value"), "127.0.0.1", "{out:#?}");
-    assert_eq!(field(&out, "no-proxy", "lower"), "127.0.0.1", "{out:#?}");
+    assert_eq!(field(&out, "no-proxy", "value"), "", "{out:#?}");
+    assert_eq!(field(&out, "no-proxy", "lower"), "", "{out:#?}");
     // Named by the list: through the proxy to the host's loopback.
     assert_eq!(field(&out, "name", "code"), "200", "{out:#?}");
     assert_eq!(seen(&up, "np-name").len(), 1);
-    // Not named: straight to the sandbox's own loopback, where nothing listens...
-    assert_eq!(field(&out, "ip-direct", "connect"), "000", "{out:#?}");
-    assert_ne!(field(&out, "ip-direct", "rc"), "0", "{out:#?}");
-    // ...and the proxy would refuse it too.
-    assert_eq!(field(&out, "ip-proxy", "connect"), "403", "{out:#?}");
-    // ::1 is named ([0:0:0:0:0:0:0:1]): the proxy answers for it (the server listens
-    // on 127.0.0.1 only, so it cannot connect: 502, not the sandbox's refusal).
+    // 127.0.0.1 is localhost's: through the proxy too, with NO_PROXY or without.
+    for tag in ["ip-direct", "ip-proxy"] {
+        assert_eq!(field(&out, tag, "connect"), "200", "{tag}: {out:#?}");
+        assert_eq!(field(&out, tag, "code"), "200", "{tag}: {out:#?}");
+    }
+    assert_eq!(seen(&up, "np-direct").len(), 1);
+    assert_eq!(seen(&up, "np-proxy").len(), 1);
+    // ::1 too: the proxy answers for it (the server listens on 127.0.0.1 only, so it
+    // cannot connect: 502, not the sandbox's refusal).
     assert_eq!(field(&out, "v6", "connect"), "502", "{out:#?}");
     assert!(
-        events(&log, "proxy.denied").any(|e| e["host"] == "127.0.0.1"),
+        !events(&log, "proxy.denied").any(|e| e["host"] == "127.0.0.1"),
         "{log_text}"
     );
-    assert!(seen(&up, "np-direct").is_empty() && seen(&up, "np-proxy").is_empty());
 });

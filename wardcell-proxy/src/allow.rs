@@ -172,6 +172,11 @@ impl Rule {
     /// The entry's host part admits `host`, whatever the port.
     pub fn matches_host(&self, host: &Host) -> bool {
         match (&self.pattern, host) {
+            // `localhost:P` means 127.0.0.1:P and [::1]:P too, for every kind of
+            // connection (a raw one to 127.0.0.1 carries no name).
+            (Pattern::Exact(h), Host::Ip(ip)) if h.is_localhost() => {
+                *ip == IpAddr::from([127, 0, 0, 1]) || *ip == IpAddr::from(Ipv6Addr::LOCALHOST)
+            }
             (Pattern::Exact(h), host) => h == host,
             (Pattern::Subdomains(suffix), Host::Name(n)) => {
                 n.len() > suffix.len() && n.ends_with(suffix.as_str())
@@ -322,6 +327,17 @@ mod tests {
             .find(&Target::new("localhost", 1).unwrap())
             .unwrap()
             .names_localhost());
+    }
+
+    #[test]
+    fn localhost_means_both_loopback_addresses() {
+        let l = list(&["localhost:8080"]);
+        assert!(allowed(&l, "127.0.0.1", 8080));
+        assert!(allowed(&l, "[::1]", 8080));
+        assert!(allowed(&l, "localhost", 8080));
+        assert!(!allowed(&l, "127.0.0.2", 8080));
+        assert!(!allowed(&l, "127.0.0.1", 8081));
+        assert!(!allowed(&l, "[::ffff:127.0.0.1]", 8080));
     }
 
     #[test]

@@ -222,7 +222,7 @@ fn a_name_under_internal_reaches_loopback() {
     internal.extend(hosts_name.iter().map(|n| format!("{n}:{upstream}")));
     let mut sp = spec(&[], vec![]);
     sp.internal = internal;
-    let mut p = Proxy::start(sp, &[]);
+    let p = Proxy::start(sp, &[]);
     let (_s, head) = raw_connect(p.port, &format!("127.1:{upstream}"));
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let mut s = std::net::TcpStream::connect(("127.0.0.1", p.port)).unwrap();
