@@ -656,3 +656,121 @@ fn a_tunnel_full_of_tiny_segments_still_delivers_everything() {
         other => panic!("{other:?}"),
     }
 }
+
+/// curl through the proxy with `-N` (it writes what arrives at once): the first line of
+/// the body as soon as it comes, then, once `go` is set, the rest and the status.
+fn stream_through(
+    p: &Proxy,
+    url: &str,
+    args: &[&str],
+    go: &std::sync::atomic::AtomicBool,
+) -> (String, String, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("curl")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .args([
+            "-sS",
+            "-N",
+            "--max-time",
+            "30",
+            "--proxy",
+            &p.url(),
+            "--noproxy",
+            "",
+        ])
+        .args(["-w", "\nstatus=%{http_code}\n"])
+        .args(args)
+        .arg(url)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut first = String::new();
+        let _ = out.read_line(&mut first);
+        let _ = tx.send(first);
+        let mut rest = String::new();
+        let _ = out.read_to_string(&mut rest);
+        rest
+    });
+    // The first event arrives while the server still holds the second.
+    let first = rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
+    go.store(true, std::sync::atomic::Ordering::SeqCst);
+    let rest = reader.join().unwrap();
+    let mut err = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    let _ = child.wait();
+    (first, rest, err)
+}
+
+// Issue 20, item 3: an event stream passes through interception whole, each event as
+// it arrives: the first reaches the client while the server still holds the second, and
+// a close-delimited body (no length, not chunked) is not cut off by the close, which
+// comes without TLS's close_notify. Chunked too.
+#[test]
+fn an_event_stream_passes_through_interception_whole_and_at_once() {
+    for chunked in [false, true] {
+        let ca = TestCa::new();
+        let (port, go) = event_stream_server(Some(&ca), chunked);
+        let dir = TempDir::new();
+        let secret = dir.write("token", format!("{SECRET}\n").as_bytes(), 0o600);
+        let cred = basic_credential(
+            "company-git",
+            &format!("localhost:{port}"),
+            &["/company/*"],
+            SecretPlan::File(secret),
+        );
+        let mut p = Proxy::start(
+            spec(&[format!("localhost:{port}")], vec![cred]),
+            &[("SSL_CERT_FILE", path_str(&ca.pem_path))],
+        );
+        let ca_file = dir.write("proxy-ca.pem", p.ca_pem().unwrap().as_bytes(), 0o644);
+        let (first, rest, err) = stream_through(
+            &p,
+            &format!("https://localhost:{port}/company/events"),
+            &["--cacert", path_str(&ca_file)],
+            &go,
+        );
+        assert_eq!(
+            first, "data: one\n",
+            "chunked {chunked}: before the second; {err}"
+        );
+        assert_whole(&rest, &err);
+        assert!(matches!(
+            p.event(),
+            ProxyEvent::Connect {
+                credential: Some(_),
+                ..
+            }
+        ));
+    }
+}
+
+// The same through plain HTTP forwarding.
+#[test]
+fn an_event_stream_passes_through_plain_forwarding_whole_and_at_once() {
+    for chunked in [false, true] {
+        let (port, go) = event_stream_server(None, chunked);
+        let p = Proxy::start(spec(&[format!("localhost:{port}")], vec![]), &[]);
+        let (first, rest, err) =
+            stream_through(&p, &format!("http://localhost:{port}/events"), &[], &go);
+        assert_eq!(first, "data: one\n", "chunked {chunked}: {err}");
+        assert_whole(&rest, &err);
+    }
+}
+
+/// After the first event: the empty line, 300,000 bytes, the second event, and the
+/// status; curl saw a clean end.
+fn assert_whole(rest: &str, err: &str) {
+    let want = format!("\n{}data: two\n\n\nstatus=200\n", "y".repeat(300_000));
+    assert!(
+        rest == want,
+        "{} bytes, ending {:?}; {err}",
+        rest.len(),
+        &rest[rest.len().saturating_sub(40)..]
+    );
+    assert_eq!(err, "", "the stream ended cleanly");
+}
