@@ -303,6 +303,14 @@ mod tests {
     }
 
     #[test]
+    fn the_busy_answer_names_the_limit() {
+        assert!(
+            BUSY.contains(&format!("{MAX_CONNECTIONS} connections")),
+            "{BUSY}"
+        );
+    }
+
+    #[test]
     fn routes_by_method_and_target() {
         let t = |h: &str, p| Target::new(h, p).unwrap();
         assert_eq!(
