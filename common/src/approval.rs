@@ -19,7 +19,9 @@ use crate::plan::{Plan, ZonePlan};
 pub struct Adds {
     /// Write trees of the target that no write tree of the calling zone holds.
     pub write: Vec<PathBuf>,
-    /// `network.allow` entries of the target that the calling zone lacks.
+    /// `network.allow` entries of the target that the calling zone lacks, then its
+    /// `network.internal` entries the calling zone lacks there, each followed by
+    /// ` (internal)`.
     pub hosts: Vec<String>,
     /// Credentials the target's proxy attaches (an `authenticated` zone's) that the
     /// calling zone's does not: names and hosts, never where a secret comes from.
@@ -57,8 +59,15 @@ pub fn adds(plan: &Plan, from: Option<&ZonePlan>, to: &ZonePlan) -> Adds {
             .network
             .allow
             .iter()
-            .filter(|h| !fp.is_some_and(|f| f.network.allow.contains(h)))
+            .filter(|h| !fp.is_some_and(|f| f.network.entries().contains(h)))
             .cloned()
+            .chain(
+                tp.network
+                    .internal
+                    .iter()
+                    .filter(|h| !fp.is_some_and(|f| f.network.internal.contains(h)))
+                    .map(|h| format!("{h} (internal)")),
+            )
             .collect(),
         credentials: attached(to)
             .into_iter()
@@ -204,6 +213,7 @@ mod tests {
         z.profile.write = write.iter().map(PathBuf::from).collect();
         z.profile.network = NetworkPlan {
             allow: allow.iter().map(|s| s.to_string()).collect(),
+            internal: Vec::new(),
         };
         z.profile.credentials = creds.iter().map(|s| s.to_string()).collect();
         z.profile.unix_sockets = socks.iter().map(PathBuf::from).collect();

@@ -157,6 +157,8 @@ pub struct Profile {
     pub env_deny: Vec<String>,
     pub env_set: Vec<(String, String)>,
     pub network_allow: Vec<String>,
+    /// `network.internal`: entries whose names may resolve to internal addresses.
+    pub network_internal: Vec<String>,
     pub credentials: Vec<String>,
     /// Host Unix sockets to bind into the view: paths, or `$NAME` (from the environment
     /// `run` started in).
@@ -239,6 +241,7 @@ impl Config {
             append_unique(&mut out.deny, &p.deny);
             append_unique(&mut out.env_deny, &p.env_deny);
             append_unique(&mut out.network_allow, &p.network_allow);
+            append_unique(&mut out.network_internal, &p.network_internal);
             append_unique(&mut out.credentials, &p.credentials);
             append_unique(&mut out.unix_sockets, &p.unix_sockets);
             for (k, v) in &p.env_set {
@@ -611,6 +614,8 @@ struct RawEnv {
 struct RawNetwork {
     #[serde(default)]
     allow: List,
+    #[serde(default)]
+    internal: List,
 }
 
 #[derive(Deserialize)]
@@ -1175,13 +1180,28 @@ impl<'a> Checker<'a> {
         }
 
         let mut network_allow = Vec::new();
-        for entry in p.network.iter().flat_map(|n| &n.allow) {
-            if let Err(why) = check_host_port(entry.get_ref()) {
-                self.push(doc.err(&entry.span(), format!("{key}.network.allow"), why));
+        let mut network_internal = Vec::new();
+        for (list, out, field) in [
+            (
+                p.network.as_ref().map(|n| &n.allow),
+                &mut network_allow,
+                "allow",
+            ),
+            (
+                p.network.as_ref().map(|n| &n.internal),
+                &mut network_internal,
+                "internal",
+            ),
+        ] {
+            for entry in list.into_iter().flatten() {
+                if let Err(why) = check_host_port(entry.get_ref()) {
+                    self.push(doc.err(&entry.span(), format!("{key}.network.{field}"), why));
+                }
+                out.push(entry.get_ref().clone());
             }
-            network_allow.push(entry.get_ref().clone());
         }
         let network_allow = unique(&network_allow);
+        let network_internal = unique(&network_internal);
 
         let mut creds = Vec::new();
         for c in &p.credentials {
@@ -1209,6 +1229,7 @@ impl<'a> Checker<'a> {
             env_deny,
             env_set,
             network_allow,
+            network_internal,
             credentials: creds,
             unix_sockets,
             builtin,
@@ -1818,13 +1839,13 @@ secret = { env = "COMPANY_GIT_TOKEN" }
 [profiles.a]
 read = ["/usr", "/a"]
 env = {{ deny = ["A_*"], set = {{ K = "a", L = "a" }} }}
-network = {{ allow = ["a.com:443"] }}
+network = {{ allow = ["a.com:443"], internal = ["git.corp:443"] }}
 
 [profiles.b]
 extends = "a"
 read = ["/a", "/b"]
 env = {{ deny = ["A_*", "B_*"], set = {{ K = "b" }} }}
-network = {{ allow = ["a.com:443", "b.com:443"] }}
+network = {{ allow = ["a.com:443", "b.com:443"], internal = ["*.mirror.corp:443", "git.corp:443"] }}
 "#
             ),
             FILE,
@@ -1841,6 +1862,7 @@ network = {{ allow = ["a.com:443", "b.com:443"] }}
             ]
         );
         assert_eq!(b.network_allow, ["a.com:443", "b.com:443"]);
+        assert_eq!(b.network_internal, ["git.corp:443", "*.mirror.corp:443"]);
         assert_eq!(b.extends.as_deref(), Some("a"));
     }
 
@@ -2087,6 +2109,13 @@ network = {{ allow = ["a.com:443", "b.com:443"] }}
             5,
             36,
             "profiles.p.network.allow",
+            "has no port",
+        );
+        assert_err(
+            &format!("{AGENT}[profiles.p]\nnetwork = {{ internal = [\"git.corp\"] }}\n"),
+            5,
+            25,
+            "profiles.p.network.internal",
             "has no port",
         );
     }

@@ -104,8 +104,8 @@ pub const LOOPBACK_NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
 /// [`LOOPBACK_NAMES`] the list does not name. One the list names means the host's
 /// loopback, reached only through the proxy, so it is left out and clients send it
 /// there. Entries are compared as the proxy's allow list compares hosts: names in any
-/// case, IPv6 in any spelling (`[0:0::1]` is `::1`); `localhost:N` names `localhost`
-/// only (the proxy admits `127.0.0.1:N` only for an entry naming that address).
+/// case, IPv6 in any spelling (`[0:0::1]` is `::1`); `localhost:N` names all three (the
+/// proxy admits `127.0.0.1:N` and `[::1]:N` for it), `127.0.0.1:N` only itself.
 pub fn no_proxy(allow: &[String]) -> String {
     use std::net::IpAddr;
     let canonical = |entry: &str| -> Option<String> {
@@ -120,9 +120,11 @@ pub fn no_proxy(allow: &[String]) -> String {
         })
     };
     let named: Vec<String> = allow.iter().filter_map(|e| canonical(e)).collect();
+    // `localhost:P` means 127.0.0.1:P and [::1]:P too: all three are the host's.
+    let localhost = named.iter().any(|h| h == "localhost");
     LOOPBACK_NAMES
         .iter()
-        .filter(|n| !named.iter().any(|h| h == *n))
+        .filter(|n| !localhost && !named.iter().any(|h| h == *n))
         .copied()
         .collect::<Vec<_>>()
         .join(",")
@@ -165,11 +167,11 @@ mod tests {
     fn no_proxy_leaves_out_the_loopback_names_the_allow_list_names() {
         assert_eq!(np(&[]), "localhost,127.0.0.1,::1");
         assert_eq!(np(&["git.example.com:443"]), "localhost,127.0.0.1,::1");
-        assert_eq!(np(&["localhost:8443"]), "127.0.0.1,::1");
+        assert_eq!(np(&["localhost:8443"]), "");
         assert_eq!(np(&["127.0.0.1:80", "[::1]:80"]), "localhost");
         // As the allow list compares them: case, a trailing dot, IPv6 spellings.
-        assert_eq!(np(&["LocalHost:8443"]), "127.0.0.1,::1");
-        assert_eq!(np(&["localhost.:8443"]), "127.0.0.1,::1");
+        assert_eq!(np(&["LocalHost:8443"]), "");
+        assert_eq!(np(&["localhost.:8443"]), "");
         assert_eq!(np(&["[0:0:0:0:0:0:0:1]:80"]), "localhost,127.0.0.1");
         assert_eq!(np(&["[::0001]:80"]), "localhost,127.0.0.1");
         // Not the same hosts to the allow list either.

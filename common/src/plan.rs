@@ -293,7 +293,8 @@ impl ProfilePlan {
     /// (the hard open-file limit, which wardcell raises its own soft limit to) lets a
     /// sandbox hold while its view is built. `policy check` says the same.
     pub fn runnable(&self, open_files: Option<u64>) -> Result<(), String> {
-        egress_ports(&self.network.allow).map_err(|e| format!("profile '{}': {e}", self.name))?;
+        egress_ports(&self.network.entries())
+            .map_err(|e| format!("profile '{}': {e}", self.name))?;
         let needed = self.open_files_needed();
         match open_files {
             Some(limit) if limit < needed => Err(format!(
@@ -331,13 +332,24 @@ pub struct EnvPlan {
 /// Egress through the zone's proxy; nothing else leaves the sandbox.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
 pub struct NetworkPlan {
-    /// `host:port` entries; `*.domain:port` matches subdomains only.
+    /// `host:port` entries; `*.domain:port` matches subdomains only. Their names reach
+    /// global addresses only.
     pub allow: Vec<String>,
+    /// Entries as `allow`, whose names may also resolve to private, shared, unique-local,
+    /// reserved and loopback addresses (internal hosts).
+    #[serde(default)]
+    pub internal: Vec<String>,
 }
 
 impl NetworkPlan {
     pub fn enabled(&self) -> bool {
-        !self.allow.is_empty()
+        !self.allow.is_empty() || !self.internal.is_empty()
+    }
+
+    /// Every entry, `allow` then `internal`: what ports, `NO_PROXY` and matching
+    /// credential hosts count.
+    pub fn entries(&self) -> Vec<String> {
+        self.allow.iter().chain(&self.internal).cloned().collect()
     }
 }
 
@@ -460,7 +472,7 @@ pub fn egress_ports(allow: &[String]) -> Result<Vec<u16>, String> {
     ports.dedup();
     if ports.len() > MAX_EGRESS_PORTS {
         return Err(format!(
-            "network.allow names {} distinct ports; a sandbox can have at most {MAX_EGRESS_PORTS}: drop some ports from the profile's allow list",
+            "network.allow and network.internal name {} distinct ports; a sandbox can have at most {MAX_EGRESS_PORTS}: drop some ports from the profile's network entries",
             ports.len()
         ));
     }
@@ -474,6 +486,10 @@ pub struct ProxySpec {
     pub zone: String,
     /// `host:port` entries; `*.domain:port` matches subdomains only.
     pub allow: Vec<String>,
+    /// `network.internal` entries: as `allow`, and their names may resolve to internal
+    /// addresses.
+    #[serde(default)]
+    pub internal: Vec<String>,
     /// Credentials this zone's proxy attaches (empty unless the zone is authenticated).
     pub credentials: Vec<CredentialPlan>,
     /// Tracing, when the run traces.
@@ -524,10 +540,14 @@ mod egress_tests {
             )),
             "{e}"
         );
-        p.network.allow = (1..=11).map(|p| format!("h.io:{p}")).collect();
+        // Internal entries count too: 6 ports under allow and 5 more under internal.
+        p.network.allow = (1..=6).map(|p| format!("h.io:{p}")).collect();
+        p.network.internal = (6..=11).map(|p| format!("git.corp:{p}")).collect();
         let e = p.runnable(None).unwrap_err();
         assert!(
-            e.starts_with("profile 'big': network.allow names 11 distinct ports"),
+            e.starts_with(
+                "profile 'big': network.allow and network.internal name 11 distinct ports"
+            ),
             "{e}"
         );
     }

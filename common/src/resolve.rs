@@ -364,6 +364,7 @@ fn resolve_effective(
         },
         network: NetworkPlan {
             allow: p.network_allow,
+            internal: p.network_internal,
         },
         credentials: p.credentials,
         unix_sockets,

@@ -43,7 +43,11 @@ struct Server {
 
 impl Server {
     fn start(kind: Kind, port: u16) -> Server {
-        let l = TcpListener::bind(("127.0.0.1", port)).expect("bind a test server");
+        Server::start_on("127.0.0.1", kind, port)
+    }
+
+    fn start_on(addr: &str, kind: Kind, port: u16) -> Server {
+        let l = TcpListener::bind((addr, port)).expect("bind a test server");
         l.set_nonblocking(true).unwrap();
         let port = l.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -203,8 +207,9 @@ def curl(*args):
                        capture_output=True, text=True)
     return 'code=%s' % r.stdout
 
-# Before any DNS: an address with no name and no entry of its own.
+# Before any DNS: an address with no name; `localhost:E2` means 127.0.0.1:E2 too.
 say('raw-unnamed', raw('127.0.0.1', E2))
+say('server-first-unnamed', raw('127.0.0.1', S, b'hi\n', first=True))
 try:
     socket.getaddrinfo('denied.example', 80)
     say('gai-denied', 'resolved')
@@ -321,8 +326,14 @@ both!(transparent_egress_reaches_only_the_allow_list, |fx| {
         _ => "rcode=0 -",
     };
     assert_eq!(result(&out, "dns-localhost-aaaa"), aaaa);
-    // Raw TCP: by the name the address was answered for, or by an address entry.
-    assert_eq!(result(&out, "raw-unnamed"), "got=-", "{out:#?}");
+    // Raw TCP: by the name the address was answered for, or by an address entry; a
+    // `localhost:P` entry admits 127.0.0.1:P without a name (issue 20, item 2).
+    assert_eq!(result(&out, "raw-unnamed"), "got=echo:ping", "{out:#?}");
+    assert_eq!(
+        result(&out, "server-first-unnamed"),
+        "got=SSH-2.0-test|echo:hi",
+        "{out:#?}"
+    );
     assert_eq!(result(&out, "raw-named"), "got=echo:ping", "{out:#?}");
     assert_eq!(result(&out, "raw-ip-entry"), "got=echo:ping", "{out:#?}");
     assert_eq!(result(&out, "raw-other-ip"), "got=-", "{out:#?}");
@@ -336,11 +347,11 @@ both!(transparent_egress_reaches_only_the_allow_list, |fx| {
         "got=SSH-2.0-test|echo:hi",
         "{out:#?}"
     );
-    // HTTP without the proxy variables, by Host; a Host that is not the address's name,
-    // or an address the list does not name, gets 403.
+    // HTTP without the proxy variables, by Host; a Host that is not the address's name
+    // gets 403; 127.0.0.1 is localhost's.
     assert_eq!(result(&out, "curl-name"), "code=200", "{out:#?}");
     assert_eq!(result(&out, "curl-host-mismatch"), "code=403", "{out:#?}");
-    assert_eq!(result(&out, "curl-ip"), "code=403", "{out:#?}");
+    assert_eq!(result(&out, "curl-ip"), "code=200", "{out:#?}");
     // The explicit proxy still works as before.
     assert_eq!(result(&out, "curl-explicit"), "code=200", "{out:#?}");
     // TLS by SNI: a name other than the one the address was answered for is cut off
@@ -353,14 +364,15 @@ both!(transparent_egress_reaches_only_the_allow_list, |fx| {
         http.seen(),
         [
             format!("localhost:{h} /by-name"),
+            format!("127.0.0.1:{h} /by-ip"),
             format!("localhost:{h} /explicit"),
             "TLS".to_string()
         ],
         "{out:#?}"
     );
-    assert_eq!(named.seen(), ["ping"]);
+    assert_eq!(named.seen(), ["ping", "ping"]);
     assert_eq!(echo.seen(), ["ping"]);
-    assert_eq!(ssh.seen(), ["hi"]);
+    assert_eq!(ssh.seen(), ["hi", "hi"]);
     assert!(unlisted.seen().is_empty());
 
     // Every refusal is audited, with why.
@@ -374,7 +386,6 @@ both!(transparent_egress_reaches_only_the_allow_list, |fx| {
     };
     let all = format!("{d:#?}");
     assert!(has("denied.example", 53, "not in the allow list"), "{all}");
-    assert!(has("127.0.0.1", e2, "not in the allow list"), "{all}");
     assert!(has("192.0.2.1", e, "not in the allow list"), "{all}");
     assert!(
         has(
@@ -392,7 +403,6 @@ both!(transparent_egress_reaches_only_the_allow_list, |fx| {
         ),
         "{all}"
     );
-    assert!(has("127.0.0.1", h, "not in the allow list"), "{all}");
     let connects: Vec<_> = log
         .iter()
         .filter(|l| l["event"] == "proxy.connect")
@@ -718,5 +728,326 @@ both!(address_and_parser_tricks_reach_nothing_else, |fx| {
         "an HTTP request whose target names another host than its Host",
     ] {
         assert!(d.iter().any(|e| e["reason"] == why), "{why}: {all}");
+    }
+});
+
+/// This machine's own IPv4 address on the interface its default route leaves by (no
+/// packet is sent: a UDP connect only picks the source), if it has one that is not
+/// loopback.
+fn own_ipv4() -> Option<std::net::Ipv4Addr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("203.0.113.1:9").ok()?;
+    match s.local_addr().ok()?.ip() {
+        std::net::IpAddr::V4(v4) if !v4.is_loopback() && !v4.is_unspecified() => Some(v4),
+        _ => None,
+    }
+}
+
+/// A name the resolver (the proxy's, musl's) reads as `ip` without asking anyone:
+/// `a.b.N`, the old three-part numeric form. The proxy takes it as a name.
+fn numeric_name(ip: std::net::Ipv4Addr) -> String {
+    let [a, b, c, d] = ip.octets();
+    format!("{a}.{b}.{}", u32::from(c) * 256 + u32::from(d))
+}
+
+/// The checks for a service on this machine's own address, run inside: the proxy's DNS
+/// answer for the name, the explicit proxy, and the transparent path (by HTTP Host).
+const OWN_CLIENT: &str = r#"
+import socket, struct, sys
+NAME, ADDR, PORT = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+def dns(name):
+    q = struct.pack('>HHHHHH', 0x4242, 0x0100, 1, 0, 0, 0)
+    q += b''.join(bytes([len(p)]) + p.encode() for p in name.split('.')) + b'\0'
+    q += struct.pack('>HH', 1, 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(10)
+    s.sendto(q, ('127.0.0.1', 53))
+    r = s.recv(512)
+    return 'rcode=%d answers=%d' % (r[3] & 15, struct.unpack('>H', r[6:8])[0])
+
+def http(addr, port, target, host):
+    # Raw: curl would rewrite the numeric name to the address itself.
+    s = socket.create_connection((addr, port), timeout=20)
+    s.sendall(('GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n' % (target, host)).encode())
+    got = b''
+    while True:
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    head, _, body = got.partition(b'\r\n\r\n')
+    return '%s code=%s' % (' '.join(body.decode(errors='replace').split()), head.split(b' ')[1].decode())
+
+name = '%s:%d' % (NAME, PORT)
+addr = '%s:%d' % (ADDR, PORT)
+print('dns', dns(NAME), flush=True)
+print('explicit', http('127.0.0.1', 3128, 'http://%s/own-explicit' % name, name), flush=True)
+print('transparent', http(ADDR, PORT, '/own-transparent', name), flush=True)
+print('literal-explicit', http('127.0.0.1', 3128, 'http://%s/lit-explicit' % addr, addr), flush=True)
+print('literal-transparent', http(ADDR, PORT, '/lit-transparent', addr), flush=True)
+"#;
+
+// Issue 19, item 3: a name that resolves to one of this machine's own (non-loopback)
+// addresses does not reach a service listening on all interfaces, explicitly or
+// transparently; only an entry naming the address literally does.
+both!(the_hosts_own_address_is_reached_only_literally, |fx| {
+    let Some(own) = own_ipv4() else {
+        eprintln!("this machine has no non-loopback IPv4 address; nothing to try");
+        return;
+    };
+    let srv = Server::start_on("0.0.0.0", Kind::Http, 0);
+    let port = srv.port;
+    let name = numeric_name(own);
+    let client = fx.home.join("e2e/own.py");
+    fx.write(&client, OWN_CLIENT);
+    let py = python();
+    let port_s = port.to_string();
+    let own_s = own.to_string();
+    let argv = [
+        py.to_str().unwrap(),
+        client.to_str().unwrap(),
+        name.as_str(),
+        own_s.as_str(),
+        port_s.as_str(),
+    ];
+
+    // By name only, even under network.internal (this machine's address may be of a
+    // class internal names reach): refused everywhere, and nothing reaches the server.
+    fx.test_config(&format!("network = {{ internal = [\"{name}:{port}\"] }}\n"));
+    let (out, log) = run(&fx, &argv);
+    out.ok();
+    assert_eq!(result(&out, "dns"), "rcode=0 answers=0", "{out:#?}");
+    let explicit = result(&out, "explicit");
+    assert!(explicit.ends_with("code=403"), "{out:#?}");
+    assert!(explicit.contains("an address of this machine"), "{out:#?}");
+    let transparent = result(&out, "transparent");
+    assert!(transparent.ends_with("code=403"), "{out:#?}");
+    assert!(
+        transparent.contains("an address of this machine"),
+        "{out:#?}"
+    );
+    assert!(srv.seen().is_empty(), "{:?}", srv.seen());
+    let d = denied(&log);
+    assert!(
+        d.iter().any(|e| e["host"] == name.as_str()
+            && e["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains(&format!("naming {own} literally"))),
+        "{d:#?}"
+    );
+
+    // Named literally: reached both ways.
+    fx.test_config(&format!("network = {{ allow = [\"{own}:{port}\"] }}\n"));
+    let (out, _) = run(&fx, &argv);
+    out.ok();
+    assert!(
+        result(&out, "literal-explicit").ends_with("code=200"),
+        "{out:#?}"
+    );
+    assert!(
+        result(&out, "literal-transparent").ends_with("code=200"),
+        "{out:#?}"
+    );
+    let seen = srv.seen();
+    assert!(
+        seen.contains(&format!("{own}:{port} /lit-explicit")),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&format!("{own}:{port} /lit-transparent")),
+        "{seen:?}"
+    );
+    assert!(!seen.iter().any(|s| s.contains("/own-")), "{seen:?}");
+});
+
+/// Holds every connection the proxy serves at once, then tries one more of each kind.
+const CAP_CLIENT: &str = r#"
+import socket, sys, time
+E = int(sys.argv[1])
+
+def echo():
+    s = socket.create_connection(('127.0.0.1', E), timeout=10)
+    s.sendall(b'ping')
+    t = time.time()
+    try:
+        got = s.recv(100)
+    except OSError as e:
+        got = type(e).__name__.encode()
+    return '%s in=%.1fs' % (got.decode(errors='replace') or 'closed', time.time() - t)
+
+print('before', echo(), flush=True)
+held = []
+for _ in range(256):
+    held.append(socket.create_connection(('127.0.0.1', 3128), timeout=10))
+time.sleep(0.5)
+s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
+s.sendall(b'GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n' % (E, E))
+t = time.time()
+answer = b''
+while True:
+    try:
+        b = s.recv(4096)
+    except OSError:
+        break
+    if not b:
+        break
+    answer += b
+print('explicit', answer.split(b'\r\n')[0].decode(), 'in=%.1fs' % (time.time() - t), flush=True)
+print('explicit-body', answer.split(b'\r\n\r\n', 1)[-1].decode().strip(), flush=True)
+print('transparent', echo(), flush=True)
+for h in held:
+    h.close()
+time.sleep(0.5)
+print('after', echo(), flush=True)
+"#;
+
+// Issue 19, item 10: over the proxy's 256 connections at once, a new one is answered at
+// once (503 on the explicit proxy, a clean close on the transparent path), and the
+// refusals are in the audit log.
+both!(over_the_connection_cap_is_answered_at_once, |fx| {
+    let echo = Server::start(Kind::Echo, 0);
+    let e = echo.port;
+    let client = fx.home.join("e2e/cap.py");
+    fx.write(&client, CAP_CLIENT);
+    fx.test_config(&format!("network = {{ allow = [\"127.0.0.1:{e}\"] }}\n"));
+    let py = python();
+    let port = e.to_string();
+    let (out, log) = run(
+        &fx,
+        &[py.to_str().unwrap(), client.to_str().unwrap(), &port],
+    );
+    out.ok();
+    assert!(result(&out, "before").starts_with("echo:ping"), "{out:#?}");
+    let explicit = result(&out, "explicit");
+    assert!(
+        explicit.starts_with("HTTP/1.1 503 Service Unavailable in="),
+        "{out:#?}"
+    );
+    assert!(
+        result(&out, "explicit-body").contains("256 connections"),
+        "{out:#?}"
+    );
+    let secs = |s: &str| -> f64 {
+        s.rsplit("in=")
+            .next()
+            .unwrap()
+            .trim_end_matches('s')
+            .parse()
+            .unwrap()
+    };
+    assert!(secs(&explicit) < 5.0, "{out:#?}");
+    let transparent = result(&out, "transparent");
+    assert!(transparent.starts_with("closed in="), "{out:#?}");
+    assert!(secs(&transparent) < 5.0, "{out:#?}");
+    assert!(result(&out, "after").starts_with("echo:ping"), "{out:#?}");
+    let busy: Vec<_> = denied(&log)
+        .into_iter()
+        .filter(|d| {
+            d["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("256 connections")
+        })
+        .collect();
+    assert!(busy.len() >= 2, "{:#?}", denied(&log));
+    assert!(busy.iter().any(|d| d["port"] == 3128), "{busy:#?}");
+    assert!(busy.iter().any(|d| d["port"] == u64::from(e)), "{busy:#?}");
+});
+
+/// A name from this machine's hosts file that maps to 127.0.0.1 and is not `localhost`
+/// (`vm` on the CI machine), if there is one: the proxy resolves it from the hosts file.
+fn hosts_file_loopback_name() -> Option<String> {
+    let hosts = fs::read_to_string("/etc/hosts").ok()?;
+    hosts
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next()? == "127.0.0.1").then(|| f.map(str::to_string).collect::<Vec<_>>())
+        })
+        .flatten()
+        .find(|n| {
+            let n = n.to_ascii_lowercase();
+            n != "localhost"
+                && !n.contains("localhost")
+                && n.bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'.')
+        })
+}
+
+// Issue 20, item 1: a name under network.internal reaches the internal address it
+// resolves to (here loopback: `127.1`, which the resolver reads as 127.0.0.1, and a
+// hosts-file name when this machine has one), explicitly, transparently and through the
+// proxy's DNS; the same name under network.allow reaches nothing, and the refusal says
+// to add it under network.internal.
+both!(internal_names_reach_internal_addresses, |fx| {
+    let srv = Server::start(Kind::Http, 0);
+    let port = srv.port;
+    let client = fx.home.join("e2e/internal.py");
+    fx.write(&client, OWN_CLIENT);
+    let py = python();
+    let port_s = port.to_string();
+    let mut names = vec!["127.1".to_string()];
+    names.extend(hosts_file_loopback_name());
+    for name in &names {
+        let argv = [
+            py.to_str().unwrap(),
+            client.to_str().unwrap(),
+            name.as_str(),
+            "127.0.0.1",
+            port_s.as_str(),
+        ];
+        // Under allow: public only.
+        fx.test_config(&format!("network = {{ allow = [\"{name}:{port}\"] }}\n"));
+        let (out, log) = run(&fx, &argv);
+        out.ok();
+        assert_eq!(result(&out, "dns"), "rcode=0 answers=0", "{name}: {out:#?}");
+        let hint = format!("add \"{name}:{port}\" under network.internal");
+        for tag in ["explicit", "transparent"] {
+            let r = result(&out, tag);
+            assert!(
+                r.ends_with("code=403") && r.contains(&hint),
+                "{name} {tag}: {out:#?}"
+            );
+        }
+        assert!(
+            denied(&log)
+                .iter()
+                .any(|d| d["reason"].as_str().unwrap_or("").contains(&hint)),
+            "{name}: {log:#?}"
+        );
+        assert!(srv.seen().is_empty(), "{name}: {:?}", srv.seen());
+
+        // Under internal: reached, by the proxy's DNS too.
+        fx.test_config(&format!(
+            "network = {{ allow = [\"example.invalid:1\"], internal = [\"{name}:{port}\"] }}\n"
+        ));
+        let shown = fx.run(&["policy", "show"]);
+        assert!(
+            shown.stdout.contains("network internal:")
+                && shown
+                    .stdout
+                    .contains(&format!("{name}:{port} (may resolve to private")),
+            "{shown:#?}"
+        );
+        let (out, _) = run(&fx, &argv);
+        out.ok();
+        assert_eq!(result(&out, "dns"), "rcode=0 answers=1", "{name}: {out:#?}");
+        for tag in ["explicit", "transparent"] {
+            assert!(
+                result(&out, tag).ends_with("code=200"),
+                "{name} {tag}: {out:#?}"
+            );
+        }
+        let seen = srv.seen();
+        for path in ["/own-explicit", "/own-transparent"] {
+            assert!(
+                seen.contains(&format!("{name}:{port} {path}")),
+                "{name} {path}: {seen:?}"
+            );
+        }
+        srv.seen.lock().unwrap().clear();
     }
 });

@@ -314,21 +314,24 @@ both!(
 
 // Issue 19: `policy check` said ok to a profile with more ports than `run` accepts.
 both!(policy_check_refuses_what_run_refuses, |fx| {
-    let ports: Vec<String> = (1..=11).map(|p| format!("\"h.example:{p}\"")).collect();
+    // Ports under network.internal count as those under allow (issue 20, item 1).
+    let ports: Vec<String> = (1..=6).map(|p| format!("\"h.example:{p}\"")).collect();
+    let internal: Vec<String> = (7..=11).map(|p| format!("\"git.corp:{p}\"")).collect();
     fx.test_config(&format!(
-        "\n[profiles.ports]\nextends = \"test\"\nnetwork = {{ allow = [{}] }}\n",
-        ports.join(", ")
+        "\n[profiles.ports]\nextends = \"test\"\nnetwork = {{ allow = [{}], internal = [{}] }}\n",
+        ports.join(", "),
+        internal.join(", ")
     ));
     let out = fx.run(&["policy", "check"]);
     out.expect_code(1);
     assert!(
         out.stderr
-            .starts_with("error: profile 'ports': network.allow names 11 distinct ports; a sandbox can have at most 10"),
+            .starts_with("error: profile 'ports': network.allow and network.internal name 11 distinct ports; a sandbox can have at most 10"),
         "{out:#?}"
     );
     let out = fx.run(&["run", "--profile", "ports", "--", "true"]);
     out.expect_code(1);
-    assert!(out.stderr.contains("names 11 distinct ports"), "{out:#?}");
+    assert!(out.stderr.contains("name 11 distinct ports"), "{out:#?}");
 });
 
 // Issue 19: a working directory whose path is not UTF-8 gave a Rust debug string.

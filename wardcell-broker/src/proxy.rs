@@ -120,6 +120,7 @@ fn start(
         run_id: run.id.clone(),
         zone: zone.to_string(),
         allow: profile.network.allow.clone(),
+        internal: profile.network.internal.clone(),
         credentials,
         trace: wardcell_common::trace::spec(&run.id),
     };

@@ -364,7 +364,7 @@ pub fn build_with(
         for k in PROXY_VARS {
             env.push((k.to_string(), url.clone()));
         }
-        let direct = envrules::no_proxy(&profile.network.allow);
+        let direct = envrules::no_proxy(&profile.network.entries());
         for k in NO_PROXY_VARS {
             env.push((k.to_string(), direct.clone()));
         }
@@ -381,7 +381,7 @@ pub fn build_with(
     // Transparent egress: a listener per allowed port, each reachable only because every
     // address is the proxy's inside (PROTOCOL.md, "Transparent egress").
     let egress_ports = if network {
-        wardcell_common::plan::egress_ports(&profile.network.allow)?
+        wardcell_common::plan::egress_ports(&profile.network.entries())?
     } else {
         Vec::new()
     };

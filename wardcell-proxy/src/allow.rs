@@ -120,9 +120,20 @@ pub struct Rule {
     pub entry: String,
     pattern: Pattern,
     port: u16,
+    /// From `network.internal`: its names may resolve to internal addresses.
+    pub internal: bool,
 }
 
 impl Rule {
+    /// A `network.internal` entry.
+    pub fn parse_internal(entry: &str) -> Result<Rule, Error> {
+        Ok(Rule {
+            internal: true,
+            ..Rule::parse(entry)?
+        })
+    }
+
+    /// A `network.allow` entry.
     pub fn parse(entry: &str) -> Result<Rule, Error> {
         let bad = |why: &str| Error::AllowEntry {
             entry: entry.to_string(),
@@ -150,6 +161,7 @@ impl Rule {
             entry: entry.to_string(),
             pattern,
             port,
+            internal: false,
         })
     }
 
@@ -160,6 +172,11 @@ impl Rule {
     /// The entry's host part admits `host`, whatever the port.
     pub fn matches_host(&self, host: &Host) -> bool {
         match (&self.pattern, host) {
+            // `localhost:P` means 127.0.0.1:P and [::1]:P too, for every kind of
+            // connection (a raw one to 127.0.0.1 carries no name).
+            (Pattern::Exact(h), Host::Ip(ip)) if h.is_localhost() => {
+                *ip == IpAddr::from([127, 0, 0, 1]) || *ip == IpAddr::from(Ipv6Addr::LOCALHOST)
+            }
             (Pattern::Exact(h), host) => h == host,
             (Pattern::Subdomains(suffix), Host::Name(n)) => {
                 n.len() > suffix.len() && n.ends_with(suffix.as_str())
@@ -190,10 +207,12 @@ pub struct AllowList {
 }
 
 impl AllowList {
-    pub fn parse(entries: &[String]) -> Result<AllowList, Error> {
-        let rules = entries
+    /// `network.allow` and `network.internal`.
+    pub fn parse(allow: &[String], internal: &[String]) -> Result<AllowList, Error> {
+        let rules = allow
             .iter()
             .map(|e| Rule::parse(e))
+            .chain(internal.iter().map(|e| Rule::parse_internal(e)))
             .collect::<Result<_, _>>()?;
         Ok(AllowList { rules })
     }
@@ -204,14 +223,17 @@ impl AllowList {
         self.rules.iter().filter(move |r| r.matches_host(host))
     }
 
-    /// The entry that admits `t`, an exact one before a wildcard.
+    /// The entry that admits `t`: an exact one before a wildcard, and among those an
+    /// internal one (it reaches more) before an allow one.
     pub fn find(&self, t: &Target) -> Option<&Rule> {
-        let mut hits = self.rules.iter().filter(|r| r.matches(t));
-        let first = hits.next()?;
-        if first.is_exact() {
-            return Some(first);
+        let mut best: Option<&Rule> = None;
+        for r in self.rules.iter().filter(|r| r.matches(t)) {
+            let key = |r: &Rule| (r.is_exact(), r.internal);
+            if best.is_none_or(|b| key(r) > key(b)) {
+                best = Some(r);
+            }
         }
-        Some(hits.find(|r| r.is_exact()).unwrap_or(first))
+        best
     }
 }
 
@@ -220,7 +242,31 @@ mod tests {
     use super::*;
 
     fn list(entries: &[&str]) -> AllowList {
-        AllowList::parse(&entries.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+        AllowList::parse(
+            &entries.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            &[],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn an_internal_entry_wins_over_the_same_allow_entry() {
+        let l = AllowList::parse(
+            &["git.corp:443".into(), "*.corp:443".into()],
+            &["*.corp:443".into(), "git.corp:443".into()],
+        )
+        .unwrap();
+        let found = l.find(&Target::new("git.corp", 443).unwrap()).unwrap();
+        assert!(found.internal && found.entry == "git.corp:443");
+        let found = l.find(&Target::new("a.corp", 443).unwrap()).unwrap();
+        assert!(found.internal && found.entry == "*.corp:443");
+        let only_allow = list(&["git.corp:443"]);
+        assert!(
+            !only_allow
+                .find(&Target::new("git.corp", 443).unwrap())
+                .unwrap()
+                .internal
+        );
     }
 
     fn allowed(l: &AllowList, host: &str, port: u16) -> bool {
@@ -281,6 +327,17 @@ mod tests {
             .find(&Target::new("localhost", 1).unwrap())
             .unwrap()
             .names_localhost());
+    }
+
+    #[test]
+    fn localhost_means_both_loopback_addresses() {
+        let l = list(&["localhost:8080"]);
+        assert!(allowed(&l, "127.0.0.1", 8080));
+        assert!(allowed(&l, "[::1]", 8080));
+        assert!(allowed(&l, "localhost", 8080));
+        assert!(!allowed(&l, "127.0.0.2", 8080));
+        assert!(!allowed(&l, "127.0.0.1", 8081));
+        assert!(!allowed(&l, "[::ffff:127.0.0.1]", 8080));
     }
 
     #[test]

@@ -149,12 +149,15 @@ fn patterns_admit(patterns: &[String], normal: &str) -> bool {
 /// names, so a pattern cannot be trusted to have seen what the upstream serves): not
 /// starting with `/`, a `.` or `..` segment, a `;` parameter, an escaped `/`, `.`, `%`,
 /// `\` or `;` (a framework that decodes before it strips parameters would read one), a
-/// backslash, repeated slashes, and a `%` not followed by two hex digits.
+/// backslash, repeated slashes, a `%` not followed by two hex digits, an encoded NUL,
+/// and escapes that decode to bytes that are not UTF-8 (an overlong form such as
+/// `%C0%AE` for `.`, which a lenient decoder reads as the character).
 pub fn normalise_path(path: &str) -> Result<String, &'static str> {
     let b = path.as_bytes();
     if b.first() != Some(&b'/') {
         return Err("it does not start with `/`");
     }
+    decodes_plainly(b)?;
     let mut out = String::with_capacity(path.len());
     let mut i = 0;
     while i < b.len() {
@@ -198,6 +201,36 @@ pub fn normalise_path(path: &str) -> Result<String, &'static str> {
         return Err("it has a `.` or `..` segment");
     }
     Ok(out)
+}
+
+/// The path with every well-formed `%XX` decoded is UTF-8 (Rust's decoder refuses
+/// overlong forms and surrogates) without a NUL. Malformed escapes are left to
+/// [`normalise_path`].
+fn decodes_plainly(b: &[u8]) -> Result<(), &'static str> {
+    let hex = |j: usize| b.get(j).and_then(|d| (*d as char).to_digit(16));
+    let mut decoded = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match (b[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(hi), Some(lo)) => {
+                decoded.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                decoded.push(c);
+                i += 1;
+            }
+        }
+    }
+    if decoded.contains(&0) {
+        return Err("it has an encoded NUL (`%00`)");
+    }
+    if std::str::from_utf8(&decoded).is_err() {
+        return Err(
+            "its escapes decode to bytes that are not UTF-8 (an overlong or broken sequence)",
+        );
+    }
+    Ok(())
 }
 
 /// `host` or `host:port` from a credential's `hosts`: without a port, 443.
@@ -761,6 +794,9 @@ mod tests {
             "/company/a%",
             "/company/a%2",
             "/company/a%zz",
+            "/company/a%00",
+            "/company/%C0%AE%C0%AE/admin",
+            "/company/a%c0%afb",
             "company/a",
             "*",
         ] {
@@ -781,6 +817,7 @@ mod tests {
             ("/%61%62%2D%5f%7E", "/ab-_~"),
             ("/a%20b%3fc%3d", "/a%20b%3Fc%3D"),
             ("/caf\u{e9}/x", "/caf\u{e9}/x"),
+            ("/caf%C3%A9/x", "/caf%C3%A9/x"),
             ("/a.b/..c/.d", "/a.b/..c/.d"),
         ] {
             assert_eq!(normalise_path(raw).as_deref(), Ok(normal), "{raw}");
@@ -799,6 +836,15 @@ mod tests {
             ("/a%4", "hex digits"),
             ("/a%G0", "hex digits"),
             ("", "start with"),
+            ("/a%00b", "NUL"),
+            ("/a/b%00", "NUL"),
+            ("/a/%C0%AE%C0%AE/x", "not UTF-8"),
+            ("/a/%c0%af", "not UTF-8"),
+            ("/a/%E0%80%AE", "not UTF-8"),
+            ("/a/%F0%80%80%AF", "not UTF-8"),
+            ("/a/%ED%A0%80", "not UTF-8"),
+            ("/a/%C3", "not UTF-8"),
+            ("/a/%FF", "not UTF-8"),
         ] {
             let e = normalise_path(raw).unwrap_err();
             assert!(e.contains(why), "{raw}: {e}");

@@ -10,7 +10,8 @@
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
@@ -122,14 +123,107 @@ fn classify_v6(ip: Ipv6Addr) -> Class {
     }
 }
 
-/// May a connection admitted by `rule` go to `ip`? Global addresses always; anything
-/// else only when the entry names that very IP, or loopback when the entry is `localhost`.
-pub fn permitted(ip: IpAddr, rule: &Rule) -> Result<(), Class> {
+/// Why an address is not dialed for an entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Barred {
+    /// Of a class the entry does not admit.
+    Class(Class),
+    /// One of this machine's own addresses (a service listening on all interfaces).
+    Own,
+    /// This machine's addresses could not be read, so no address but a literal one is
+    /// dialed.
+    OwnUnknown(String),
+}
+
+impl Barred {
+    /// The refusal, in words: `host` resolves to `ip`, and what would allow it under
+    /// `rule`, the entry that admitted the name.
+    pub fn explain(&self, host: &Host, ip: IpAddr, rule: &Rule) -> String {
+        let literal = format!("which the proxy dials only for an entry naming {ip} literally");
+        match self {
+            Barred::Own => format!("{host} resolves to {ip}, an address of this machine, {literal}"),
+            Barred::OwnUnknown(why) => format!(
+                "{host} resolves to {ip}, and this machine's own addresses cannot be read ({why}), so only an entry naming {ip} literally reaches it"
+            ),
+            Barred::Class(class @ (Class::Private | Class::Shared | Class::Reserved | Class::Loopback))
+                if !rule.internal =>
+            {
+                format!(
+                    "{host} resolves to {ip}, a {class} address, which names under network.allow never reach: add \"{}\" under network.internal to allow it",
+                    rule.entry
+                )
+            }
+            Barred::Class(class) => format!("{host} resolves to {ip}, a {class} address, {literal}"),
+        }
+    }
+}
+
+/// How long this machine's addresses, once read, are used before they are read again.
+const OWN_FRESH: Duration = Duration::from_secs(1);
+
+/// This machine's addresses as last read, and when.
+static OWN: Mutex<Option<(Instant, Arc<[IpAddr]>)>> = Mutex::new(None);
+
+/// The addresses of this machine's interfaces, loopback ones aside (those are judged by
+/// their class): the proxy runs in the host's network namespace, so a connection to any
+/// of them reaches a service on the host itself. Read at most once a second.
+pub fn own_addresses() -> Result<Arc<[IpAddr]>, String> {
+    let now = Instant::now();
+    let mut cached = OWN.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((at, addrs)) = cached.as_ref() {
+        if now.saturating_duration_since(*at) < OWN_FRESH {
+            return Ok(addrs.clone());
+        }
+    }
+    let mut addrs: Vec<IpAddr> = Vec::new();
+    for a in nix::ifaddrs::getifaddrs().map_err(|e| format!("getifaddrs: {e}"))? {
+        let Some(sa) = a.address else { continue };
+        let ip = if let Some(v4) = sa.as_sockaddr_in() {
+            IpAddr::V4(v4.ip())
+        } else if let Some(v6) = sa.as_sockaddr_in6() {
+            crate::names::canonical(IpAddr::V6(v6.ip()))
+        } else {
+            continue;
+        };
+        if classify(ip) != Class::Loopback && !addrs.contains(&ip) {
+            addrs.push(ip);
+        }
+    }
+    let addrs: Arc<[IpAddr]> = addrs.into();
+    *cached = Some((now, addrs.clone()));
+    Ok(addrs)
+}
+
+/// May a connection admitted by `rule` go to `ip`? Anything the entry names literally;
+/// never one of this machine's own addresses otherwise; global addresses; loopback when
+/// the entry is `localhost`; private, shared, reserved and loopback addresses when the
+/// entry is under `network.internal`. Link-local, unspecified and multicast addresses
+/// only literally.
+pub fn permitted(ip: IpAddr, rule: &Rule) -> Result<(), Barred> {
+    if rule.names_ip(ip) {
+        return Ok(());
+    }
+    admits(ip, rule, own_addresses().as_deref().map_err(|e| e.clone()))
+}
+
+/// [`permitted`], pure: `own` is this machine's addresses, or why they cannot be read.
+pub fn admits(ip: IpAddr, rule: &Rule, own: Result<&[IpAddr], String>) -> Result<(), Barred> {
+    let ip = crate::names::canonical(ip);
+    if rule.names_ip(ip) {
+        return Ok(());
+    }
+    match own {
+        Ok(own) if own.contains(&ip) => return Err(Barred::Own),
+        Ok(_) => {}
+        Err(why) => return Err(Barred::OwnUnknown(why)),
+    }
     match classify(ip) {
         Class::Global => Ok(()),
-        _ if rule.names_ip(ip) => Ok(()),
         Class::Loopback if rule.names_localhost() => Ok(()),
-        class => Err(class),
+        Class::Private | Class::Shared | Class::Reserved | Class::Loopback if rule.internal => {
+            Ok(())
+        }
+        class => Err(Barred::Class(class)),
     }
 }
 
@@ -184,8 +278,8 @@ pub async fn resolve(t: &Target, rule: &Rule) -> Result<Vec<SocketAddr>, Unreach
                     ok.push(a);
                 }
             }
-            Err(class) => {
-                first_refusal.get_or_insert((ip, class));
+            Err(barred) => {
+                first_refusal.get_or_insert((ip, barred));
             }
         }
     }
@@ -193,10 +287,7 @@ pub async fn resolve(t: &Target, rule: &Rule) -> Result<Vec<SocketAddr>, Unreach
         return Ok(ok);
     }
     Err(match first_refusal {
-        Some((ip, class)) => Unreachable::Refused(format!(
-            "{} resolves to {ip}, a {class} address, which the allow list does not name explicitly",
-            t.host
-        )),
+        Some((ip, barred)) => Unreachable::Refused(barred.explain(&t.host, ip, rule)),
         None => Unreachable::Lookup("no addresses".into()),
     })
 }
@@ -281,27 +372,109 @@ mod tests {
         }
     }
 
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
     #[test]
     fn only_a_literal_entry_or_localhost_admits_special_addresses() {
-        let lo: IpAddr = "127.0.0.1".parse().unwrap();
-        let meta: IpAddr = "169.254.169.254".parse().unwrap();
+        let (lo, meta) = (ip("127.0.0.1"), ip("169.254.169.254"));
+        let none: Result<&[IpAddr], String> = Ok(&[]);
+        let class = |c| Err(Barred::Class(c));
         let name = Rule::parse("internal.example:80").unwrap();
-        assert_eq!(permitted(lo, &name), Err(Class::Loopback));
-        assert_eq!(permitted(meta, &name), Err(Class::LinkLocal));
-        assert_eq!(permitted("8.8.8.8".parse().unwrap(), &name), Ok(()));
+        assert_eq!(admits(lo, &name, none.clone()), class(Class::Loopback));
+        assert_eq!(admits(meta, &name, none.clone()), class(Class::LinkLocal));
+        assert_eq!(admits(ip("8.8.8.8"), &name, none.clone()), Ok(()));
 
         let literal = Rule::parse("169.254.169.254:80").unwrap();
-        assert_eq!(permitted(meta, &literal), Ok(()));
-        assert_eq!(permitted(lo, &literal), Err(Class::Loopback));
+        assert_eq!(admits(meta, &literal, none.clone()), Ok(()));
+        assert_eq!(admits(lo, &literal, none.clone()), class(Class::Loopback));
 
         let localhost = Rule::parse("localhost:80").unwrap();
-        assert_eq!(permitted(lo, &localhost), Ok(()));
-        assert_eq!(permitted("::1".parse().unwrap(), &localhost), Ok(()));
+        assert_eq!(admits(lo, &localhost, none.clone()), Ok(()));
+        assert_eq!(admits(ip("::1"), &localhost, none.clone()), Ok(()));
         assert_eq!(
-            permitted("10.0.0.1".parse().unwrap(), &localhost),
-            Err(Class::Private)
+            admits(ip("10.0.0.1"), &localhost, none.clone()),
+            class(Class::Private)
         );
-        assert_eq!(permitted(meta, &localhost), Err(Class::LinkLocal));
+        assert_eq!(admits(meta, &localhost, none), class(Class::LinkLocal));
+    }
+
+    #[test]
+    fn internal_entries_reach_internal_classes_only() {
+        let none: Result<&[IpAddr], String> = Ok(&[]);
+        let internal = Rule::parse_internal("git.corp:443").unwrap();
+        for a in [
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "fd00::1",
+            "192.0.2.9",
+            "127.0.0.1",
+            "::1",
+            "8.8.8.8",
+        ] {
+            assert_eq!(admits(ip(a), &internal, none.clone()), Ok(()), "{a}");
+        }
+        for (a, c) in [
+            ("169.254.169.254", Class::LinkLocal),
+            ("fe80::1", Class::LinkLocal),
+            ("0.0.0.0", Class::Unspecified),
+            ("224.0.0.1", Class::Multicast),
+        ] {
+            assert_eq!(
+                admits(ip(a), &internal, none.clone()),
+                Err(Barred::Class(c)),
+                "{a}"
+            );
+        }
+        // This machine's own addresses stay out, internal or not.
+        assert_eq!(
+            admits(ip("10.1.2.3"), &internal, Ok(&[ip("10.1.2.3")])),
+            Err(Barred::Own)
+        );
+        // The same name under allow: public only, and the refusal says where it goes.
+        let allow = Rule::parse("git.corp:443").unwrap();
+        let barred = admits(ip("10.1.2.3"), &allow, none.clone()).unwrap_err();
+        let why = barred.explain(&Host::parse("git.corp").unwrap(), ip("10.1.2.3"), &allow);
+        assert!(
+            why.contains("add \"git.corp:443\" under network.internal"),
+            "{why}"
+        );
+        let barred = admits(ip("169.254.169.254"), &internal, none).unwrap_err();
+        let why = barred.explain(
+            &Host::parse("git.corp").unwrap(),
+            ip("169.254.169.254"),
+            &internal,
+        );
+        assert!(why.contains("naming 169.254.169.254 literally"), "{why}");
+    }
+
+    #[test]
+    fn the_hosts_own_addresses_only_by_a_literal_entry() {
+        let own = [ip("8.8.4.4"), ip("2606:4700::1")];
+        let name = Rule::parse("svc.example:80").unwrap();
+        // A global address of this machine, however it is spelled.
+        for a in ["8.8.4.4", "::ffff:8.8.4.4", "2606:4700::1"] {
+            assert_eq!(admits(ip(a), &name, Ok(&own)), Err(Barred::Own), "{a}");
+        }
+        assert_eq!(admits(ip("8.8.8.8"), &name, Ok(&own)), Ok(()));
+        let literal = Rule::parse("8.8.4.4:80").unwrap();
+        assert_eq!(admits(ip("8.8.4.4"), &literal, Ok(&own)), Ok(()));
+        // Unreadable: nothing but a literal entry.
+        let unknown = || Err("no netlink".to_string());
+        assert!(matches!(
+            admits(ip("8.8.8.8"), &name, unknown()),
+            Err(Barred::OwnUnknown(_))
+        ));
+        assert_eq!(admits(ip("8.8.4.4"), &literal, unknown()), Ok(()));
+        let why = Barred::Own.explain(&Host::parse("svc.example").unwrap(), ip("8.8.4.4"), &name);
+        assert!(why.contains("an address of this machine"), "{why}");
+        assert!(why.contains("naming 8.8.4.4 literally"), "{why}");
+        // This machine's own addresses are read, loopback aside.
+        let mine = own_addresses().unwrap();
+        assert!(mine.iter().all(|a| classify(*a) != Class::Loopback));
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -310,7 +483,13 @@ mod tests {
         let rule = Rule::parse("127.1:80").unwrap();
         let t = Target::new("127.1", 80).unwrap();
         match resolve(&t, &rule).await {
-            Err(Unreachable::Refused(why)) => assert!(why.contains("loopback"), "{why}"),
+            Err(Unreachable::Refused(why)) => {
+                assert!(why.contains("loopback"), "{why}");
+                assert!(
+                    why.contains("add \"127.1:80\" under network.internal"),
+                    "{why}"
+                );
+            }
             other => panic!("{other:?}"),
         }
         let rule = Rule::parse("localhost:80").unwrap();

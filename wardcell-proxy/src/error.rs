@@ -53,7 +53,7 @@ impl fmt::Display for Error {
             Error::Listener(why) => write!(f, "wardcell-proxy: the proxy listener: {why}"),
             Error::AllowEntry { entry, why } => write!(
                 f,
-                "network allow entry `{entry}`: {why}; write `host:port` or `*.domain:port`"
+                "network entry `{entry}`: {why}; write `host:port` or `*.domain:port`"
             ),
             Error::Credential { name, why } => write!(f, "credential {name}: {why}"),
             Error::CredentialFile { name, path, why } => write!(

@@ -33,6 +33,15 @@ use crate::tunnel;
 
 /// Connections served at once (client connections and tunnels each hold one slot).
 const MAX_CONNECTIONS: usize = 256;
+/// Why a connection over [`MAX_CONNECTIONS`] is refused.
+pub const BUSY: &str =
+    "the proxy already serves 256 connections, the most it serves at once; try again when some have ended";
+/// Connections refused for being over the limit that are still being answered; past
+/// this many, a refused connection is closed without an answer.
+const REFUSING: usize = 32;
+/// How long a refused connection is read from (and its bytes dropped) after its answer,
+/// so that closing it does not reset the answer away.
+const LINGER: Duration = Duration::from_secs(1);
 /// A client has this long to send a request head.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -65,13 +74,20 @@ impl Ctx {
         }
     }
 
-    /// One of the connection slots, waiting for one to be free.
-    pub async fn slot(&self) -> tokio::sync::OwnedSemaphorePermit {
-        self.slots
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed")
+    /// One of the connection slots, or `None` when all [`MAX_CONNECTIONS`] are taken.
+    pub fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
+    }
+
+    /// A connection refused because every slot is taken: a `proxy.denied` event (host
+    /// `-` when the destination is not known yet), throttled and counted as every
+    /// refusal is.
+    pub fn refuse_busy(&self, host: &str, port: u16) {
+        self.events.send(ProxyEvent::Denied {
+            host: host.to_string(),
+            port,
+            reason: BUSY.into(),
+        });
     }
 
     /// The allow-list, the address policy and the dial, in that order. The stream
@@ -131,14 +147,18 @@ pub async fn accept(listener: &TcpListener) -> TcpStream {
 
 /// Accept connections until the process ends.
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
+    let refusing = Arc::new(Semaphore::new(REFUSING));
     loop {
-        let slot = ctx
-            .slots
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
         let stream = accept(&listener).await;
+        let Some(slot) = ctx.slot() else {
+            ctx.refuse_busy("-", stream.local_addr().map_or(0, |a| a.port()));
+            let answer = format!(
+                "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\nwardcell: {BUSY}\n",
+                BUSY.len() + 11
+            );
+            close_busy(stream, answer.into_bytes(), &refusing);
+            continue;
+        };
         let ctx = ctx.clone();
         tokio::spawn(async move {
             let _slot = slot;
@@ -157,6 +177,29 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
                 .await;
         });
     }
+}
+
+/// Answer a connection refused for being over the limit with `answer` (nothing for a
+/// raw one), end it, and read what the client sent for [`LINGER`] so that the close is
+/// clean (a close with unread bytes would reset the connection, answer and all). Past
+/// [`REFUSING`] such connections at once, closed at once.
+pub fn close_busy(mut stream: TcpStream, answer: Vec<u8>, refusing: &Arc<Semaphore>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(permit) = refusing.clone().try_acquire_owned() else {
+        return;
+    };
+    tokio::spawn(async move {
+        let _permit = permit;
+        let _ = stream.write_all(&answer).await;
+        let _ = stream.shutdown().await;
+        let mut sink = [0u8; 4096];
+        let until = tokio::time::Instant::now() + LINGER;
+        while let Ok(Ok(n)) = tokio::time::timeout_at(until, stream.read(&mut sink)).await {
+            if n == 0 {
+                break;
+            }
+        }
+    });
 }
 
 /// What a request head asks for, decided from its method and target alone, before any
@@ -223,18 +266,20 @@ async fn dispatch(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
 }
 
 async fn connect(mut req: Request<Incoming>, target: Target, ctx: Arc<Ctx>) -> Response<Body> {
+    // The tunnel holds a slot of its own, besides the client connection's.
+    let Some(slot) = ctx.slot() else {
+        ctx.refuse_busy(&target.host.to_string(), target.port);
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("wardcell: {BUSY}\n"),
+        );
+    };
     let (upstream, addr) = match ctx.admit(&target).await {
         Ok(x) => x,
         Err(refusal) => return refusal,
     };
     let intercepting = ctx.intercept.is_some() && ctx.creds.names(&target);
     let upgrade = hyper::upgrade::on(&mut req);
-    let slot = ctx
-        .slots
-        .clone()
-        .acquire_owned()
-        .await
-        .expect("the semaphore is never closed");
     tokio::spawn(async move {
         let _slot = slot;
         let Ok(client) = upgrade.await else {
@@ -255,6 +300,14 @@ mod tests {
 
     fn r(method: &str, uri: &str) -> Route {
         route(&method.parse().unwrap(), &uri.parse().unwrap())
+    }
+
+    #[test]
+    fn the_busy_answer_names_the_limit() {
+        assert!(
+            BUSY.contains(&format!("{MAX_CONNECTIONS} connections")),
+            "{BUSY}"
+        );
     }
 
     #[test]

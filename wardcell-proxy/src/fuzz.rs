@@ -179,7 +179,7 @@ pub fn first_bytes(data: &[u8]) {
     use crate::transparent::decide;
     let seen = sniff(data);
     let dst: std::net::SocketAddr = "192.0.2.1:443".parse().expect("an address");
-    let allow = AllowList::parse(&["a.example:443".to_string()]).expect("a valid list");
+    let allow = AllowList::parse(&["a.example:443".to_string()], &[]).expect("a valid list");
     let answered = ["a.example".to_string()];
     if let Ok(t) = decide(dst, &seen, &answered, &allow) {
         assert_eq!(t.port, 443);

@@ -10,7 +10,9 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
@@ -21,6 +23,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, RootCertStore};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
@@ -69,6 +72,44 @@ struct Upstream {
     /// The connection dialed when the CONNECT was admitted, used for the first request.
     first: std::sync::Mutex<Option<TcpStream>>,
     sender: Mutex<Option<SendRequest<Counted<Incoming>>>>,
+}
+
+/// The upstream TLS stream, with an end that comes without TLS's close_notify read as
+/// the end. Many servers close the TCP connection so, and a close-delimited body (no
+/// length, not chunked: legal HTTP/1.1, common for event streams) ends there; taken as
+/// an error, the client's copy would end cut off. A body with a length or chunks still
+/// fails when cut short: hyper checks those itself.
+struct CleanEof<S>(S);
+
+impl<S: AsyncRead + Unpin> AsyncRead for CleanEof<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match Pin::new(&mut self.0).poll_read(cx, buf) {
+            Poll::Ready(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for CleanEof<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        b: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, b)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
 }
 
 pub async fn serve<C>(client: C, first: TcpStream, addr: SocketAddr, target: Target, ctx: Arc<Ctx>)
@@ -212,7 +253,7 @@ async fn connect(
         .connect(name, tcp)
         .await
         .map_err(|e| format!("TLS to the upstream server: {e}"))?;
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(CleanEof(tls)))
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(async move {

@@ -76,6 +76,7 @@ fn main() -> ExitCode {
     tracing::debug!(
         zone = %spec.zone,
         allow = ?spec.allow,
+        internal = ?spec.internal,
         credentials = ?spec.credentials.iter().map(|c| &c.name).collect::<Vec<_>>(),
         "spec received"
     );
@@ -117,7 +118,7 @@ struct Prepared {
 /// Steps 4 to 7; returns the CA certificate to announce, if intercepting.
 fn prepare(spec: &ProxySpec) -> Result<(Prepared, Option<String>), Error> {
     // 4.
-    let allow = AllowList::parse(&spec.allow)?;
+    let allow = AllowList::parse(&spec.allow, &spec.internal)?;
     // 5.
     let creds = Credentials::resolve(&spec.credentials)?;
     // 6.

@@ -15,7 +15,8 @@
 //! 3. check `name:port` against the allow list;
 //! 4. check the destination: it must be one of the name's addresses by a fresh
 //!    resolution, or one the proxy's DNS answered for that name (still remembered), and
-//!    of a class the entry admits (dns.rs). The proxy dials the address the sandbox
+//!    of a class the entry admits, never one of this machine's own addresses unless the
+//!    entry names it literally (dns.rs). The proxy dials the address the sandbox
 //!    asked for and nothing else: the client's choice among a name's addresses is kept,
 //!    and no name can be used to reach an address that is not its own;
 //! 5. dial it, send the bytes already read, and copy both ways untouched (tunnel.rs); or,
@@ -53,9 +54,15 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Accept connections until the process ends.
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, names: Arc<Names>) {
+    let refusing = Arc::new(tokio::sync::Semaphore::new(8));
     loop {
-        let slot = ctx.slot().await;
         let stream = crate::front::accept(&listener).await;
+        let Some(slot) = ctx.slot() else {
+            let port = stream.local_addr().map_or(0, |a| a.port());
+            ctx.refuse_busy("-", port);
+            crate::front::close_busy(stream, Vec::new(), &refusing);
+            continue;
+        };
         let (ctx, names) = (ctx.clone(), names.clone());
         tokio::spawn(async move {
             let _slot = slot;
@@ -185,16 +192,24 @@ async fn handle(mut client: TcpStream, ctx: Arc<Ctx>, names: Arc<Names>) {
         )
         .await;
     };
-    // 4. An address the proxy itself answered for this name (and of a class this entry
-    //    admits) needs no second lookup; any other must be among the name's addresses now.
-    let remembered = matches!(&target.host, Host::Name(n) if answered.contains(n))
-        && dns::permitted(dst.ip(), rule).is_ok();
+    // 4. The address must be the name's: one the proxy itself answered for this name
+    //    needs no second lookup; any other must be among the name's addresses now. And
+    //    it must be of a kind this entry reaches (never this machine's own unless named
+    //    literally).
+    let remembered = matches!(&target.host, Host::Name(n) if answered.contains(n));
     let admitted = remembered
-        || dns::resolve(&target, rule)
-            .await
-            .is_ok_and(|fresh| fresh.contains(&dst));
+        || dns::lookup(&target.host).await.is_ok_and(|fresh| {
+            fresh
+                .into_iter()
+                .any(|ip| crate::names::canonical(ip) == dst.ip())
+        });
     if !admitted {
         let reason = format!("{} is not an address of {}", dst.ip(), target.host);
+        refuse(target.host.to_string(), reason.clone());
+        return forbid(client, is_http, &reason).await;
+    }
+    if let Err(barred) = dns::permitted(dst.ip(), rule) {
+        let reason = barred.explain(&target.host, dst.ip(), rule);
         refuse(target.host.to_string(), reason.clone());
         return forbid(client, is_http, &reason).await;
     }
@@ -284,7 +299,7 @@ mod tests {
     use super::*;
 
     fn allow(e: &[&str]) -> AllowList {
-        AllowList::parse(&e.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+        AllowList::parse(&e.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &[]).unwrap()
     }
 
     fn dst(s: &str) -> SocketAddr {

@@ -170,7 +170,7 @@ fn a_name_resolving_to_loopback_needs_an_explicit_entry() {
         p.event(),
         "127.1",
         upstream,
-        "a loopback address, which the allow list does not name explicitly",
+        "a loopback address, which names under network.allow never reach: add \"127.1:",
     );
     // (curl would rewrite 127.1 to 127.0.0.1 itself, so plain HTTP is tried raw.)
     let mut s = std::net::TcpStream::connect(("127.0.0.1", p.port)).unwrap();
@@ -180,7 +180,12 @@ fn a_name_resolving_to_loopback_needs_an_explicit_entry() {
     )
     .unwrap();
     assert!(read_head(&mut s).starts_with("HTTP/1.1 403"));
-    assert_denied(p.event(), "127.1", upstream, "loopback");
+    assert_denied(
+        p.event(),
+        "127.1",
+        upstream,
+        &format!("add \"127.1:{upstream}\" under network.internal"),
+    );
 
     // Resolved through the hosts file, under the proxy's Landlock and seccomp.
     if let Some(name) = &hosts_name {
@@ -194,6 +199,43 @@ fn a_name_resolving_to_loopback_needs_an_explicit_entry() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(r.body.starts_with("GET /hello\n"), "{}", r.body);
     assert!(connect_event("localhost", upstream)(&p.event()));
+}
+
+// Issue 20, item 1: the same names under `network.internal` reach loopback, by CONNECT
+// and by plain HTTP, under the proxy's confinement; the refusal above says how.
+#[test]
+fn a_name_under_internal_reaches_loopback() {
+    let upstream = http_server();
+    let mut internal = vec![format!("127.1:{upstream}")];
+    let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    let hosts_name = hosts
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let ip: std::net::IpAddr = f.next()?.parse().ok()?;
+            ip.is_loopback()
+                .then_some(f.map(str::to_string).collect::<Vec<_>>())
+        })
+        .flatten()
+        .find(|n| n != "localhost" && !n.starts_with("localhost.") && !n.contains(':'));
+    internal.extend(hosts_name.iter().map(|n| format!("{n}:{upstream}")));
+    let mut sp = spec(&[], vec![]);
+    sp.internal = internal;
+    let p = Proxy::start(sp, &[]);
+    let (_s, head) = raw_connect(p.port, &format!("127.1:{upstream}"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", p.port)).unwrap();
+    write!(
+        s,
+        "GET http://127.1:{upstream}/internal HTTP/1.1\r\nHost: 127.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    assert!(read_head(&mut s).starts_with("HTTP/1.1 200"));
+    if let Some(name) = &hosts_name {
+        let r = curl(&p, &format!("http://{name}:{upstream}/by-hosts"), &[]);
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
 }
 
 #[test]
@@ -613,4 +655,122 @@ fn a_tunnel_full_of_tiny_segments_still_delivers_everything() {
         } => assert_eq!((bytes_up, bytes_down), (5, want.len() as u64)),
         other => panic!("{other:?}"),
     }
+}
+
+/// curl through the proxy with `-N` (it writes what arrives at once): the first line of
+/// the body as soon as it comes, then, once `go` is set, the rest and the status.
+fn stream_through(
+    p: &Proxy,
+    url: &str,
+    args: &[&str],
+    go: &std::sync::atomic::AtomicBool,
+) -> (String, String, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("curl")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .args([
+            "-sS",
+            "-N",
+            "--max-time",
+            "30",
+            "--proxy",
+            &p.url(),
+            "--noproxy",
+            "",
+        ])
+        .args(["-w", "\nstatus=%{http_code}\n"])
+        .args(args)
+        .arg(url)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut first = String::new();
+        let _ = out.read_line(&mut first);
+        let _ = tx.send(first);
+        let mut rest = String::new();
+        let _ = out.read_to_string(&mut rest);
+        rest
+    });
+    // The first event arrives while the server still holds the second.
+    let first = rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
+    go.store(true, std::sync::atomic::Ordering::SeqCst);
+    let rest = reader.join().unwrap();
+    let mut err = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    let _ = child.wait();
+    (first, rest, err)
+}
+
+// Issue 20, item 3: an event stream passes through interception whole, each event as
+// it arrives: the first reaches the client while the server still holds the second, and
+// a close-delimited body (no length, not chunked) is not cut off by the close, which
+// comes without TLS's close_notify. Chunked too.
+#[test]
+fn an_event_stream_passes_through_interception_whole_and_at_once() {
+    for chunked in [false, true] {
+        let ca = TestCa::new();
+        let (port, go) = event_stream_server(Some(&ca), chunked);
+        let dir = TempDir::new();
+        let secret = dir.write("token", format!("{SECRET}\n").as_bytes(), 0o600);
+        let cred = basic_credential(
+            "company-git",
+            &format!("localhost:{port}"),
+            &["/company/*"],
+            SecretPlan::File(secret),
+        );
+        let mut p = Proxy::start(
+            spec(&[format!("localhost:{port}")], vec![cred]),
+            &[("SSL_CERT_FILE", path_str(&ca.pem_path))],
+        );
+        let ca_file = dir.write("proxy-ca.pem", p.ca_pem().unwrap().as_bytes(), 0o644);
+        let (first, rest, err) = stream_through(
+            &p,
+            &format!("https://localhost:{port}/company/events"),
+            &["--cacert", path_str(&ca_file)],
+            &go,
+        );
+        assert_eq!(
+            first, "data: one\n",
+            "chunked {chunked}: before the second; {err}"
+        );
+        assert_whole(&rest, &err);
+        assert!(matches!(
+            p.event(),
+            ProxyEvent::Connect {
+                credential: Some(_),
+                ..
+            }
+        ));
+    }
+}
+
+// The same through plain HTTP forwarding.
+#[test]
+fn an_event_stream_passes_through_plain_forwarding_whole_and_at_once() {
+    for chunked in [false, true] {
+        let (port, go) = event_stream_server(None, chunked);
+        let p = Proxy::start(spec(&[format!("localhost:{port}")], vec![]), &[]);
+        let (first, rest, err) =
+            stream_through(&p, &format!("http://localhost:{port}/events"), &[], &go);
+        assert_eq!(first, "data: one\n", "chunked {chunked}: {err}");
+        assert_whole(&rest, &err);
+    }
+}
+
+/// After the first event: the empty line, 300,000 bytes, the second event, and the
+/// status; curl saw a clean end.
+fn assert_whole(rest: &str, err: &str) {
+    let want = format!("\n{}data: two\n\n\nstatus=200\n", "y".repeat(300_000));
+    assert!(
+        rest == want,
+        "{} bytes, ending {:?}; {err}",
+        rest.len(),
+        &rest[rest.len().saturating_sub(40)..]
+    );
+    assert_eq!(err, "", "the stream ended cleanly");
 }

@@ -202,6 +202,13 @@ fn profile(out: &mut Vec<String>, p: &ProfilePlan, indent: &str) {
     );
     if p.network.enabled() {
         list(out, &inner, "network allow", p.network.allow.clone());
+        if !p.network.internal.is_empty() {
+            // Shown only when there are some, so profiles without are shown as before.
+            let internal = p.network.internal.iter().map(|e| {
+                format!("{e} (may resolve to private, shared, reserved and loopback addresses)")
+            });
+            list(out, &inner, "network internal", internal.collect());
+        }
     } else {
         out.push(format!("{inner}network allow: - (no network)"));
     }

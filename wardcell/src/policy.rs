@@ -103,7 +103,7 @@ fn warnings(plan: &Plan, getenv: fn(&str) -> Option<String>) -> Vec<String> {
             let hosts = plan.credentials.iter().filter(|c| &c.name == name);
             for host in hosts.flat_map(|c| &c.hosts) {
                 let (h, port) = host_port(host);
-                if !allows(&p.network.allow, h, port) {
+                if !allows(&p.network.entries(), h, port) {
                     out.push(format!(
                         "warning: credential '{name}' is for {h}:{port}, which profile '{}' (zone '{z}') does not allow, so it is never attached there; add \"{h}:{port}\" to its network.allow",
                         p.name

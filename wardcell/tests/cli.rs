@@ -220,8 +220,8 @@ authenticated = true
 enter_from = ["agent"]
 [profiles.pusher]
 extends = "readonly"
-network = { allow = ["git.example.com:443", "*.npm.example:443"] }
-credentials = ["git", "npm"]
+network = { allow = ["git.example.com:443"], internal = ["*.npm.example:443", "git.corp.example:443"] }
+credentials = ["git", "npm", "corp"]
 unix_sockets = ["$WARDCELL_TEST_NO_SUCH_SOCK"]
 [credentials.git]
 hosts = ["git.example.com"]
@@ -229,6 +229,10 @@ scheme = "bearer"
 secret = { env = "WARDCELL_TEST_NO_SUCH_TOKEN" }
 [credentials.npm]
 hosts = ["registry.npm.example", "git.example.com:8443"]
+scheme = "bearer"
+secret = { env = "HOME" }
+[credentials.corp]
+hosts = ["git.corp.example"]
 scheme = "bearer"
 secret = { env = "HOME" }
 "#,
@@ -252,7 +256,14 @@ secret = { env = "HOME" }
     // Allowed by `*.npm.example:443`, and git.example.com:443 by name: no warning.
     assert!(!err.contains("registry.npm.example"), "{err}");
     assert!(!err.contains("is for git.example.com:443"), "{err}");
-    assert_eq!(err.lines().count(), 6, "{err}");
+    // Hosts allowed under network.internal count as allowed (issue 20, item 1).
+    assert!(!err.contains("is for git.corp.example"), "{err}");
+    assert!(!err.contains("is for registry.npm.example"), "{err}");
+    assert!(
+        err.contains("lists credential 'corp', but the zone does not set authenticated"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 7, "{err}");
 }
 
 #[test]

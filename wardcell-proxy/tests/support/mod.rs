@@ -81,6 +81,7 @@ pub fn spec(allow: &[String], credentials: Vec<CredentialPlan>) -> ProxySpec {
         run_id: "test-run".into(),
         zone: "push".into(),
         allow: allow.to_vec(),
+        internal: Vec::new(),
         credentials,
         trace: None,
     }
@@ -437,6 +438,84 @@ pub fn https_server(ca: &TestCa) -> u16 {
                 .await;
         }
     })
+}
+
+/// An event stream as a server sends one: for each connection (over TLS with `ca`'s
+/// certificate when given), read the request head, answer 200, and send the head, then
+/// (a moment later) `data: one`, wait until the returned flag is set (or 10 s), send
+/// 300,000 bytes of `y` and `data: two`, and close the TCP connection without TLS's
+/// close_notify, as many servers do. `chunked`: the body is chunked; otherwise it has
+/// neither a length nor chunks and ends with the connection.
+pub fn event_stream_server(
+    ca: Option<&TestCa>,
+    chunked: bool,
+) -> (u16, Arc<std::sync::atomic::AtomicBool>) {
+    let go = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let acceptor = ca.map(|ca| tokio_rustls::TlsAcceptor::from(ca.server.clone()));
+    let go2 = go.clone();
+    let port = spawn_server(move |s| {
+        let (acceptor, go) = (acceptor.clone(), go2.clone());
+        async move {
+            match acceptor {
+                Some(a) => {
+                    if let Ok(tls) = a.accept(s).await {
+                        send_events(tls, go, chunked).await;
+                    }
+                }
+                None => send_events(s, go, chunked).await,
+            }
+        }
+    });
+    (port, go)
+}
+
+async fn send_events<S>(mut s: S, go: Arc<std::sync::atomic::AtomicBool>, chunked: bool)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let piece = |data: &[u8]| -> Vec<u8> {
+        if chunked {
+            let mut c = format!("{:x}\r\n", data.len()).into_bytes();
+            c.extend_from_slice(data);
+            c.extend_from_slice(b"\r\n");
+            c
+        } else {
+            data.to_vec()
+        }
+    };
+    let answer: &[u8] = if chunked {
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    } else {
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
+    };
+    if s.write_all(answer).await.is_err() || s.flush().await.is_err() {
+        return;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    if s.write_all(&piece(b"data: one\n\n")).await.is_err() || s.flush().await.is_err() {
+        return;
+    }
+    for _ in 0..1000 {
+        if go.load(Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = s.write_all(&piece(&vec![b'y'; 300_000])).await;
+    let _ = s.write_all(&piece(b"data: two\n\n")).await;
+    if chunked {
+        let _ = s.write_all(b"0\r\n\r\n").await;
+    }
+    let _ = s.flush().await;
 }
 
 /// A raw TCP server that sends `n` bytes to every connection, then closes it.
