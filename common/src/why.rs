@@ -30,6 +30,8 @@ pub struct Rules {
     pub masked: Vec<(PathBuf, String)>,
     /// `network.allow`; None: no network at all.
     pub allow: Option<Vec<String>>,
+    /// `network.internal`.
+    pub internal: Vec<String>,
 }
 
 impl Rules {
@@ -74,7 +76,11 @@ impl Rules {
             deny: profile.deny.clone(),
             unix_sockets: profile.unix_sockets.clone(),
             masked,
-            allow: (!profile.network.allow.is_empty()).then(|| profile.network.allow.clone()),
+            allow: profile
+                .network
+                .enabled()
+                .then(|| profile.network.allow.clone()),
+            internal: profile.network.internal.clone(),
         }
     }
 
@@ -287,12 +293,17 @@ fn decide_net(rules: &Rules, host: &str, port: u16) -> Verdict {
             rules.named()
         ));
     };
+    if let Some(e) = rules.internal.iter().find(|e| matches(e, host, port)) {
+        return yes(format!(
+            "`network.internal` has \"{e}\" (its names may resolve to private, shared, unique-local, reserved and loopback addresses; link-local ones and this machine's own only when an entry names the address)"
+        ));
+    }
     match allow.iter().find(|e| matches(e, host, port)) {
         Some(e) => yes(format!(
-            "`network.allow` has \"{e}\" (a name that resolves to a private, loopback or link-local address is still refused unless the entry names that address or localhost)"
+            "`network.allow` has \"{e}\" (its names reach public addresses only: one that resolves to an internal address is refused; list such a host under `network.internal`)"
         )),
         None => no(format!(
-            "no `network.allow` entry of {} matches {host}:{port}",
+            "no `network.allow` or `network.internal` entry of {} matches {host}:{port}",
             rules.named()
         )),
     }
@@ -380,6 +391,7 @@ mod tests {
                 ("/run".into(), "where host services keep their sockets, masked unless `unix_sockets` names one".into()),
             ],
             allow: Some(vec!["api.example.com:443".into(), "*.corp.example:8443".into(), "localhost:5432".into()]),
+            internal: vec![],
         }
     }
 
@@ -432,6 +444,18 @@ mod tests {
         assert!(!ok("evilcorp.example:8443"));
         assert!(ok("localhost:5432") && ok("127.0.0.1:5432") && ok("[::1]:5432"));
         assert!(!ok("example.org:443"));
+        let inner = Rules {
+            internal: vec!["git.corp.example:443".into()],
+            ..rules("agent")
+        };
+        let v = decide(&inner, &net("git.corp.example:443"));
+        assert!(v.allowed && v.rule.contains("network.internal"), "{v:?}");
+        let only_internal = Rules {
+            allow: Some(vec![]),
+            ..inner
+        };
+        assert!(decide(&only_internal, &net("git.corp.example:443")).allowed);
+        assert!(!decide(&only_internal, &net("api.example.com:443")).allowed);
         let none = Rules {
             allow: None,
             ..rules("offline")
