@@ -391,10 +391,11 @@ pub struct SandboxSpec {
     /// sockets over beside the proxy's listener (transparent egress and DNS). At most
     /// [`MAX_EGRESS_PORTS`].
     pub egress_ports: Vec<u16>,
-    /// The system's CA certificates (a PEM file, canonical, with what it was when the run
-    /// started), the start of the bundle given to the command when the proxy intercepts
-    /// TLS.
-    pub system_roots: Option<(PathBuf, Identity)>,
+    /// The CA certificate files (PEM, canonical, each with what it was when the run
+    /// started) whose certificates, with the run's CA when the proxy intercepts TLS, make
+    /// the bundle the command's CA variables name: the system's, and those the host's CA
+    /// variables named. Empty: no bundle (unless the proxy intercepts).
+    pub ca_files: Vec<(PathBuf, Identity)>,
     /// Paths no rule may open, whether or not they exist: wardcell's own directories and
     /// the credential files. The Linux view masks those that exist (they are in `view`
     /// too); a Seatbelt profile, which matches paths instead of building a view, denies

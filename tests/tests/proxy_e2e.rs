@@ -657,12 +657,17 @@ both!(proxy_variables_are_set_per_zone, |fx| {
         &fx,
         "dump-env.sh",
         "for v in HTTP_PROXY HTTPS_PROXY http_proxy https_proxy NO_PROXY no_proxy \
-           SSL_CERT_FILE CURL_CA_BUNDLE GIT_SSL_CAINFO REQUESTS_CA_BUNDLE NODE_EXTRA_CA_CERTS; do\n\
+           SSL_CERT_FILE CURL_CA_BUNDLE GIT_SSL_CAINFO REQUESTS_CA_BUNDLE NODE_EXTRA_CA_CERTS \
+           PIP_CERT NIX_SSL_CERT_FILE CARGO_HTTP_CAINFO npm_config_cafile NPM_CONFIG_CAFILE; do\n\
            eval \"set=\\${$v+yes}\"; eval \"val=\\${$v-}\"\n\
            echo \"$WARDCELL_ZONE $v set=${set:-no} value=$val\"\n\
          done\n\
          if [ -n \"${SSL_CERT_FILE-}\" ]; then\n\
            echo \"$WARDCELL_ZONE bundle certs=$(grep -c 'BEGIN CERTIFICATE' \"$SSL_CERT_FILE\")\"\n\
+         fi\n\
+         if [ \"$WARDCELL_ZONE\" = agent ]; then\n\
+           curl -sS --max-time 30 -o /dev/null -w 'agent tls code=%{http_code} ' \
+             https://localhost:$UPSTREAM_PORT/tunnelled-no-cacert; echo \"rc=$?\"\n\
          fi\n",
     );
     let (out, _, _) = run(
@@ -670,8 +675,9 @@ both!(proxy_variables_are_set_per_zone, |fx| {
         &up,
         "COMPANY_GIT_TOKEN",
         &format!(
-            "sh {dump}; wardcell zone enter push -- sh {dump}; wardcell zone enter offline -- sh {dump}; \
-             wardcell zone enter elsewhere -- sh {dump}"
+            "export UPSTREAM_PORT={port}; sh {dump}; wardcell zone enter push -- sh {dump}; \
+             wardcell zone enter offline -- sh {dump}; wardcell zone enter elsewhere -- sh {dump}",
+            port = up.port
         ),
     );
     out.ok();
@@ -683,6 +689,11 @@ both!(proxy_variables_are_set_per_zone, |fx| {
         "GIT_SSL_CAINFO",
         "REQUESTS_CA_BUNDLE",
         "NODE_EXTRA_CA_CERTS",
+        "PIP_CERT",
+        "NIX_SSL_CERT_FILE",
+        "CARGO_HTTP_CAINFO",
+        "npm_config_cafile",
+        "NPM_CONFIG_CAFILE",
     ];
     for zone in ["agent", "push", "elsewhere"] {
         let proxy = field(&out, &format!("{zone} HTTP_PROXY"), "value");
@@ -713,8 +724,29 @@ both!(proxy_variables_are_set_per_zone, |fx| {
             );
         }
     }
-    // The agent zone has no credentials, so nothing is intercepted and no bundle given
-    // (SSL_CERT_FILE may be the one `wardcell run` itself was given, passed through).
+    // `wardcell run` was given SSL_CERT_FILE (the test server's CA, as a corporate CA
+    // would be): every zone with network gets a bundle of the system's roots and that
+    // CA's certificate, named by every CA variable; in `agent` and `elsewhere` nothing
+    // is intercepted, so that is all, and a tunnelled TLS connection verifies with it.
+    // The push zone's proxy intercepts for its credential's host: the run's CA too.
+    for zone in ["agent", "elsewhere", "push"] {
+        let bundle = field(&out, &format!("{zone} SSL_CERT_FILE"), "value");
+        assert!(bundle.starts_with('/'), "{zone}: {out:#?}");
+        for v in ca_vars {
+            assert_eq!(
+                field(&out, &format!("{zone} {v}"), "value"),
+                bundle,
+                "{zone} {v}"
+            );
+        }
+        let certs: u32 = field(&out, &format!("{zone} bundle"), "certs")
+            .parse()
+            .unwrap();
+        assert!(certs >= 2, "{zone}: {out:#?}");
+    }
+    // The test server's CA is in it: curl verified the server through a tunnel.
+    assert_eq!(field(&out, "agent tls", "code"), "200", "{out:#?}");
+    // No network: no bundle (the variable `wardcell run` was given, if any, as it was).
     let no_bundle = |zone: &str| {
         for v in ca_vars {
             if field(&out, &format!("{zone} {v}"), "set") == "no" {
@@ -728,22 +760,6 @@ both!(proxy_variables_are_set_per_zone, |fx| {
             );
         }
     };
-    no_bundle("agent");
-    no_bundle("elsewhere");
-    // The push zone's proxy intercepts for its credential's host: one bundle, named by
-    // all five variables.
-    let bundle = field(&out, "push SSL_CERT_FILE", "value");
-    assert!(bundle.starts_with('/'), "{out:#?}");
-    for v in ca_vars {
-        assert_eq!(
-            field(&out, &format!("push {v}"), "value"),
-            bundle,
-            "push {v}"
-        );
-    }
-    // System roots and the run's CA.
-    let certs: u32 = field(&out, "push bundle", "certs").parse().unwrap();
-    assert!(certs >= 2, "{out:#?}");
     // No network, no proxy variables and no bundle.
     for v in proxy_vars.iter().chain(&["NO_PROXY", "no_proxy"]) {
         assert_eq!(
@@ -1088,9 +1104,11 @@ both!(paths_outside_the_credential_get_none, |fx| {
     // Intercepted: the push zone is shown the proxy's certificate, not the server's.
     assert_ne!(field(&out, "own-ca", "rc"), "0", "{out:#?}");
     assert!(auth("/own-ca").is_empty());
-    // Tunnelled: the agent zone sees the server's certificate and no bundle of ours.
+    // Tunnelled: the agent zone sees the server's certificate, and without --cacert it
+    // verifies it with the bundle the run's own SSL_CERT_FILE (the server's CA, as a
+    // corporate CA would be) went into.
     assert_eq!(field(&out, "agent-own-ca", "code"), "200", "{out:#?}");
-    assert_ne!(field(&out, "agent-system", "rc"), "0", "{out:#?}");
+    assert_eq!(field(&out, "agent-system", "code"), "200", "{out:#?}");
     assert_eq!(auth("/tunnel"), vec![Value::Null]);
     // The audit log names the credential only for the request it was attached to.
     let with_cred: Vec<_> = events(&log, "proxy.connect")

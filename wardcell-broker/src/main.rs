@@ -312,9 +312,11 @@ fn record_identities(plan: &mut Plan) {
     paths.push(plan.dirs.runtime.clone());
     paths.extend(plan.credential_files());
     paths.extend(plan.client.iter().cloned());
-    // The CA certificates the shim starts a bundle with, where they really are.
+    // The CA certificates the shim makes a bundle of, where they really are.
     paths.extend(
-        spec::system_roots(&host_env, &|p| p.exists()).and_then(|p| fs::canonicalize(p).ok()),
+        spec::ca_files(&host_env, &|p| p.exists())
+            .into_iter()
+            .filter_map(|p| fs::canonicalize(p).ok()),
     );
     for path in paths {
         match fs::symlink_metadata(&path) {

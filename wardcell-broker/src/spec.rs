@@ -37,13 +37,19 @@ pub struct Request<'a> {
 /// The variables that point a command at its proxy.
 pub const PROXY_VARS: &[&str] = &["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];
 pub const NO_PROXY_VARS: &[&str] = &["NO_PROXY", "no_proxy"];
-/// The variables that name the CA bundle, for the tools that read each.
+/// The variables that name a CA bundle, for the tools that read each. In a zone with
+/// network whose sandbox has a bundle, every one names it.
 pub const CA_VARS: &[&str] = &[
     "SSL_CERT_FILE",
     "CURL_CA_BUNDLE",
     "GIT_SSL_CAINFO",
     "REQUESTS_CA_BUNDLE",
     "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "NIX_SSL_CERT_FILE",
+    "CARGO_HTTP_CAINFO",
+    "npm_config_cafile",
+    "NPM_CONFIG_CAFILE",
 ];
 /// Where distributions keep their CA bundle, in the order they are tried.
 pub const SYSTEM_ROOTS: &[&str] = &[
@@ -53,15 +59,28 @@ pub const SYSTEM_ROOTS: &[&str] = &[
     "/etc/ssl/cert.pem",
 ];
 
-/// The system roots: the caller's SSL_CERT_FILE if it names a file, else the first
-/// distribution bundle that exists.
-pub fn system_roots(env: &[(String, String)], exists: &dyn Fn(&Path) -> bool) -> Option<PathBuf> {
-    let given = env
+/// What a sandbox's CA bundle is made of: the distribution's bundle, then each file a CA
+/// variable of the host environment `env` names (a corporate CA, say), each once. Only
+/// their certificates go into the bundle (the shim keeps nothing else of them).
+pub fn ca_files(env: &[(String, String)], exists: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = SYSTEM_ROOTS
         .iter()
-        .find(|(k, _)| k == "SSL_CERT_FILE")
-        .map(|(_, v)| PathBuf::from(v))
-        .filter(|p| p.is_absolute() && exists(p));
-    given.or_else(|| SYSTEM_ROOTS.iter().map(PathBuf::from).find(|p| exists(p)))
+        .map(PathBuf::from)
+        .find(|p| exists(p))
+        .into_iter()
+        .collect();
+    for k in CA_VARS {
+        let named = env
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| PathBuf::from(v));
+        if let Some(p) = named.filter(|p| p.is_absolute() && exists(p)) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 fn inside(p: &Path, trees: &[PathBuf]) -> Option<PathBuf> {
@@ -337,13 +356,19 @@ pub fn build_with(
     // Network: only the zone's proxy, on the sandbox's own loopback.
     let network = profile.network.enabled();
     let intercept = network && req.authenticated && !profile.credentials.is_empty();
-    // Read by the shim only as recorded at the start (a sandbox may write where it is).
-    let system_roots = if intercept {
-        system_roots(req.host_env, exists)
-            .and_then(|p| std::fs::canonicalize(p).ok())
-            .and_then(|p| ids.get(&p).map(|id| (p, id)))
+    // A CA bundle where the proxy intercepts, or where the host names CA files of its
+    // own (a corporate CA): read by the shim only as recorded at the start.
+    let named_ca = CA_VARS
+        .iter()
+        .any(|k| req.host_env.iter().any(|(n, _)| n == k));
+    let ca_files: Vec<_> = if intercept || (network && named_ca) {
+        ca_files(req.host_env, exists)
+            .into_iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .filter_map(|p| ids.get(&p).map(|id| (p, id)))
+            .collect()
     } else {
-        None
+        Vec::new()
     };
     // A placeholder stands in for the secret where the proxy attaches it (its variable
     // was removed above with those credentials read); wardcell's own variables win.
@@ -369,7 +394,7 @@ pub fn build_with(
             env.push((k.to_string(), direct.clone()));
         }
     }
-    if intercept {
+    if intercept || !ca_files.is_empty() {
         for k in CA_VARS {
             env.push((k.to_string(), SANDBOX_CA_BUNDLE.to_string()));
         }
@@ -398,7 +423,7 @@ pub fn build_with(
         controlling_tty: req.pty,
         proxy_port: network.then_some(SANDBOX_PROXY_PORT),
         egress_ports,
-        system_roots,
+        ca_files,
         denied,
         seatbelt_identity: String::new(),
         open_files: req.plan.open_files,
@@ -466,7 +491,7 @@ mod network_tests {
             assert_eq!(get(&spec, k).as_deref(), Some(SANDBOX_CA_BUNDLE), "{k}");
         }
         // Not recorded at the start (it does not exist here): no roots rather than any.
-        assert_eq!(spec.system_roots, None);
+        assert_eq!(spec.ca_files, vec![]);
     }
 
     #[test]

@@ -107,8 +107,11 @@ impl Ctx {
     /// 403 and a `proxy.denied` event.
     pub fn deny(&self, t: &Target, reason: String) -> Response<Body> {
         let body = format!(
-            "wardcell: {}:{} is not allowed in zone {}: {reason}\n",
-            t.host, t.port, self.zone
+            "wardcell: {}:{} is not allowed in zone {}: {reason}\n{}",
+            t.host,
+            t.port,
+            self.zone,
+            where_to_ask(&t.host.authority(t.port, 0))
         );
         self.events.send(ProxyEvent::Denied {
             host: t.host.to_string(),
@@ -129,6 +132,13 @@ impl Ctx {
         });
         resp
     }
+}
+
+/// The second line of a refusal's body: where the sandbox finds out more.
+pub fn where_to_ask(target: &str) -> String {
+    format!(
+        "wardcell: `wardcell zone why {target}` says which rule refused it and which zones this run may enter allow it; `wardcell zone denials` lists this sandbox's recent refusals\n"
+    )
 }
 
 /// The next connection on `listener`, without Nagle. Out of descriptors, or a

@@ -283,7 +283,10 @@ impl AsyncWrite for Replayed {
 /// Close a refused connection; an HTTP client is told why first.
 async fn forbid(mut client: TcpStream, http: bool, reason: &str) {
     if http {
-        let body = format!("wardcell: refused: {reason}\n");
+        let body = format!(
+            "wardcell: refused: {reason}\n{}",
+            crate::front::where_to_ask("HOST:PORT")
+        );
         let head = format!(
             "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
             body.len()

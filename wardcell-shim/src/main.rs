@@ -213,12 +213,12 @@ fn await_proceed(control: &mut UnixStream, view: &mounts::View) -> Result<(), St
         ShimRequest::Proceed { ca_pem } => ca_pem,
         ShimRequest::Start(_) => return Err("a second Start".into()),
     };
-    if let Some(ca) = ca_pem {
-        let mut bundle = view.system_roots.clone().unwrap_or_default();
+    if ca_pem.is_some() || !view.ca_certificates.is_empty() {
+        let mut bundle = view.ca_certificates.clone();
         if !bundle.is_empty() && !bundle.ends_with(b"\n") {
             bundle.push(b'\n');
         }
-        bundle.extend_from_slice(ca.as_bytes());
+        bundle.extend_from_slice(ca_pem.unwrap_or_default().as_bytes());
         let path = wardcell_common::plan::SANDBOX_CA_BUNDLE;
         std::fs::write(path, &bundle).map_err(|e| format!("writing {path}: {e}"))?;
     }

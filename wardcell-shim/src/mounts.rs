@@ -53,7 +53,8 @@ pub struct View {
     /// The Unix sockets the view holds (connectable under Landlock's socket rules).
     pub sockets: Vec<OwnedFd>,
     /// The system's CA certificates, read before the host's tree went away.
-    pub system_roots: Option<Vec<u8>>,
+    /// The certificates of the spec's `ca_files`, one after another.
+    pub ca_certificates: Vec<u8>,
     /// The host's tree, detached, is freed when its last descriptor goes: kept here so
     /// that init lets it go after the command has started, not before.
     pub host: Vec<OwnedFd>,
@@ -324,10 +325,21 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
         ));
         held_dev.push(("console", console));
     }
-    let system_roots = match &spec.system_roots {
-        Some((path, was)) => Some(read_roots(path, *was)?),
-        None => None,
-    };
+    let mut ca_certificates = Vec::new();
+    for (path, was) in &spec.ca_files {
+        ca_certificates.extend(read_roots(path, *was)?);
+    }
+    if ca_certificates.len() > MAX_CA_CERTIFICATES {
+        return Err(fail(format!(
+            "the CA certificates of {} come to {} bytes, more than the {MAX_CA_CERTIFICATES} bytes (1.5 MiB) a sandbox's bundle holds; name a smaller CA file in the CA variables",
+            spec.ca_files
+                .iter()
+                .map(|(p, _)| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            ca_certificates.len()
+        )));
+    }
     let host_fd = |p: &Path| host_fd(&host, p);
     let mut recorded: BTreeMap<&Path, Identity> = BTreeMap::new();
     for e in &spec.view {
@@ -369,7 +381,7 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
         read: Vec::new(),
         write: Vec::new(),
         sockets: Vec::new(),
-        system_roots,
+        ca_certificates,
         host: Vec::new(),
     };
     for (path, op) in ops {
@@ -907,6 +919,9 @@ fn minimal_dev(
 /// The system's CA certificates: opened without following a link, the very file recorded
 /// at the start, a regular file, at most 16 MiB, and only its PEM certificate blocks kept
 /// (whatever else a file there holds never reaches the sandbox).
+/// The most certificates a sandbox's CA bundle holds: its `/dev` is a 2 MiB tmpfs.
+const MAX_CA_CERTIFICATES: usize = 1536 << 10;
+
 fn read_roots(path: &Path, was: Identity) -> Result<Vec<u8>> {
     use std::os::fd::AsRawFd;
     let fd = sys::open_nofollow(None, path).map_err(|e| changed(path, e))?;
@@ -923,7 +938,7 @@ fn read_roots(path: &Path, was: Identity) -> Result<Vec<u8>> {
         .and_then(|f| f.take(16 << 20).read_to_end(&mut text))
         .map_err(|e| {
             fail(format!(
-                "reading the system CA certificates {}: {e}",
+                "reading the CA certificates in {}: {e}",
                 path.display()
             ))
         })?;
