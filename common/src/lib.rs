@@ -16,6 +16,7 @@
 
 pub mod approval;
 pub mod audit;
+pub mod auditlog;
 pub mod config;
 pub mod envrules;
 pub mod gitguard;
@@ -29,4 +30,5 @@ pub mod seatbelt;
 pub mod stdio;
 pub mod syslog;
 pub mod text;
+pub mod throttle;
 pub mod trace;
