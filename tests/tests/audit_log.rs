@@ -362,7 +362,7 @@ both!(a_refused_entry_with_a_huge_argv_logs_a_capped_field, |fx| {
     assert_eq!(refused.len(), 20, "{}", &text[..text.len().min(2000)]);
     assert!(text.len() < 20 * 12_000, "{} bytes", text.len());
     let mut argv = vec!["true".to_string()];
-    argv.extend(std::iter::repeat("x".repeat(100_000)).take(15));
+    argv.extend(std::iter::repeat_n("x".repeat(100_000), 15));
     let whole = serde_json::to_string(&argv).unwrap();
     let v: serde_json::Value = serde_json::from_str(refused[0]).unwrap();
     assert_eq!(v["decision"], "denied", "{v}");
