@@ -18,7 +18,9 @@
 //! - events the sandbox can cause as fast as it likes ([`AuditLog::write_counted`]:
 //!   connections to a supervisor, refused and allowed zone entries) pass at a burst of
 //!   [`COUNTED_BURST`] then [`COUNTED_PER_SECOND`] a second; the rest are counted by
-//!   event name and written as one `audit.suppressed` before the next event;
+//!   event name and written as one `audit.suppressed` before the next event. Allowed
+//!   entries have a rate of their own ([`Rate::Entries`]), so that a flood of refusals
+//!   or broken connections does not hold back an entry that would be allowed;
 //! - the log may grow to `[audit] max_log_kib`: the event that would pass that, less
 //!   [`RESERVE`] kept for the run's end, is not written; `audit.log_full` is, and every
 //!   later event but `run.finished` fails, so that the run ends its sandboxes and closes
@@ -50,6 +52,15 @@ pub const MIN_MAX_LOG_KIB: u64 = 128;
 /// `audit.log_full` and `run.finished`, each of capped fields.
 pub const RESERVE: u64 = 64 * 1024;
 
+/// Which rate a counted event is held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rate {
+    /// Connections closed or refused, entries refused.
+    Refusals,
+    /// Entries allowed: each starts a sandbox, and is refused when it is not written.
+    Entries,
+}
+
 pub struct AuditLog {
     path: PathBuf,
     run: String,
@@ -74,7 +85,8 @@ struct Chain {
     /// a line there), so what comes late (a request racing the run's end) is refused,
     /// and an entry whose decision cannot be written does not start.
     finished: bool,
-    throttle: Throttle,
+    refusals: Throttle,
+    entries: Throttle,
     /// Counted events held back, by event name, not yet written as `audit.suppressed`.
     held: BTreeMap<String, u64>,
 }
@@ -111,7 +123,8 @@ impl AuditLog {
                 failed: None,
                 full: None,
                 finished: false,
-                throttle: Throttle::new(Instant::now(), COUNTED_BURST, COUNTED_PER_SECOND),
+                refusals: Throttle::new(Instant::now(), COUNTED_BURST, COUNTED_PER_SECOND),
+                entries: Throttle::new(Instant::now(), COUNTED_BURST, COUNTED_PER_SECOND),
                 held: BTreeMap::new(),
             }),
             syslog,
@@ -127,13 +140,23 @@ impl AuditLog {
     /// An event the sandbox can cause at will: written if the rate allows (`Ok(true)`),
     /// else counted (`Ok(false)`) and written later as part of one `audit.suppressed`.
     /// What a counted event would have allowed must not happen when it is not written.
-    pub fn write_counted(&self, category: &str, event: &str, fields: Value) -> io::Result<bool> {
+    pub fn write_counted(
+        &self,
+        rate: Rate,
+        category: &str,
+        event: &str,
+        fields: Value,
+    ) -> io::Result<bool> {
         let mut chain = self.chain.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(why) = chain.failed.clone().or_else(|| chain.full.clone()) {
             return Err(io::Error::other(why));
         }
-        if !chain.throttle.admit(Instant::now()) {
-            chain.throttle.take_held();
+        let throttle = match rate {
+            Rate::Refusals => &mut chain.refusals,
+            Rate::Entries => &mut chain.entries,
+        };
+        if !throttle.admit(Instant::now()) {
+            throttle.take_held();
             *chain.held.entry(event.to_string()).or_insert(0) += 1;
             return Ok(false);
         }
@@ -351,7 +374,7 @@ mod tests {
         log.write("run", "run.started", json!({})).unwrap();
         let written = (0..10_000)
             .filter(|_| {
-                log.write_counted("sandbox", "supervisor.closed", json!({}))
+                log.write_counted(Rate::Refusals, "sandbox", "supervisor.closed", json!({}))
                     .unwrap()
             })
             .count();
@@ -366,6 +389,25 @@ mod tests {
             verify(&text, "r"),
             Verdict::Intact { finished: true, .. }
         ));
+    }
+
+    #[test]
+    fn refusals_do_not_use_up_the_rate_of_allowed_entries() {
+        let log = AuditLog::create(tmp("rates"), "r", false, 0).unwrap();
+        log.write("run", "run.started", json!({})).unwrap();
+        for _ in 0..1000 {
+            let _ = log.write_counted(Rate::Refusals, "sandbox", "supervisor.closed", json!({}));
+        }
+        assert!(log
+            .write_counted(Rate::Entries, "audit", "audit.decision", json!({}))
+            .unwrap());
+        let allowed = (0..1000)
+            .filter(|_| {
+                log.write_counted(Rate::Entries, "audit", "audit.decision", json!({}))
+                    .unwrap()
+            })
+            .count();
+        assert!(allowed < 200, "{allowed}");
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::proxy::{self, Proxy};
 use crate::relay::Running;
 use crate::supervisor::Supervisor;
 use crate::{peer, spec, sys};
-use wardcell_common::auditlog::AuditLog;
+use wardcell_common::auditlog::{AuditLog, Rate};
 
 /// What every sandbox of one top-level run shares.
 pub struct Run {
@@ -88,11 +88,12 @@ impl Run {
     /// `AuditLog::write_counted`): `Ok(false)` when it was counted, not written.
     pub fn record_counted(
         &self,
+        rate: Rate,
         category: &str,
         event: &str,
         fields: serde_json::Value,
     ) -> io::Result<bool> {
-        let written = self.audit.write_counted(category, event, fields);
+        let written = self.audit.write_counted(rate, category, event, fields);
         if written.is_err() {
             self.end_unaudited();
         }

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use wardcell_common::auditlog::Rate;
 use wardcell_common::protocol::{self, ShimReport, ZoneEntry, ZoneRequest, ZoneResponse};
 
 use crate::approval;
@@ -157,7 +158,8 @@ impl Supervisor {
     /// What the sandbox can cause as fast as it connects: written at a bounded rate, the
     /// rest counted (`Ok(false)`); see `AuditLog::write_counted`.
     fn counted(&self, category: &str, event: &str, fields: Value) -> io::Result<bool> {
-        self.run.record_counted(category, event, fields)
+        self.run
+            .record_counted(Rate::Refusals, category, event, fields)
     }
 
     /// A connection closed for a malformed or late request: logged, nothing granted.
@@ -365,7 +367,8 @@ impl Supervisor {
         let entry = Some(key);
         // An entry past the rate the log records one by one is refused (and counted):
         // nothing starts without its decision written.
-        let written = self.counted(
+        let written = self.run.record_counted(
+            Rate::Entries,
             "audit",
             "audit.decision",
             decision(
