@@ -545,3 +545,38 @@ both!(
         assert!(show.stderr.contains("without run.finished"), "{show:#?}");
     }
 );
+
+// Issue 19, item 4: refused entries are counted past the rate, and a flood of them does
+// not hold back an entry that is allowed.
+both!(
+    refused_entries_past_the_rate_are_counted_and_entries_still_work,
+    |fx| {
+        two_zones(&fx);
+        let state = own_state(&fx);
+        let script = "i=0; while [ $i -lt 400 ]; do wardcell zone enter nowhere -- true 2>/dev/null; i=$((i+1)); done; \
+                  wardcell zone enter push -- true; echo rc=$?";
+        let out = in_state(&fx, &state, &["run", "--", "/bin/sh", "-c", script]);
+        out.ok();
+        assert!(out.stdout.contains("rc=0"), "{out:#?}");
+        let (id, text) = only_log(&state);
+        let decisions = events(&text, "audit.decision");
+        let counted: u64 = events(&text, "audit.suppressed")
+            .iter()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["counts"]["audit.decision"].as_u64().unwrap_or(0)
+            })
+            .sum();
+        // Every refusal is either written or counted; the allowed entry is written.
+        assert_eq!(decisions.len() as u64 + counted, 401, "{counted} counted");
+        assert!(
+            counted > 0,
+            "nothing counted: {} decisions",
+            decisions.len()
+        );
+        assert!(decisions
+            .last()
+            .is_some_and(|d| d.contains("\"decision\":\"allowed\"")));
+        in_state(&fx, &state, &["logs", "verify", &id]).ok();
+    }
+);
