@@ -10,7 +10,11 @@
 //! - [`helper`]: where host-side helpers run, with what environment.
 //! - [`approval`]: the approval plugin's answer.
 //! - [`seatbelt`]: the Seatbelt (macOS) profile text made from a sandbox spec.
-//! - [`text`]: text from a sandbox or a configuration, made safe to print.
+//! - [`text`]: text from a sandbox or a configuration, made safe to print; commands
+//!   quoted as a shell would need them.
+//! - [`audit`]: the audit log's format, and its chain checked line by line.
+//! - [`auditlog`]: the broker's writer of a run's log, and what bounds it.
+//! - [`throttle`]: the token bucket for events a sandbox can cause at will.
 //! - [`stdio`]: which standard descriptors a process was started without.
 #![forbid(unsafe_code)]
 
