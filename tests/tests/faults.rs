@@ -549,7 +549,7 @@ both!(a_full_state_disk_refuses_the_run_and_leaves_nothing, |fx| {
         assert!(out.stdout.is_empty(), "{out:#?}");
         assert_eq!(out.stderr.lines().count(), 1, "{out:#?}");
         let why = if inodes {
-            "cannot create the run's audit log: No space left on device"
+            "cannot create the run's audit log: the file system holding it is full: make room for the log, then run again (No space left on device"
         } else {
             "No space left on device"
         };

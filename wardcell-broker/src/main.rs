@@ -290,7 +290,10 @@ fn prepare_run(plan: &mut Plan, run_id: &str) -> Result<(String, PathBuf, AuditL
         let _ = fs::remove_dir_all(&run_dir);
         BrokerError::Dir {
             path: log_path,
-            what: format!("cannot create the run's audit log: {e}"),
+            what: format!(
+                "cannot create the run's audit log: {}",
+                wardcell_common::auditlog::cause(&e)
+            ),
         }
     })?;
     Ok((run_id, run_dir, audit))
