@@ -14,7 +14,8 @@
 //! What the sandbox can make the log hold is bounded three ways:
 //! - every field of an event whose JSON text is over [`FIELD_CAP`] bytes is replaced by
 //!   `{"cut": <its first FIELD_CAP bytes of JSON text>, "bytes": <length>, "sha256":
-//!   <digest of the whole JSON text>}` (a 3 MB argv is 4 KiB in the log);
+//!   <digest of the whole JSON text>}` (a 3 MB argv is 4 KiB in the log); a field that
+//!   is an object has its own fields capped so;
 //! - events the sandbox can cause as fast as it likes ([`AuditLog::write_counted`]:
 //!   connections to a supervisor, refused and allowed zone entries) pass at a burst of
 //!   [`COUNTED_BURST`] then [`COUNTED_PER_SECOND`] a second; the rest are counted by
@@ -295,31 +296,33 @@ impl AuditLog {
 }
 
 /// An event's fields, each over [`FIELD_CAP`] bytes of JSON text cut to that, with the
-/// whole text's length and SHA-256.
+/// whole text's length and SHA-256. An object's own fields are capped each (so that the
+/// approval answer keeps its `approved`), never the object as a whole.
 pub fn cap_fields(fields: Value) -> Value {
-    let Value::Object(map) = fields else {
-        return fields;
-    };
-    let capped: Map<String, Value> = map
-        .into_iter()
-        .map(|(k, v)| {
-            let text = v.to_string();
-            if text.len() <= FIELD_CAP {
-                return (k, v);
-            }
-            let mut end = FIELD_CAP;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            let cut = json!({
-                "cut": &text[..end],
-                "bytes": text.len(),
-                "sha256": audit::hash_line(&text),
-            });
-            (k, cut)
-        })
-        .collect();
-    Value::Object(capped)
+    match fields {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, cap_fields(v)))
+                .collect::<Map<String, Value>>(),
+        ),
+        v => cap_value(v),
+    }
+}
+
+fn cap_value(v: Value) -> Value {
+    let text = v.to_string();
+    if text.len() <= FIELD_CAP {
+        return v;
+    }
+    let mut end = FIELD_CAP;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    json!({
+        "cut": &text[..end],
+        "bytes": text.len(),
+        "sha256": audit::hash_line(&text),
+    })
 }
 
 /// Why a write failed, in words a person can act on, with the system's own words.
@@ -365,6 +368,12 @@ mod tests {
         // Cut on a character boundary.
         let v = cap_fields(json!({"s": "é".repeat(5000)}));
         assert!(v["s"]["cut"].as_str().unwrap().len() <= FIELD_CAP);
+        // An object keeps its shape: its long fields are cut each.
+        let long = "\u{200b}".repeat(1500);
+        let v =
+            cap_fields(json!({"approval": {"approved": true, "reason": long, "approver": long}}));
+        assert_eq!(v["approval"]["approved"], true);
+        assert!(v["approval"]["reason"]["sha256"].is_string());
     }
 
     #[test]
