@@ -15,7 +15,10 @@ use std::fmt::Write as _;
 /// combining grapheme joiner, variation selectors, Khmer inherent vowels, the braille
 /// blank). Text shown with them written out cannot look like other text.
 fn escaped(c: char) -> bool {
-    c.is_control() || (c != ' ' && c.is_whitespace()) || format_or_invisible(c)
+    if c.is_ascii() {
+        return c.is_ascii_control();
+    }
+    c.is_control() || c.is_whitespace() || format_or_invisible(c)
 }
 
 /// Unicode 15.1's Cf characters, and the invisible ones that are not Cf.

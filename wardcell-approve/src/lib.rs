@@ -367,6 +367,12 @@ mod tests {
     }
 
     #[test]
+    fn a_command_line_is_quoted_and_hides_nothing() {
+        let v = serde_json::json!(["git", "push", "a b", "x\u{202e}y", "\u{3164}"]);
+        assert_eq!(command_line(&v), "git push 'a b' $'x\\u202ey' $'\\u3164'");
+    }
+
+    #[test]
     fn ids() {
         assert!(valid_id("0a1b2c3d"));
         for bad in [
