@@ -51,7 +51,7 @@ pub fn valid_id(id: &str) -> bool {
 
 /// Run `id`'s log, opened without following a symbolic link: a log replaced by a link
 /// (or anything but a file) is refused in words, never followed nor shown as empty.
-fn open_log(id: &str) -> Result<(PathBuf, File), Error> {
+fn open_log(id: &str) -> Result<File, Error> {
     if !valid_id(id) {
         return Err(Error::Refused(format!(
             "'{id}' is not a run id (they look like 20261202T093212Z-3f9a1c2b); `wardcell logs list` shows them"
@@ -77,7 +77,7 @@ fn open_log(id: &str) -> Result<(PathBuf, File), Error> {
         }
     };
     match file.metadata() {
-        Ok(m) if m.is_file() => Ok((path, file)),
+        Ok(m) if m.is_file() => Ok(file),
         Ok(_) => Err(cannot(
             "it is not a regular file: the log was replaced".into(),
         )),
@@ -135,12 +135,12 @@ fn word(v: &Value) -> String {
         Value::String(x) => x.clone(),
         Value::Null => "-".into(),
         Value::Array(a) => a.iter().map(word).collect::<Vec<_>>().join(" "),
-        Value::Object(_) if cut(v).is_some() => cut(v).unwrap_or_default(),
-        Value::Object(o) => o
-            .iter()
-            .map(|(k, v)| format!("{k} {}", word(v)))
-            .collect::<Vec<_>>()
-            .join(", "),
+        Value::Object(o) => cut(v).unwrap_or_else(|| {
+            o.iter()
+                .map(|(k, v)| format!("{k} {}", word(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }),
         other => other.to_string(),
     }
 }
@@ -280,7 +280,7 @@ pub fn show(id: &str, category: Option<&str>, format: ShowOutput) -> Result<(), 
             )));
         }
     }
-    let (_, file) = open_log(id)?;
+    let file = open_log(id)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut checker = Checker::new(id);
     let mut damage = None;
@@ -344,7 +344,7 @@ pub fn show(id: &str, category: Option<&str>, format: ShowOutput) -> Result<(), 
 }
 
 pub fn verify(id: &str) -> Result<(), Error> {
-    let (_, file) = open_log(id)?;
+    let file = open_log(id)?;
     match audit::verify_reader(BufReader::new(file), id) {
         Verdict::Intact {
             lines,
