@@ -11,6 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
+use wardcell_common::auditlog::{AuditLog, Rate};
 use wardcell_common::gitguard;
 use wardcell_common::plan::{Plan, ProfilePlan, SandboxSpec};
 use wardcell_common::protocol::{self, ShimRequest};
@@ -20,7 +21,6 @@ use crate::proxy::{self, Proxy};
 use crate::relay::Running;
 use crate::supervisor::Supervisor;
 use crate::{peer, spec, sys};
-use wardcell_common::auditlog::{AuditLog, Rate};
 
 /// What every sandbox of one top-level run shares.
 pub struct Run {

@@ -11,6 +11,10 @@
 //!    chain check, the approval plugin if the zone asks for it, the decision audited
 //!    (refused if it cannot be written), a brand-new sandbox with the caller's stdio,
 //!    its exit status relayed, the completion audited.
+//!
+//! Refusals and closed connections, and allowed entries, are audited at a bounded rate
+//! (`wardcell_common::auditlog`, `Rate`): past it they are counted, and an allowed entry
+//! that is not written is refused.
 
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
