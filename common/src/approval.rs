@@ -162,6 +162,14 @@ pub fn parse_answer(out: &[u8]) -> Answer {
         Ok(v) => v,
         Err(_) => return Answer::refusal("the approval plugin's answer is not one JSON object"),
     };
+    // Parsers differ on which of two equal keys wins: an answer that says two things is
+    // refused, whatever either says.
+    if let Err(e) = serde_json::from_slice::<Unique>(out) {
+        return Answer::refusal(format!(
+            "the approval plugin's answer is refused: {}",
+            crate::text::shown(&e.to_string())
+        ));
+    }
     let Some(approved) = v.get("approved").and_then(Value::as_bool) else {
         return Answer::refusal("the approval plugin's answer has no boolean \"approved\"");
     };
@@ -185,6 +193,59 @@ pub fn parse_answer(out: &[u8]) -> Answer {
         }),
         approver: text("approver"),
         reference: text("reference"),
+    }
+}
+
+/// A JSON value whose objects, at any depth, name each key once (checked, not kept).
+struct Unique;
+
+impl<'de> serde::Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Unique, D::Error> {
+        d.deserialize_any(UniqueVisitor)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+    type Value = Unique;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_unit<E>(self) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Unique, A::Error> {
+        while a.next_element::<Unique>()?.is_some() {}
+        Ok(Unique)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Unique, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(k) = a.next_key::<String>()? {
+            if !seen.insert(k.clone()) {
+                return Err(serde::de::Error::custom(format!(
+                    "it names \"{k}\" more than once"
+                )));
+            }
+            a.next_value::<Unique>()?;
+        }
+        Ok(Unique)
     }
 }
 
@@ -353,6 +414,16 @@ mod tests {
             b"[true]",
         ] {
             assert!(!parse_answer(bad).approved, "{bad:?}");
+        }
+        // Duplicate keys fail closed, at any depth and however a key is spelled.
+        for dup in [
+            &br#"{"approved": false, "approved": true}"#[..],
+            br#"{"approved": true, "appr\u006fved": true}"#,
+            br#"{"approved": true, "x": [{"a": 1, "a": 2}]}"#,
+        ] {
+            let a = parse_answer(dup);
+            assert!(!a.approved, "{dup:?}");
+            assert!(a.reason.contains("more than once"), "{}", a.reason);
         }
         // Two objects are not one answer.
         assert!(!parse_answer(br#"{"approved": true} {"approved": true}"#).approved);

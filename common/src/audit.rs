@@ -114,65 +114,185 @@ pub enum Verdict {
     Broken { line: usize, why: String },
 }
 
-/// Check a whole log's text.
-pub fn verify(text: &str, run: &str) -> Verdict {
-    let mut prev = GENESIS.to_string();
-    let mut finished = false;
-    let mut count = 0;
-    if text.is_empty() {
-        return Verdict::Broken {
-            line: 1,
-            why: "the log is empty: the run never started, or its log was emptied".into(),
-        };
+/// The longest line a reader takes: an event's fields are cut at
+/// [`crate::auditlog::FIELD_CAP`], so a longer line was not written by a broker.
+pub const MAX_LINE: usize = 1 << 20;
+
+/// The chain checked one line at a time, in constant memory: [`Checker::line`] for each
+/// line (without its newline), then [`Checker::end`].
+pub struct Checker {
+    run: String,
+    prev: String,
+    lines: usize,
+    finished: bool,
+}
+
+impl Checker {
+    pub fn new(run: &str) -> Checker {
+        Checker {
+            run: run.to_string(),
+            prev: GENESIS.to_string(),
+            lines: 0,
+            finished: false,
+        }
     }
-    if !text.ends_with('\n') {
-        let line = text.lines().count();
-        return Verdict::Broken {
-            line,
-            why: "the last line is cut short".into(),
-        };
-    }
-    for (i, line) in text.lines().enumerate() {
-        let n = i + 1;
-        let broken = |why: String| Verdict::Broken { line: n, why };
-        let v: Value = match serde_json::from_str(line) {
-            Ok(v) => v,
-            Err(e) => return broken(format!("not JSON: {e}")),
-        };
-        if v.get("prev").and_then(Value::as_str) != Some(prev.as_str()) {
-            return broken(
+
+    /// The next line, parsed, if it chains; else why not (as [`Verdict::Broken`]).
+    pub fn line(&mut self, line: &str) -> Result<Value, Verdict> {
+        let i = self.lines;
+        let broken = |why: String| Verdict::Broken { line: i + 1, why };
+        let v: Value = serde_json::from_str(line).map_err(|e| broken(format!("not JSON: {e}")))?;
+        if v.get("prev").and_then(Value::as_str) != Some(self.prev.as_str()) {
+            return Err(broken(
                 "its hash of the line before does not match: a line was edited, removed or inserted"
                     .into(),
-            );
+            ));
         }
         if v.get("seq").and_then(Value::as_u64) != Some(i as u64) {
-            return broken(format!("its sequence number is not {i}"));
+            return Err(broken(format!("its sequence number is not {i}")));
         }
-        if v.get("run").and_then(Value::as_str) != Some(run) {
-            return broken(format!("it belongs to another run, not {run}"));
+        if v.get("run").and_then(Value::as_str) != Some(self.run.as_str()) {
+            return Err(broken(format!(
+                "it belongs to another run, not {}",
+                self.run
+            )));
         }
-        if finished {
-            return broken("a line follows run.finished".into());
+        if self.finished {
+            return Err(broken("a line follows run.finished".into()));
         }
         let event = v.get("event").and_then(Value::as_str);
         if i == 0 && event != Some("run.started") {
-            return broken("the log does not begin with run.started".into());
+            return Err(broken("the log does not begin with run.started".into()));
         }
-        finished = event == Some("run.finished");
-        if finished
+        self.finished = event == Some("run.finished");
+        if self.finished
             && (v.get("events").and_then(Value::as_u64) != Some(i as u64)
-                || v.get("head").and_then(Value::as_str) != Some(prev.as_str()))
+                || v.get("head").and_then(Value::as_str) != Some(self.prev.as_str()))
         {
-            return broken("run.finished does not name the events before it".into());
+            return Err(broken(
+                "run.finished does not name the events before it".into(),
+            ));
         }
-        prev = hash_line(line);
-        count = n;
+        self.prev = hash_line(line);
+        self.lines = i + 1;
+        Ok(v)
     }
-    Verdict::Intact {
-        lines: count,
-        finished,
-        head: prev,
+
+    /// The lines checked so far.
+    pub fn lines(&self) -> usize {
+        self.lines
     }
+
+    /// The verdict once every line was given.
+    pub fn end(self) -> Verdict {
+        if self.lines == 0 {
+            return Verdict::Broken {
+                line: 1,
+                why: "the log is empty: the run never started, or its log was emptied".into(),
+            };
+        }
+        Verdict::Intact {
+            lines: self.lines,
+            finished: self.finished,
+            head: self.prev,
+        }
+    }
+}
+
+/// A log's lines read in bounded memory: each line whole (without its newline), or why
+/// the log cannot be read on (as [`Verdict::Broken`]: a line longer than [`MAX_LINE`],
+/// not UTF-8, a last line cut short, or a read error).
+pub struct Lines<R> {
+    reader: R,
+    buf: Vec<u8>,
+    line: usize,
+    done: bool,
+}
+
+impl<R: std::io::BufRead> Lines<R> {
+    pub fn new(reader: R) -> Lines<R> {
+        Lines {
+            reader,
+            buf: Vec::new(),
+            line: 0,
+            done: false,
+        }
+    }
+
+    fn fail(&mut self, why: String) -> Option<Result<String, Verdict>> {
+        self.done = true;
+        Some(Err(Verdict::Broken {
+            line: self.line,
+            why,
+        }))
+    }
+}
+
+impl<R: std::io::BufRead> Iterator for Lines<R> {
+    type Item = Result<String, Verdict>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        self.buf.clear();
+        self.line += 1;
+        loop {
+            let chunk = match self.reader.fill_buf() {
+                Ok(c) => c,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return self.fail(format!("it cannot be read: {e}")),
+            };
+            if chunk.is_empty() {
+                if self.buf.is_empty() {
+                    self.done = true;
+                    return None;
+                }
+                return self.fail("the last line is cut short".into());
+            }
+            let (take, end) = match chunk.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (chunk.len(), false),
+            };
+            // Never more than one byte past the limit is kept: enough to know it is past.
+            let body = if end { take - 1 } else { take };
+            let room = MAX_LINE + 1 - self.buf.len();
+            self.buf.extend_from_slice(&chunk[..body.min(room)]);
+            self.reader.consume(take);
+            if self.buf.len() > MAX_LINE {
+                return self.fail(format!(
+                    "it is longer than the {MAX_LINE} bytes a line of the log can be"
+                ));
+            }
+            if end {
+                let bytes = std::mem::take(&mut self.buf);
+                return match String::from_utf8(bytes) {
+                    Ok(s) => Some(Ok(s)),
+                    Err(_) => self.fail("it is not UTF-8 text".into()),
+                };
+            }
+        }
+    }
+}
+
+/// Check a log read from `reader`, in bounded memory.
+pub fn verify_reader(reader: impl std::io::BufRead, run: &str) -> Verdict {
+    let mut checker = Checker::new(run);
+    for line in Lines::new(reader) {
+        let line = match line {
+            Ok(l) => l,
+            Err(broken) => return broken,
+        };
+        if let Err(broken) = checker.line(&line) {
+            return broken;
+        }
+    }
+    checker.end()
+}
+
+/// Check a whole log's text.
+pub fn verify(text: &str, run: &str) -> Verdict {
+    verify_reader(text.as_bytes(), run)
 }
 
 #[cfg(test)]
@@ -296,6 +416,41 @@ mod tests {
             Verdict::Broken { line: 1, why } => assert!(why.contains("run.started"), "{why}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn garbage_long_lines_and_cuts_are_caught_in_bounded_memory() {
+        let l = log(3);
+        let mut appended = text(&l);
+        appended.push_str("garbage\n");
+        assert!(matches!(
+            verify(&appended, "r1"),
+            Verdict::Broken { line: 4, .. }
+        ));
+        let mut long = text(&l[..2]);
+        long.push_str(&"x".repeat(MAX_LINE * 3));
+        long.push('\n');
+        match verify(&long, "r1") {
+            Verdict::Broken { line: 3, why } => assert!(why.contains("longer than"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let mut bytes = text(&l[..2]).into_bytes();
+        bytes.extend_from_slice(b"\xff\xfe\n");
+        match verify_reader(&bytes[..], "r1") {
+            Verdict::Broken { line: 3, why } => assert!(why.contains("UTF-8"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // Read through a small buffer, lines split across reads.
+        let whole = text(&l);
+        let r = std::io::BufReader::with_capacity(7, whole.as_bytes());
+        assert!(matches!(
+            verify_reader(r, "r1"),
+            Verdict::Intact {
+                lines: 3,
+                finished: true,
+                ..
+            }
+        ));
     }
 
     #[test]

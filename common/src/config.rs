@@ -130,6 +130,9 @@ pub struct Config {
     pub approval: Option<Vec<String>>,
     /// `[audit] syslog`.
     pub audit_syslog: bool,
+    /// `[audit] max_log_kib`: how large one run's log may grow
+    /// ([`crate::auditlog::DEFAULT_MAX_LOG_KIB`] when unset).
+    pub audit_max_log_kib: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -651,6 +654,7 @@ struct RawApproval {
 struct RawAudit {
     #[serde(default)]
     syslog: bool,
+    max_log_kib: Option<Spanned<i64>>,
 }
 
 // ---------------------------------------------------------------------------
@@ -1029,6 +1033,24 @@ pub fn parse_naming(text: &str, label: &str, named: Option<&str>) -> Result<Conf
             argv
         });
 
+    let audit_max_log_kib = match raw.audit.as_ref().and_then(|a| a.max_log_kib.as_ref()) {
+        None => crate::auditlog::DEFAULT_MAX_LOG_KIB,
+        Some(k) => {
+            let min = crate::auditlog::MIN_MAX_LOG_KIB;
+            match u64::try_from(*k.get_ref()) {
+                Ok(n) if n >= min => n,
+                _ => {
+                    v.push(user.err(
+                        &k.span(),
+                        "audit.max_log_kib",
+                        format!("is {}: a run's log needs at least {min} KiB", k.get_ref()),
+                    ));
+                    0
+                }
+            }
+        }
+    };
+
     v.finish()?;
     Ok(Config {
         source: label.to_string(),
@@ -1037,6 +1059,7 @@ pub fn parse_naming(text: &str, label: &str, named: Option<&str>) -> Result<Conf
         credentials,
         approval,
         audit_syslog: raw.audit.as_ref().is_some_and(|a| a.syslog),
+        audit_max_log_kib,
     })
 }
 
@@ -1789,6 +1812,7 @@ plugin = ["/usr/libexec/wardcell/wardcell-approve", "--queue"]
 
 [audit]
 syslog = true
+max_log_kib = 1024
 
 [profiles.git-push]
 extends = "developer-readonly"
@@ -1816,6 +1840,7 @@ secret = { env = "COMPANY_GIT_TOKEN" }
         assert_eq!(push.enter_from, ["agent"]);
         assert_eq!(c.approval.as_deref().unwrap()[1], "--queue");
         assert!(c.audit_syslog);
+        assert_eq!(c.audit_max_log_kib, 1024);
         let cred = &c.credentials["company-git"];
         assert_eq!(cred.scheme, Scheme::Basic);
         assert_eq!(cred.secret, SecretSource::Env("COMPANY_GIT_TOKEN".into()));
@@ -2388,6 +2413,13 @@ network = {{ allow = ["a.com:443", "b.com:443"], internal = ["*.mirror.corp:443"
             10,
             "approval.plugin",
             "is empty",
+        );
+        assert_err(
+            &format!("{AGENT}[audit]\nmax_log_kib = 64\n"),
+            5,
+            15,
+            "audit.max_log_kib",
+            "at least 128 KiB",
         );
         assert_err(
             &format!("{AGENT}[audit]\nsyslog = 1\n"),

@@ -10,13 +10,18 @@
 //! - [`helper`]: where host-side helpers run, with what environment.
 //! - [`approval`]: the approval plugin's answer.
 //! - [`seatbelt`]: the Seatbelt (macOS) profile text made from a sandbox spec.
-//! - [`text`]: text from a sandbox or a configuration, made safe to print.
+//! - [`text`]: text from a sandbox or a configuration, made safe to print; commands
+//!   quoted as a shell would need them.
+//! - [`audit`]: the audit log's format, and its chain checked line by line.
+//! - [`auditlog`]: the broker's writer of a run's log, and what bounds it.
+//! - [`throttle`]: the token bucket for events a sandbox can cause at will.
 //! - [`stdio`]: which standard descriptors a process was started without.
 //! - [`why`]: whether a zone may read, write or reach something, and which rule decides.
 #![forbid(unsafe_code)]
 
 pub mod approval;
 pub mod audit;
+pub mod auditlog;
 pub mod config;
 pub mod envrules;
 pub mod gitguard;
@@ -30,5 +35,6 @@ pub mod seatbelt;
 pub mod stdio;
 pub mod syslog;
 pub mod text;
+pub mod throttle;
 pub mod trace;
 pub mod why;

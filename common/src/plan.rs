@@ -230,6 +230,8 @@ pub enum Start {
 pub struct AuditPlan {
     /// Also send audit events to syslog (authpriv).
     pub syslog: bool,
+    /// `[audit] max_log_kib`: the most one run's log may hold.
+    pub max_log_kib: u64,
 }
 
 /// One zone, its profile resolved.

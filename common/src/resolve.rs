@@ -181,6 +181,7 @@ pub fn resolve(
         approval: cfg.approval.clone(),
         audit: AuditPlan {
             syslog: cfg.audit_syslog,
+            max_log_kib: cfg.audit_max_log_kib,
         },
         dirs: ctx.dirs.clone(),
         credentials,

@@ -8,13 +8,53 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// Characters that are never printed as themselves: the control characters (C0, DEL,
-/// C1), the line and paragraph separators, and the bidirectional controls that reorder
-/// what a terminal shows.
+/// C1), every format character (Unicode category Cf: zero-width spaces and joiners,
+/// the bidirectional controls that reorder what a terminal shows, the soft hyphen, the
+/// byte order mark, tag characters, ...), the line and paragraph separators, every space
+/// but U+0020, and what shows as nothing though it is not Cf (Hangul fillers, the
+/// combining grapheme joiner, variation selectors, Khmer inherent vowels, the braille
+/// blank). Text shown with them written out cannot look like other text.
 fn escaped(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}')
-        || ('\u{202a}'..='\u{202e}').contains(&c)
-        || ('\u{2066}'..='\u{2069}').contains(&c)
+    if c.is_ascii() {
+        return c.is_ascii_control();
+    }
+    c.is_control() || c.is_whitespace() || format_or_invisible(c)
+}
+
+/// Unicode 15.1's Cf characters, and the invisible ones that are not Cf.
+fn format_or_invisible(c: char) -> bool {
+    const RANGES: &[(u32, u32)] = &[
+        (0x00ad, 0x00ad),
+        (0x034f, 0x034f),
+        (0x0600, 0x0605),
+        (0x061c, 0x061c),
+        (0x06dd, 0x06dd),
+        (0x070f, 0x070f),
+        (0x0890, 0x0891),
+        (0x08e2, 0x08e2),
+        (0x115f, 0x1160),
+        (0x17b4, 0x17b5),
+        (0x180b, 0x180f),
+        (0x200b, 0x200f),
+        (0x202a, 0x202e),
+        (0x2060, 0x206f),
+        (0x2800, 0x2800),
+        (0x3164, 0x3164),
+        (0xfe00, 0xfe0f),
+        (0xfeff, 0xfeff),
+        (0xffa0, 0xffa0),
+        (0xfff9, 0xfffb),
+        (0x110bd, 0x110bd),
+        (0x110cd, 0x110cd),
+        (0x13430, 0x1343f),
+        (0x1bca0, 0x1bca3),
+        (0x1d173, 0x1d17a),
+        (0xe0001, 0xe0001),
+        (0xe0020, 0xe007f),
+        (0xe0100, 0xe01ef),
+    ];
+    let c = c as u32;
+    RANGES.iter().any(|&(lo, hi)| (lo..=hi).contains(&c))
 }
 
 /// `s` on one line, with `\n`, `\r`, `\t`, `\xHH` (other ASCII controls) and `\u{HHHH}`
@@ -41,6 +81,55 @@ pub fn shown(s: &str) -> Cow<'_, str> {
             c => out.push(c),
         }
     }
+    Cow::Owned(out)
+}
+
+/// A command's words as a shell would need them typed: a word of only safe characters
+/// as it is, any other in single quotes, and one with a character [`shown`] escapes in
+/// `$'...'` with that character written out (`$'a\u202eb'`); an empty word is `''`.
+/// Where one word ends and the next begins is never in doubt, and nothing in the text
+/// can start a line or reorder what a terminal shows.
+pub fn shell_words<S: AsRef<str>>(argv: &[S]) -> String {
+    let mut out = String::new();
+    for (i, w) in argv.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(&shell_word(w.as_ref()));
+    }
+    out
+}
+
+/// One word quoted for a shell (see [`shell_words`]).
+pub fn shell_word(w: &str) -> Cow<'_, str> {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "@%+=:,./-_".contains(c);
+    if !w.is_empty() && w.chars().all(safe) {
+        return Cow::Borrowed(w);
+    }
+    if !w.chars().any(escaped) {
+        return Cow::Owned(format!("'{}'", w.replace('\'', "'\\''")));
+    }
+    let mut out = String::from("$'");
+    for c in w.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\'' => out.push_str("\\'"),
+            '\\' => out.push_str("\\\\"),
+            c if escaped(c) && (c as u32) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if escaped(c) && (c as u32) < 0x10000 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c if escaped(c) => {
+                let _ = write!(out, "\\U{:08x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
     Cow::Owned(out)
 }
 
@@ -83,5 +172,57 @@ mod tests {
             let s = shown(&c.to_string()).into_owned();
             assert!(!s.chars().any(char::is_control), "{c:?} -> {s:?}");
         }
+    }
+
+    #[test]
+    fn invisible_and_format_characters_are_written_out() {
+        for c in [
+            '\u{200b}',
+            '\u{200c}',
+            '\u{200d}',
+            '\u{202e}',
+            '\u{2066}',
+            '\u{2060}',
+            '\u{feff}',
+            '\u{00ad}',
+            '\u{3164}',
+            '\u{115f}',
+            '\u{ffa0}',
+            '\u{034f}',
+            '\u{fe0f}',
+            '\u{e0041}',
+            '\u{00a0}',
+            '\u{2003}',
+            '\u{3000}',
+            '\u{061c}',
+            '\u{180e}',
+            '\u{2800}',
+        ] {
+            let s = format!("a{c}b");
+            let got = shown(&s).into_owned();
+            assert_eq!(got, format!("a\\u{{{:04x}}}b", c as u32), "{c:?}");
+            assert!(got.is_ascii(), "{got}");
+        }
+        assert_eq!(shown("zone 'push': é ✓ 日本"), "zone 'push': é ✓ 日本");
+    }
+
+    #[test]
+    fn words_are_quoted_as_a_shell_needs_them() {
+        assert_eq!(
+            shell_words(&["git", "push", "origin", "main"]),
+            "git push origin main"
+        );
+        assert_eq!(
+            shell_words(&["sh", "-c", "echo a b", "", "it's"]),
+            "sh -c 'echo a b' '' 'it'\\''s'"
+        );
+        // Two words that join to look like one, and one that looks like two.
+        assert_ne!(shell_words(&["a b"]), shell_words(&["a", "b"]));
+        assert_eq!(
+            shell_words(&["x\u{202e}y", "a\nb", "\u{e0041}"]),
+            "$'x\\u202ey' $'a\\nb' $'\\U000e0041'"
+        );
+        assert_eq!(shell_words(&["a'\u{200b}\\"]), "$'a\\'\\u200b\\\\'");
+        assert!(shell_words(&["rm", "-rf", "$HOME", "*"]).ends_with("'$HOME' '*'"));
     }
 }

@@ -604,3 +604,31 @@ pub fn run_dirs(rt: &Path) -> Vec<String> {
         Err(_) => Vec::new(),
     }
 }
+
+/// Run `cmd` (stdout and stderr discarded) and return its exit code and the most memory
+/// it held (VmHWM, in KiB), read from /proc every few milliseconds while it runs. (Not
+/// `wait4`'s maxrss: a child started with vfork counts its parent's high water too.)
+/// VmHWM only grows, so a peak is seen unless it comes in the last milliseconds.
+pub fn max_rss_kib(mut cmd: Command) -> (i32, u64) {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let status = format!("/proc/{}/status", child.id());
+    let mut most = 0;
+    let code = loop {
+        if let Ok(text) = fs::read_to_string(&status) {
+            let hwm = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+            most = most.max(hwm.unwrap_or(0));
+        }
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st.code().unwrap_or(-1);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    (code, most)
+}

@@ -536,3 +536,88 @@ both!(another_user_cannot_answer, |fx| {
     }
     assert!(!fx.proj.join("pushed").exists());
 });
+
+/// The invisible, format and direction characters of issue 19, item 9.
+const HIDDEN: [char; 6] = [
+    '\u{200b}', '\u{202e}', '\u{2060}', '\u{feff}', '\u{00ad}', '\u{3164}',
+];
+
+// Issue 19, item 9: invisible and direction characters reached the person's screen as
+// themselves, and words were joined by spaces so their boundaries were lost. Each is now
+// written out, and the command is quoted as a shell would need it, in `approvals list`,
+// `approvals show` and `logs show` alike.
+both!(hidden_characters_are_written_out_and_words_quoted, |fx| {
+    config(&fx, None, ".");
+    let words: Vec<String> = HIDDEN.iter().map(|c| format!("a{c}b")).collect();
+    let script = format!(
+        "wardcell zone enter push -- echo 'two words' {}; echo rc=$?",
+        words.join(" ")
+    );
+    let run = start(&fx, &script, "run");
+    let id = id_of(&waiting(&fx, 1)[0]);
+    let want: Vec<String> = HIDDEN
+        .iter()
+        .map(|&c| format!("$'a\\u{:04x}b'", c as u32))
+        .collect();
+    let quoted = format!("echo 'two words' {}", want.join(" "));
+    let list = approvals(&fx, &["list"], None);
+    let show = approvals(&fx, &["show", &id], None);
+    for out in [&list, &show] {
+        out.ok();
+        assert!(
+            !out.stdout.contains(HIDDEN) && !out.stderr.contains(HIDDEN),
+            "{out:?}"
+        );
+    }
+    assert!(show.stdout.contains(&quoted), "{quoted}\n{show:?}");
+    approvals(&fx, &["deny", &id, "--reason", "no"], None).ok();
+    let (out, _) = run.finish(30);
+    assert!(out.stdout.contains("rc=1"), "{out:?}");
+    let runs = fx.home.join(".local/state/wardcell/runs");
+    let log = fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
+    let run_id = log.file_stem().unwrap().to_str().unwrap().to_string();
+    for args in [&["logs", "show", &run_id][..], &["logs", "list"]] {
+        let out = fx.run(args);
+        out.ok();
+        assert!(!out.stdout.contains(HIDDEN), "{out:?}");
+        if args[1] == "show" {
+            assert!(out.stdout.contains(&quoted), "{quoted}\n{out:?}");
+        }
+    }
+});
+
+// Issue 19, item 10: `{"approved": false, "approved": true}` approved (the last key
+// won). An answer naming a key twice is refused, and nothing starts.
+both!(an_answer_with_a_duplicate_key_is_refused, |fx| {
+    config(&fx, None, ".");
+    let plugin = fx.dir.join("dup.sh");
+    fx.write(
+        &plugin,
+        "#!/bin/sh\ncat >/dev/null\necho '{\"approved\": false, \"approved\": true, \"reason\": \"ok\"}'\n",
+    );
+    fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cfg = fx.home.join(".config/wardcell/zones.toml");
+    let text = fs::read_to_string(&cfg).unwrap();
+    let start_at = text.find("plugin = [").unwrap();
+    let end_at = start_at + text[start_at..].find('\n').unwrap();
+    let text = format!(
+        "{}plugin = [\"{}\"]{}",
+        &text[..start_at],
+        plugin.display(),
+        &text[end_at..]
+    );
+    fx.write(&cfg, &text);
+    let out = fx.sh("wardcell zone enter push -- touch pushed; echo rc=$?");
+    out.ok();
+    assert!(out.stdout.contains("rc=1"), "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "error: entering zone 'push' was not approved: the approval plugin's answer is refused: it names \"approved\" more than once"
+        ),
+        "{out:?}"
+    );
+    assert!(!fx.proj.join("pushed").exists());
+    let d = decisions(&fx);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0]["decision"], "denied", "{d:?}");
+});

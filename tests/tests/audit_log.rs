@@ -30,8 +30,11 @@ fn only_log(state: &Path) -> (String, String) {
     (id, fs::read_to_string(&path).unwrap())
 }
 
-const ENDED: &str =
-    "; the run was ended rather than go on unaudited (make room for the log, then run again)";
+/// How the broker's last line ends when the log could not take an event; the cause is
+/// said before it, in words (issue 19, item 10).
+const ENDED: &str = "; the run was ended rather than go on unaudited";
+/// The words for a full disk (ENOSPC), and for no other cause.
+const FULL: &str = "the file system holding it is full: make room for the log, then run again (No space left on device";
 
 // Issue 10: a run whose log filled up went on unaudited, and the log could keep a cut line.
 // The tmpfs is mounted by the test process, so it needs root; the run itself goes as both
@@ -58,7 +61,7 @@ both!(a_full_disk_ends_the_run_and_leaves_no_partial_line, |fx| {
     let last = out.stderr.lines().last().unwrap_or_default();
     assert!(
         last.starts_with("error: the run's audit log ")
-            && last.contains("No space left on device")
+            && last.contains(FULL)
             && last.ends_with(ENDED),
         "{out:#?}"
     );
@@ -103,6 +106,7 @@ both!(a_run_whose_log_cannot_be_written_does_not_start, |fx| {
     assert_eq!(out.stderr.lines().count(), 1, "{out:#?}");
     assert!(
         out.stderr.starts_with("error: the run's audit log ")
+            && out.stderr.contains(FULL)
             && out.stderr.trim_end().ends_with(ENDED),
         "{out:#?}"
     );
@@ -241,7 +245,8 @@ both!(logs_show_cannot_be_forged_from_inside, |fx| {
         );
     }
     assert!(
-        show.stdout.contains("true \\n2026-12-03T00:00:00.000Z"),
+        // Quoted as a shell would need it: the word's boundaries are plain.
+        show.stdout.contains("true $'\\n2026-12-03T00:00:00.000Z"),
         "{show:#?}"
     );
     assert!(show.stdout.contains("\\x1b[2J"), "{show:#?}");
@@ -269,3 +274,309 @@ both!(logs_show_cannot_be_forged_from_inside, |fx| {
         .collect();
     assert_eq!(doc, serde_json::Value::Array(lines), "{json:#?}");
 });
+
+/// `XDG_STATE_HOME` of its own for one test, owned by the fixture's uid.
+fn own_state(fx: &Fixture) -> PathBuf {
+    let state = fx.dir.join("state");
+    fs::create_dir_all(&state).unwrap();
+    fx.own(&state);
+    state
+}
+
+fn in_state(fx: &Fixture, state: &Path, args: &[&str]) -> Out {
+    fx.cmd(args)
+        .env("XDG_STATE_HOME", state)
+        .output()
+        .unwrap()
+        .into()
+}
+
+fn events<'a>(text: &'a str, event: &str) -> Vec<&'a str> {
+    let needle = format!("\"event\":\"{event}\"");
+    text.lines().filter(|l| l.contains(&needle)).collect()
+}
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+// Issue 19, item 4: connect-and-close on the supervisor socket wrote ~3 MB/s of events.
+// Now a burst, then 20 a second, and one count of the rest.
+both!(supervisor_churn_leaves_a_small_log_with_a_count, |fx| {
+    two_zones(&fx);
+    let state = own_state(&fx);
+    let probe = fx.bin.join("wardcell-probe");
+    let script = format!(
+        "{} connect-churn \"$WARDCELL_ZONE_SOCKET\" 3000",
+        probe.display()
+    );
+    let out = in_state(&fx, &state, &["run", "--", "/bin/sh", "-c", &script]);
+    out.ok();
+    let made: u64 = out
+        .stdout
+        .trim()
+        .strip_prefix("connections ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out:#?}"));
+    assert!(made > 1000, "too few connections to tell: {out:#?}");
+    let (id, text) = only_log(&state);
+    let closed = events(&text, "supervisor.closed").len() as u64;
+    let counted: u64 = events(&text, "audit.suppressed")
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["counts"]["supervisor.closed"].as_u64().unwrap_or(0)
+        })
+        .sum();
+    assert!(
+        counted > 0,
+        "no count: {closed} events for {made} connections"
+    );
+    // 100 at once, then 20 a second, for about 3 seconds.
+    assert!(closed <= 100 + 20 * 6, "{closed} events written one by one");
+    assert!(text.len() < 100_000, "{} bytes", text.len());
+    assert!(
+        closed + counted >= made / 2,
+        "{closed} + {counted} for {made} connections"
+    );
+    in_state(&fx, &state, &["logs", "verify", &id]).ok();
+});
+
+// Issue 19, item 4: 20 refused entries with a 3 MB argv wrote 60 MB. A field is now cut
+// at 4 KiB, with the length and SHA-256 of its whole JSON text.
+both!(a_refused_entry_with_a_huge_argv_logs_a_capped_field, |fx| {
+    two_zones(&fx);
+    let state = own_state(&fx);
+    // 15 words of 100,000 bytes (one word may be at most 128 KiB), entered 20 times.
+    let script = "w=$(head -c 100000 /dev/zero | tr '\\0' x); i=0; \
+                  while [ $i -lt 20 ]; do wardcell zone enter nowhere -- true $w $w $w $w $w $w $w $w $w $w $w $w $w $w $w 2>/dev/null; i=$((i+1)); done; echo done";
+    let out = in_state(&fx, &state, &["run", "--", "/bin/sh", "-c", script]);
+    out.ok();
+    assert!(out.stdout.contains("done"), "{out:#?}");
+    let (id, text) = only_log(&state);
+    let refused = events(&text, "audit.decision");
+    assert_eq!(refused.len(), 20, "{}", &text[..text.len().min(2000)]);
+    assert!(text.len() < 20 * 12_000, "{} bytes", text.len());
+    let mut argv = vec!["true".to_string()];
+    argv.extend(std::iter::repeat_n("x".repeat(100_000), 15));
+    let whole = serde_json::to_string(&argv).unwrap();
+    let v: serde_json::Value = serde_json::from_str(refused[0]).unwrap();
+    assert_eq!(v["decision"], "denied", "{v}");
+    assert_eq!(v["command"]["bytes"], whole.len(), "{}", v["command"]);
+    assert_eq!(v["command"]["sha256"], sha256_hex(&whole));
+    assert_eq!(v["command"]["cut"].as_str().unwrap().len(), 4096);
+    in_state(&fx, &state, &["logs", "verify", &id]).ok();
+    let show = in_state(&fx, &state, &["logs", "show", &id]);
+    show.ok();
+    assert!(
+        show.stdout
+            .contains(&format!("[cut: {} bytes in all, sha256 ", whole.len())),
+        "{}",
+        &show.stdout[..show.stdout.len().min(3000)]
+    );
+});
+
+// Issue 19, item 4: a per-run size limit. The run that reaches it ends its sandboxes,
+// closes its log with audit.log_full and run.finished, and the chain verifies.
+both!(a_run_reaching_max_log_kib_ends_cleanly, |fx| {
+    two_zones(&fx);
+    let cfg = fx.home.join(".config/wardcell/zones.toml");
+    let text = fs::read_to_string(&cfg).unwrap() + "[audit]\nmax_log_kib = 128\n";
+    fx.write(&cfg, &text);
+    let state = own_state(&fx);
+    let script = "p=$(head -c 3000 /dev/zero | tr '\\0' p); i=0; \
+                  while [ $i -lt 200 ]; do wardcell zone enter push -- true $p 2>/dev/null; i=$((i+1)); done; echo went-on";
+    let out = in_state(&fx, &state, &["run", "--", "/bin/sh", "-c", script]);
+    out.expect_code(1);
+    assert!(!out.stdout.contains("went-on"), "{out:#?}");
+    let last = out.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("reached its size limit of 128 KiB ([audit] max_log_kib)")
+            && last.ends_with(ENDED),
+        "{out:#?}"
+    );
+    let (id, text) = only_log(&state);
+    assert!(text.len() <= 128 * 1024, "{} bytes", text.len());
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() > 10, "{text}");
+    assert!(
+        lines[lines.len() - 1].contains("\"event\":\"run.finished\""),
+        "{text}"
+    );
+    assert_eq!(events(&text, "audit.log_full").len(), 1, "{text}");
+    let verify = in_state(&fx, &state, &["logs", "verify", &id]);
+    verify.ok();
+    assert!(verify.stdout.contains("the run finished"), "{verify:#?}");
+});
+
+/// A log of `n` events whose middle ones are `pad` bytes of padding each, chained as a
+/// broker writes it, for a run that finished.
+fn synthetic_log(id: &str, n: usize, pad: usize) -> String {
+    let mut prev = "0".repeat(64);
+    let mut out = String::new();
+    for seq in 0..n {
+        let mut v = serde_json::json!({
+            "ts": "2026-12-04T00:00:00.000Z", "run": id, "category": "audit",
+        });
+        let event = match seq {
+            0 => "run.started",
+            s if s + 1 == n => "run.finished",
+            _ => "audit.decision",
+        };
+        v["event"] = event.into();
+        match event {
+            "run.started" => {
+                v["category"] = "run".into();
+                v["zone"] = "agent".into();
+                v["command"] = serde_json::json!(["sh", "-c", "big"]);
+            }
+            "run.finished" => {
+                v["category"] = "run".into();
+                v["exit_status"] = 0.into();
+                v["events"] = seq.into();
+                v["head"] = prev.clone().into();
+            }
+            _ => v["reason"] = "p".repeat(pad).into(),
+        }
+        v["seq"] = seq.into();
+        v["prev"] = prev.clone().into();
+        let line = v.to_string();
+        prev = sha256_hex(&line);
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+// Issue 19, item 4: `logs list` read a 43 MB log whole (218 MB resident). Now list, show
+// and verify stream it: what they hold at most is measured by the kernel (wait4).
+both!(logs_list_and_show_read_a_big_log_in_bounded_memory, |fx| {
+    fx.test_config("");
+    let state = own_state(&fx);
+    let id = "20261204T000000Z-0123abcd";
+    let log = runs(&state).join(format!("{id}.jsonl"));
+    let text = synthetic_log(id, 10_000, 4500);
+    assert!(text.len() > 40_000_000);
+    fx.write(&log, &text);
+    fx.own(&state);
+    drop(text);
+    for args in [
+        &["logs", "list", "--output", "json"][..],
+        &["logs", "list"],
+        &["logs", "show", id],
+        &["logs", "show", id, "--output", "json"],
+        &["logs", "verify", id],
+    ] {
+        let mut cmd = fx.cmd(args);
+        cmd.env("XDG_STATE_HOME", &state);
+        let (code, kib) = wardcell_tests::max_rss_kib(cmd);
+        assert_eq!(code, 0, "{args:?}");
+        assert!(kib < 24 * 1024, "{args:?} held {kib} KiB for a 45 MB log");
+    }
+    let out = in_state(&fx, &state, &["logs", "list", "--output", "json"]);
+    let doc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(doc[0]["state"], "finished", "{doc:#}");
+    assert_eq!(doc[0]["exit_status"], 0, "{doc:#}");
+});
+
+// Issue 19, item 10: `logs show` exited 0 on a cut or garbage-appended log and printed
+// nothing for a symlinked one; `logs list` showed killed runs as `running?` for ever.
+both!(
+    damaged_logs_make_logs_show_fail_and_killed_runs_are_marked,
+    |fx| {
+        two_zones(&fx);
+        let state = own_state(&fx);
+        in_state(&fx, &state, &["run", "--", "/bin/true"]).ok();
+        let (id, text) = only_log(&state);
+        let path = runs(&state).join(format!("{id}.jsonl"));
+        in_state(&fx, &state, &["logs", "show", &id]).ok();
+        let damaged = |content: &str, why: &str| {
+            fx.write(&path, content);
+            let out = in_state(&fx, &state, &["logs", "show", &id]);
+            out.expect_code(1);
+            assert!(
+                out.stderr
+                    .starts_with(&format!("error: run {id}: the log is damaged at line "))
+                    && out.stderr.contains(why),
+                "{out:#?}"
+            );
+        };
+        damaged(&text[..text.len() - 5], "the last line is cut short");
+        damaged(&format!("{text}garbage\n"), "not JSON");
+        damaged(
+            &format!("{text}{}", text.lines().last().unwrap()),
+            "cut short",
+        );
+        // A symbolic link in its place, to an intact copy: refused, never followed.
+        let copy = fx.dir.join("copy.jsonl");
+        fx.write(&copy, &text);
+        fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&copy, &path).unwrap();
+        let out = in_state(&fx, &state, &["logs", "show", &id]);
+        out.expect_code(1);
+        assert!(
+            out.stderr.contains("it is a symbolic link, not a log"),
+            "{out:#?}"
+        );
+        assert!(out.stdout.is_empty(), "{out:#?}");
+        // Without run.finished and with no broker left: killed, not running.
+        fs::remove_file(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let cut: String = lines[..lines.len() - 1]
+            .iter()
+            .map(|l| format!("{l}\n"))
+            .collect();
+        fx.write(&path, &cut);
+        let out = in_state(&fx, &state, &["logs", "list", "--output", "json"]);
+        out.ok();
+        let doc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(doc[0]["state"], "killed", "{doc:#}");
+        let out = in_state(&fx, &state, &["logs", "list"]);
+        assert!(
+            out.stdout.contains("killed") && !out.stdout.contains("running"),
+            "{out:#?}"
+        );
+        let show = in_state(&fx, &state, &["logs", "show", &id]);
+        show.ok();
+        assert!(show.stderr.contains("without run.finished"), "{show:#?}");
+    }
+);
+
+// Issue 19, item 4: refused entries are counted past the rate, and a flood of them does
+// not hold back an entry that is allowed.
+both!(
+    refused_entries_past_the_rate_are_counted_and_entries_still_work,
+    |fx| {
+        two_zones(&fx);
+        let state = own_state(&fx);
+        let script = "i=0; while [ $i -lt 400 ]; do wardcell zone enter nowhere -- true 2>/dev/null; i=$((i+1)); done; \
+                  wardcell zone enter push -- true; echo rc=$?";
+        let out = in_state(&fx, &state, &["run", "--", "/bin/sh", "-c", script]);
+        out.ok();
+        assert!(out.stdout.contains("rc=0"), "{out:#?}");
+        let (id, text) = only_log(&state);
+        let decisions = events(&text, "audit.decision");
+        let counted: u64 = events(&text, "audit.suppressed")
+            .iter()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["counts"]["audit.decision"].as_u64().unwrap_or(0)
+            })
+            .sum();
+        // Every refusal is either written or counted; the allowed entry is written.
+        assert_eq!(decisions.len() as u64 + counted, 401, "{counted} counted");
+        assert!(
+            counted > 0,
+            "nothing counted: {} decisions",
+            decisions.len()
+        );
+        assert!(decisions
+            .last()
+            .is_some_and(|d| d.contains("\"decision\":\"allowed\"")));
+        in_state(&fx, &state, &["logs", "verify", &id]).ok();
+    }
+);

@@ -335,14 +335,16 @@ pub fn syslog(tag: &str, line: &str) {
     wardcell_common::syslog::send(tag, line);
 }
 
-/// A command line as one shown line.
+/// A command line as one shown line, each word quoted as a shell would need it (see
+/// `wardcell_common::text::shell_words`).
 pub fn command_line(v: &Value) -> String {
     v.as_array()
         .map(|a| {
-            a.iter()
-                .map(|x| x.as_str().unwrap_or("?"))
-                .collect::<Vec<_>>()
-                .join(" ")
+            let words: Vec<String> = a
+                .iter()
+                .map(|x| x.as_str().unwrap_or("?").to_string())
+                .collect();
+            wardcell_common::text::shell_words(&words)
         })
         .unwrap_or_default()
 }
@@ -362,6 +364,12 @@ mod tests {
         let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn a_command_line_is_quoted_and_hides_nothing() {
+        let v = serde_json::json!(["git", "push", "a b", "x\u{202e}y", "\u{3164}"]);
+        assert_eq!(command_line(&v), "git push 'a b' $'x\\u202ey' $'\\u3164'");
     }
 
     #[test]

@@ -32,10 +32,9 @@ impl fmt::Display for BrokerError {
             BrokerError::Sandbox(m) => write!(f, "could not start the sandbox: {m}"),
             BrokerError::Refused(m) => write!(f, "{m}"),
             BrokerError::Shim(e) => write!(f, "lost contact with the sandbox: {e}"),
-            BrokerError::Audit(why) => write!(
-                f,
-                "{why}; the run was ended rather than go on unaudited (make room for the log, then run again)"
-            ),
+            BrokerError::Audit(why) => {
+                write!(f, "{why}; the run was ended rather than go on unaudited")
+            }
         }
     }
 }

@@ -27,7 +27,6 @@
 //! refused there (proxy_macos.rs). README, "macOS".
 
 mod approval;
-mod audit;
 mod chain;
 mod error;
 mod peer;
@@ -62,10 +61,10 @@ use wardcell_common::protocol::{self, Launch, ShimReport};
 use wardcell_common::text::shown;
 use wardcell_common::trace;
 
-use audit::AuditLog;
 use error::BrokerError;
 use relay::Outcome;
 use sandbox::Run;
+use wardcell_common::auditlog::AuditLog;
 
 /// Signals the broker passes to the sandbox.
 const FORWARDED: &[Signal] = &[
@@ -279,13 +278,22 @@ fn prepare_run(plan: &mut Plan, run_id: &str) -> Result<(String, PathBuf, AuditL
         what: format!("cannot create it: {e}"),
     })?;
     let log_path = paths::runs_dir(&plan.dirs).join(format!("{run_id}.jsonl"));
-    let audit = AuditLog::create(log_path.clone(), &run_id, plan.audit.syslog).map_err(|e| {
+    let audit = AuditLog::create(
+        log_path.clone(),
+        &run_id,
+        plan.audit.syslog,
+        plan.audit.max_log_kib,
+    )
+    .map_err(|e| {
         // No run without its log: nor its directory (test
         // `a_full_state_disk_refuses_the_run_and_leaves_nothing`).
         let _ = fs::remove_dir_all(&run_dir);
         BrokerError::Dir {
             path: log_path,
-            what: format!("cannot create the run's audit log: {e}"),
+            what: format!(
+                "cannot create the run's audit log: {}",
+                wardcell_common::auditlog::cause(&e)
+            ),
         }
     })?;
     Ok((run_id, run_dir, audit))

@@ -11,11 +11,11 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
+use wardcell_common::auditlog::{AuditLog, Rate};
 use wardcell_common::gitguard;
 use wardcell_common::plan::{Plan, ProfilePlan, SandboxSpec};
 use wardcell_common::protocol::{self, ShimRequest};
 
-use crate::audit::AuditLog;
 use crate::error::BrokerError;
 use crate::proxy::{self, Proxy};
 use crate::relay::Running;
@@ -78,6 +78,22 @@ impl Run {
         // Every audit event is a trace line too (the log never holds a secret).
         tracing::debug!(category, event, fields = %fields, "audit event");
         let written = self.audit.write(category, event, fields);
+        if written.is_err() {
+            self.end_unaudited();
+        }
+        written
+    }
+
+    /// [`Run::record`] for an event the sandbox can cause at will (see
+    /// `AuditLog::write_counted`): `Ok(false)` when it was counted, not written.
+    pub fn record_counted(
+        &self,
+        rate: Rate,
+        category: &str,
+        event: &str,
+        fields: serde_json::Value,
+    ) -> io::Result<bool> {
+        let written = self.audit.write_counted(rate, category, event, fields);
         if written.is_err() {
             self.end_unaudited();
         }

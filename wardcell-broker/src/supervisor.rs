@@ -11,6 +11,10 @@
 //!    chain check, the approval plugin if the zone asks for it, the decision audited
 //!    (refused if it cannot be written), a brand-new sandbox with the caller's stdio,
 //!    its exit status relayed, the completion audited.
+//!
+//! Refusals and closed connections, and allowed entries, are audited at a bounded rate
+//! (`wardcell_common::auditlog`, `Rate`): past it they are counted, and an allowed entry
+//! that is not written is refused.
 
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -23,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use wardcell_common::auditlog::Rate;
 use wardcell_common::envrules;
 use wardcell_common::plan::ZonePlan;
 use wardcell_common::protocol::{self, ShimReport, ZoneEntry, ZoneRequest, ZoneResponse};
@@ -157,9 +162,16 @@ impl Supervisor {
         self.run.record(category, event, fields)
     }
 
+    /// What the sandbox can cause as fast as it connects: written at a bounded rate, the
+    /// rest counted (`Ok(false)`); see `AuditLog::write_counted`.
+    fn counted(&self, category: &str, event: &str, fields: Value) -> io::Result<bool> {
+        self.run
+            .record_counted(Rate::Refusals, category, event, fields)
+    }
+
     /// A connection closed for a malformed or late request: logged, nothing granted.
     fn closed(&self, peer: &Peer, reason: &str) {
-        let _ = self.audit(
+        let _ = self.counted(
             "sandbox",
             "supervisor.closed",
             json!({"zone": self.zone, "pid": peer.pid, "reason": reason}),
@@ -171,7 +183,7 @@ impl Supervisor {
     fn verified(&self, conn: &UnixStream) -> Option<Peer> {
         peer::verify(conn, &self.mark)
             .map_err(|why| {
-                let _ = self.audit(
+                let _ = self.counted(
                     "audit",
                     "audit.peer_refused",
                     json!({"zone": self.zone, "chain": self.chain, "reason": why}),
@@ -282,7 +294,7 @@ impl Supervisor {
         for (name, fd) in ["stdin", "stdout", "stderr"].into_iter().zip(&stdio) {
             if let Some(what) = unfit_stdio(fd.as_fd()) {
                 let reason = format!("{name} is {what}: `wardcell zone enter` passes on only pipes, sockets, character devices and regular files");
-                let _ = self.audit("audit", "audit.decision", decision("denied", &reason, None));
+                let _ = self.counted("audit", "audit.decision", decision("denied", &reason, None));
                 return refuse(conn, reason);
             }
         }
@@ -290,7 +302,7 @@ impl Supervisor {
         // b. One entry at a time per sandbox.
         let Some(entering) = self.take_slot(conn) else {
             let reason = "this sandbox is already running a `wardcell zone enter`";
-            let _ = self.audit("audit", "audit.decision", decision("denied", reason, None));
+            let _ = self.counted("audit", "audit.decision", decision("denied", reason, None));
             refuse(
                 conn,
                 format!("{reason}; wait for it to finish, then try again"),
@@ -302,7 +314,7 @@ impl Supervisor {
         let zone = match chain::may_enter(&plan.zones, &self.chain, target) {
             Ok(z) => z,
             Err(denied) => {
-                let _ = self.audit(
+                let _ = self.counted(
                     "audit",
                     "audit.decision",
                     decision("denied", denied.reason(), None),
@@ -346,7 +358,7 @@ impl Supervisor {
             answer
         });
         if let Some(a) = answer.as_ref().filter(|a| !a.approved) {
-            let _ = self.audit(
+            let _ = self.counted(
                 "audit",
                 "audit.decision",
                 decision("denied", &a.reason, Some(a)),
@@ -364,7 +376,7 @@ impl Supervisor {
         //    will wait for: one allowed always has its completion written.
         let Some(key) = self.run.entry_reserve() else {
             let reason = "the run is ending";
-            let _ = self.audit(
+            let _ = self.counted(
                 "audit",
                 "audit.decision",
                 decision("denied", reason, answer.as_ref()),
@@ -374,7 +386,10 @@ impl Supervisor {
             return refuse(conn, format!("{reason}; nothing was started"));
         };
         let entry = Some(key);
-        if let Err(e) = self.audit(
+        // An entry past the rate the log records one by one is refused (and counted):
+        // nothing starts without its decision written.
+        let written = self.run.record_counted(
+            Rate::Entries,
             "audit",
             "audit.decision",
             decision(
@@ -382,15 +397,16 @@ impl Supervisor {
                 "in enter_from for every zone on the chain",
                 answer.as_ref(),
             ),
-        ) {
+        );
+        if !matches!(written, Ok(true)) {
             self.run.entry_done(plugin_key);
             self.run.entry_done(entry);
             entering.release();
-            refuse(
-                conn,
-                format!("the audit log cannot be written ({e}), so the entry is refused; `wardcell doctor` shows where the log lives"),
-            );
-            return;
+            let message = match written {
+                Err(e) => format!("the audit log cannot be written ({e}), so the entry is refused; `wardcell doctor` shows where the log lives"),
+                _ => format!("this sandbox entered zones faster than the {} a second the audit log records one by one, so the entry is refused; try again in a moment", wardcell_common::auditlog::COUNTED_PER_SECOND),
+            };
+            return refuse(conn, message);
         }
 
         self.run.entry_done(plugin_key);

@@ -30,6 +30,7 @@ use tokio::sync::mpsc;
 
 use wardcell_common::plan::{ProxySpec, MAX_EGRESS_PORTS};
 use wardcell_common::protocol::{self, FrameError, ProxyEvent, ProxyRequest};
+use wardcell_common::throttle::Throttle;
 
 use crate::error::Error;
 use crate::sys;
@@ -180,57 +181,20 @@ pub fn report(control: &mut UnixStream, event: &ProxyEvent) -> Result<(), FrameE
 pub const DENIED_BURST: u32 = 100;
 pub const DENIED_PER_SECOND: u32 = 20;
 
-/// A token bucket for refusals, and the count of those it held back. Pure: the caller
-/// gives the time.
-#[derive(Debug)]
-pub struct Throttle {
-    tokens: u32,
-    /// When the last token was added (or the bucket was made).
-    since: std::time::Instant,
-    held: u64,
+/// The refusals held back since the last call, as one event, if there were any.
+fn summary(t: &mut Throttle) -> Option<ProxyEvent> {
+    let n = t.take_held();
+    (n > 0).then(|| ProxyEvent::Denied {
+        host: "-".into(),
+        port: 0,
+        reason: format!(
+            "{n} more refusals, over the {DENIED_PER_SECOND} a second recorded one by one"
+        ),
+    })
 }
 
-impl Throttle {
-    pub fn new(now: std::time::Instant) -> Throttle {
-        Throttle {
-            tokens: DENIED_BURST,
-            since: now,
-            held: 0,
-        }
-    }
-
-    /// May one more refusal be reported at `now`? If not, it is counted.
-    pub fn admit(&mut self, now: std::time::Instant) -> bool {
-        let per_token = std::time::Duration::from_secs(1) / DENIED_PER_SECOND;
-        let elapsed = now.saturating_duration_since(self.since).as_nanos();
-        let new = (elapsed / per_token.as_nanos()).min(u128::from(DENIED_BURST)) as u32;
-        if new > 0 {
-            self.tokens = (self.tokens + new).min(DENIED_BURST);
-            self.since = if self.tokens == DENIED_BURST {
-                now
-            } else {
-                self.since + per_token * new
-            };
-        }
-        if self.tokens == 0 {
-            self.held += 1;
-            return false;
-        }
-        self.tokens -= 1;
-        true
-    }
-
-    /// The refusals held back since the last call, as one event, if there were any.
-    pub fn summary(&mut self) -> Option<ProxyEvent> {
-        let n = std::mem::take(&mut self.held);
-        (n > 0).then(|| ProxyEvent::Denied {
-            host: "-".into(),
-            port: 0,
-            reason: format!(
-                "{n} more refusals, over the {DENIED_PER_SECOND} a second recorded one by one"
-            ),
-        })
-    }
+fn throttle(now: std::time::Instant) -> Throttle {
+    Throttle::new(now, DENIED_BURST, DENIED_PER_SECOND)
 }
 
 /// Where connection handlers post their events. Unbounded so that a handler never waits
@@ -253,7 +217,7 @@ pub struct Queue {
 impl Events {
     pub fn channel() -> (Events, Queue) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let throttle = Arc::new(Mutex::new(Throttle::new(std::time::Instant::now())));
+        let throttle = Arc::new(Mutex::new(throttle(std::time::Instant::now())));
         let queue = Queue {
             rx,
             throttle: throttle.clone(),
@@ -271,7 +235,7 @@ impl Events {
             if !t.admit(std::time::Instant::now()) {
                 return;
             }
-            first = t.summary();
+            first = summary(&mut t);
         }
         // Fails only once the writer is gone, i.e. the process is ending.
         for e in first.into_iter().chain(Some(event)) {
@@ -291,11 +255,7 @@ impl Queue {
                 Ok(None) => self.done = true,
                 Err(_) => {}
             }
-            let held = self
-                .throttle
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .summary();
+            let held = summary(&mut self.throttle.lock().unwrap_or_else(|p| p.into_inner()));
             if held.is_some() {
                 return held;
             }
@@ -369,17 +329,17 @@ mod tests {
     #[test]
     fn refusals_past_the_rate_are_counted_not_dropped() {
         let t0 = Instant::now();
-        let mut t = Throttle::new(t0);
+        let mut t = throttle(t0);
         let admitted = (0..1000).filter(|_| t.admit(t0)).count();
         assert_eq!(admitted, DENIED_BURST as usize);
-        match t.summary() {
+        match summary(&mut t) {
             Some(ProxyEvent::Denied { host, port, reason }) => {
                 assert_eq!((host.as_str(), port), ("-", 0));
                 assert!(reason.starts_with("900 more refusals"), "{reason}");
             }
             other => panic!("{other:?}"),
         }
-        assert!(t.summary().is_none(), "counted once");
+        assert!(summary(&mut t).is_none(), "counted once");
         // A second later, one second's worth again, and no more.
         let t1 = t0 + Duration::from_secs(1);
         let again = (0..1000).filter(|_| t.admit(t1)).count();

@@ -1,11 +1,14 @@
 //! `wardcell logs`: read the runs' audit logs back, and verify their hash chains.
 
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use wardcell_common::audit::{self, Verdict};
+use wardcell_common::audit::{self, Checker, Lines, Verdict};
 use wardcell_common::paths;
+use wardcell_common::text::{shell_words, shown};
 
 use crate::cli::{Output, ShowOutput};
 use crate::context;
@@ -46,19 +49,48 @@ pub fn valid_id(id: &str) -> bool {
             .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
 }
 
-fn read_log(id: &str) -> Result<String, Error> {
+/// Run `id`'s log, opened without following a symbolic link: a log replaced by a link
+/// (or anything but a file) is refused in words, never followed nor shown as empty.
+fn open_log(id: &str) -> Result<File, Error> {
     if !valid_id(id) {
         return Err(Error::Refused(format!(
             "'{id}' is not a run id (they look like 20261202T093212Z-3f9a1c2b); `wardcell logs list` shows them"
         )));
     }
     let path = runs_dir()?.join(format!("{id}.jsonl"));
-    std::fs::read_to_string(&path).map_err(|e| {
+    let cannot = |why: String| {
         Error::Refused(format!(
-            "cannot read the log of run {id} ({}): {e}; `wardcell logs list` shows the runs there are",
-            path.display()
+            "cannot read the log of run {id} ({}): {why}",
+            shown(&path.display().to_string())
         ))
-    })
+    };
+    let file = match open_nofollow(&path) {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(cannot(
+            "it is a symbolic link, not a log: the log was replaced, and nothing of it is shown"
+                .into(),
+        )),
+        Err(e) => {
+            return Err(cannot(format!(
+                "{e}; `wardcell logs list` shows the runs there are"
+            )))
+        }
+    };
+    match file.metadata() {
+        Ok(m) if m.is_file() => Ok(file),
+        Ok(_) => Err(cannot(
+            "it is not a regular file: the log was replaced".into(),
+        )),
+        Err(e) => Err(cannot(e.to_string())),
+    }
+}
+
+fn open_nofollow(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
 }
 
 fn s(v: &Value, k: &str) -> String {
@@ -69,20 +101,32 @@ fn s(v: &Value, k: &str) -> String {
     }
 }
 
+/// A list of words (a command) as a shell would need it typed; a field the log cut, as
+/// [`cut`] says.
 fn words(v: &Value, k: &str) -> String {
-    v.get(k)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .map(|x| {
-                    x.as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| x.to_string())
-                })
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default()
+    match v.get(k) {
+        Some(Value::Array(a)) => shell_words(
+            &a.iter()
+                .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+                .collect::<Vec<_>>(),
+        ),
+        Some(c @ Value::Object(_)) => word(c),
+        _ => String::new(),
+    }
+}
+
+/// A field the writer cut (`{"cut", "bytes", "sha256"}`, see `auditlog::cap_fields`).
+fn cut(v: &Value) -> Option<String> {
+    let o = v.as_object()?;
+    if o.len() != 3 {
+        return None;
+    }
+    Some(format!(
+        "{}... [cut: {} bytes in all, sha256 {}]",
+        o.get("cut")?.as_str()?,
+        o.get("bytes")?.as_u64()?,
+        o.get("sha256")?.as_str()?
+    ))
 }
 
 /// A value as words: text as it is, arrays joined by spaces, null as `-`.
@@ -91,11 +135,12 @@ fn word(v: &Value) -> String {
         Value::String(x) => x.clone(),
         Value::Null => "-".into(),
         Value::Array(a) => a.iter().map(word).collect::<Vec<_>>().join(" "),
-        Value::Object(o) => o
-            .iter()
-            .map(|(k, v)| format!("{k} {}", word(v)))
-            .collect::<Vec<_>>()
-            .join(", "),
+        Value::Object(o) => cut(v).unwrap_or_else(|| {
+            o.iter()
+                .map(|(k, v)| format!("{k} {}", word(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }),
         other => other.to_string(),
     }
 }
@@ -222,6 +267,10 @@ fn summary(v: &Value) -> String {
     }
 }
 
+/// `wardcell logs show`: the events as they are read (never the whole log in memory),
+/// the chain checked on the way. A damaged log shows the events before the damage, then
+/// says where it is and fails; one that ends without `run.finished` after its run is
+/// over is said to be so.
 pub fn show(id: &str, category: Option<&str>, format: ShowOutput) -> Result<(), Error> {
     if let Some(c) = category {
         if !audit::CATEGORIES.contains(&c) {
@@ -231,41 +280,72 @@ pub fn show(id: &str, category: Option<&str>, format: ShowOutput) -> Result<(), 
             )));
         }
     }
-    let text = read_log(id)?;
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
+    let file = open_log(id)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut checker = Checker::new(id);
+    let mut damage = None;
+    let mut shown_any = false;
+    if format == ShowOutput::Json {
+        // One document: the events, each as the log has it.
+        out.write_all(b"[").map_err(Error::Stdout)?;
+    }
+    for line in Lines::new(BufReader::new(file)) {
+        let v = match line.and_then(|l| checker.line(&l).map(|v| (l, v))) {
+            Ok(x) => x,
+            Err(broken) => {
+                damage = Some(broken);
+                break;
+            }
         };
+        let (line, v) = v;
         if category.is_some_and(|c| s(&v, "category") != c) {
             continue;
         }
-        out.push(match format {
-            ShowOutput::Json | ShowOutput::Jsonl => line.to_string(),
+        let text = match format {
+            ShowOutput::Json if shown_any => format!(",{line}"),
+            ShowOutput::Json => line,
+            ShowOutput::Jsonl => format!("{line}\n"),
             // One event, one line: nothing in it can start another.
-            ShowOutput::Text => output::shown(&format!(
-                "{}  {:<7}  {:<16}  {}",
-                s(&v, "ts"),
-                s(&v, "category"),
-                s(&v, "event"),
-                summary(&v)
-            ))
-            .into_owned(),
-        });
+            ShowOutput::Text => format!(
+                "{}\n",
+                shown(&format!(
+                    "{}  {:<7}  {:<16}  {}",
+                    s(&v, "ts"),
+                    s(&v, "category"),
+                    s(&v, "event"),
+                    summary(&v)
+                ))
+            ),
+        };
+        shown_any = true;
+        out.write_all(text.as_bytes()).map_err(Error::Stdout)?;
     }
     if format == ShowOutput::Json {
-        // One document: the events, each as the log has it.
-        return output::print(&format!("[{}]", out.join(",")));
+        out.write_all(b"]\n").map_err(Error::Stdout)?;
     }
-    if out.is_empty() {
-        return Ok(());
+    out.flush().map_err(Error::Stdout)?;
+    drop(out);
+    match damage.unwrap_or_else(|| checker.end()) {
+        Verdict::Broken { line, why } => Err(Error::Refused(format!(
+            "run {id}: the log is damaged at line {line}: {why}; only the events before it were shown (`wardcell logs verify {id}`)"
+        ))),
+        Verdict::Intact {
+            lines,
+            finished: false,
+            ..
+        } if !is_running(id) => {
+            wardcell_common::eprintln_line!(
+                "warning: run {id}: the log stops after {lines} events without run.finished, and the run is over: its broker was killed, or its last lines were cut"
+            );
+            Ok(())
+        }
+        Verdict::Intact { .. } => Ok(()),
     }
-    output::print(&out.join("\n"))
 }
 
 pub fn verify(id: &str) -> Result<(), Error> {
-    let text = read_log(id)?;
-    match audit::verify(&text, id) {
+    let file = open_log(id)?;
+    match audit::verify_reader(BufReader::new(file), id) {
         Verdict::Intact {
             lines,
             finished: true,
@@ -288,7 +368,8 @@ pub fn verify(id: &str) -> Result<(), Error> {
             "run {id}: the log stops after {lines} events without run.finished, and the run is over: its last lines were cut, or its broker was killed; with `[audit] syslog`, syslog holds the finish event to compare"
         ))),
         Verdict::Broken { line, why } => Err(Error::Refused(format!(
-            "run {id}: the log has been tampered with or damaged at line {line}: {why}"
+            "run {id}: the log has been tampered with or damaged at line {line}: {shown}",
+            shown = shown(&why)
         ))),
     }
 }
@@ -320,30 +401,88 @@ struct Listed {
     zone: Value,
     command: Value,
     exit: Value,
-    finished: bool,
+    state: State,
     duration_ms: Option<i64>,
     trial: bool,
 }
 
-fn listed(id: &str, text: &str) -> Listed {
-    let events: Vec<Value> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let started = events.iter().find(|v| s(v, "event") == "run.started");
-    let finished = events.iter().find(|v| s(v, "event") == "run.finished");
-    let start = started.or(events.first()).map(|v| s(v, "ts"));
-    let duration_ms = match (start.as_deref().and_then(millis), finished) {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Finished,
+    Running,
+    /// No `run.finished`, and no broker holds the run any more: it was killed (or its
+    /// log's tail was cut).
+    Killed,
+    /// The log cannot be read as one (not a file, a first line that is not an event).
+    Damaged,
+}
+
+impl State {
+    fn word(self) -> &'static str {
+        match self {
+            State::Finished => "finished",
+            State::Running => "running",
+            State::Killed => "killed",
+            State::Damaged => "damaged",
+        }
+    }
+}
+
+/// How much of a log's end `logs list` reads for its last event: more than one event's
+/// line can be (each field is cut at 4 KiB).
+const TAIL: u64 = 256 * 1024;
+
+/// The first and the last event of a log, read from its first line and its last
+/// [`TAIL`] bytes: never the whole log.
+fn ends(path: &Path) -> Option<(Value, Option<Value>)> {
+    let file = open_nofollow(path).ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    let mut reader = BufReader::new(file);
+    let first: Value = serde_json::from_str(&Lines::new(&mut reader).next()?.ok()?).ok()?;
+    let len = meta.len();
+    let mut tail = Vec::new();
+    let mut file = reader.into_inner();
+    file.seek(SeekFrom::Start(len.saturating_sub(TAIL))).ok()?;
+    file.take(TAIL).read_to_end(&mut tail).ok()?;
+    let last = tail
+        .strip_suffix(b"\n")
+        .and_then(|t| t.rsplit(|&b| b == b'\n').next())
+        .and_then(|l| serde_json::from_slice::<Value>(l).ok());
+    Some((first, last))
+}
+
+fn listed(id: &str, path: &Path) -> Listed {
+    let (first, last) = match ends(path) {
+        Some((f, l)) => (Some(f), l),
+        None => (None, None),
+    };
+    let started = first.filter(|v| s(v, "event") == "run.started");
+    let finished = last.filter(|v| s(v, "event") == "run.finished");
+    let start = started.as_ref().map(|v| s(v, "ts"));
+    let duration_ms = match (start.as_deref().and_then(millis), &finished) {
         (Some(a), Some(f)) => millis(&s(f, "ts")).map(|b| (b - a).max(0)),
         _ => None,
+    };
+    let state = match (&started, &finished) {
+        (None, _) => State::Damaged,
+        (_, Some(_)) => State::Finished,
+        _ if is_running(id) => State::Running,
+        _ => State::Killed,
     };
     Listed {
         id: id.to_string(),
         start,
-        zone: started.map_or(Value::Null, |v| v["zone"].clone()),
-        command: started.map_or(Value::Null, |v| v["command"].clone()),
-        exit: finished.map_or(Value::Null, |v| v["exit_status"].clone()),
-        finished: finished.is_some(),
+        zone: started.as_ref().map_or(Value::Null, |v| v["zone"].clone()),
+        command: started
+            .as_ref()
+            .map_or(Value::Null, |v| v["command"].clone()),
+        exit: finished
+            .as_ref()
+            .map_or(Value::Null, |v| v["exit_status"].clone()),
+        state,
         duration_ms,
         trial: started.is_some_and(|v| v["trial"] == true),
     }
@@ -364,10 +503,7 @@ pub fn list(format: Output, limit: Option<usize>, all: bool) -> Result<(), Error
     ids.sort();
     let mut runs: Vec<Listed> = ids
         .iter()
-        .map(|id| {
-            let text = std::fs::read_to_string(dir.join(format!("{id}.jsonl"))).unwrap_or_default();
-            listed(id, &text)
-        })
+        .map(|id| listed(id, &dir.join(format!("{id}.jsonl"))))
         .filter(|r| all || !r.trial)
         .collect();
     // Newest first: by the first event's time (milliseconds), then the id (whose start
@@ -385,7 +521,8 @@ pub fn list(format: Output, limit: Option<usize>, all: bool) -> Result<(), Error
                         "zone": r.zone,
                         "command": r.command,
                         "exit_status": r.exit,
-                        "finished": r.finished,
+                        "finished": r.state == State::Finished,
+                        "state": r.state.word(),
                         "duration_ms": r.duration_ms,
                         "trial": r.trial,
                     })
@@ -421,10 +558,10 @@ pub fn list(format: Output, limit: Option<usize>, all: bool) -> Result<(), Error
                     } else {
                         zone
                     },
-                    match (&r.exit, r.finished) {
+                    match (&r.exit, r.state) {
                         (Value::Number(n), _) => n.to_string(),
-                        (_, true) => "error".into(),
-                        (_, false) => "running?".into(),
+                        (_, State::Finished) => "error".into(),
+                        (_, state) => state.word().into(),
                     },
                     r.duration_ms.map_or("-".into(), |ms| {
                         if ms < 10_000 {
@@ -433,7 +570,10 @@ pub fn list(format: Output, limit: Option<usize>, all: bool) -> Result<(), Error
                             output::duration((ms / 1000) as u64)
                         }
                     }),
-                    word(&r.command),
+                    match &r.command {
+                        c @ Value::Array(_) => words(&serde_json::json!({ "c": c }), "c"),
+                        other => word(other),
+                    },
                 ]);
             }
             output::print(&output::table(&rows))

@@ -275,6 +275,18 @@ fn main() {
             let _ = s.read_to_end(&mut sink);
             println!("closed after {} ms", start.elapsed().as_millis());
         }
+        "connect-churn" => {
+            // Connect and close at once, again and again for MS milliseconds; print how
+            // many connections were made.
+            let until = std::time::Instant::now() + std::time::Duration::from_millis(num(2) as u64);
+            let mut n = 0u64;
+            while std::time::Instant::now() < until {
+                if std::os::unix::net::UnixStream::connect(a(1)).is_ok() {
+                    n += 1;
+                }
+            }
+            println!("connections {n}");
+        }
         "connect-many" => {
             // Open N connections that stay silent; print what the last one is told.
             let n = num(2) as usize;
