@@ -159,3 +159,83 @@ both!(policy_why_answers_for_any_zone_on_the_host, |fx| {
     out.expect_code(1);
     assert!(out.stderr.contains("`wardcell policy why"), "{out:#?}");
 });
+
+// A refusal by the proxy says where to ask; `zone denials` lists the sandbox's recent
+// refusals with why; the run ends with one stderr line counting them. A zone without
+// network has no proxy, and says so.
+both!(refusals_are_listed_inside_and_counted_at_the_end, |fx| {
+    let bin = fx.bin.display();
+    fx.config(&format!(
+        r#"
+[zones.agent]
+profile = "net"
+default = true
+
+[zones.offline]
+profile = "off"
+enter_from = ["agent"]
+
+[profiles.net]
+extends = "developer-readonly"
+read = ["{bin}"]
+network = {{ allow = ["allowed.example.invalid:443"] }}
+
+[profiles.off]
+extends = "developer-readonly"
+read = ["{bin}"]
+"#
+    ));
+    let script = r#"
+wardcell zone denials
+curl -sS --max-time 20 http://refused.example:80/x; echo "curl=$?"
+curl -sS --max-time 20 https://other.example:443/; echo "tls=$?"
+wardcell zone denials
+wardcell zone denials --output json
+wardcell zone enter offline -- wardcell zone denials; echo "offline=$?"
+"#;
+    let out = fx.run(&["run", "--", "/bin/sh", "-c", script]);
+    out.ok();
+    let o = &out.stdout;
+    assert!(
+        o.starts_with("nothing refused by zone 'agent''s proxy in this sandbox\n"),
+        "{out:#?}"
+    );
+    assert!(
+        o.contains("wardcell: refused.example:80 is not allowed in zone agent")
+            && o.contains("`wardcell zone why refused.example:80` says which rule refused it"),
+        "{out:#?}"
+    );
+    assert!(
+        o.contains("2 connections refused by zone 'agent''s proxy in this sandbox:\n"),
+        "{out:#?}"
+    );
+    assert!(
+        o.contains("  refused.example:80  not in the allow list\n"),
+        "{out:#?}"
+    );
+    assert!(
+        o.contains("  other.example:443  not in the allow list\n"),
+        "{out:#?}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(o.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
+    assert_eq!(json["zone"], "agent");
+    assert_eq!(json["total"], 2);
+    assert_eq!(json["recent"][0]["host"], "refused.example");
+    assert_eq!(json["recent"][1]["port"], 443);
+    assert!(o.contains("offline=1"), "{out:#?}");
+    assert!(
+        out.stderr.contains("zone 'offline' has no network"),
+        "{out:#?}"
+    );
+    let last = out.stderr.trim_end().lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("wardcell: 2 connections were refused in this run; `wardcell logs show ")
+            && last.ends_with(" --category proxy` shows which and why"),
+        "{out:#?}"
+    );
+    // A run that refused nothing says nothing of it.
+    let quiet = fx.sh("true");
+    quiet.ok();
+    assert!(!quiet.stderr.contains("refused"), "{quiet:#?}");
+});

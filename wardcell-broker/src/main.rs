@@ -592,6 +592,9 @@ fn run_first_sandbox(
             shown(&run.plan.cwd.display().to_string())
         );
     }
+    if let Some(line) = run.refusals() {
+        wardcell_common::eprintln_line!("{line}");
+    }
     let _ = run.record(
         "run",
         "run.finished",

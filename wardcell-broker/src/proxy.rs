@@ -223,11 +223,19 @@ fn audit_events(run: &Run, zone: &str, mut events: UnixStream) {
                     "bytes_up": bytes_up, "bytes_down": bytes_down, "decision": "allowed",
                 }),
             ),
-            Ok(ProxyEvent::Denied { host, port, reason }) => run.record(
-                "proxy",
-                "proxy.denied",
-                json!({"zone": zone, "host": host, "port": port, "reason": reason, "decision": "denied"}),
-            ),
+            Ok(ProxyEvent::Denied { host, port, reason }) => {
+                // A count of refusals held back by the proxy's rate comes as host "-",
+                // port 0, its reason starting with the number.
+                let held = (host == "-" && port == 0)
+                    .then(|| reason.split(' ').next().and_then(|n| n.parse().ok()))
+                    .flatten();
+                run.refused.fetch_add(held.unwrap_or(1), Ordering::Relaxed);
+                run.record(
+                    "proxy",
+                    "proxy.denied",
+                    json!({"zone": zone, "host": host, "port": port, "reason": reason, "decision": "denied"}),
+                )
+            }
             Ok(other) => run.record(
                 "proxy",
                 "proxy.unexpected",

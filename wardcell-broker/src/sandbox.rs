@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use nix::sys::wait::waitpid;
@@ -33,6 +33,8 @@ pub struct Run {
     /// The environment `wardcell run` started in (see spec::Request::host_env).
     pub host_env: Vec<(String, String)>,
     next_sandbox: AtomicU32,
+    /// Connections the run's proxies refused (for the line at the run's end).
+    pub refused: AtomicU64,
     /// Entered sandboxes still running, so the run's end can end them and wait for their
     /// completions to be audited.
     /// An entry is reserved before its decision is written, and has its process once
@@ -50,6 +52,19 @@ pub struct Run {
 }
 
 impl Run {
+    /// The line for the run's end when its proxies refused anything: how many, and the
+    /// command that shows them.
+    pub fn refusals(&self) -> Option<String> {
+        let n = self.refused.load(Ordering::Relaxed);
+        (n > 0).then(|| {
+            format!(
+                "wardcell: {n} connection{} refused in this run; `wardcell logs show {} --category proxy` shows which and why",
+                if n == 1 { " was" } else { "s were" },
+                self.id
+            )
+        })
+    }
+
     pub fn new(plan: Plan, id: String, dir: PathBuf, shim: CString, audit: AuditLog) -> Run {
         let host_env = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -63,6 +78,7 @@ impl Run {
             audit,
             host_env,
             next_sandbox: AtomicU32::new(1),
+            refused: AtomicU64::new(0),
             entries: Mutex::new(Vec::new()),
             entries_done: Condvar::new(),
             ending: AtomicBool::new(false),

@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+use crate::denials::Denials;
 use std::io::IoSliceMut;
 use std::net::{TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -204,6 +205,9 @@ fn throttle(now: std::time::Instant) -> Throttle {
 pub struct Events {
     tx: mpsc::UnboundedSender<ProxyEvent>,
     throttle: Arc<Mutex<Throttle>>,
+    /// Every refusal, for the sandbox to read (`wardcell zone denials`), the throttled
+    /// ones included.
+    pub denials: Denials,
 }
 
 /// The writer's end: events in order, a count of held-back refusals before the next one
@@ -223,13 +227,24 @@ impl Events {
             throttle: throttle.clone(),
             done: false,
         };
-        (Events { tx, throttle }, queue)
+        let denials = Denials::default();
+        (
+            Events {
+                tx,
+                throttle,
+                denials,
+            },
+            queue,
+        )
     }
 
     pub fn send(&self, event: ProxyEvent) {
         // Hosts, ports, credential names and counts: never a credential's value.
         tracing::debug!(event = ?event, "connection");
         let mut first = None;
+        if let ProxyEvent::Denied { host, port, reason } = &event {
+            self.denials.record(host, *port, reason);
+        }
         if matches!(event, ProxyEvent::Denied { .. }) {
             let mut t = self.throttle.lock().unwrap_or_else(|p| p.into_inner());
             if !t.admit(std::time::Instant::now()) {

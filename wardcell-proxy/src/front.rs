@@ -224,6 +224,9 @@ pub enum Route {
     OtherScheme(Target),
     /// Refused at once, with this status and message, without an event.
     Bad(StatusCode, String),
+    /// `GET http://wardcell.invalid/denials`: this proxy's recent refusals, answered by
+    /// the proxy itself (denials.rs).
+    Denials,
 }
 
 pub fn route(method: &Method, uri: &Uri) -> Route {
@@ -241,6 +244,13 @@ pub fn route(method: &Method, uri: &Uri) -> Route {
             );
         };
         return target(host, port).map_or_else(|r| r, Route::Connect);
+    }
+    let ours = uri.authority().is_some_and(|a| {
+        a.host().eq_ignore_ascii_case(crate::denials::HOST) && a.port_u16().unwrap_or(80) == 80
+    });
+    if ours && uri.scheme_str() == Some("http") && method == Method::GET && uri.path() == "/denials"
+    {
+        return Route::Denials;
     }
     match uri.scheme_str() {
         Some("http") => match uri.authority() {
@@ -272,6 +282,7 @@ async fn dispatch(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
         Route::Plain(target) => forward::plain(req, target, ctx).await,
         Route::OtherScheme(t) => ctx.deny(&t, "only http:// URLs and CONNECT are proxied".into()),
         Route::Bad(status, message) => text(status, message),
+        Route::Denials => text(StatusCode::OK, ctx.events.denials.json() + "\n"),
     }
 }
 
@@ -339,6 +350,24 @@ mod tests {
             r("GET", "ftp://example.com/"),
             Route::OtherScheme(t("example.com", 443))
         );
+        // The proxy's own page: exactly this method, scheme, host, port and path.
+        assert_eq!(r("GET", "http://wardcell.invalid/denials"), Route::Denials);
+        assert_eq!(
+            r("GET", "http://WARDCELL.invalid:80/denials"),
+            Route::Denials
+        );
+        for other in [
+            ("POST", "http://wardcell.invalid/denials"),
+            ("GET", "http://wardcell.invalid/denials/x"),
+            ("GET", "http://wardcell.invalid:8080/denials"),
+            ("GET", "http://sub.wardcell.invalid/denials"),
+        ] {
+            assert!(matches!(r(other.0, other.1), Route::Plain(_)), "{other:?}");
+        }
+        assert!(matches!(
+            r("CONNECT", "wardcell.invalid:80"),
+            Route::Connect(_)
+        ));
         for (m, u, status) in [
             ("CONNECT", "git.example.com", 400),
             ("CONNECT", "http://git.example.com:443", 400),

@@ -65,7 +65,9 @@ async fn decide(req: Request<Incoming>) -> Result<Response<Empty<Bytes>>, Infall
     }
     let (target, default_port) = match route(&parts.method, &parts.uri) {
         Route::Plain(t) => (t, 80),
-        Route::Connect(_) | Route::OtherScheme(_) | Route::Bad(..) => (tunnel, 443),
+        Route::Connect(_) | Route::OtherScheme(_) | Route::Bad(..) | Route::Denials => {
+            (tunnel, 443)
+        }
     };
     prepare_request(&mut parts, &target, default_port);
     // What leaves: origin form, the checked host, no hop-by-hop or proxy header.

@@ -9,6 +9,7 @@ pub mod ca;
 pub mod confine;
 pub mod control;
 pub mod credentials;
+pub mod denials;
 pub mod dns;
 pub mod error;
 pub mod forward;

@@ -210,6 +210,12 @@ pub enum ZoneCommand {
         #[command(flatten)]
         why: WhyArgs,
     },
+    /// List the connections this sandbox's proxy refused lately (the last 64), with why
+    Denials {
+        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
     /// Run a command in another zone, in a new sandbox
     Enter {
         /// The zone to run the command in
@@ -302,6 +308,7 @@ pub fn command_for(location: &Location) -> clap::Command {
                 .mut_subcommand("current", hide)
                 .mut_subcommand("enter", hide)
                 .mut_subcommand("why", hide)
+                .mut_subcommand("denials", hide)
         }),
         Location::Zone { zone, .. } => cmd
             .mut_subcommand("run", hide)

@@ -49,6 +49,8 @@ pub const CURRENT_ON_HOST: &str = "`wardcell zone current` only works inside a s
 
 pub const WHY_ON_HOST: &str = "`wardcell zone why` only works inside a sandbox that `wardcell run` started in a zone; on the host, `wardcell policy why [--zone ZONE] TARGET` answers for any zone";
 
+pub const DENIALS_ON_HOST: &str = "`wardcell zone denials` only works inside a sandbox that `wardcell run` started in a zone; on the host, `wardcell logs show RUN --category proxy` lists a run's refusals";
+
 pub const DOCTOR_IN_SANDBOX: &str = "`wardcell doctor` is not available inside a wardcell sandbox: it checks the machine, and from in here it would only see the sandbox. Run it on the host.";
 
 pub const LOGS_IN_SANDBOX: &str = "`wardcell logs` is not available inside a wardcell sandbox: audit logs are kept outside every sandbox, where nothing sandboxed can read or change them. Read them on the host.";
@@ -71,6 +73,7 @@ pub fn refusal(location: &Location, path: &[String]) -> Option<String> {
         (Location::Host, ["zone", "enter", ..]) => Some(ENTER_ON_HOST.to_string()),
         (Location::Host, ["zone", "current", ..]) => Some(CURRENT_ON_HOST.to_string()),
         (Location::Host, ["zone", "why", ..]) => Some(WHY_ON_HOST.to_string()),
+        (Location::Host, ["zone", "denials", ..]) => Some(DENIALS_ON_HOST.to_string()),
         (Location::Host, _) => None,
 
         (Location::Zone { .. }, ["run", ..]) => Some(RUN_IN_ZONE.to_string()),
@@ -88,9 +91,10 @@ pub fn refusal(location: &Location, path: &[String]) -> Option<String> {
 
         (Location::NoZones, ["run", ..]) => Some(RUN_WITHOUT_ZONES.to_string()),
         (Location::NoZones, ["policy", ..]) => Some(POLICY_WITHOUT_ZONES.to_string()),
-        (Location::NoZones, ["zone", sub @ ("list" | "current" | "enter" | "why"), ..]) => {
-            Some(zone_without_zones(&format!("zone {sub}")))
-        }
+        (
+            Location::NoZones,
+            ["zone", sub @ ("list" | "current" | "enter" | "why" | "denials"), ..],
+        ) => Some(zone_without_zones(&format!("zone {sub}"))),
         (Location::NoZones, ["zone", ..]) => Some(zone_without_zones("zone")),
         (Location::NoZones, ["completions", ..]) => Some(COMPLETIONS_WITHOUT_ZONES.to_string()),
         (Location::NoZones, _) => None,

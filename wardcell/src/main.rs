@@ -133,6 +133,9 @@ fn dispatch(
             }
             zones::inside_list(socket, output)?;
         }
+        (Command::Zone(ZoneCommand::Denials { output }), Location::Zone { zone, .. }) => {
+            zones::inside_denials(zone, output)?;
+        }
         (Command::Zone(ZoneCommand::Why { why }), Location::Zone { socket, .. }) => {
             return zones::inside_why(socket, &why);
         }

@@ -389,6 +389,41 @@ pub fn why(
     Ok(std::process::ExitCode::from(u8::from(!answer.allowed)))
 }
 
+/// `zone denials` for people: a count, then one line a refusal, oldest first (time in
+/// UTC, host:port, why), then where to ask.
+pub fn denials_text(zone: &str, v: &serde_json::Value) -> String {
+    let total = v["total"].as_u64().unwrap_or(0);
+    let recent = v["recent"].as_array().cloned().unwrap_or_default();
+    if total == 0 {
+        return format!("nothing refused by zone '{zone}''s proxy in this sandbox");
+    }
+    let mut out = format!(
+        "{total} connection{} refused by zone '{zone}''s proxy in this sandbox{}:\n",
+        if total == 1 { "" } else { "s" },
+        if (recent.len() as u64) < total {
+            format!(", the last {} of them", recent.len())
+        } else {
+            String::new()
+        }
+    );
+    for d in &recent {
+        let at = wardcell_common::audit::rfc3339(d["at_ms"].as_i64().unwrap_or(0));
+        let host = d["host"].as_str().unwrap_or("-");
+        let target = if host.contains(':') {
+            format!("[{host}]:{}", d["port"])
+        } else {
+            format!("{host}:{}", d["port"])
+        };
+        out.push_str(&format!(
+            "{at}  {}  {}\n",
+            shown(&target),
+            shown(d["reason"].as_str().unwrap_or(""))
+        ));
+    }
+    out.push_str("`wardcell zone why HOST:PORT` says which rule refused one and which zones this run may enter allow it");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

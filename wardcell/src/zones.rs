@@ -169,3 +169,65 @@ pub fn inside_why(socket: &Path, why: &WhyArgs) -> Result<ExitCode, Error> {
     let answer = wardcell_common::why::answer(&current, &enterable, &target);
     output::why(&answer, true, why.output)
 }
+
+/// The most of the proxy's answer `zone denials` reads (64 refusals of a host and a
+/// reason each take far less).
+const DENIALS_MAX: u64 = 1 << 20;
+
+/// Inside a zone: ask this sandbox's own proxy, on the sandbox's loopback, what it
+/// refused lately (`http://wardcell.invalid/denials`, answered by the proxy itself).
+pub fn inside_denials(zone: &str, format: Output) -> Result<(), Error> {
+    use std::io::{Read, Write};
+    let port = wardcell_common::plan::SANDBOX_PROXY_PORT;
+    let mut s = match std::net::TcpStream::connect(("127.0.0.1", port)) {
+        Ok(s) => s,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            return Err(Error::Refused(format!(
+                "zone '{zone}' has no network, so no proxy refused anything here: every connection fails at once; `wardcell zone why HOST:PORT` says which zones this run may enter reach a host"
+            )))
+        }
+        Err(e) => {
+            return Err(Error::Refused(format!(
+                "cannot reach this sandbox's proxy at 127.0.0.1:{port}: {e}"
+            )))
+        }
+    };
+    let timeout = Some(std::time::Duration::from_secs(5));
+    let _ = s.set_read_timeout(timeout);
+    let _ = s.set_write_timeout(timeout);
+    let fail = |why: String| Error::Refused(format!("asking this sandbox's proxy: {why}"));
+    s.write_all(
+        b"GET http://wardcell.invalid/denials HTTP/1.1\r\nHost: wardcell.invalid\r\nConnection: close\r\n\r\n",
+    )
+    .map_err(|e| fail(e.to_string()))?;
+    let mut raw = Vec::new();
+    s.take(DENIALS_MAX)
+        .read_to_end(&mut raw)
+        .map_err(|e| fail(e.to_string()))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| fail("no complete answer".into()))?;
+    if !head.starts_with("HTTP/1.1 200") {
+        let status = head.lines().next().unwrap_or("");
+        return Err(fail(format!("it answered {}", output::shown(status))));
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(body.trim()).map_err(|e| fail(format!("not JSON: {e}")))?;
+    match format {
+        Output::Json => {
+            let out = serde_json::json!({
+                "zone": zone,
+                "total": v["total"],
+                "recent": v["recent"],
+            });
+            output::print(&out.to_string())
+        }
+        Output::Text => output::print(&output::denials_text(zone, &v)),
+    }
+}

@@ -493,7 +493,7 @@ fn help_lists_only_what_works_here() {
     );
     assert_eq!(
         commands(&help(&s, &["zone", "--help"], IN_ZONE)),
-        ["list", "current", "why", "enter"]
+        ["list", "current", "why", "denials", "enter"]
     );
     assert!(!help(&s, &["zone", "list", "--help"], IN_ZONE).contains("--config"));
 
