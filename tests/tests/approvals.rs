@@ -62,7 +62,8 @@ fn waiting(fx: &Fixture, n: usize) -> Vec<Value> {
     loop {
         let out = fx.run(&["approvals", "list", "--output", "json"]);
         out.ok();
-        let list: Vec<Value> = serde_json::from_str(&out.stdout).unwrap();
+        let doc: Value = serde_json::from_str(&out.stdout).unwrap();
+        let list: Vec<Value> = doc["requests"].as_array().unwrap().clone();
         if list.len() == n {
             return list;
         }

@@ -259,7 +259,7 @@ both!(logs_show_cannot_be_forged_from_inside, |fx| {
         .into();
     jsonl.ok();
     assert_eq!(jsonl.stdout, text, "{jsonl:#?}");
-    // JSON output is one document: the array of those events.
+    // JSON output is one document: the run and the array of those events.
     let json: Out = fx
         .cmd(&["logs", "show", &id, "--output", "json"])
         .env("XDG_STATE_HOME", &state)
@@ -272,7 +272,8 @@ both!(logs_show_cannot_be_forged_from_inside, |fx| {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(doc, serde_json::Value::Array(lines), "{json:#?}");
+    assert_eq!(doc["run"], id.as_str(), "{json:#?}");
+    assert_eq!(doc["events"], serde_json::Value::Array(lines), "{json:#?}");
 });
 
 /// `XDG_STATE_HOME` of its own for one test, owned by the fixture's uid.
@@ -479,8 +480,8 @@ both!(logs_list_and_show_read_a_big_log_in_bounded_memory, |fx| {
     }
     let out = in_state(&fx, &state, &["logs", "list", "--output", "json"]);
     let doc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
-    assert_eq!(doc[0]["state"], "finished", "{doc:#}");
-    assert_eq!(doc[0]["exit_status"], 0, "{doc:#}");
+    assert_eq!(doc["runs"][0]["state"], "finished", "{doc:#}");
+    assert_eq!(doc["runs"][0]["exit_status"], 0, "{doc:#}");
 });
 
 // Issue 19, item 10: `logs show` exited 0 on a cut or garbage-appended log and printed
@@ -534,7 +535,7 @@ both!(
         let out = in_state(&fx, &state, &["logs", "list", "--output", "json"]);
         out.ok();
         let doc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
-        assert_eq!(doc[0]["state"], "killed", "{doc:#}");
+        assert_eq!(doc["runs"][0]["state"], "killed", "{doc:#}");
         let out = in_state(&fx, &state, &["logs", "list"]);
         assert!(
             out.stdout.contains("killed") && !out.stdout.contains("running"),

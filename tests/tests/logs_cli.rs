@@ -12,7 +12,8 @@ fn ids_in_order(fx: &Fixture, args: &[&str]) -> Vec<String> {
     let out = fx.run(&all);
     out.ok();
     let doc: Value = serde_json::from_str(&out.stdout).expect("one JSON document");
-    doc.as_array()
+    doc["runs"]
+        .as_array()
         .unwrap()
         .iter()
         .map(|r| r["run"].as_str().unwrap().to_string())
@@ -32,7 +33,7 @@ both!(
         let out = fx.run(&["logs", "list", "--output", "json"]);
         out.ok();
         let doc: Value = serde_json::from_str(&out.stdout).unwrap();
-        let runs = doc.as_array().unwrap();
+        let runs = doc["runs"].as_array().unwrap();
         assert_eq!(runs.len(), 3, "{doc:#}");
         // Newest first: `true`, `sleep 0.3`, `exit 3`; numbers as numbers, null when absent.
         assert_eq!(runs[0]["command"][2], "true", "{doc:#}");

@@ -98,7 +98,7 @@ pub fn list(format: Output) -> Result<(), Error> {
     match format {
         Output::Json => {
             let all: Vec<Value> = waiting.iter().map(|r| json_of(r, now)).collect();
-            output::print(&Value::Array(all).to_string())
+            output::print(&serde_json::json!({ "requests": all }).to_string())
         }
         Output::Text if waiting.is_empty() => output::print("no approval request is waiting"),
         Output::Text => {

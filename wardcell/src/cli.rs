@@ -47,6 +47,9 @@ pub enum Command {
     Doctor {
         #[command(flatten)]
         config: ConfigArg,
+        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
     },
     /// Print the shell completion script for bash, zsh or fish
     Completions {
@@ -135,7 +138,7 @@ pub enum ShowOutput {
     /// One event a line, in words
     #[default]
     Text,
-    /// One JSON array of the events
+    /// One JSON document: the run id and the array of its events
     Json,
     /// The log's own JSON lines, as written
     Jsonl,
@@ -147,6 +150,9 @@ pub enum PolicyCommand {
     Check {
         #[command(flatten)]
         config: ConfigArg,
+        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
     },
     /// Show what a zone (or every zone, or a profile) resolves to on this machine
     Show {
@@ -258,6 +264,9 @@ pub enum LogsCommand {
     Verify {
         #[arg(value_name = "ID")]
         id: String,
+        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
     },
 }
 

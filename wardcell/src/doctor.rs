@@ -4,6 +4,7 @@
 //! reports what the kernel offers, and a throwaway sandbox runs `/bin/true` through the
 //! real broker. Exit status 1 when wardcell cannot sandbox here.
 
+use crate::cli::Output;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -26,19 +27,26 @@ enum Level {
 
 struct Report {
     worst: Level,
+    /// `--output json`: the checks, kept for one document at the end.
+    json: Option<Vec<serde_json::Value>>,
 }
 
 impl Report {
     fn line(&mut self, level: Level, what: &str, text: impl AsRef<str>) {
-        let tag = match level {
-            Level::Ok => "OK  ",
-            Level::Warn => "WARN",
-            Level::Fail => "FAIL",
+        let (tag, word) = match level {
+            Level::Ok => ("OK  ", "ok"),
+            Level::Warn => ("WARN", "warn"),
+            Level::Fail => ("FAIL", "fail"),
         };
-        println!(
-            "{tag}  {what:<16} {}",
-            wardcell_common::text::shown(text.as_ref())
-        );
+        match &mut self.json {
+            Some(checks) => checks.push(serde_json::json!({
+                "check": what, "level": word, "detail": text.as_ref(),
+            })),
+            None => println!(
+                "{tag}  {what:<16} {}",
+                wardcell_common::text::shown(text.as_ref())
+            ),
+        }
         self.worst = self.worst.max(level);
     }
 
@@ -72,8 +80,11 @@ fn helper_version(path: &Path) -> Result<String, String> {
     }
 }
 
-pub fn run(config_file: Option<&Path>) -> u8 {
-    let mut r = Report { worst: Level::Ok };
+pub fn run(config_file: Option<&Path>, format: Output) -> u8 {
+    let mut r = Report {
+        worst: Level::Ok,
+        json: (format == Output::Json).then(Vec::new),
+    };
 
     // 1. Helpers, found where `run` finds them, at the same version.
     let mut shim = None;
@@ -166,13 +177,18 @@ pub fn run(config_file: Option<&Path>) -> u8 {
         }
     }
 
-    match r.worst {
-        Level::Fail => {
-            println!("wardcell cannot sandbox on this machine: fix the FAIL lines above");
-            1
+    let can = r.worst < Level::Fail;
+    match r.json {
+        Some(checks) => {
+            let doc = serde_json::json!({"ok": can, "checks": checks});
+            println!("{doc}");
         }
-        _ => 0,
+        None if !can => {
+            println!("wardcell cannot sandbox on this machine: fix the FAIL lines above");
+        }
+        None => {}
     }
+    u8::from(!can)
 }
 
 fn join(paths: &[PathBuf]) -> String {

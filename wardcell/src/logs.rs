@@ -286,8 +286,9 @@ pub fn show(id: &str, category: Option<&str>, format: ShowOutput) -> Result<(), 
     let mut damage = None;
     let mut shown_any = false;
     if format == ShowOutput::Json {
-        // One document: the events, each as the log has it.
-        out.write_all(b"[").map_err(Error::Stdout)?;
+        // One document: the run's id and its events, each as the log has it.
+        let head = format!("{{\"run\":{},\"events\":[", Value::from(id));
+        out.write_all(head.as_bytes()).map_err(Error::Stdout)?;
     }
     for line in Lines::new(BufReader::new(file)) {
         let v = match line.and_then(|l| checker.line(&l).map(|v| (l, v))) {
@@ -321,7 +322,7 @@ pub fn show(id: &str, category: Option<&str>, format: ShowOutput) -> Result<(), 
         out.write_all(text.as_bytes()).map_err(Error::Stdout)?;
     }
     if format == ShowOutput::Json {
-        out.write_all(b"]\n").map_err(Error::Stdout)?;
+        out.write_all(b"]}\n").map_err(Error::Stdout)?;
     }
     out.flush().map_err(Error::Stdout)?;
     drop(out);
@@ -343,34 +344,60 @@ pub fn show(id: &str, category: Option<&str>, format: ShowOutput) -> Result<(), 
     }
 }
 
-pub fn verify(id: &str) -> Result<(), Error> {
+pub fn verify(id: &str, format: Output) -> Result<(), Error> {
     let file = open_log(id)?;
-    match audit::verify_reader(BufReader::new(file), id) {
+    let verdict = audit::verify_reader(BufReader::new(file), id);
+    let running = matches!(
+        verdict,
+        Verdict::Intact {
+            finished: false,
+            ..
+        }
+    ) && is_running(id);
+    let outcome: Result<String, String> = match &verdict {
         Verdict::Intact {
             lines,
             finished: true,
             head,
-        } => output::print(&format!(
+        } => Ok(format!(
             "ok: run {id}: {lines} events, the chain is intact and the run finished; last event's hash {head}"
         )),
-        Verdict::Intact {
-            lines,
-            finished: false,
-            ..
-        } if is_running(id) => output::print(&format!(
+        Verdict::Intact { lines, .. } if running => Ok(format!(
             "ok: run {id}: {lines} events so far, the chain is intact; the run is still going"
         )),
-        Verdict::Intact {
-            lines,
-            finished: false,
-            ..
-        } => Err(Error::Refused(format!(
+        Verdict::Intact { lines, .. } => Err(format!(
             "run {id}: the log stops after {lines} events without run.finished, and the run is over: its last lines were cut, or its broker was killed; with `[audit] syslog`, syslog holds the finish event to compare"
-        ))),
-        Verdict::Broken { line, why } => Err(Error::Refused(format!(
+        )),
+        Verdict::Broken { line, why } => Err(format!(
             "run {id}: the log has been tampered with or damaged at line {line}: {shown}",
-            shown = shown(&why)
-        ))),
+            shown = shown(why)
+        )),
+    };
+    if format == Output::Json {
+        let (events, finished, head, damage) = match &verdict {
+            Verdict::Intact {
+                lines,
+                finished,
+                head,
+            } => (Some(*lines), *finished, Some(head.clone()), Value::Null),
+            Verdict::Broken { line, why } => (
+                None,
+                false,
+                None,
+                serde_json::json!({"line": line, "why": why}),
+            ),
+        };
+        let doc = serde_json::json!({
+            "run": id, "ok": outcome.is_ok(), "events": events, "finished": finished,
+            "running": running, "head": head, "damage": damage,
+            "message": outcome.as_ref().map_or_else(|e| e.as_str(), |m| m.as_str()),
+        });
+        output::print(&doc.to_string())?;
+    }
+    match outcome {
+        Ok(m) if format == Output::Text => output::print(&m),
+        Ok(_) => Ok(()),
+        Err(e) => Err(Error::Refused(e)),
     }
 }
 
@@ -528,7 +555,7 @@ pub fn list(format: Output, limit: Option<usize>, all: bool) -> Result<(), Error
                     })
                 })
                 .collect();
-            output::print(&Value::Array(json).to_string())
+            output::print(&serde_json::json!({ "runs": json }).to_string())
         }
         Output::Text if runs.is_empty() => {
             output::print(&format!("no runs logged in {}", dir.display()))

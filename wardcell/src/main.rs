@@ -109,8 +109,8 @@ fn dispatch(
                 to_broker.ok_or_else(|| Error::Launch("no broker was started".into()))?;
             match run::run(args, to_broker)? {}
         }
-        (Command::Policy(PolicyCommand::Check { config }), Location::Host) => {
-            policy::check(&config)?;
+        (Command::Policy(PolicyCommand::Check { config, output }), Location::Host) => {
+            policy::check(&config, output)?;
         }
         (
             Command::Policy(PolicyCommand::Show {
@@ -166,7 +166,9 @@ fn dispatch(
             }),
             Location::Host,
         ) => logs::show(&id, category.as_deref(), output)?,
-        (Command::Logs(LogsCommand::Verify { id }), Location::Host) => logs::verify(&id)?,
+        (Command::Logs(LogsCommand::Verify { id, output }), Location::Host) => {
+            logs::verify(&id, output)?
+        }
         (Command::Approvals(cmd), Location::Host) => match cmd {
             ApprovalsCommand::List { output } => approvals::list(output)?,
             ApprovalsCommand::Show { id, output } => approvals::show(&id, output)?,
@@ -179,8 +181,8 @@ fn dispatch(
         (Command::Completions { shell }, Location::Host | Location::Zone { .. }) => {
             completions::print(shell)?;
         }
-        (Command::Doctor { config }, Location::Host) => {
-            return Ok(ExitCode::from(doctor::run(config.file.as_deref())));
+        (Command::Doctor { config, output }, Location::Host) => {
+            return Ok(ExitCode::from(doctor::run(config.file.as_deref(), output)));
         }
         // Step 2 refused everything else; this is a second line, not a path in use.
         (_, _) => {

@@ -136,7 +136,7 @@ pub fn zone_json(cfg: &Config) -> Result<String, Error> {
 
 /// The plan exactly as the broker would receive it.
 pub fn plan_json(plan: &Plan) -> Result<String, Error> {
-    serde_json::to_string_pretty(plan).map_err(|e| Error::Json(e.to_string()))
+    serde_json::to_string(plan).map_err(|e| Error::Json(e.to_string()))
 }
 
 /// Seconds as zones.toml writes a duration.

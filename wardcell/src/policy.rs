@@ -21,7 +21,28 @@ fn plural(n: usize, word: &str) -> String {
 }
 
 /// Load and check the configuration and resolve every zone; run nothing.
-pub fn check(config: &ConfigArg) -> Result<(), Error> {
+pub fn check(config: &ConfigArg, format: Output) -> Result<(), Error> {
+    match (checked(config), format) {
+        (Ok((summary, warnings)), Output::Text) => {
+            for line in &warnings {
+                wardcell_common::eprintln_line!("{}", output::shown(line));
+            }
+            output::print(&format!("ok: {summary}"))
+        }
+        (Ok((summary, warnings)), Output::Json) => output::print(
+            &serde_json::json!({"ok": true, "summary": summary, "warnings": warnings}).to_string(),
+        ),
+        (Err(e), Output::Json) => {
+            let doc = serde_json::json!({"ok": false, "error": e.to_string(), "warnings": []});
+            output::print(&doc.to_string())?;
+            Err(e)
+        }
+        (Err(e), Output::Text) => Err(e),
+    }
+}
+
+/// What `policy check` found: the one-line summary and the warnings, or the refusal.
+fn checked(config: &ConfigArg) -> Result<(String, Vec<String>), Error> {
     let host = context::load(config.file.as_deref())?;
     if host.config.approval.is_none() {
         if let Some(z) = host.config.zones.iter().find(|z| z.requires_approval) {
@@ -49,19 +70,18 @@ pub fn check(config: &ConfigArg) -> Result<(), Error> {
                 .map_err(Error::Refused)?;
         }
     }
-    for line in plan
+    let warned = plan
         .missing_writes()
         .into_iter()
         .chain(warnings(&plan, host.context.getenv))
-    {
-        wardcell_common::eprintln_line!("{}", output::shown(&line));
-    }
-    output::print(&format!(
-        "ok: {}: {}, {}",
+        .collect();
+    let summary = format!(
+        "{}: {}, {}",
         host.config.source,
         plural(host.config.zones.len(), "zone"),
         plural(host.config.profiles.len(), "profile"),
-    ))
+    );
+    Ok((summary, warned))
 }
 
 /// Print the plan `wardcell run` would hand the broker (without a command).
