@@ -28,10 +28,10 @@ use clap::CommandFactory;
 /// What the client's own page says beyond its options: where each command works, the
 /// files it reads and writes, the environment, the exit status, and the other pages.
 const CLIENT_EXTRA: &str = r#".SH "WHERE COMMANDS WORK"
-On the host: \fBrun\fR, \fBpolicy\fR, \fBzone list\fR, \fBlogs\fR, \fBapprovals\fR,
-\fBdoctor\fR, \fBcompletions\fR.
+On the host: \fBrun\fR, \fBpolicy\fR (\fBcheck\fR, \fBshow\fR, \fBwhy\fR), \fBzone list\fR,
+\fBlogs\fR, \fBapprovals\fR, \fBdoctor\fR, \fBcompletions\fR.
 Inside a sandbox started in a zone: \fBzone list\fR, \fBzone current\fR,
-\fBzone enter\fR, \fBcompletions\fR.
+\fBzone enter\fR, \fBzone why\fR, \fBzone denials\fR, \fBcompletions\fR.
 Inside a run started with \fBrun \-\-profile\fR: none.
 \fB\-\-help\fR lists only what works where it runs; any other command is refused,
 before it does anything, with one line saying why and what to use instead.
