@@ -462,6 +462,14 @@ fn links_on_the_way(path: &Path, out: &mut Vec<(PathBuf, PathBuf)>) {
     }
 }
 
+/// Whether the caller (by its real uid and groups, as a sandbox runs) can neither read
+/// nor write `p`.
+fn out_of_reach(p: &Path) -> bool {
+    use nix::unistd::{access, AccessFlags};
+    let denied = |f| matches!(access(p, f), Err(nix::errno::Errno::EACCES));
+    denied(AccessFlags::R_OK) && denied(AccessFlags::W_OK)
+}
+
 /// Expand and canonicalise each entry; what cannot be goes to `skipped`. Duplicates
 /// (after canonicalisation) are dropped, first one kept; sets remember what is in, so a
 /// list of 200,000 entries is not 200,000² comparisons.
@@ -488,6 +496,13 @@ fn resolve_paths(
                 }
                 _ => format!("cannot be resolved: {e}"),
             })?;
+            // A mask hides what the sandbox, running as you, could read or change: what
+            // you can do neither with needs none (root-only files, unless run as root).
+            if rule == "deny" && out_of_reach(&c) {
+                return Err(
+                    "you can neither read nor write it, so no sandbox can: no mask needed".into(),
+                );
+            }
             // Only a path that is not its own canonical form has a link on the way.
             if c != p {
                 links_on_the_way(&p, links);

@@ -399,6 +399,7 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
             }
             Op::Proc => {
                 attach(&root, &path, proc.as_fd(), Kind::Dir, None, &ours)?;
+                mask_proc_files(&proc, &covers)?;
                 view.read.push(clone_fd(proc.as_fd())?);
             }
             Op::Tree { writable } => {
@@ -769,6 +770,36 @@ fn mask(
         .map_err(|e| fail(format!("masking {}: {e}", path.display())))?;
     if dir && covers.empty.is_none() {
         covers.empty = Some(cover);
+    }
+    Ok(())
+}
+
+/// Files of the sandbox's own /proc that show the host all the same: the keys of every
+/// keyring the caller's user may view, serial and description (`/proc/keys`), and the
+/// key quotas of every user (`/proc/key-users`). Each is covered with /dev/null, read-only.
+const PROC_MASKED: [&str; 2] = ["keys", "key-users"];
+
+fn mask_proc_files(proc: &OwnedFd, covers: &Covers<'_>) -> Result<()> {
+    let hard = sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC;
+    let null = covers
+        .held_dev
+        .iter()
+        .find(|(n, _)| *n == "null")
+        .map(|(_, f)| f.as_fd())
+        .ok_or_else(|| fail("no /dev/null on this host to mask files with".into()))?;
+    for name in PROC_MASKED {
+        let shown = match sys::open_nofollow(Some(proc.as_fd()), Path::new(name)) {
+            Ok(f) => f,
+            // A kernel without keys support has neither.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(e) => return Err(fail(format!("masking /proc/{name}: {e}"))),
+        };
+        sys::clone_tree(null)
+            .and_then(|c| {
+                sys::mount_setattr_fd(c.as_fd(), hard | sys::MOUNT_ATTR_RDONLY, 0, false)?;
+                sys::move_mount(c.as_fd(), shown.as_fd())
+            })
+            .map_err(|e| fail(format!("masking /proc/{name}: {e}")))?;
     }
     Ok(())
 }
