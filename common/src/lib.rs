@@ -28,5 +28,6 @@ pub mod resolve;
 pub mod seatbelt;
 pub mod stdio;
 pub mod syslog;
+pub mod terminal;
 pub mod text;
 pub mod trace;

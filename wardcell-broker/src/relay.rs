@@ -1,14 +1,15 @@
 //! Waiting for a sandbox: signals forwarded, a pty relayed, reports read, status returned.
 
-use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
-use nix::sys::termios::{self, SetArg, Termios};
+use nix::sys::termios::Termios;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
+use std::time::{Duration, Instant};
+use wardcell_common::terminal;
 
 use wardcell_common::protocol::{self, FrameError, ShimReport};
 
@@ -42,20 +43,21 @@ pub enum Outcome {
     ChildFailed(i32),
 }
 
-/// The host terminal when the sandbox got a pty: stdin and stdout, and the master;
-/// `saved`, its settings before raw mode.
+/// The caller's terminal when the sandbox got a pty: the master, the terminal read
+/// (stdin, when it is one) and the one written (wardcell_common::terminal::output_fd);
+/// `saved`, the settings of `input` before raw mode (entered only in the foreground).
 pub struct PtyRelay<'a> {
     pub master: &'a OwnedFd,
-    pub stdin: BorrowedFd<'a>,
-    pub stdout: BorrowedFd<'a>,
-    pub saved: Option<&'a Termios>,
+    pub input: Option<BorrowedFd<'a>>,
+    pub output: BorrowedFd<'a>,
+    pub saved: Option<Termios>,
 }
 
 /// The command stopped (Ctrl-Z): do as a stopped job does under the user's shell. Give
 /// the terminal back as it was and stop (SIGTSTP: a shell without job control, which
 /// ignores it, or an orphaned group, which never gets it, resumes at once); when continued
 /// (`fg`), take the terminal again and continue the command.
-fn suspend(p: &PtyRelay<'_>, run: &Running) {
+fn suspend(p: &mut PtyRelay<'_>, run: &Running) {
     // What the pty echoed before the stop (`^Z`) shows before the shell's prompt.
     let mut buf = [0u8; 4096];
     while poll(
@@ -64,37 +66,34 @@ fn suspend(p: &PtyRelay<'_>, run: &Running) {
     )
     .is_ok_and(|n| n > 0)
     {
-        match read_some(p.master.as_fd(), &mut buf) {
-            Ok(n) if n > 0 => drop(write_all(p.stdout, &buf[..n])),
+        match terminal::read_some(p.master.as_fd(), &mut buf) {
+            Ok(n) if n > 0 => drop(terminal::write_all(p.output, &buf[..n])),
             _ => break,
         }
     }
-    let raw = termios::tcgetattr(p.stdin).ok();
-    if let Some(saved) = p.saved {
-        let _ = termios::tcsetattr(p.stdin, SetArg::TCSADRAIN, saved);
+    if let (Some(input), Some(saved)) = (p.input, p.saved.take()) {
+        terminal::restore(input, &saved);
     }
     let _ = nix::sys::signal::raise(Signal::SIGTSTP);
-    if let Some(raw) = raw {
-        let _ = termios::tcsetattr(p.stdin, SetArg::TCSADRAIN, &raw);
-    }
-    let _ = sys::copy_winsize(p.stdin, p.master.as_fd());
+    resume(p);
     let _ = run.process.signal(libc::SIGCONT);
 }
 
-fn read_some(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
-    nix::unistd::read(fd.as_raw_fd(), buf).map_err(io::Error::from)
+/// Continued (`fg`, or after a stop of our own): raw mode again if in the foreground now,
+/// and the window size, which may have changed meanwhile.
+fn resume(p: &mut PtyRelay<'_>) {
+    if let (Some(input), None) = (p.input, &p.saved) {
+        p.saved = terminal::raw_mode(input);
+    }
+    let _ = sys::copy_winsize(p.output, p.master.as_fd());
 }
 
-fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
-    while !data.is_empty() {
-        match nix::unistd::write(fd, data) {
-            Ok(n) => data = &data[n..],
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
+/// Signals that end a run: forwarded, then SIGCONT (a stopped command would never see
+/// them), then, if the sandbox is still there after [`GRACE`], SIGKILL.
+const ENDING: &[i32] = &[libc::SIGTERM, libc::SIGHUP, libc::SIGINT];
+
+/// How long a sandbox has to end after an ending signal (README, "Signals").
+pub const GRACE: Duration = Duration::from_secs(5);
 
 /// What to watch besides the sandbox itself.
 #[derive(Default)]
@@ -121,7 +120,7 @@ pub struct Ended {
 pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&ShimReport)) -> Ended {
     let Watch {
         signals,
-        pty,
+        mut pty,
         caller,
         reap,
     } = watch;
@@ -130,7 +129,8 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
     let mut caller_open = caller.is_some();
     let mut caller_gone = false;
     let mut bad_report: Option<String> = None;
-    let mut stdin_open = pty.is_some();
+    let mut stdin_open = pty.as_ref().is_some_and(|p| p.input.is_some());
+    let mut kill_at: Option<Instant> = None;
     let mut master_open = pty.is_some();
     let mut buf = vec![0u8; 16 * 1024];
     let status = loop {
@@ -157,16 +157,23 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
         };
         let (mut idx_stdin, mut idx_master) = (usize::MAX, usize::MAX);
         if let Some(p) = &pty {
-            if stdin_open {
+            if let (true, Some(input)) = (stdin_open, p.input) {
                 idx_stdin = fds.len();
-                fds.push(PollFd::new(p.stdin, PollFlags::POLLIN));
+                fds.push(PollFd::new(input, PollFlags::POLLIN));
             }
             if master_open {
                 idx_master = fds.len();
                 fds.push(PollFd::new(p.master.as_fd(), PollFlags::POLLIN));
             }
         }
-        match poll(&mut fds, PollTimeout::NONE) {
+        let timeout = match kill_at {
+            Some(t) => {
+                let left = t.saturating_duration_since(Instant::now()).as_millis();
+                PollTimeout::try_from(left.min(60_000) as i32).unwrap_or(PollTimeout::ZERO)
+            }
+            None => PollTimeout::NONE,
+        };
+        match poll(&mut fds, timeout) {
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => break None,
@@ -183,6 +190,11 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
         let stdin_ready = ready(idx_stdin);
         let master_ready = ready(idx_master);
         drop(fds);
+        if kill_at.is_some_and(|t| Instant::now() >= t) {
+            // The grace is over: the sandbox ends now, whatever it does with signals.
+            kill_at = None;
+            let _ = run.process.signal(libc::SIGKILL);
+        }
 
         if caller_ready {
             // The caller sends nothing after its request: readable means gone (or
@@ -195,7 +207,7 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
             while let Some(sig) = signals.next() {
                 if sig == Signal::SIGWINCH as i32 {
                     if let Some(p) = &pty {
-                        let _ = sys::copy_winsize(p.stdin, p.master.as_fd());
+                        let _ = sys::copy_winsize(p.output, p.master.as_fd());
                     }
                 } else if sig == Signal::SIGCHLD as i32 {
                     // Never forwarded. The sandbox's own end is watched through its process.
@@ -204,6 +216,15 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
                     }
                 } else {
                     let _ = run.process.signal(sig);
+                    if sig == libc::SIGCONT {
+                        if let Some(p) = pty.as_mut() {
+                            resume(p);
+                        }
+                    }
+                    if ENDING.contains(&sig) {
+                        let _ = run.process.signal(libc::SIGCONT);
+                        kill_at.get_or_insert_with(|| Instant::now() + GRACE);
+                    }
                 }
             }
         }
@@ -211,7 +232,7 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
             match protocol::read_frame::<ShimReport>(&mut run.control) {
                 Ok(r) => {
                     on_report(&r);
-                    if let (ShimReport::Stopped { .. }, Some(p)) = (&r, &pty) {
+                    if let (ShimReport::Stopped { .. }, Some(p)) = (&r, pty.as_mut()) {
                         suspend(p, run);
                     }
                     let last = matches!(r, ShimReport::Exited { .. } | ShimReport::Signaled { .. });
@@ -233,19 +254,19 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
             }
         }
         if let Some(p) = &pty {
-            if stdin_ready {
-                match read_some(p.stdin, &mut buf) {
+            if let (true, Some(input)) = (stdin_ready, p.input) {
+                match terminal::read_some(input, &mut buf) {
                     Ok(0) | Err(_) => stdin_open = false,
                     Ok(n) => {
-                        let _ = write_all(p.master.as_fd(), &buf[..n]);
+                        let _ = terminal::write_all(p.master.as_fd(), &buf[..n]);
                     }
                 }
             }
             if master_ready {
-                match read_some(p.master.as_fd(), &mut buf) {
+                match terminal::read_some(p.master.as_fd(), &mut buf) {
                     Ok(0) | Err(_) => master_open = false,
                     Ok(n) => {
-                        let _ = write_all(p.stdout, &buf[..n]);
+                        let _ = terminal::write_all(p.output, &buf[..n]);
                     }
                 }
             }
@@ -266,13 +287,21 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
             if !poll(&mut ready, PollTimeout::from(200u16)).is_ok_and(|n| n > 0) {
                 break;
             }
-            match read_some(p.master.as_fd(), &mut buf) {
+            match terminal::read_some(p.master.as_fd(), &mut buf) {
                 Ok(0) | Err(_) => master_open = false,
                 Ok(n) => {
-                    let _ = write_all(p.stdout, &buf[..n]);
+                    let _ = terminal::write_all(p.output, &buf[..n]);
                 }
             }
         }
+    }
+    if let Some(PtyRelay {
+        input: Some(input),
+        saved: Some(saved),
+        ..
+    }) = &pty
+    {
+        terminal::restore(*input, saved);
     }
     while control_open {
         match protocol::read_frame::<ShimReport>(&mut run.control) {
