@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::plan::{Plan, ProxySpec, SandboxSpec};
 
 /// Bumped whenever any message below changes shape.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
@@ -387,12 +387,15 @@ pub enum ProxyEvent {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum ZoneRequest {
     List,
-    /// Run `argv` in `zone` with `env` (filtered by the zone's rules). Right after this
-    /// frame, stdin, stdout and stderr follow as one 1-byte message ('F') with SCM_RIGHTS.
+    /// Run `argv` in `zone` with `env` (filtered by the zone's rules). `closed` says
+    /// which of the caller's stdin, stdout and stderr are closed (bit N for fd N; no
+    /// other bit may be set): they stay closed in the command. Right after this frame,
+    /// the others follow, in order, as one 1-byte message ('F') with SCM_RIGHTS.
     Enter {
         zone: String,
         argv: Vec<String>,
         env: Vec<(String, String)>,
+        closed: u8,
     },
 }
 
@@ -473,6 +476,7 @@ mod tests {
                 zone: "push".into(),
                 argv: vec!["git".into(), "push".into()],
                 env: vec![("A".into(), "b".into())],
+                closed: 2,
             },
         ];
         for m in msgs {

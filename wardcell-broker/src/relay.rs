@@ -256,7 +256,15 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
         if let Some(p) = &pty {
             if let (true, Some(input)) = (stdin_ready, p.input) {
                 match terminal::read_some(input, &mut buf) {
-                    Ok(0) | Err(_) => stdin_open = false,
+                    // The terminal hung up (in raw mode, a read returns at least one
+                    // byte otherwise): the command gets the hangup a terminal gives.
+                    Ok(0) | Err(_) => {
+                        stdin_open = false;
+                        for sig in [libc::SIGHUP, libc::SIGCONT] {
+                            let _ = run.process.signal(sig);
+                        }
+                        kill_at.get_or_insert_with(|| Instant::now() + GRACE);
+                    }
                     Ok(n) => {
                         let _ = terminal::write_all(p.master.as_fd(), &buf[..n]);
                     }
