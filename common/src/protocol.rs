@@ -550,6 +550,7 @@ mod tests {
             zone: "push".into(),
             argv: vec!["true".into()],
             env: vec![],
+            closed: 0,
         });
         for cut in [1, 2, 3, 5, f.len() - 1] {
             let r = read_frame::<ZoneRequest>(&mut Cursor::new(f[..cut].to_vec()));
@@ -590,6 +591,7 @@ mod tests {
             zone: "z".into(),
             argv: vec!["x".repeat(ZONE_REQUEST_MAX)],
             env: vec![],
+            closed: 0,
         };
         assert!(matches!(
             encode_frame(&big),
@@ -603,12 +605,14 @@ mod tests {
     #[test]
     fn the_decode_limit_never_refuses_a_frame_within_the_wire_limit() {
         for tier in [4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB] {
-            // Enter: variant 1 byte, zone "z" 2 bytes, argv length up to 5 bytes, env 1.
-            let count = tier - 1 - 2 - 5 - 1;
+            // Enter: variant 1 byte, zone "z" 2 bytes, argv length up to 5 bytes, env 1,
+            // closed 1.
+            let count = tier - 1 - 2 - 5 - 1 - 1;
             let msg = ZoneRequest::Enter {
                 zone: "z".into(),
                 argv: vec![String::new(); count],
                 env: vec![],
+                closed: 0,
             };
             let f = frame_of(&msg);
             assert!(f.len() - 4 <= tier, "{} > {tier}", f.len() - 4);

@@ -5,7 +5,7 @@
 //! TOML or command lines and never reads a secret. It takes these steps:
 //!
 //! 1. find wardcell-shim (next to itself or in /usr/libexec/wardcell), decide whether the
-//!    command gets a pty (when stdin and stdout are terminals), and start the first
+//!    command gets a pty (when any of stdin, stdout, stderr is a terminal), start the first
 //!    sandbox's namespaces and shim at once (sandbox::spawn), while the client's plan
 //!    writer is still resolving the plan;
 //! 2. take the plan from fd 3 (a Hello, then exactly one `Launch::Run`);

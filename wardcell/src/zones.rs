@@ -120,16 +120,13 @@ pub fn inside_enter(socket: &Path, zone: &str, command: Vec<String>) -> Result<u
         env,
         closed,
     };
-    let fds: Vec<i32> = (0..3)
-        .filter(|fd| closed & (1 << fd) == 0)
-        .map(|fd| {
-            #[cfg(target_os = "linux")]
-            if let Some(p) = &pty {
-                return p.stand_in(fd);
-            }
-            fd
-        })
+    let open = (0..3).filter(|fd| closed & (1 << fd) == 0);
+    #[cfg(target_os = "linux")]
+    let fds: Vec<i32> = open
+        .map(|fd| pty.as_ref().map_or(fd, |p| p.stand_in(fd)))
         .collect();
+    #[cfg(not(target_os = "linux"))]
+    let fds: Vec<i32> = open.collect();
     let send = |s: &mut UnixStream| -> std::io::Result<()> {
         protocol::write_frame(s, &request).map_err(std::io::Error::other)?;
         let iov = [std::io::IoSlice::new(b"F")];

@@ -361,12 +361,12 @@ fn main() {
                 // The supervisor's Hello, sent back as ours (whatever the version).
                 let mut frames = vec![0u8; 5];
                 s.read_exact(&mut frames).expect("the supervisor's Hello");
-                // Enter { zone: "push", argv: ["true"], env: [] }
-                frames.extend([13, 0, 0, 0, 1, 4]);
+                // Enter { zone: "push", argv: ["true"], env: [], closed: 0 }
+                frames.extend([14, 0, 0, 0, 1, 4]);
                 frames.extend(b"push");
                 frames.extend([1, 4]);
                 frames.extend(b"true");
-                frames.push(0);
+                frames.extend([0, 0]);
                 s.write_all(&frames).expect("write");
                 let fds = vec![0; if i % 2 == 0 { n } else { n + 12 }];
                 send_fds(std::os::fd::AsRawFd::as_raw_fd(&s), &fds);
