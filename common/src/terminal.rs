@@ -9,8 +9,11 @@
 //! a change of its modes too (SIGTTOU), and `fg` continues it.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
+use std::time::Instant;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::termios::{self, SetArg, Termios};
 
 /// Whether `fd` is a terminal.
@@ -57,6 +60,27 @@ pub fn output_fd(ttys: u8) -> Option<i32> {
     [1, 2, 0].into_iter().find(|fd| ttys & (1 << fd) != 0)
 }
 
+/// A new pty (master, slave) with settings `attrs`, both ends close-on-exec.
+pub fn open_pty(attrs: &Termios) -> nix::Result<(OwnedFd, OwnedFd)> {
+    let pty = nix::pty::openpty(None, Some(attrs))?;
+    for fd in [&pty.master, &pty.slave] {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+        fcntl(fd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    }
+    Ok((pty.master, pty.slave))
+}
+
+/// A command's descriptors 0, 1, 2: the pty's `slave` in place of each that is a
+/// terminal (`ttys`), -1 for each that is closed (`closed`: it stays closed), else the
+/// same descriptor.
+pub fn stdio_for(slave: Option<RawFd>, ttys: u8, closed: u8) -> [RawFd; 3] {
+    [0, 1, 2].map(|fd| match slave {
+        Some(s) if ttys & (1 << fd) != 0 => s,
+        _ if closed & (1 << fd) != 0 => -1,
+        _ => fd,
+    })
+}
+
 /// Whether this process's group is the foreground of terminal `fd`.
 pub fn in_foreground(fd: BorrowedFd<'_>) -> bool {
     nix::unistd::tcgetpgrp(fd).is_ok_and(|g| g == nix::unistd::getpgrp())
@@ -81,10 +105,35 @@ pub fn restore(fd: BorrowedFd<'_>, saved: &Termios) {
     let _ = termios::tcsetattr(fd, SetArg::TCSADRAIN, saved);
 }
 
+/// Copy what `master` shows to `output` until it is gone or quiet for `quiet` (a
+/// `poll` timeout in milliseconds; 0: only what is there now).
+pub fn drain(master: BorrowedFd<'_>, output: BorrowedFd<'_>, quiet: u16) {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let mut ready = [PollFd::new(master, PollFlags::POLLIN)];
+        if !poll(&mut ready, PollTimeout::from(quiet)).is_ok_and(|n| n > 0) {
+            return;
+        }
+        match read_some(master, &mut buf) {
+            Ok(n) if n > 0 => drop(write_all(output, &buf[..n])),
+            _ => return,
+        }
+    }
+}
+
+/// The `poll` timeout that wakes at `deadline` (none: no timeout).
+pub fn timeout_until(deadline: Option<Instant>) -> PollTimeout {
+    let Some(t) = deadline else {
+        return PollTimeout::NONE;
+    };
+    let left = t.saturating_duration_since(Instant::now()).as_millis();
+    PollTimeout::try_from(left.min(60_000) as i32).unwrap_or(PollTimeout::ZERO)
+}
+
 /// Read what is there (one read).
 pub fn read_some(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     loop {
-        match nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&fd), buf) {
+        match nix::unistd::read(fd.as_raw_fd(), buf) {
             Err(nix::errno::Errno::EINTR) => {}
             r => return r.map_err(io::Error::from),
         }
@@ -113,5 +162,12 @@ mod tests {
         assert_eq!(output_fd(0b111), Some(1));
         assert_eq!(output_fd(0b101), Some(2));
         assert_eq!(output_fd(0b001), Some(0));
+    }
+
+    #[test]
+    fn the_slave_replaces_terminals_and_closed_stays_closed() {
+        assert_eq!(stdio_for(Some(9), 0b010, 0b001), [-1, 9, 2]);
+        assert_eq!(stdio_for(None, 0, 0b100), [0, 1, -1]);
+        assert_eq!(stdio_for(Some(9), 0b111, 0), [9, 9, 9]);
     }
 }

@@ -513,7 +513,7 @@ fn run_first_sandbox(
         }
     };
     let ttys = terminal.ttys;
-    let master = terminal.pty.map(|t| t.master);
+    let master = terminal.pty.map(|(master, _)| master);
     let output = terminal::output_fd(ttys).map(|fd| match fd {
         0 => stdin.as_fd(),
         1 => stdout.as_fd(),
@@ -637,60 +637,42 @@ pub fn describe(outcome: &Outcome, program: &str) -> (i32, Option<String>) {
     }
 }
 
-/// The first sandbox's stdio: the broker's own, with a new pty in place of each that is
-/// a terminal (the command never holds the caller's terminal: wardcell_common::terminal).
+/// The first sandbox's stdio: the broker's own, with a new pty (master, slave) in place
+/// of each that is a terminal (`ttys`): the command never holds the caller's terminal.
 struct Terminal {
-    pty: Option<Pty>,
-    /// Which of 0, 1, 2 are terminals (bit N for fd N).
+    pty: Option<(OwnedFd, OwnedFd)>,
     ttys: u8,
-}
-
-struct Pty {
-    master: OwnedFd,
-    slave: OwnedFd,
 }
 
 impl Terminal {
     fn for_stdio() -> Result<Terminal, BrokerError> {
         let ttys = terminal::std_ttys();
-        let pty = match terminal::output_fd(ttys) {
-            Some(fd) => Some(terminal::with_std(fd, |tty| open_pty(tty, ttys & 1 != 0))?),
-            None => None,
+        let Some(tty) = terminal::output_fd(ttys) else {
+            return Ok(Terminal { pty: None, ttys });
         };
-        Ok(Terminal { pty, ttys })
-    }
-
-    /// Descriptors 0, 1, 2 of the sandbox: the pty's slave for each that is a terminal,
-    /// -1 for one the client was started without (it stays closed in the command), else
-    /// the broker's own.
-    fn stdio(&self) -> [std::os::fd::RawFd; 3] {
-        [0, 1, 2].map(|fd| match &self.pty {
-            Some(t) if self.ttys & (1 << fd) != 0 => t.slave.as_raw_fd(),
-            _ if sys::closed_at_start() & (1 << fd) != 0 => -1,
-            _ => fd,
+        // The caller's settings and window size. Without a terminal stdin, the caller's is
+        // never raw: it does the output processing (`\n` to `\r\n`), not the pty.
+        let pty = terminal::with_std(tty, |tty| {
+            let mut attrs = termios::tcgetattr(tty)?;
+            if ttys & 1 == 0 {
+                attrs.output_flags.remove(termios::OutputFlags::OPOST);
+            }
+            let (master, slave) = terminal::open_pty(&attrs)?;
+            let _ = sys::copy_winsize(tty, master.as_fd());
+            Ok((master, slave))
+        })
+        .map_err(|e: nix::Error| BrokerError::Sandbox(format!("opening a pty: {e}")))?;
+        Ok(Terminal {
+            pty: Some(pty),
+            ttys,
         })
     }
-}
 
-/// A pty with the settings and window size of the caller's terminal `tty`.
-/// Without `input` (stdin is not a terminal, so the caller's is never raw), the caller's
-/// terminal does the output processing (`\n` to `\r\n`), not the pty.
-fn open_pty(tty: std::os::fd::BorrowedFd<'_>, input: bool) -> Result<Pty, BrokerError> {
-    let mut attrs = termios::tcgetattr(tty).ok();
-    if let (false, Some(a)) = (input, attrs.as_mut()) {
-        a.output_flags.remove(termios::OutputFlags::OPOST);
+    /// Descriptors 0, 1, 2 of the sandbox (terminal::stdio_for).
+    fn stdio(&self) -> [std::os::fd::RawFd; 3] {
+        let slave = self.pty.as_ref().map(|(_, s)| s.as_raw_fd());
+        terminal::stdio_for(slave, self.ttys, sys::closed_at_start())
     }
-    let pty = nix::pty::openpty(None, attrs.as_ref())
-        .map_err(|e| BrokerError::Sandbox(format!("opening a pty: {e}")))?;
-    sys::set_cloexec(pty.master.as_raw_fd())
-        .map_err(|e| BrokerError::Sandbox(format!("pty: {e}")))?;
-    sys::set_cloexec(pty.slave.as_raw_fd())
-        .map_err(|e| BrokerError::Sandbox(format!("pty: {e}")))?;
-    let _ = sys::copy_winsize(tty, pty.master.as_fd());
-    Ok(Pty {
-        master: pty.master,
-        slave: pty.slave,
-    })
 }
 
 #[cfg(test)]

@@ -2,16 +2,16 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
 
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::poll::{poll, PollFd, PollFlags};
 use nix::sys::signal::Signal;
 use nix::sys::termios::Termios;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
-use std::time::{Duration, Instant};
-use wardcell_common::terminal;
 
 use wardcell_common::protocol::{self, FrameError, ShimReport};
+use wardcell_common::terminal;
 
 use crate::sys;
 
@@ -59,18 +59,7 @@ pub struct PtyRelay<'a> {
 /// (`fg`), take the terminal again and continue the command.
 fn suspend(p: &mut PtyRelay<'_>, run: &Running) {
     // What the pty echoed before the stop (`^Z`) shows before the shell's prompt.
-    let mut buf = [0u8; 4096];
-    while poll(
-        &mut [PollFd::new(p.master.as_fd(), PollFlags::POLLIN)],
-        PollTimeout::ZERO,
-    )
-    .is_ok_and(|n| n > 0)
-    {
-        match terminal::read_some(p.master.as_fd(), &mut buf) {
-            Ok(n) if n > 0 => drop(terminal::write_all(p.output, &buf[..n])),
-            _ => break,
-        }
-    }
+    terminal::drain(p.master.as_fd(), p.output, 0);
     if let (Some(input), Some(saved)) = (p.input, p.saved.take()) {
         terminal::restore(input, &saved);
     }
@@ -92,7 +81,7 @@ fn resume(p: &mut PtyRelay<'_>) {
 /// them), then, if the sandbox is still there after [`GRACE`], SIGKILL.
 const ENDING: &[i32] = &[libc::SIGTERM, libc::SIGHUP, libc::SIGINT];
 
-/// How long a sandbox has to end after an ending signal (README, "Signals").
+/// How long a sandbox has to end after an ending signal (README, on the terminal).
 pub const GRACE: Duration = Duration::from_secs(5);
 
 /// What to watch besides the sandbox itself.
@@ -166,14 +155,7 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
                 fds.push(PollFd::new(p.master.as_fd(), PollFlags::POLLIN));
             }
         }
-        let timeout = match kill_at {
-            Some(t) => {
-                let left = t.saturating_duration_since(Instant::now()).as_millis();
-                PollTimeout::try_from(left.min(60_000) as i32).unwrap_or(PollTimeout::ZERO)
-            }
-            None => PollTimeout::NONE,
-        };
-        match poll(&mut fds, timeout) {
+        match poll(&mut fds, terminal::timeout_until(kill_at)) {
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => break None,
@@ -289,19 +271,8 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
     // entered from it (`zone enter`) still holds it; on macOS one the command left behind
     // may. So the drain stops once the pty stays quiet: what such a process writes later
     // is not relayed (entries are killed when the run's first sandbox ends).
-    if let Some(p) = &pty {
-        while master_open {
-            let mut ready = [PollFd::new(p.master.as_fd(), PollFlags::POLLIN)];
-            if !poll(&mut ready, PollTimeout::from(200u16)).is_ok_and(|n| n > 0) {
-                break;
-            }
-            match terminal::read_some(p.master.as_fd(), &mut buf) {
-                Ok(0) | Err(_) => master_open = false,
-                Ok(n) => {
-                    let _ = terminal::write_all(p.output, &buf[..n]);
-                }
-            }
-        }
+    if let (Some(p), true) = (&pty, master_open) {
+        terminal::drain(p.master.as_fd(), p.output, 200);
     }
     if let Some(PtyRelay {
         input: Some(input),

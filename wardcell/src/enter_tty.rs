@@ -14,7 +14,6 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::termios::{self, LocalFlags, OutputFlags, SpecialCharacterIndices};
@@ -55,18 +54,11 @@ impl EnterPty {
         attrs.local_flags.insert(LocalFlags::ICANON);
         attrs.output_flags.remove(OutputFlags::OPOST);
         let eof = attrs.control_chars[SpecialCharacterIndices::VEOF as usize];
-        let pty = nix::pty::openpty(None, Some(&attrs)).map_err(fail)?;
-        for fd in [&pty.master, &pty.slave] {
-            nix::fcntl::fcntl(
-                std::os::fd::AsRawFd::as_raw_fd(fd),
-                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
-            )
-            .map_err(fail)?;
-        }
-        let _ = terminal::with_std(tty, |t| crate::sys::copy_winsize(t, pty.master.as_fd()));
+        let (master, slave) = terminal::open_pty(&attrs).map_err(fail)?;
+        let _ = terminal::with_std(tty, |t| crate::sys::copy_winsize(t, master.as_fd()));
         Ok(Some(EnterPty {
-            master: pty.master,
-            slave: Some(pty.slave),
+            master,
+            slave: Some(slave),
             ttys,
             eof: if eof == 0 { 4 } else { eof },
         }))
@@ -136,14 +128,7 @@ impl EnterPty {
     /// The entry ended: what the command wrote last, until the pty is gone or quiet.
     pub fn drain(&mut self) {
         let output = terminal::output_fd(self.ttys).unwrap_or(1);
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            let mut fds = [PollFd::new(self.master.as_fd(), PollFlags::POLLIN)];
-            let quiet = PollTimeout::from(Duration::from_millis(200).as_millis() as u16);
-            if !poll(&mut fds, quiet).is_ok_and(|n| n > 0) || !self.show(output, &mut buf) {
-                return;
-            }
-        }
+        terminal::with_std(output, |out| terminal::drain(self.master.as_fd(), out, 200));
     }
 
     /// Copy what the pty shows to the caller's terminal; false once it is gone.
