@@ -58,6 +58,12 @@ impl Shell {
             )
         };
         assert_eq!(r, 0);
+        // Close-on-exec at once: a run another test starts meanwhile must not hold the
+        // master (its terminal would never hang up).
+        for fd in [master, slave] {
+            // SAFETY: F_SETFD on descriptors we own.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        }
         // SAFETY: openpty returned two new descriptors that we now own.
         let (master, slave) = unsafe {
             (
@@ -361,5 +367,68 @@ both!(
                 && out.stderr.contains("cat: -: Bad file descriptor"),
             "{out:?}"
         );
+    }
+);
+
+both!(
+    a_terminal_that_hangs_up_ends_the_run_even_if_it_ignores_sighup,
+    |fx| {
+        fx.test_config("");
+        // The terminal closes under a command that ignores SIGHUP (or is stopped: the
+        // issue's case). Before, the sandbox stayed for ever; now the hangup is forwarded,
+        // then SIGCONT, then SIGKILL after the grace.
+        let mut master: libc::c_int = -1;
+        let mut slave: libc::c_int = -1;
+        // SAFETY: openpty writes two descriptors; name, termios and size pointers are null.
+        let r = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(r, 0);
+        // Close-on-exec at once: a run another test starts meanwhile must not hold the master.
+        for fd in [master, slave] {
+            // SAFETY: F_SETFD on descriptors we own.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        }
+        // SAFETY: openpty returned two new descriptors that we now own.
+        let (master, slave) = unsafe {
+            (
+                std::os::fd::OwnedFd::from_raw_fd(master),
+                std::os::fd::OwnedFd::from_raw_fd(slave),
+            )
+        };
+        if fx.who == wardcell_tests::As::User && wardcell_tests::is_root() {
+            // SAFETY: fchown on a descriptor we own.
+            unsafe { libc::fchown(slave.as_raw_fd(), fx.uid(), fx.uid()) };
+        }
+        let mut cmd = fx.cmd(&["run", "--", "/bin/sh", "-c", "trap '' HUP; sleep 60"]);
+        cmd.stdin(slave.try_clone().unwrap());
+        // SAFETY: setsid and TIOCSCTTY in the child before exec, as a terminal emulator does.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut w = Watched::spawn(&fx, cmd, "hangup");
+        drop(slave);
+        w.tree.wait_for("sleep", 1);
+        let t = Instant::now();
+        drop(master);
+        let (out, tree) = w.finish(10);
+        assert!(
+            t.elapsed() >= Duration::from_millis(4500),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_ne!(out.code, 0, "{out:?}");
+        tree.assert_all_gone();
     }
 );

@@ -9,7 +9,8 @@
 //! what it is given: no echo, no signals, no output processing, but lines (so that the
 //! caller's end of input, relayed as the pty's end-of-file character, ends the command's).
 //! The entered command has no controlling terminal (it starts a session of its own): a
-//! program that changes the terminal's modes (an editor) changes only its pty's.
+//! program that changes the terminal's modes (an editor) changes only its pty's, and the
+//! pty's window size is the caller's at the start (a later change is not passed on).
 //! Linux only: on macOS the caller's descriptors are passed as they are (README, "macOS").
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
