@@ -142,7 +142,16 @@ pub fn inside_enter(socket: &Path, zone: &str, command: Vec<String>) -> Result<u
             p.sent();
             p.relay_until_answer(&s);
         }
-        let ended = match answer(&mut s)? {
+        let response = answer(&mut s)?;
+        if response == ZoneResponse::Started {
+            continue;
+        }
+        // What the command wrote last shows before any error about it.
+        #[cfg(target_os = "linux")]
+        if let Some(p) = pty.as_mut() {
+            p.drain();
+        }
+        return match response {
             ZoneResponse::Started => continue,
             ZoneResponse::Exited { code } => Ok(code.clamp(0, 255) as u8),
             ZoneResponse::Failed { message, code } => {
@@ -154,10 +163,5 @@ pub fn inside_enter(socket: &Path, zone: &str, command: Vec<String>) -> Result<u
                 "the supervisor answered out of turn".to_string(),
             )),
         };
-        #[cfg(target_os = "linux")]
-        if let Some(p) = pty.as_mut() {
-            p.drain();
-        }
-        return ended;
     }
 }
