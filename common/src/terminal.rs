@@ -114,9 +114,8 @@ pub fn drain(master: BorrowedFd<'_>, output: BorrowedFd<'_>, quiet: u16) {
         if !poll(&mut ready, PollTimeout::from(quiet)).is_ok_and(|n| n > 0) {
             return;
         }
-        match read_some(master, &mut buf) {
-            Ok(n) if n > 0 => drop(write_all(output, &buf[..n])),
-            _ => return,
+        if !relay_once(master, output, &mut buf) {
+            return;
         }
     }
 }
@@ -128,6 +127,17 @@ pub fn timeout_until(deadline: Option<Instant>) -> PollTimeout {
     };
     let left = t.saturating_duration_since(Instant::now()).as_millis();
     PollTimeout::try_from(left.min(60_000) as i32).unwrap_or(PollTimeout::ZERO)
+}
+
+/// Copy one read of `from` to `to`; false once `from` has ended.
+pub fn relay_once(from: BorrowedFd<'_>, to: BorrowedFd<'_>, buf: &mut [u8]) -> bool {
+    match read_some(from, buf) {
+        Ok(n) if n > 0 => {
+            let _ = write_all(to, &buf[..n]);
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Read what is there (one read).

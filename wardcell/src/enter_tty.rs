@@ -13,7 +13,7 @@
 //! pty's window size is the caller's at the start (a later change is not passed on).
 //! Linux only: on macOS the caller's descriptors are passed as they are (README, "macOS").
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -134,14 +134,8 @@ impl EnterPty {
 
     /// Copy what the pty shows to the caller's terminal; false once it is gone.
     fn show(&self, output: i32, buf: &mut [u8]) -> bool {
-        match terminal::read_some(self.master.as_fd(), buf) {
-            Ok(n) if n > 0 => {
-                terminal::with_std(output, |out: BorrowedFd<'_>| {
-                    let _ = terminal::write_all(out, &buf[..n]);
-                });
-                true
-            }
-            _ => false,
-        }
+        terminal::with_std(output, |out| {
+            terminal::relay_once(self.master.as_fd(), out, buf)
+        })
     }
 }
