@@ -34,6 +34,7 @@ pub mod resolve;
 pub mod seatbelt;
 pub mod stdio;
 pub mod syslog;
+pub mod terminal;
 pub mod text;
 pub mod throttle;
 pub mod trace;

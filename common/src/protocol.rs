@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::plan::{Plan, ProxySpec, SandboxSpec};
 
 /// Bumped whenever any message below changes shape.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
@@ -387,12 +387,15 @@ pub enum ProxyEvent {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum ZoneRequest {
     List,
-    /// Run `argv` in `zone` with `env` (filtered by the zone's rules). Right after this
-    /// frame, stdin, stdout and stderr follow as one 1-byte message ('F') with SCM_RIGHTS.
+    /// Run `argv` in `zone` with `env` (filtered by the zone's rules). `closed` says
+    /// which of the caller's stdin, stdout and stderr are closed (bit N for fd N; no
+    /// other bit may be set): they stay closed in the command. Right after this frame,
+    /// the others follow, in order, as one 1-byte message ('F') with SCM_RIGHTS.
     Enter {
         zone: String,
         argv: Vec<String>,
         env: Vec<(String, String)>,
+        closed: u8,
     },
     /// `zone why`: the rules of this sandbox's zone and of the zones it may enter.
     Why,
@@ -480,6 +483,7 @@ mod tests {
                 zone: "push".into(),
                 argv: vec!["git".into(), "push".into()],
                 env: vec![("A".into(), "b".into())],
+                closed: 2,
             },
             ZoneRequest::Why,
         ];
@@ -566,6 +570,7 @@ mod tests {
             zone: "push".into(),
             argv: vec!["true".into()],
             env: vec![],
+            closed: 0,
         });
         for cut in [1, 2, 3, 5, f.len() - 1] {
             let r = read_frame::<ZoneRequest>(&mut Cursor::new(f[..cut].to_vec()));
@@ -606,6 +611,7 @@ mod tests {
             zone: "z".into(),
             argv: vec!["x".repeat(ZONE_REQUEST_MAX)],
             env: vec![],
+            closed: 0,
         };
         assert!(matches!(
             encode_frame(&big),
@@ -619,12 +625,14 @@ mod tests {
     #[test]
     fn the_decode_limit_never_refuses_a_frame_within_the_wire_limit() {
         for tier in [4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB] {
-            // Enter: variant 1 byte, zone "z" 2 bytes, argv length up to 5 bytes, env 1.
-            let count = tier - 1 - 2 - 5 - 1;
+            // Enter: variant 1 byte, zone "z" 2 bytes, argv length up to 5 bytes, env 1,
+            // closed 1.
+            let count = tier - 1 - 2 - 5 - 1 - 1;
             let msg = ZoneRequest::Enter {
                 zone: "z".into(),
                 argv: vec![String::new(); count],
                 env: vec![],
+                closed: 0,
             };
             let f = frame_of(&msg);
             assert!(f.len() - 4 <= tier, "{} > {tier}", f.len() - 4);

@@ -977,6 +977,8 @@ both!(ctrl_z_stops_the_command_as_under_a_shell, |fx| {
     w.write_all(b"fg\n").unwrap();
     // (Not the echoed command line: there a quote follows.)
     wait_for("FINISHED\r\n");
+    // The shell's prompt: the run is over (typed before, the line would be the pty's).
+    wait_for("FINISHED\r\n$ ");
     w.write_all(b"echo rc=$?; exit\n").unwrap();
     wait_for("rc=0");
     let status = shell.wait().unwrap();

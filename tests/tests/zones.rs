@@ -853,6 +853,23 @@ both!(surplus_descriptors_are_closed_and_refused, |fx| {
     );
 });
 
+both!(a_closed_set_naming_other_descriptors_is_refused, |fx| {
+    zones_config(&fx, "");
+    let probe = fx.bin.join("wardcell-probe");
+    // `closed` may name only fds 0 to 2 (issue 19, item 6): a hostile caller's other bits
+    // end the connection before any descriptor is read.
+    let out = fx.sh(&format!(
+        "{p} enter-extra-fds \"$WARDCELL_ZONE_SOCKET\" 0 1 8; wardcell zone enter push -- echo entered",
+        p = probe.display()
+    ));
+    assert!(out.stdout.contains("sent 1\nentered\n"), "{out:?}");
+    let (_, log) = last_log(&fx);
+    assert!(
+        log.contains("closed is 8, not a set of fds 0 to 2"),
+        "{log}"
+    );
+});
+
 both!(stdio_that_is_a_directory_or_o_path_is_refused, |fx| {
     zones_config(&fx, "");
     let probe = fx.bin.join("wardcell-probe");

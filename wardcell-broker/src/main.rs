@@ -5,7 +5,7 @@
 //! TOML or command lines and never reads a secret. It takes these steps:
 //!
 //! 1. find wardcell-shim (next to itself or in /usr/libexec/wardcell), decide whether the
-//!    command gets a pty (when stdin and stdout are terminals), and start the first
+//!    command gets a pty (when any of stdin, stdout, stderr is a terminal), start the first
 //!    sandbox's namespaces and shim at once (sandbox::spawn), while the client's plan
 //!    writer is still resolving the plan;
 //! 2. take the plan from fd 3 (a Hello, then exactly one `Launch::Run`);
@@ -50,7 +50,7 @@ use std::sync::Arc;
 
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::Signal;
-use nix::sys::termios::{self, SetArg, Termios};
+use nix::sys::termios;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use serde_json::json;
@@ -58,6 +58,7 @@ use serde_json::json;
 use wardcell_common::paths;
 use wardcell_common::plan::{Plan, ProfilePlan, Start};
 use wardcell_common::protocol::{self, Launch, ShimReport};
+use wardcell_common::terminal;
 use wardcell_common::text::shown;
 use wardcell_common::trace;
 
@@ -74,6 +75,7 @@ const FORWARDED: &[Signal] = &[
     Signal::SIGQUIT,
     Signal::SIGUSR1,
     Signal::SIGUSR2,
+    Signal::SIGCONT,
 ];
 
 fn main() {
@@ -411,10 +413,6 @@ fn find_helper(name: &str) -> Result<PathBuf, BrokerError> {
     )))
 }
 
-fn is_tty(fd: impl AsFd) -> bool {
-    termios::tcgetattr(fd).is_ok()
-}
-
 /// Forwarded signals (and SIGWINCH with a pty, and SIGCHLD) taken over and read from a
 /// descriptor (sys::Signals).
 fn take_signals(pty: bool, ignored: u64) -> Result<sys::Signals, BrokerError> {
@@ -455,6 +453,7 @@ fn run_first_sandbox(
     };
     let stdin = std::io::stdin();
     let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
     let caller_env = run.host_env.clone();
     let log_started = || {
         run.record(
@@ -523,14 +522,14 @@ fn run_first_sandbox(
             return Err(audit_failed().unwrap_or(e));
         }
     };
-    let (master, saved) = match terminal.pty {
-        Some(t) => {
-            drop(t.slave);
-            let saved = enter_raw_mode(stdin.as_fd());
-            (Some(t.master), saved)
-        }
-        None => (None, None),
-    };
+    let ttys = terminal.ttys;
+    let master = terminal.pty.map(|(master, _)| master);
+    let output = terminal::output_fd(ttys).map(|fd| match fd {
+        0 => stdin.as_fd(),
+        1 => stdout.as_fd(),
+        _ => stderr.as_fd(),
+    });
+    let input = (ttys & 1 != 0).then(|| stdin.as_fd());
 
     run.set_first(&sb.running);
 
@@ -562,12 +561,15 @@ fn run_first_sandbox(
         relay::Watch {
             signals: Some(&signals),
             reap: writer,
-            pty: master.as_ref().map(|m| relay::PtyRelay {
-                master: m,
-                stdin: stdin.as_fd(),
-                stdout: stdout.as_fd(),
-                saved: saved.as_ref(),
-            }),
+            pty: master
+                .as_ref()
+                .zip(output)
+                .map(|(m, output)| relay::PtyRelay {
+                    master: m,
+                    input,
+                    output,
+                    saved: input.and_then(terminal::raw_mode),
+                }),
             caller: None,
         },
         &mut on_report,
@@ -579,9 +581,6 @@ fn run_first_sandbox(
             "sandbox.bad_report",
             json!({"sandbox": name, "reason": why}),
         );
-    }
-    if let Some(saved) = saved {
-        let _ = termios::tcsetattr(stdin.as_fd(), SetArg::TCSADRAIN, &saved);
     }
     let (code, message) = describe(&ended.outcome, &sb.spec.argv[0]);
     run.end_entries();
@@ -651,74 +650,42 @@ pub fn describe(outcome: &Outcome, program: &str) -> (i32, Option<String>) {
     }
 }
 
-/// The first sandbox's stdio: the broker's own, or a new pty when a person is at a
-/// terminal (stdin and stdout both terminals).
+/// The first sandbox's stdio: the broker's own, with a new pty (master, slave) in place
+/// of each that is a terminal (`ttys`): the command never holds the caller's terminal.
 struct Terminal {
-    pty: Option<Pty>,
-}
-
-struct Pty {
-    master: OwnedFd,
-    slave: OwnedFd,
+    pty: Option<(OwnedFd, OwnedFd)>,
+    ttys: u8,
 }
 
 impl Terminal {
     fn for_stdio() -> Result<Terminal, BrokerError> {
-        let stdin = std::io::stdin();
-        let pty = if is_tty(stdin.as_fd()) && is_tty(std::io::stdout().as_fd()) {
-            Some(open_pty(stdin.as_fd())?)
-        } else {
-            None
+        let ttys = terminal::std_ttys();
+        let Some(tty) = terminal::output_fd(ttys) else {
+            return Ok(Terminal { pty: None, ttys });
         };
-        Ok(Terminal { pty })
-    }
-
-    /// Descriptors 0, 1, 2 of the sandbox. stderr goes to the pty only when it is a
-    /// terminal too (so `2>file` keeps working).
-    fn stdio(&self) -> [std::os::fd::RawFd; 3] {
-        match &self.pty {
-            Some(t) => {
-                let s = t.slave.as_raw_fd();
-                let err = if is_tty(std::io::stderr().as_fd()) {
-                    s
-                } else {
-                    2
-                };
-                [s, s, err]
+        // The caller's settings and window size. Without a terminal stdin, the caller's is
+        // never raw: it does the output processing (`\n` to `\r\n`), not the pty.
+        let pty = terminal::with_std(tty, |tty| {
+            let mut attrs = termios::tcgetattr(tty)?;
+            if ttys & 1 == 0 {
+                attrs.output_flags.remove(termios::OutputFlags::OPOST);
             }
-            // One the client was started without stays closed in the command.
-            None => [0, 1, 2].map(|fd| {
-                if sys::closed_at_start() & (1 << fd) != 0 {
-                    -1
-                } else {
-                    fd
-                }
-            }),
-        }
+            let (master, slave) = terminal::open_pty(&attrs)?;
+            let _ = sys::copy_winsize(tty, master.as_fd());
+            Ok((master, slave))
+        })
+        .map_err(|e: nix::Error| BrokerError::Sandbox(format!("opening a pty: {e}")))?;
+        Ok(Terminal {
+            pty: Some(pty),
+            ttys,
+        })
     }
-}
 
-fn open_pty(stdin: std::os::fd::BorrowedFd<'_>) -> Result<Pty, BrokerError> {
-    let attrs = termios::tcgetattr(stdin).ok();
-    let pty = nix::pty::openpty(None, attrs.as_ref())
-        .map_err(|e| BrokerError::Sandbox(format!("opening a pty: {e}")))?;
-    sys::set_cloexec(pty.master.as_raw_fd())
-        .map_err(|e| BrokerError::Sandbox(format!("pty: {e}")))?;
-    sys::set_cloexec(pty.slave.as_raw_fd())
-        .map_err(|e| BrokerError::Sandbox(format!("pty: {e}")))?;
-    let _ = sys::copy_winsize(stdin, pty.master.as_fd());
-    Ok(Pty {
-        master: pty.master,
-        slave: pty.slave,
-    })
-}
-
-fn enter_raw_mode(stdin: std::os::fd::BorrowedFd<'_>) -> Option<Termios> {
-    let saved = termios::tcgetattr(stdin).ok()?;
-    let mut raw = saved.clone();
-    termios::cfmakeraw(&mut raw);
-    termios::tcsetattr(stdin, SetArg::TCSADRAIN, &raw).ok()?;
-    Some(saved)
+    /// Descriptors 0, 1, 2 of the sandbox (terminal::stdio_for).
+    fn stdio(&self) -> [std::os::fd::RawFd; 3] {
+        let slave = self.pty.as_ref().map(|(_, s)| s.as_raw_fd());
+        terminal::stdio_for(slave, self.ttys, sys::closed_at_start())
+    }
 }
 
 #[cfg(test)]

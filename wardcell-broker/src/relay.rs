@@ -1,16 +1,17 @@
 //! Waiting for a sandbox: signals forwarded, a pty relayed, reports read, status returned.
 
-use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
 
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::poll::{poll, PollFd, PollFlags};
 use nix::sys::signal::Signal;
-use nix::sys::termios::{self, SetArg, Termios};
+use nix::sys::termios::Termios;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use wardcell_common::protocol::{self, FrameError, ShimReport};
+use wardcell_common::terminal;
 
 use crate::sys;
 
@@ -42,59 +43,46 @@ pub enum Outcome {
     ChildFailed(i32),
 }
 
-/// The host terminal when the sandbox got a pty: stdin and stdout, and the master;
-/// `saved`, its settings before raw mode.
+/// The caller's terminal when the sandbox got a pty: the master, the terminal read
+/// (stdin, when it is one) and the one written (wardcell_common::terminal::output_fd);
+/// `saved`, the settings of `input` before raw mode (entered only in the foreground).
 pub struct PtyRelay<'a> {
     pub master: &'a OwnedFd,
-    pub stdin: BorrowedFd<'a>,
-    pub stdout: BorrowedFd<'a>,
-    pub saved: Option<&'a Termios>,
+    pub input: Option<BorrowedFd<'a>>,
+    pub output: BorrowedFd<'a>,
+    pub saved: Option<Termios>,
 }
 
 /// The command stopped (Ctrl-Z): do as a stopped job does under the user's shell. Give
 /// the terminal back as it was and stop (SIGTSTP: a shell without job control, which
 /// ignores it, or an orphaned group, which never gets it, resumes at once); when continued
 /// (`fg`), take the terminal again and continue the command.
-fn suspend(p: &PtyRelay<'_>, run: &Running) {
+fn suspend(p: &mut PtyRelay<'_>, run: &Running) {
     // What the pty echoed before the stop (`^Z`) shows before the shell's prompt.
-    let mut buf = [0u8; 4096];
-    while poll(
-        &mut [PollFd::new(p.master.as_fd(), PollFlags::POLLIN)],
-        PollTimeout::ZERO,
-    )
-    .is_ok_and(|n| n > 0)
-    {
-        match read_some(p.master.as_fd(), &mut buf) {
-            Ok(n) if n > 0 => drop(write_all(p.stdout, &buf[..n])),
-            _ => break,
-        }
-    }
-    let raw = termios::tcgetattr(p.stdin).ok();
-    if let Some(saved) = p.saved {
-        let _ = termios::tcsetattr(p.stdin, SetArg::TCSADRAIN, saved);
+    terminal::drain(p.master.as_fd(), p.output, 0);
+    if let (Some(input), Some(saved)) = (p.input, p.saved.take()) {
+        terminal::restore(input, &saved);
     }
     let _ = nix::sys::signal::raise(Signal::SIGTSTP);
-    if let Some(raw) = raw {
-        let _ = termios::tcsetattr(p.stdin, SetArg::TCSADRAIN, &raw);
-    }
-    let _ = sys::copy_winsize(p.stdin, p.master.as_fd());
+    resume(p);
     let _ = run.process.signal(libc::SIGCONT);
 }
 
-fn read_some(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
-    nix::unistd::read(fd.as_raw_fd(), buf).map_err(io::Error::from)
+/// Continued (`fg`, or after a stop of our own): raw mode again if in the foreground now,
+/// and the window size, which may have changed meanwhile.
+fn resume(p: &mut PtyRelay<'_>) {
+    if let (Some(input), None) = (p.input, &p.saved) {
+        p.saved = terminal::raw_mode(input);
+    }
+    let _ = sys::copy_winsize(p.output, p.master.as_fd());
 }
 
-fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
-    while !data.is_empty() {
-        match nix::unistd::write(fd, data) {
-            Ok(n) => data = &data[n..],
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
+/// Signals that end a run: forwarded, then SIGCONT (a stopped command would never see
+/// them), then, if the sandbox is still there after [`GRACE`], SIGKILL.
+const ENDING: &[i32] = &[libc::SIGTERM, libc::SIGHUP, libc::SIGINT];
+
+/// How long a sandbox has to end after an ending signal (README, on the terminal).
+pub const GRACE: Duration = Duration::from_secs(5);
 
 /// What to watch besides the sandbox itself.
 #[derive(Default)]
@@ -121,97 +109,48 @@ pub struct Ended {
 pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&ShimReport)) -> Ended {
     let Watch {
         signals,
-        pty,
+        mut pty,
         caller,
         reap,
     } = watch;
     let mut reports: Vec<ShimReport> = Vec::new();
-    let mut control_open = true;
-    let mut caller_open = caller.is_some();
+    let mut open = Open {
+        control: true,
+        caller: caller.is_some(),
+        stdin: pty.as_ref().is_some_and(|p| p.input.is_some()),
+        master: pty.is_some(),
+    };
     let mut caller_gone = false;
     let mut bad_report: Option<String> = None;
-    let mut stdin_open = pty.is_some();
-    let mut master_open = pty.is_some();
+    let mut kill_at: Option<Instant> = None;
     let mut buf = vec![0u8; 16 * 1024];
     let status = loop {
-        let mut fds = vec![PollFd::new(run.process.as_fd(), PollFlags::POLLIN)];
-        let idx_sig = match signals {
-            Some(s) => {
-                fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
-                fds.len() - 1
-            }
-            None => usize::MAX,
-        };
-        let idx_control = if control_open {
-            fds.push(PollFd::new(run.control.as_fd(), PollFlags::POLLIN));
-            fds.len() - 1
-        } else {
-            usize::MAX
-        };
-        let idx_caller = match caller {
-            Some(c) if caller_open => {
-                fds.push(PollFd::new(c, PollFlags::POLLIN));
-                fds.len() - 1
-            }
-            _ => usize::MAX,
-        };
-        let (mut idx_stdin, mut idx_master) = (usize::MAX, usize::MAX);
-        if let Some(p) = &pty {
-            if stdin_open {
-                idx_stdin = fds.len();
-                fds.push(PollFd::new(p.stdin, PollFlags::POLLIN));
-            }
-            if master_open {
-                idx_master = fds.len();
-                fds.push(PollFd::new(p.master.as_fd(), PollFlags::POLLIN));
-            }
+        let [child_ready, sig_ready, control_ready, caller_ready, stdin_ready, master_ready] =
+            match poll_ready(run, signals, caller, pty.as_ref(), &open, kill_at) {
+                Ok(r) => r,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => break None,
+            };
+        if kill_at.is_some_and(|t| Instant::now() >= t) {
+            // The grace is over: the sandbox ends now, whatever it does with signals.
+            kill_at = None;
+            let _ = run.process.signal(libc::SIGKILL);
         }
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => break None,
-        }
-        let ready = |i: usize| {
-            fds.get(i)
-                .and_then(|f| f.revents())
-                .is_some_and(|r| !r.is_empty())
-        };
-        let child_ready = ready(0);
-        let sig_ready = ready(idx_sig);
-        let control_ready = ready(idx_control);
-        let caller_ready = ready(idx_caller);
-        let stdin_ready = ready(idx_stdin);
-        let master_ready = ready(idx_master);
-        drop(fds);
-
         if caller_ready {
             // The caller sends nothing after its request: readable means gone (or
             // misbehaving, which ends the entry the same way).
-            caller_open = false;
+            open.caller = false;
             caller_gone = true;
             let _ = run.process.signal(libc::SIGKILL);
         }
         if let (true, Some(signals)) = (sig_ready, signals) {
-            while let Some(sig) = signals.next() {
-                if sig == Signal::SIGWINCH as i32 {
-                    if let Some(p) = &pty {
-                        let _ = sys::copy_winsize(p.stdin, p.master.as_fd());
-                    }
-                } else if sig == Signal::SIGCHLD as i32 {
-                    // Never forwarded. The sandbox's own end is watched through its process.
-                    if let Some(pid) = reap {
-                        let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
-                    }
-                } else {
-                    let _ = run.process.signal(sig);
-                }
-            }
+            on_signals(signals, run, pty.as_mut(), reap, &mut kill_at);
         }
         if control_ready {
             match protocol::read_frame::<ShimReport>(&mut run.control) {
                 Ok(r) => {
                     on_report(&r);
-                    if let (ShimReport::Stopped { .. }, Some(p)) = (&r, &pty) {
+                    if let (ShimReport::Stopped { .. }, Some(p)) = (&r, pty.as_mut()) {
                         suspend(p, run);
                     }
                     let last = matches!(r, ShimReport::Exited { .. } | ShimReport::Signaled { .. });
@@ -221,33 +160,23 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
                     // down. What is left of the sandbox is being killed by its init's
                     // exit, and dies with the broker in any case.
                     if last && pty.is_none() {
-                        control_open = false;
+                        open.control = false;
                         break None;
                     }
                 }
-                Err(FrameError::Closed) => control_open = false,
+                Err(FrameError::Closed) => open.control = false,
                 Err(e) => {
                     bad_report = Some(e.to_string());
-                    control_open = false;
+                    open.control = false;
                 }
             }
         }
         if let Some(p) = &pty {
-            if stdin_ready {
-                match read_some(p.stdin, &mut buf) {
-                    Ok(0) | Err(_) => stdin_open = false,
-                    Ok(n) => {
-                        let _ = write_all(p.master.as_fd(), &buf[..n]);
-                    }
-                }
+            if stdin_ready && !relay_input(p, run, &mut buf, &mut kill_at) {
+                open.stdin = false;
             }
-            if master_ready {
-                match read_some(p.master.as_fd(), &mut buf) {
-                    Ok(0) | Err(_) => master_open = false,
-                    Ok(n) => {
-                        let _ = write_all(p.stdout, &buf[..n]);
-                    }
-                }
+            if master_ready && !terminal::relay_once(p.master.as_fd(), p.output, &mut buf) {
+                open.master = false;
             }
         }
         if child_ready {
@@ -261,37 +190,146 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
     // may. So the drain stops once the pty stays quiet: what such a process writes later
     // is not relayed (entries are killed when the run's first sandbox ends).
     if let Some(p) = &pty {
-        while master_open {
-            let mut ready = [PollFd::new(p.master.as_fd(), PollFlags::POLLIN)];
-            if !poll(&mut ready, PollTimeout::from(200u16)).is_ok_and(|n| n > 0) {
-                break;
-            }
-            match read_some(p.master.as_fd(), &mut buf) {
-                Ok(0) | Err(_) => master_open = false,
-                Ok(n) => {
-                    let _ = write_all(p.stdout, &buf[..n]);
-                }
-            }
+        if open.master {
+            terminal::drain(p.master.as_fd(), p.output, 200);
+        }
+        if let (Some(input), Some(saved)) = (p.input, &p.saved) {
+            terminal::restore(input, saved);
         }
     }
-    while control_open {
-        match protocol::read_frame::<ShimReport>(&mut run.control) {
-            Ok(r) => {
-                on_report(&r);
-                reports.push(r);
-            }
-            Err(FrameError::Closed) => control_open = false,
-            Err(e) => {
-                bad_report = Some(e.to_string());
-                control_open = false;
-            }
-        }
+    if open.control {
+        read_remaining(&mut run.control, on_report, &mut reports, &mut bad_report);
     }
     Ended {
         outcome: outcome(&reports, status, sys::spawn::failed_step),
         caller_gone,
         bad_report,
     }
+}
+
+/// The shim is gone: its reports until the control socket closes.
+fn read_remaining(
+    control: &mut UnixStream,
+    on_report: &mut dyn FnMut(&ShimReport),
+    reports: &mut Vec<ShimReport>,
+    bad_report: &mut Option<String>,
+) {
+    loop {
+        match protocol::read_frame::<ShimReport>(control) {
+            Ok(r) => {
+                on_report(&r);
+                reports.push(r);
+            }
+            Err(FrameError::Closed) => return,
+            Err(e) => return *bad_report = Some(e.to_string()),
+        }
+    }
+}
+
+/// Which of the optional descriptors [`wait`] still watches.
+struct Open {
+    control: bool,
+    caller: bool,
+    stdin: bool,
+    master: bool,
+}
+
+/// Poll once (until the grace's end, if one runs): which are ready, in the order child,
+/// signals, control, caller, stdin, master.
+fn poll_ready(
+    run: &Running,
+    signals: Option<&sys::Signals>,
+    caller: Option<BorrowedFd<'_>>,
+    pty: Option<&PtyRelay<'_>>,
+    open: &Open,
+    kill_at: Option<Instant>,
+) -> nix::Result<[bool; 6]> {
+    let mut fds = vec![PollFd::new(run.process.as_fd(), PollFlags::POLLIN)];
+    let mut idx = [
+        0,
+        usize::MAX,
+        usize::MAX,
+        usize::MAX,
+        usize::MAX,
+        usize::MAX,
+    ];
+    let watched = [
+        signals.map(|s| s.as_fd()),
+        open.control.then(|| run.control.as_fd()),
+        caller.filter(|_| open.caller),
+        pty.and_then(|p| p.input).filter(|_| open.stdin),
+        pty.map(|p| p.master.as_fd()).filter(|_| open.master),
+    ];
+    for (i, fd) in watched.into_iter().enumerate() {
+        if let Some(fd) = fd {
+            idx[i + 1] = fds.len();
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+        }
+    }
+    poll(&mut fds, terminal::timeout_until(kill_at))?;
+    Ok(idx.map(|i| {
+        fds.get(i)
+            .and_then(|f| f.revents())
+            .is_some_and(|r| !r.is_empty())
+    }))
+}
+
+/// Handle the signals taken: forward them (an ending one with SIGCONT and the grace),
+/// copy the window size, reap the plan writer.
+fn on_signals(
+    signals: &sys::Signals,
+    run: &Running,
+    mut pty: Option<&mut PtyRelay<'_>>,
+    reap: Option<Pid>,
+    kill_at: &mut Option<Instant>,
+) {
+    while let Some(sig) = signals.next() {
+        if sig == Signal::SIGWINCH as i32 {
+            if let Some(p) = &pty {
+                let _ = sys::copy_winsize(p.output, p.master.as_fd());
+            }
+        } else if sig == Signal::SIGCHLD as i32 {
+            // Never forwarded. The sandbox's own end is watched through its process.
+            if let Some(pid) = reap {
+                let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+            }
+        } else {
+            if sig == libc::SIGCONT {
+                if let Some(p) = pty.as_mut() {
+                    resume(p);
+                }
+            }
+            if ENDING.contains(&sig) {
+                end(run, sig, kill_at);
+            } else {
+                let _ = run.process.signal(sig);
+            }
+        }
+    }
+}
+
+/// Send `sig`, then SIGCONT, and start the grace (if it is not running already).
+fn end(run: &Running, sig: i32, kill_at: &mut Option<Instant>) {
+    let _ = run.process.signal(sig);
+    let _ = run.process.signal(libc::SIGCONT);
+    kill_at.get_or_insert_with(|| Instant::now() + GRACE);
+}
+
+/// Relay what the caller typed; false once the terminal hung up (in raw mode, a read
+/// returns at least one byte otherwise): then the command gets the hangup a terminal
+/// gives.
+fn relay_input(
+    p: &PtyRelay<'_>,
+    run: &Running,
+    buf: &mut [u8],
+    kill_at: &mut Option<Instant>,
+) -> bool {
+    let Some(input) = p.input else { return false };
+    if terminal::relay_once(input, p.master.as_fd(), buf) {
+        return true;
+    }
+    end(run, libc::SIGHUP, kill_at);
+    false
 }
 
 /// What the reports and the shim's own exit status add up to.

@@ -246,16 +246,31 @@ impl Supervisor {
                 };
                 let _ = protocol::write_frame(&mut conn, &answer);
             }
-            ZoneRequest::Enter { zone, argv, env } => {
+            ZoneRequest::Enter {
+                zone,
+                argv,
+                env,
+                closed,
+            } => {
+                if closed > 0b111 {
+                    return self.closed(
+                        &peer,
+                        &format!("closed is {closed}, not a set of fds 0 to 2"),
+                    );
+                }
                 let _ = conn.set_read_timeout(Some(
                     deadline
                         .saturating_duration_since(Instant::now())
                         .max(Duration::from_millis(1)),
                 ));
-                let fds = match recv_fds(conn.as_raw_fd(), 3) {
+                let fds = match recv_fds(conn.as_raw_fd(), 3 - closed.count_ones() as usize) {
                     Ok(f) => f,
                     Err(e) => return self.closed(&peer, &late(&e, "descriptors")),
                 };
+                // Those the caller has closed stay closed in the command (None).
+                let mut fds = fds.into_iter();
+                let fds =
+                    [0, 1, 2].map(|fd| (closed & (1 << fd) == 0).then(|| fds.next()).flatten());
                 let _ = conn.set_read_timeout(None);
                 self.enter(&mut conn, &peer, &zone, &argv, env, fds);
             }
@@ -269,7 +284,7 @@ impl Supervisor {
         target: &str,
         argv: &[String],
         env: Vec<(String, String)>,
-        stdio: Vec<OwnedFd>,
+        stdio: [Option<OwnedFd>; 3],
     ) {
         let plan = &self.run.plan;
         let cwd = peer.cwd.clone();
@@ -292,7 +307,7 @@ impl Supervisor {
 
         // a. Only descriptors a command may be given as its stdio.
         for (name, fd) in ["stdin", "stdout", "stderr"].into_iter().zip(&stdio) {
-            if let Some(what) = unfit_stdio(fd.as_fd()) {
+            if let Some(what) = fd.as_ref().and_then(|fd| unfit_stdio(fd.as_fd())) {
                 let reason = format!("{name} is {what}: `wardcell zone enter` passes on only pipes, sockets, character devices and regular files");
                 let _ = self.counted("audit", "audit.decision", decision("denied", &reason, None));
                 return refuse(conn, reason);
@@ -414,11 +429,7 @@ impl Supervisor {
         // f. A brand-new sandbox, with the caller's stdio and working directory.
         let mut chain = self.chain.clone();
         chain.push(target.to_string());
-        let raw: [RawFd; 3] = [
-            stdio[0].as_raw_fd(),
-            stdio[1].as_raw_fd(),
-            stdio[2].as_raw_fd(),
-        ];
+        let raw: [RawFd; 3] = [0, 1, 2].map(|i| stdio[i].as_ref().map_or(-1, |f| f.as_raw_fd()));
         let started = sandbox::start(
             &self.run,
             sandbox::Request {

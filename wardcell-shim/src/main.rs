@@ -54,6 +54,8 @@ use nix::unistd::Pid;
 
 use wardcell_common::plan::SandboxSpec;
 use wardcell_common::protocol::{self, ShimReport, ShimRequest};
+#[cfg(target_os = "linux")]
+use wardcell_common::terminal;
 
 #[cfg(target_os = "linux")]
 /// Signals init passes on to the command's process group.
@@ -174,7 +176,7 @@ fn main() {
     if spec.controlling_tty {
         if let Err(e) = nix::unistd::setsid()
             .map_err(std::io::Error::from)
-            .and_then(|_| sys::set_controlling_tty(0))
+            .and_then(|_| sys::set_controlling_tty(terminal::first_std_tty()))
         {
             setup_failed(&mut control, "terminal", format!("TIOCSCTTY: {e}"));
         }
@@ -344,9 +346,11 @@ fn exec_command(
     if spec.controlling_tty {
         let _ = SigSet::from(Signal::SIGTTOU).thread_block();
         let me = nix::unistd::getpid();
-        if let Err(e) =
-            nix::unistd::setpgid(me, me).and_then(|()| nix::unistd::tcsetpgrp(std::io::stdin(), me))
-        {
+        if let Err(e) = nix::unistd::setpgid(me, me).and_then(|()| {
+            terminal::with_std(terminal::first_std_tty(), |tty| {
+                nix::unistd::tcsetpgrp(tty, me)
+            })
+        }) {
             setup_failed(control, "terminal", format!("taking the foreground: {e}"));
         }
     } else if let Err(e) = nix::unistd::setsid() {

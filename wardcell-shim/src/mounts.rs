@@ -843,8 +843,8 @@ fn make_dirs_mode(fs: &OwnedFd, rel: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The host's device nodes, held before anything changes. With `pty`, fd 0 is the
-/// broker's pty slave, a node of the host's devpts that no path in the sandbox reaches:
+/// The host's device nodes, held before anything changes. With `pty`, the first of fds
+/// 0 to 2 that is a terminal is the broker's pty slave, a node of the host's devpts that no path in the sandbox reaches:
 /// it is held too, to be bound at /dev/console (as container managers do), so that
 /// `ttyname(0)` (`tty`) finds it by scanning /dev.
 fn hold_devices() -> Result<Vec<(&'static str, OwnedFd)>> {
@@ -860,17 +860,19 @@ fn hold_devices() -> Result<Vec<(&'static str, OwnedFd)>> {
     Ok(held)
 }
 
-/// The broker's pty slave at fd 0 (see [`hold_devices`]).
+/// The broker's pty slave at the first of fds 0 to 2 that is a terminal (see
+/// [`hold_devices`]).
 fn hold_terminal() -> Result<OwnedFd> {
     // By its name in this namespace's copy of the host's /dev/pts (a mount of the
     // broker's namespace cannot be bound here), checked to be the same terminal.
-    let name = std::fs::read_link("/proc/self/fd/0")
+    let fd = wardcell_common::terminal::first_std_tty();
+    let name = std::fs::read_link(format!("/proc/self/fd/{fd}"))
         .map_err(|e| fail(format!("naming the terminal: {e}")))?;
     let slave = sys::open_nofollow(None, &name)
         .map_err(|e| fail(format!("opening the terminal {}: {e}", name.display())))?;
     use std::os::fd::AsRawFd;
     let rdev = |fd: i32| nix::sys::stat::fstat(fd).ok().map(|st| st.st_rdev);
-    if rdev(slave.as_raw_fd()).is_none() || rdev(0) != rdev(slave.as_raw_fd()) {
+    if rdev(slave.as_raw_fd()).is_none() || rdev(fd) != rdev(slave.as_raw_fd()) {
         return Err(fail("the terminal's name leads to another device".into()));
     }
     Ok(slave)

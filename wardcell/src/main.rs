@@ -14,6 +14,8 @@ mod completions;
 mod context;
 mod credentials;
 mod doctor;
+#[cfg(target_os = "linux")]
+mod enter_tty;
 mod error;
 mod location;
 mod logs;

@@ -173,3 +173,23 @@ pub fn peer_pidfd() -> std::io::Result<()> {
 pub fn peer_pidfd() -> std::io::Result<()> {
     Err(std::io::ErrorKind::Unsupported.into())
 }
+
+/// Copy the window size of terminal `from` to terminal `to`.
+#[cfg(target_os = "linux")]
+pub fn copy_winsize(
+    from: std::os::fd::BorrowedFd<'_>,
+    to: std::os::fd::BorrowedFd<'_>,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: winsize is plain old data.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ writes a winsize into `ws`, which outlives the call.
+    if unsafe { libc::ioctl(from.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: TIOCSWINSZ reads a winsize from `ws`.
+    if unsafe { libc::ioctl(to.as_raw_fd(), libc::TIOCSWINSZ, &ws) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -105,10 +105,15 @@ pub fn inside_list(socket: &Path, format: Output) -> Result<(), Error> {
 }
 
 /// Inside a zone: ask the supervisor at `socket` to run `command` in `zone`, and return
-/// the command's exit status. stdin, stdout and stderr go with the request: the command
-/// reads and writes them directly; only the exit status comes back.
+/// the command's exit status. stdin, stdout and stderr go with the request, except that
+/// one the caller has closed stays closed, and (Linux) a terminal is replaced by a pty
+/// of the command's own that the client relays with it (enter_tty.rs); only the exit
+/// status comes back.
 pub fn inside_enter(socket: &Path, zone: &str, command: Vec<String>) -> Result<u8, Error> {
     tracing::debug!(zone, "asking the supervisor to enter");
+    let closed = crate::sys::closed_at_start() & 0b111;
+    #[cfg(target_os = "linux")]
+    let mut pty = crate::enter_tty::EnterPty::open(closed)?;
     let mut s = connect(socket)?;
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -117,31 +122,51 @@ pub fn inside_enter(socket: &Path, zone: &str, command: Vec<String>) -> Result<u
         zone: zone.to_string(),
         argv: command,
         env,
+        closed,
     };
+    let open = (0..3).filter(|fd| closed & (1 << fd) == 0);
+    #[cfg(target_os = "linux")]
+    let fds: Vec<i32> = open
+        .map(|fd| pty.as_ref().map_or(fd, |p| p.stand_in(fd)))
+        .collect();
+    #[cfg(not(target_os = "linux"))]
+    let fds: Vec<i32> = open.collect();
     let send = |s: &mut UnixStream| -> std::io::Result<()> {
         protocol::write_frame(s, &request).map_err(std::io::Error::other)?;
         let iov = [std::io::IoSlice::new(b"F")];
-        let fds = [0, 1, 2];
-        let cmsg = [ControlMessage::ScmRights(&fds)];
-        sendmsg::<()>(s.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)?;
+        let rights = [ControlMessage::ScmRights(&fds)];
+        let cmsg: &[ControlMessage] = if fds.is_empty() { &[] } else { &rights };
+        sendmsg::<()>(s.as_raw_fd(), &iov, cmsg, MsgFlags::empty(), None)?;
         Ok(())
     };
     ask(&mut s, send)?;
     loop {
-        match answer(&mut s)? {
+        #[cfg(target_os = "linux")]
+        if let Some(p) = pty.as_mut() {
+            p.sent();
+            p.relay_until_answer(&s);
+        }
+        let response = answer(&mut s)?;
+        if response == ZoneResponse::Started {
+            continue;
+        }
+        // What the command wrote last shows before any error about it.
+        #[cfg(target_os = "linux")]
+        if let Some(p) = pty.as_mut() {
+            p.drain();
+        }
+        return match response {
             ZoneResponse::Started => continue,
-            ZoneResponse::Exited { code } => return Ok(code.clamp(0, 255) as u8),
+            ZoneResponse::Exited { code } => Ok(code.clamp(0, 255) as u8),
             ZoneResponse::Failed { message, code } => {
                 wardcell_common::eprintln_line!("error: {}", output::shown(&message));
-                return Ok(code.clamp(1, 255) as u8);
+                Ok(code.clamp(1, 255) as u8)
             }
-            ZoneResponse::Refused { message } => return Err(Error::Refused(message)),
-            ZoneResponse::Zones { .. } | ZoneResponse::Rules { .. } => {
-                return Err(Error::Refused(
-                    "the supervisor answered out of turn".to_string(),
-                ))
-            }
-        }
+            ZoneResponse::Refused { message } => Err(Error::Refused(message)),
+            ZoneResponse::Zones { .. } | ZoneResponse::Rules { .. } => Err(Error::Refused(
+                "the supervisor answered out of turn".to_string(),
+            )),
+        };
     }
 }
 

@@ -367,18 +367,22 @@ fn main() {
             // COUNT connections to the supervisor at a(1), each a valid `Enter` followed
             // by N descriptors where 3 are expected (alternately N and N+12, so that some
             // control messages are truncated too).
+            // With a 4th argument, `closed` is that (else 0).
             let (n, count) = (num(2) as usize, num(3) as usize);
+            let closed = std::env::args()
+                .nth(5)
+                .map_or(0, |c| c.parse::<u8>().expect("closed"));
             for i in 0..count {
                 let mut s = std::os::unix::net::UnixStream::connect(a(1)).expect("connect");
                 // The supervisor's Hello, sent back as ours (whatever the version).
                 let mut frames = vec![0u8; 5];
                 s.read_exact(&mut frames).expect("the supervisor's Hello");
-                // Enter { zone: "push", argv: ["true"], env: [] }
-                frames.extend([13, 0, 0, 0, 1, 4]);
+                // Enter { zone: "push", argv: ["true"], env: [], closed: 0 }
+                frames.extend([14, 0, 0, 0, 1, 4]);
                 frames.extend(b"push");
                 frames.extend([1, 4]);
                 frames.extend(b"true");
-                frames.push(0);
+                frames.extend([0, closed]);
                 s.write_all(&frames).expect("write");
                 let fds = vec![0; if i % 2 == 0 { n } else { n + 12 }];
                 send_fds(std::os::fd::AsRawFd::as_raw_fd(&s), &fds);

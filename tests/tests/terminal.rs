@@ -1,0 +1,434 @@
+//! The terminal, stopped commands and closed stdio (issue 19, items 1, 5 and 6): a
+//! command never holds the caller's terminal (a pty of its own whenever any of stdin,
+//! stdout or stderr is one, for `run` and `zone enter`), so job control behaves as
+//! without wardcell; a stopped command is ended by SIGTERM, SIGHUP and SIGINT to
+//! `wardcell run`; a closed stdin or stdout stays closed through `zone enter`.
+//! Real sandboxes driven from a real interactive shell on a real pty, run as the invoking
+//! user and as an unprivileged uid.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use wardcell_tests::{both, Fixture, Tree, Watched};
+
+/// Zones `agent` (default) and `build` (entered from agent), both able to run the staged
+/// binaries.
+fn zones_config(fx: &Fixture) {
+    fx.config(&format!(
+        r#"
+[zones.agent]
+profile = "dev"
+default = true
+
+[zones.build]
+profile = "dev"
+enter_from = ["agent"]
+
+[profiles.dev]
+extends = "readonly"
+read = ["{}"]
+"#,
+        fx.bin.display()
+    ));
+}
+
+/// The user's interactive bash on a real pty (the test is its terminal emulator).
+struct Shell {
+    pid: i32,
+    child: std::process::Child,
+    master: fs::File,
+    seen: Arc<Mutex<String>>,
+}
+
+impl Shell {
+    fn start(fx: &Fixture) -> Shell {
+        let mut master: libc::c_int = -1;
+        let mut slave: libc::c_int = -1;
+        // SAFETY: openpty writes two descriptors; name, termios and size pointers are null.
+        let r = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(r, 0);
+        // Close-on-exec at once: a run another test starts meanwhile must not hold the
+        // master (its terminal would never hang up).
+        for fd in [master, slave] {
+            // SAFETY: F_SETFD on descriptors we own.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        }
+        // SAFETY: openpty returned two new descriptors that we now own.
+        let (master, slave) = unsafe {
+            (
+                fs::File::from_raw_fd(master),
+                std::os::fd::OwnedFd::from_raw_fd(slave),
+            )
+        };
+        let mut cmd = std::process::Command::new("/bin/bash");
+        cmd.args(["--norc", "--noprofile", "-i"])
+            .current_dir(&fx.proj)
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", fx.bin.display()))
+            .env("HOME", &fx.home)
+            .env("PS1", "$ ")
+            .stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave.try_clone().unwrap());
+        if fx.who == wardcell_tests::As::User && wardcell_tests::is_root() {
+            // SAFETY: fchown on a descriptor we own.
+            unsafe { libc::fchown(slave.as_raw_fd(), fx.uid(), fx.uid()) };
+            std::os::unix::process::CommandExt::uid(&mut cmd, fx.uid());
+            std::os::unix::process::CommandExt::gid(&mut cmd, fx.uid());
+        }
+        // SAFETY: setsid and TIOCSCTTY in the child before exec, as a terminal emulator
+        // does.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().unwrap();
+        drop(cmd);
+        drop(slave);
+        let seen = Arc::new(Mutex::new(String::new()));
+        let mut r = master.try_clone().unwrap();
+        let into = seen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = r.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                into.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Shell {
+            pid: child.id() as i32,
+            child,
+            master,
+            seen,
+        }
+    }
+
+    fn seen(&self) -> String {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Wait (20 s at most) for `what` on the terminal.
+    #[track_caller]
+    fn wait_for(&self, what: &str) {
+        let until = Instant::now() + Duration::from_secs(20);
+        while !self.seen().contains(what) {
+            assert!(Instant::now() < until, "no {what:?} in: {}", self.seen());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Wait (20 s at most) for the shell's prompt after the last `marker`.
+    #[track_caller]
+    fn wait_for_prompt_after(&self, marker: &str) {
+        let until = Instant::now() + Duration::from_secs(20);
+        let prompted = || {
+            let seen = self.seen();
+            seen.rsplit_once(marker)
+                .is_some_and(|(_, after)| after.contains("\n$ "))
+        };
+        while !prompted() {
+            assert!(Instant::now() < until, "no prompt: {}", self.seen());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Ask `jobs` until the background job is reported stopped (10 s at most): the shell
+    /// learns of the stop asynchronously.
+    #[track_caller]
+    fn wait_for_stopped(&mut self) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !self.seen().contains("Stopped") {
+            assert!(Instant::now() < until, "not stopped: {}", self.seen());
+            self.type_in("jobs\n");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    fn type_in(&mut self, text: &str) {
+        self.master.write_all(text.as_bytes()).unwrap();
+    }
+
+    /// Exit the shell; its last command's status was `rc`.
+    #[track_caller]
+    fn finish(mut self, rc: i32) {
+        self.type_in("echo rc=$?; exit\n");
+        self.wait_for(&format!("rc={rc}"));
+        let status = self.child.wait().unwrap();
+        self.pid = 0;
+        assert_eq!(status.code(), Some(0), "{}", self.seen());
+    }
+}
+
+impl Drop for Shell {
+    // A failed assertion must not leave the shell and its stopped jobs behind: killing
+    // the shell orphans their process groups, and the kernel hangs them up.
+    fn drop(&mut self) {
+        if self.pid > 0 {
+            // SAFETY: kill with a pid we spawned and have not reaped.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            let _ = self.child.wait();
+        }
+    }
+}
+
+both!(a_backgrounded_run_reading_the_terminal_is_stopped, |fx| {
+    fx.test_config("");
+    let mut sh = Shell::start(&fx);
+    // stdin is the terminal, stdout is not: before, the command held the terminal itself
+    // (no pty, a session of its own) and read what was typed into the shell.
+    sh.type_in(
+        "wardcell run -- /bin/sh -c 'echo STAR\"\"TED >&2; read x; echo \"got:$x\"' > out.txt &\n",
+    );
+    sh.wait_for("STARTED");
+    // A line for the shell: it runs it (42), the sandbox never reads it.
+    sh.type_in("echo typed-$((6*7))\n");
+    sh.wait_for("typed-42");
+    sh.wait_for_stopped();
+    // `fg`: now the command reads what is typed.
+    sh.type_in("fg\n");
+    std::thread::sleep(Duration::from_millis(500));
+    sh.type_in("second\n");
+    let out = fx.proj.join("out.txt");
+    let until = Instant::now() + Duration::from_secs(20);
+    while !fs::read_to_string(&out)
+        .unwrap_or_default()
+        .contains("got:")
+    {
+        assert!(Instant::now() < until, "{}", sh.seen());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(fs::read_to_string(&out).unwrap(), "got:second\n");
+    sh.wait_for_prompt_after("fg\r\n");
+    sh.finish(0);
+});
+
+both!(stdout_alone_on_a_terminal_still_gets_a_pty, |fx| {
+    fx.test_config("");
+    let mut sh = Shell::start(&fx);
+    // Before, fd 1 was the caller's terminal: read back through it, the command took the
+    // line typed next. Now it is a pty of the command's own, where nothing is typed.
+    sh.type_in(
+        "wardcell run -- /bin/sh -c 'test -t 0 || echo IN-NOT\"\"-TTY; test -t 1 && echo OUT\"\"-TTY; (sleep 2; kill $$) & read x <&1; echo \"got:$x\"' < /dev/null\n",
+    );
+    sh.wait_for("OUT-TTY");
+    sh.type_in("echo typed-$((6*7))\n");
+    sh.wait_for("typed-42");
+    let seen = sh.seen();
+    assert!(seen.contains("IN-NOT-TTY"), "{seen}");
+    assert!(!seen.contains("got:echo"), "{seen}");
+    sh.finish(0);
+});
+
+both!(
+    a_backgrounded_zone_enter_reading_the_terminal_is_stopped,
+    |fx| {
+        zones_config(&fx);
+        let mut sh = Shell::start(&fx);
+        // Inside the run, a shell with job control starts an entry in the background. What
+        // the user types while the shell sleeps wakes the entry's client, which is stopped
+        // (SIGTTIN) before it reads; the shell then reads the line. Before, the entered
+        // command held the terminal itself and took the line.
+        sh.type_in(concat!(
+        "wardcell run -- /bin/sh -c '",
+        "set -m; wardcell zone enter build -- /bin/sh -c \"echo ENTE\\\"\\\"RED; read x; echo got:\\$x\" & ",
+        "sleep 2; read y; echo \"shell:$y\"; jobs; kill -KILL %1; echo RUN-\"\"DONE'\n"
+    ));
+        sh.wait_for("ENTERED");
+        std::thread::sleep(Duration::from_millis(300));
+        sh.type_in("secret\n");
+        sh.wait_for("shell:secret");
+        sh.wait_for("Stopped");
+        let seen = sh.seen();
+        assert!(!seen.contains("got:secret"), "{seen}");
+        // The run is over when the user's shell prompts again.
+        sh.wait_for_prompt_after("RUN-DONE");
+        sh.finish(0);
+    }
+);
+
+both!(
+    zone_enter_with_stdout_alone_on_a_terminal_gets_a_pty,
+    |fx| {
+        zones_config(&fx);
+        let mut sh = Shell::start(&fx);
+        sh.type_in(concat!(
+        "wardcell run -- /bin/sh -c '",
+        "wardcell zone enter build -- /bin/sh -c \"test -t 1 && echo OUT-\\\"\\\"TTY; (sleep 2; kill \\$\\$) & read x <&1; echo got:\\$x\" < /dev/null; ",
+        "read y; echo \"shell:$y\"'\n"
+    ));
+        sh.wait_for("OUT-TTY");
+        sh.type_in("secret\n");
+        sh.wait_for("shell:secret");
+        let seen = sh.seen();
+        assert!(!seen.contains("got:secret"), "{seen}");
+        sh.wait_for_prompt_after("shell:secret");
+        sh.finish(0);
+    }
+);
+
+/// The state letter of `pid` in /proc (R, S, T, ...), if it is there.
+fn state(pid: u32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Start `wardcell run -- /bin/sh -c SCRIPT` (which stops itself) and wait until its sh
+/// is stopped.
+fn start_stopped(fx: &Fixture, script: &str, tag: &str) -> (Watched, u32) {
+    let mut w = Watched::spawn(fx, fx.cmd(&["run", "--", "/bin/sh", "-c", script]), tag);
+    let sh = w.tree.wait_for("sh", 1)[0].pid;
+    let until = Instant::now() + Duration::from_secs(10);
+    while state(sh) != Some('T') {
+        assert!(Instant::now() < until, "the command did not stop");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let broker = w.tree.broker.pid;
+    (w, broker)
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill with a pid this test spawned and has not reaped.
+    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+}
+
+both!(a_stopped_command_is_ended_by_term_hup_and_int, |fx| {
+    fx.test_config("");
+    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
+        let (w, broker) = start_stopped(&fx, "kill -STOP $$; echo RESUMED", &format!("s{sig}"));
+        let t = Instant::now();
+        signal(broker, sig);
+        // The signal, then SIGCONT: it ends at once, by that signal.
+        let (out, tree): (_, Tree) = w.finish(4);
+        assert!(t.elapsed() < Duration::from_secs(4));
+        assert_eq!(out.code, 128 + sig, "{out:?}");
+        assert!(!out.stdout.contains("RESUMED"), "{out:?}");
+        tree.assert_all_gone();
+    }
+    // One that ignores them is killed when the grace (5 s) is over.
+    let (w, broker) = start_stopped(&fx, "trap '' TERM; kill -STOP $$; sleep 60", "ignoring");
+    let t = Instant::now();
+    signal(broker, libc::SIGTERM);
+    let (out, tree) = w.finish(10);
+    assert!(
+        t.elapsed() >= Duration::from_millis(4500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(out.code, 128 + libc::SIGKILL, "{out:?}");
+    tree.assert_all_gone();
+});
+
+both!(sigcont_to_the_run_is_forwarded, |fx| {
+    fx.test_config("");
+    let (w, broker) = start_stopped(&fx, "kill -STOP $$; echo RESUMED", "cont");
+    signal(broker, libc::SIGCONT);
+    let (out, tree) = w.finish(5);
+    out.ok();
+    assert!(out.stdout.contains("RESUMED"), "{out:?}");
+    tree.assert_all_gone();
+});
+
+both!(
+    a_closed_stdin_or_stdout_stays_closed_through_zone_enter,
+    |fx| {
+        zones_config(&fx);
+        // Before, each became /dev/null for the entered command: writes succeeded, lost.
+        let out = fx.sh(concat!(
+            "wardcell zone enter build -- /bin/echo hi >&-; echo \"out=$?\"; ",
+            "wardcell zone enter build -- /bin/cat <&-; echo \"in=$?\"; ",
+            "wardcell zone enter build -- /bin/echo open"
+        ));
+        out.ok();
+        assert!(out.stdout.contains("out=1"), "{out:?}");
+        assert!(out.stdout.contains("in=1"), "{out:?}");
+        assert!(out.stdout.contains("open"), "{out:?}");
+        assert!(
+            out.stderr
+                .contains("echo: write error: Bad file descriptor")
+                && out.stderr.contains("cat: -: Bad file descriptor"),
+            "{out:?}"
+        );
+    }
+);
+
+both!(
+    a_terminal_that_hangs_up_ends_the_run_even_if_it_ignores_sighup,
+    |fx| {
+        fx.test_config("");
+        // The terminal closes under a command that ignores SIGHUP (or is stopped: the
+        // issue's case). Before, the sandbox stayed for ever; now the hangup is forwarded,
+        // then SIGCONT, then SIGKILL after the grace.
+        let mut master: libc::c_int = -1;
+        let mut slave: libc::c_int = -1;
+        // SAFETY: openpty writes two descriptors; name, termios and size pointers are null.
+        let r = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(r, 0);
+        // Close-on-exec at once: a run another test starts meanwhile must not hold the master.
+        for fd in [master, slave] {
+            // SAFETY: F_SETFD on descriptors we own.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        }
+        // SAFETY: openpty returned two new descriptors that we now own.
+        let (master, slave) = unsafe {
+            (
+                std::os::fd::OwnedFd::from_raw_fd(master),
+                std::os::fd::OwnedFd::from_raw_fd(slave),
+            )
+        };
+        if fx.who == wardcell_tests::As::User && wardcell_tests::is_root() {
+            // SAFETY: fchown on a descriptor we own.
+            unsafe { libc::fchown(slave.as_raw_fd(), fx.uid(), fx.uid()) };
+        }
+        let mut cmd = fx.cmd(&["run", "--", "/bin/sh", "-c", "trap '' HUP; sleep 60"]);
+        cmd.stdin(slave.try_clone().unwrap());
+        // SAFETY: setsid and TIOCSCTTY in the child before exec, as a terminal emulator does.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut w = Watched::spawn(&fx, cmd, "hangup");
+        drop(slave);
+        w.tree.wait_for("sleep", 1);
+        let t = Instant::now();
+        drop(master);
+        let (out, tree) = w.finish(10);
+        assert!(
+            t.elapsed() >= Duration::from_millis(4500),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_ne!(out.code, 0, "{out:?}");
+        tree.assert_all_gone();
+    }
+);
