@@ -2,16 +2,20 @@
 //!
 //! Where `kernel.apparmor_restrict_unprivileged_userns` is 1 (Ubuntu 24.04 and later), a
 //! program may create a user namespace with capabilities in it only under a profile
-//! that grants `userns`. wardcell ships one (packaging/apparmor/wardcell, installed as
-//! [`PROFILE_PATH`]) for the client and the broker, which creates every sandbox's
-//! namespaces. [`advice`] is a pure function of what doctor read, so both cases (the
-//! package's profile installed, or a build from source) are tested here.
+//! that grants `userns`. wardcell ships one (packaging/apparmor/wardcell) for the client
+//! and the broker, which creates every sandbox's namespaces. It needs AppArmor 4, so the
+//! packages install it as [`SHIPPED_PATH`], outside the directory the distribution's
+//! AppArmor service loads whole, and place it at [`PROFILE_PATH`] only where the
+//! installed parser reads it. [`advice`] is a pure function of what doctor read, so
+//! every case (the profile placed, only shipped, or a build from source) is tested here.
 
 use std::path::Path;
 
 /// The sysctl that turns the restriction on.
 pub const RESTRICT_SYSCTL: &str = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns";
-/// Where the packages install the profile.
+/// Where the packages ship the profile (never loaded from there).
+pub const SHIPPED_PATH: &str = "/usr/share/wardcell/apparmor/wardcell";
+/// Where the packages place the profile where AppArmor 4 reads it.
 pub const PROFILE_PATH: &str = "/etc/apparmor.d/wardcell";
 /// The kernel's list of loaded profiles (readable by root only on most systems).
 pub const LOADED_PROFILES: &str = "/sys/kernel/security/apparmor/profiles";
@@ -24,8 +28,10 @@ pub struct Seen<'a> {
     pub restrict: Option<&'a str>,
     /// The list of loaded profiles, if it could be read.
     pub loaded: Option<&'a str>,
-    /// Whether [`PROFILE_PATH`] exists (the package installed it).
+    /// Whether [`PROFILE_PATH`] exists (the package placed it).
     pub profile_installed: bool,
+    /// Whether [`SHIPPED_PATH`] exists (the package is installed).
+    pub profile_shipped: bool,
     /// The client and the broker as doctor found them.
     pub client: &'a Path,
     pub broker: &'a Path,
@@ -62,6 +68,10 @@ pub fn advice(seen: &Seen<'_>) -> Option<Advice> {
         format!(
             "{RESTRICTED}: load the profile the package installed with `sudo apparmor_parser -r {PROFILE_PATH}`"
         )
+    } else if seen.profile_shipped && seen.broker == packaged {
+        format!(
+            "{RESTRICTED}: place the profile the package ships and load it (it needs AppArmor 4) with `sudo cp {SHIPPED_PATH} {PROFILE_PATH} && sudo apparmor_parser -r {PROFILE_PATH}`"
+        )
     } else {
         format!(
             "{RESTRICTED}: copy packaging/apparmor/wardcell from wardcell's source to {PROFILE_PATH}, replace /usr/bin/wardcell in it with {} and /usr/libexec/wardcell/wardcell-broker with {}, then run `sudo apparmor_parser -r {PROFILE_PATH}`",
@@ -86,6 +96,7 @@ mod tests {
             restrict,
             loaded,
             profile_installed: installed,
+            profile_shipped: installed,
             client: Path::new("/usr/bin/wardcell"),
             broker,
         }
@@ -120,6 +131,27 @@ mod tests {
             advice(&seen(Some("1"), Some(loaded), true, b)),
             Some(Advice::Covered(_))
         ));
+    }
+
+    /// Installed where AppArmor 3 was (nothing placed), then the restriction turned on.
+    #[test]
+    fn package_shipped_not_placed_says_place_and_load() {
+        let b = Path::new("/usr/libexec/wardcell/wardcell-broker");
+        let s = Seen {
+            profile_installed: false,
+            ..seen(Some("1\n"), None, true, b)
+        };
+        assert_eq!(
+            advice(&s),
+            Some(Advice::Act("AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1): place the profile the package ships and load it (it needs AppArmor 4) with `sudo cp /usr/share/wardcell/apparmor/wardcell /etc/apparmor.d/wardcell && sudo apparmor_parser -r /etc/apparmor.d/wardcell`".into()))
+        );
+        // Nothing installed at all: the source's advice.
+        let s = Seen {
+            profile_installed: false,
+            profile_shipped: false,
+            ..seen(Some("1"), None, true, b)
+        };
+        assert!(matches!(advice(&s), Some(Advice::Act(t)) if t.contains("from wardcell's source")));
     }
 
     #[test]

@@ -364,6 +364,7 @@ fn userns_settings(r: &mut Report) {
         restrict: restrict.as_deref(),
         loaded: loaded.as_deref(),
         profile_installed: Path::new(apparmor::PROFILE_PATH).exists(),
+        profile_shipped: Path::new(apparmor::SHIPPED_PATH).exists(),
         client: &client,
         broker: &broker,
     }) {
