@@ -754,16 +754,7 @@ fn mask(
             ),
         }
     } else {
-        let null = covers
-            .held_dev
-            .iter()
-            .find(|(n, _)| *n == "null")
-            .map(|(_, f)| f.as_fd())
-            .ok_or_else(|| fail("no /dev/null on this host to mask files with".into()))?;
-        sys::clone_tree(null).and_then(|c| {
-            sys::mount_setattr_fd(c.as_fd(), hard | sys::MOUNT_ATTR_RDONLY, 0, false)?;
-            Ok(c)
-        })
+        covers.null()?
     }
     .map_err(|e| fail(format!("masking {}: {e}", path.display())))?;
     sys::move_mount(cover.as_fd(), shown.as_fd())
@@ -780,13 +771,6 @@ fn mask(
 const PROC_MASKED: [&str; 2] = ["keys", "key-users"];
 
 fn mask_proc_files(proc: &OwnedFd, covers: &Covers<'_>) -> Result<()> {
-    let hard = sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC;
-    let null = covers
-        .held_dev
-        .iter()
-        .find(|(n, _)| *n == "null")
-        .map(|(_, f)| f.as_fd())
-        .ok_or_else(|| fail("no /dev/null on this host to mask files with".into()))?;
     for name in PROC_MASKED {
         let shown = match sys::open_nofollow(Some(proc.as_fd()), Path::new(name)) {
             Ok(f) => f,
@@ -794,11 +778,9 @@ fn mask_proc_files(proc: &OwnedFd, covers: &Covers<'_>) -> Result<()> {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
             Err(e) => return Err(fail(format!("masking /proc/{name}: {e}"))),
         };
-        sys::clone_tree(null)
-            .and_then(|c| {
-                sys::mount_setattr_fd(c.as_fd(), hard | sys::MOUNT_ATTR_RDONLY, 0, false)?;
-                sys::move_mount(c.as_fd(), shown.as_fd())
-            })
+        covers
+            .null()?
+            .and_then(|c| sys::move_mount(c.as_fd(), shown.as_fd()))
             .map_err(|e| fail(format!("masking /proc/{name}: {e}")))?;
     }
     Ok(())
@@ -809,6 +791,24 @@ fn mask_proc_files(proc: &OwnedFd, covers: &Covers<'_>) -> Result<()> {
 struct Covers<'a> {
     held_dev: &'a [(&'a str, OwnedFd)],
     empty: Option<OwnedFd>,
+}
+
+impl Covers<'_> {
+    /// A new read-only bind of the host's /dev/null, to cover one file with; the outer
+    /// error when this host has none, the inner one from the kernel.
+    fn null(&self) -> Result<std::io::Result<OwnedFd>> {
+        let null = self
+            .held_dev
+            .iter()
+            .find(|(n, _)| *n == "null")
+            .map(|(_, f)| f.as_fd())
+            .ok_or_else(|| fail("no /dev/null on this host to mask files with".into()))?;
+        let hard = sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC;
+        Ok(sys::clone_tree(null).and_then(|c| {
+            sys::mount_setattr_fd(c.as_fd(), hard | sys::MOUNT_ATTR_RDONLY, 0, false)?;
+            Ok(c)
+        }))
+    }
 }
 
 /// A bind of one socket or device node, on a read-only mount: connecting, reading and
