@@ -105,11 +105,14 @@ deny = ["~/.codex"]
 network = { allow = ["api.openai.com:443"] }
 env.set = { CODEX_HOME = "~/.local/share/wardcell/codex" }
 
-# A fragment to extend: the package managers' caches and registries.
+# A fragment to extend: package managers with caches of their own (the host's caches
+# are reused without checks by the next build there, so a sandbox must not write them)
+# and their registries.
 [profiles.package-managers]
 extends = "developer-readonly"
-write = ["~/.npm", "~/.cache/pip", "~/.cargo/registry", "~/.cargo/git", "~/go/pkg/mod", "~/.cache/go-build"]
+write = ["~/.local/share/wardcell/pm"]
 network = { allow = ["registry.npmjs.org:443", "pypi.org:443", "files.pythonhosted.org:443", "index.crates.io:443", "static.crates.io:443", "crates.io:443", "proxy.golang.org:443", "sum.golang.org:443"] }
+env.set = { CARGO_HOME = "~/.local/share/wardcell/pm/cargo", GOMODCACHE = "~/.local/share/wardcell/pm/go/mod", GOCACHE = "~/.local/share/wardcell/pm/go/build", GOPATH = "~/.local/share/wardcell/pm/go", npm_config_cache = "~/.local/share/wardcell/pm/npm", PIP_CACHE_DIR = "~/.local/share/wardcell/pm/pip" }
 "#;
 
 /// The profiles in [`BUILTIN_AGENT_PROFILES`].

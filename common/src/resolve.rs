@@ -462,12 +462,22 @@ fn links_on_the_way(path: &Path, out: &mut Vec<(PathBuf, PathBuf)>) {
     }
 }
 
-/// Whether the caller (by its real uid and groups, as a sandbox runs) can neither read
-/// nor write `p`.
+/// Whether no sandbox of the caller's can reach `p` (canonical), so that a mask would
+/// hide nothing: the caller (by its real uid and groups, as a sandbox runs) can neither
+/// read nor write it, nor search it if it is a directory, and owns neither it nor any
+/// directory above it, so it cannot change any of their modes either. Root-only files
+/// for any user but root; never anything in the caller's own trees.
 fn out_of_reach(p: &Path) -> bool {
-    use nix::unistd::{access, AccessFlags};
+    use nix::unistd::{access, AccessFlags, Uid};
+    use std::os::unix::fs::MetadataExt;
+    let me = Uid::current().as_raw();
     let denied = |f| matches!(access(p, f), Err(nix::errno::Errno::EACCES));
-    denied(AccessFlags::R_OK) && denied(AccessFlags::W_OK)
+    let is_dir = p.is_dir();
+    if !(denied(AccessFlags::R_OK) && denied(AccessFlags::W_OK)) || (is_dir && !denied(AccessFlags::X_OK)) {
+        return false;
+    }
+    p.ancestors()
+        .all(|a| std::fs::symlink_metadata(a).is_ok_and(|m| m.uid() != me))
 }
 
 /// Expand and canonicalise each entry; what cannot be goes to `skipped`. Duplicates
