@@ -1035,6 +1035,18 @@ mod tests {
         );
     }
 
+    // Review: a certificate block whose END line is not exactly the marker (indented
+    // here) stays open across the private key that follows, up to the next certificate's
+    // END: the key reaches the sandbox's bundle. A block must end at any other BEGIN
+    // line and hold base64 only.
+    #[test]
+    fn a_key_after_a_malformed_certificate_block_never_reaches_the_bundle() {
+        let text = b"-----BEGIN CERTIFICATE-----\nAAAA\n  -----END CERTIFICATE-----\n-----BEGIN PRIVATE KEY-----\nSECRETKEY\n-----END PRIVATE KEY-----\n-----BEGIN CERTIFICATE-----\nBBBB\n-----END CERTIFICATE-----\n";
+        let got = String::from_utf8(pem_certificates(text)).unwrap();
+        assert!(!got.contains("SECRETKEY"), "{got}");
+        assert!(!got.contains("PRIVATE KEY"), "{got}");
+    }
+
     #[test]
     fn nested_trees_of_one_kind_are_bound_once() {
         let ops = plan(&[
