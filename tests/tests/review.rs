@@ -28,20 +28,28 @@ default = true
 [profiles.locked]
 extends = "developer-readonly"
 read = ["{bin}"]
-deny = ["./locked/key", "./key2"]
+deny = ["./locked/key", "./key2", "~/vault"]
 "#
         ));
         let locked = fx.proj.join("locked");
         fx.write(&locked.join("key"), "TOPSECRET-IN-DIR\n");
         fx.write(&fx.proj.join("key2"), "TOPSECRET-FILE\n");
+        // A directory one may search but neither list nor change (0111): its files are
+        // read by name, in a read-only tree, with no chmod at all.
+        let vault = fx.home.join("vault");
+        fx.write(&vault.join("secret.txt"), "TOPSECRET-BY-NAME\n");
         chmod(&fx.proj.join("key2"), 0o000);
         chmod(&locked, 0o000);
-        let out = fx.sh("chmod 600 key2 2>/dev/null; cat key2 2>/dev/null; \
-         chmod 700 locked 2>/dev/null; cat locked/key 2>/dev/null; true");
+        chmod(&vault, 0o111);
+        let out = fx.sh("cat ~/vault/secret.txt 2>/dev/null; \
+             chmod 600 key2 2>/dev/null; cat key2 2>/dev/null; \
+             chmod 700 locked 2>/dev/null; cat locked/key 2>/dev/null; true");
         // Put things back so that the fixture can be removed.
         chmod(&locked, 0o700);
         chmod(&fx.proj.join("key2"), 0o600);
+        chmod(&vault, 0o700);
         out.ok();
+        assert!(!out.stdout.contains("TOPSECRET-BY-NAME"), "{out:#?}");
         assert!(!out.stdout.contains("TOPSECRET-FILE"), "{out:#?}");
         assert!(!out.stdout.contains("TOPSECRET-IN-DIR"), "{out:#?}");
     }
