@@ -326,7 +326,12 @@ fn resolve_effective(
     let mut links = Vec::new();
     let read = resolve_paths("read", &p.read, home, cwd, &mut skipped, &mut links);
     let write = resolve_paths("write", &p.write, home, cwd, &mut skipped, &mut links);
-    let deny = resolve_paths("deny", &p.deny, home, cwd, &mut skipped, &mut links);
+    let mut deny = resolve_paths("deny", &p.deny, home, cwd, &mut skipped, &mut links);
+    for secret in etc_secrets(&read, &write) {
+        if !deny.contains(&secret) {
+            deny.push(secret);
+        }
+    }
     // "." is where the run started: the home directory or / there is a trap, unless the
     // profile also names it for writing on purpose.
     let explicit = |target: &Path| {
@@ -365,6 +370,73 @@ fn resolve_effective(
         unix_sockets,
         links,
     })
+}
+
+/// Root-only secrets under `/etc`, masked when a profile reads `/etc` whole (all the
+/// built-in profiles do) unless it names one of them, or a directory holding it, itself.
+const ETC_SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh/ssh_host_rsa_key",
+    "/etc/ssh/ssh_host_dsa_key",
+    "/etc/ssh/ssh_host_ecdsa_key",
+    "/etc/ssh/ssh_host_ed25519_key",
+    "/etc/ssl/private",
+    "/etc/pki/tls/private",
+    "/etc/security/opasswd",
+    "/etc/krb5.keytab",
+    "/etc/ipsec.secrets",
+    "/etc/ipsec.d/private",
+    "/etc/ppp/chap-secrets",
+    "/etc/ppp/pap-secrets",
+    "/etc/wireguard",
+    "/etc/NetworkManager/system-connections",
+    "/etc/letsencrypt/archive",
+    "/etc/letsencrypt/live",
+    "/etc/credstore",
+    "/etc/credstore.encrypted",
+    "/etc/libvirt/secrets",
+    "/etc/openvpn/server",
+    "/etc/openvpn/client",
+];
+
+/// Which of [`ETC_SECRETS`] to mask. They are root-only: a caller who cannot read
+/// `/etc/shadow` cannot read them either, so an unprivileged run pays one refused open and
+/// masks nothing. A caller who can (root, or a capability that overrides permissions)
+/// gets each that exists and is not world-readable.
+fn etc_secrets(read: &[PathBuf], write: &[PathBuf]) -> Vec<PathBuf> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let etc = Path::new("/etc");
+    let named: Vec<&PathBuf> = read.iter().chain(write).collect();
+    if !named.iter().any(|p| etc.starts_with(p)) {
+        return Vec::new();
+    }
+    let probe = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open("/etc/shadow");
+    if matches!(&probe, Err(e) if e.kind() == io::ErrorKind::PermissionDenied) {
+        return Vec::new();
+    }
+    drop(probe);
+    ETC_SECRETS
+        .iter()
+        .map(Path::new)
+        .filter(|s| {
+            !named
+                .iter()
+                .any(|n| n.starts_with(etc) && n.as_path() != etc && s.starts_with(n))
+        })
+        .filter(|s| {
+            std::fs::symlink_metadata(s)
+                .is_ok_and(|m| !m.file_type().is_symlink() && m.mode() & 0o004 == 0)
+        })
+        .map(Path::to_path_buf)
+        .collect()
 }
 
 /// `unix_sockets`: `$NAME` from the environment `run` started in, or a path; each must

@@ -570,3 +570,30 @@ both!(a_rewritten_dot_git_file_is_reported, |fx| {
         "{out:?}"
     );
 });
+
+// Root-only secrets under /etc: run as root, the built-in profiles (which read /etc whole)
+// mask them (the host's /dev/null, which cannot be opened); run unprivileged, nothing
+// changes (they are the host's files, which the kernel refuses as before).
+both!(root_only_etc_secrets_are_masked_for_root, |fx| {
+    fx.test_config("");
+    let host = fs::metadata("/etc/shadow").expect("the host has /etc/shadow");
+    assert!(host.len() > 0 && host.permissions().mode() & 0o004 == 0);
+    let out = fx.sh(
+        "for f in /etc/shadow /etc/gshadow; do stat -c %F $f; cat $f >/dev/null 2>&1 || echo refused; done; \
+         cat /etc/passwd > /dev/null && echo passwd",
+    );
+    out.ok();
+    let want = if fx.uid() == 0 {
+        "character special file\nrefused\ncharacter special file\nrefused\npasswd\n"
+    } else {
+        "regular file\nrefused\nregular file\nrefused\npasswd\n"
+    };
+    assert_eq!(out.stdout, want, "{out:?}");
+    // The rule is decided when the plan is made: an unprivileged policy names none of them.
+    let shown = fx.run(&["policy", "show"]);
+    assert_eq!(
+        shown.stdout.contains("/etc/shadow"),
+        fx.uid() == 0,
+        "{shown:?}"
+    );
+});

@@ -62,6 +62,10 @@ pub struct View {
 /// Device nodes every sandbox gets, bound from the host.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
+/// Files of the sandbox's own `/proc` that show the host user's keyrings: masked in
+/// every sandbox.
+const PROC_MASKS: &[&str] = &["/proc/key-users", "/proc/keys"];
+
 /// Hard attributes of every tree bound from the host.
 const TREE_ATTRS: u64 = sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV;
 
@@ -122,6 +126,10 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
         ("/proc".into(), Op::Proc),
         ("/tmp".into(), Op::Tmp),
     ];
+    // The kernel shows every key of the caller's user there (serials, descriptions).
+    for p in PROC_MASKS {
+        ops.push((p.into(), Op::Mask { sockets: vec![] }));
+    }
     let mut protected: Vec<&Path> = Vec::new();
     for e in view {
         let p = e.path.as_path();
@@ -1026,6 +1034,8 @@ mod tests {
                 "/p/.git/config Tree { writable: false }",
                 "/p/.git/hooks Tree { writable: false }",
                 "/proc Proc",
+                "/proc/key-users Mask { sockets: [] }",
+                "/proc/keys Mask { sockets: [] }",
                 "/tmp Tmp",
             ]
         );

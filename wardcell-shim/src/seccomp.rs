@@ -5,7 +5,8 @@
 //! 1. EPERM for syscalls (or argument patterns) a sandbox must never use;
 //! 2. ENOSYS for clone3, whose flags live behind a pointer a filter cannot read, so libc
 //!    falls back to clone(2), whose flags part 1 does check;
-//! 3. EAFNOSUPPORT for socket families other than Unix, IPv4 and IPv6.
+//! 3. EAFNOSUPPORT for socket families other than Unix, IPv4 and IPv6, and for MPTCP
+//!    (Landlock's TCP rules do not cover it).
 //!
 //! Everything not named here is allowed: Landlock, namespaces, read-only mounts and the
 //! dropped capabilities are the other barriers.
@@ -38,9 +39,17 @@ pub const ALLOWED_FAMILIES: &Reasoned<u64> = &[
     (libc::AF_INET6 as u64, "IPv6 (to the proxy on loopback)"),
 ];
 
+/// Socket protocols refused whatever the family, compared on the third argument.
+// On x86_64 read only by the test that checks `COMPILED` against them.
+#[cfg_attr(all(target_arch = "x86_64", not(test)), allow(dead_code))]
+pub const DENIED_PROTOCOLS: &Reasoned<u64> = &[(
+    262, // IPPROTO_MPTCP
+    "MPTCP: Landlock's TCP bind and connect rules do not apply to it",
+)];
+
 /// The sandbox's policy, as one filter: EPERM for what is always refused, for namespace
 /// flags and for the terminal ioctls; ENOSYS for clone3; EAFNOSUPPORT for other socket
-/// families.
+/// families and for MPTCP.
 ///
 /// On x86_64 the program comes compiled ([`COMPILED`], checked against these tables by
 /// the test `the_compiled_filter_is_the_tables`): compiling it cost every sandbox's start
@@ -67,7 +76,9 @@ pub fn compile() -> Result<BpfProgram, String> {
     deny.insert(libc::SYS_unshare, filter::any_flag(0, NAMESPACE_FLAGS));
     deny.insert(libc::SYS_clone, filter::any_flag(0, NAMESPACE_FLAGS));
     deny.insert(libc::SYS_ioctl, filter::equals_any(1, DENIED_IOCTLS));
-    let socket = [(libc::SYS_socket, filter::none_of(0, ALLOWED_FAMILIES))].into();
+    let mut socket_rules = filter::none_of(0, ALLOWED_FAMILIES);
+    socket_rules.extend(filter::equals_any(2, DENIED_PROTOCOLS));
+    let socket = [(libc::SYS_socket, socket_rules)].into();
     let parts = [
         Part {
             rules: deny,
@@ -141,6 +152,7 @@ mod tests {
     fn every_rule_has_a_reason_and_no_duplicates() {
         filter::check_table(DENIED_IOCTLS).unwrap();
         filter::check_table(ALLOWED_FAMILIES).unwrap();
+        filter::check_table(DENIED_PROTOCOLS).unwrap();
     }
 
     /// Numbers above the reviewed table are refused (ENOSYS) by this filter too: the
