@@ -125,9 +125,30 @@ fn survey(cwd: &Path) -> Vec<(PathBuf, Role, Seen, Vec<String>)> {
     };
     let mut dirs = vec![g.clone()];
     // The common directory of a linked worktree holds the shared config and hooks.
-    if let Some(common) = read_small(&g.join("commondir"), 4096) {
-        let c = PathBuf::from(common.trim());
-        dirs.push(if c.is_absolute() { c } else { g.join(c) });
+    if let Some(c) = common_dir(&g) {
+        dirs.push(c);
+    }
+    // Linked worktrees of this repository: git run in one reads its `commondir` (where
+    // the configuration and hooks are), `config.worktree` and `config` here; `gitdir`
+    // says where the worktree is. A common directory named there is watched as well.
+    add(g.join("worktrees"), Role::Pointer, &mut out);
+    let worktrees = entries(&g.join("worktrees"));
+    if worktrees.len() > MAX_ENTRIES {
+        out.push((g.join("worktrees/..."), Role::Hook, Seen::Other, Vec::new()));
+    }
+    for wt in worktrees.into_iter().take(MAX_ENTRIES) {
+        for name in crate::resolve::WORKTREE_FILES {
+            let role = match *name {
+                "commondir" | "gitdir" => Role::Pointer,
+                _ => Role::Config,
+            };
+            add(wt.join(name), role, &mut out);
+        }
+        if let Some(c) = common_dir(&wt) {
+            if c != g && !dirs.contains(&c) && dirs.len() < 64 {
+                dirs.push(c);
+            }
+        }
     }
     // Submodules' git directories, nested up to three levels.
     let mut i = 0;
@@ -159,6 +180,13 @@ fn survey(cwd: &Path) -> Vec<(PathBuf, Role, Seen, Vec<String>)> {
         }
     }
     out
+}
+
+/// The common directory a git directory's `commondir` names, if it has one.
+fn common_dir(g: &Path) -> Option<PathBuf> {
+    let common = read_small(&g.join("commondir"), 4096)?;
+    let c = PathBuf::from(common.trim());
+    Some(if c.is_absolute() { c } else { g.join(c) })
 }
 
 fn is_sample(p: &Path) -> bool {

@@ -324,7 +324,12 @@ fn resolve_effective(
 ) -> Result<ProfilePlan, ResolveError> {
     let mut skipped = Vec::new();
     let mut links = Vec::new();
-    let read = resolve_paths("read", &p.read, home, cwd, &mut skipped, &mut links);
+    let mut read = resolve_paths("read", &p.read, home, cwd, &mut skipped, &mut links);
+    for g in worktree_pointers(&read) {
+        if !read.contains(&g) {
+            read.push(g);
+        }
+    }
     let write = resolve_paths("write", &p.write, home, cwd, &mut skipped, &mut links);
     let mut deny = resolve_paths("deny", &p.deny, home, cwd, &mut skipped, &mut links);
     for secret in etc_secrets(&read, &write) {
@@ -370,6 +375,49 @@ fn resolve_effective(
         unix_sockets,
         links,
     })
+}
+
+/// What a linked worktree's git reads from the main repository's `.git`: the files that
+/// say where its common directory is and its own configuration.
+pub(crate) const WORKTREE_FILES: &[&str] = &["commondir", "gitdir", "config.worktree", "config"];
+
+/// At most this many linked worktrees are protected by read-only binds; the guard's
+/// detection covers the rest.
+const MAX_WORKTREES: usize = 64;
+
+/// For each repository whose `.git/config` a profile names read-only (the built-in
+/// developer profile does), the files of its linked worktrees that exist now
+/// (`.git/worktrees/*/commondir`, `gitdir`, `config.worktree`, `config`) and
+/// `.git/config.worktree`: read-only too, so a sandbox cannot point a worktree's git at
+/// other configuration. What is created during a run is detected (`gitguard`).
+fn worktree_pointers(read: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for r in read {
+        let Some(git) = r.parent() else { continue };
+        if r.file_name() != Some("config".as_ref()) || git.file_name() != Some(".git".as_ref()) {
+            continue;
+        }
+        let plain = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
+        let main = git.join("config.worktree");
+        if plain(&main) {
+            out.push(main);
+        }
+        let Ok(dir) = std::fs::read_dir(git.join("worktrees")) else {
+            continue;
+        };
+        for wt in dir.flatten().take(MAX_WORKTREES) {
+            if !wt.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            for name in WORKTREE_FILES {
+                let f = wt.path().join(name);
+                if plain(&f) {
+                    out.push(f);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Root-only secrets under `/etc`, masked when a profile reads `/etc` whole (all the
