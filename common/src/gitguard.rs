@@ -144,8 +144,13 @@ fn survey(cwd: &Path) -> Vec<(PathBuf, Role, Seen, Vec<String>)> {
             };
             add(wt.join(name), role, &mut out);
         }
+        // Usually `../..`, the main git directory itself: compared by where it leads.
         if let Some(c) = common_dir(&wt) {
-            if c != g && !dirs.contains(&c) && dirs.len() < 64 {
+            let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+                (Ok(x), Ok(y)) => x == y,
+                _ => a == b,
+            };
+            if !dirs.iter().any(|d| same(d, &c)) && dirs.len() < 64 {
                 dirs.push(c);
             }
         }
@@ -460,6 +465,48 @@ mod tests {
         .unwrap();
         let got = changes(&w);
         assert_eq!(got.len(), 3, "{got:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn linked_worktrees_are_watched_and_their_common_dir_too() {
+        let dir = tmp("worktrees");
+        std::fs::create_dir_all(dir.join(".git/worktrees/wt")).unwrap();
+        std::fs::write(dir.join(".git/config"), "[core]\n").unwrap();
+        std::fs::write(dir.join(".git/worktrees/wt/commondir"), "../..\n").unwrap();
+        let w = watch(&dir, true).unwrap();
+        // The usual `../..` is the main git directory, surveyed once.
+        let once = survey(&dir)
+            .iter()
+            .filter(|(p, ..)| p.ends_with("config") && p.parent().unwrap().ends_with("wt/../.."))
+            .count();
+        assert_eq!(once, 0);
+        assert!(changes(&w).is_empty(), "{:?}", changes(&w));
+        std::fs::create_dir_all(dir.join("planted")).unwrap();
+        std::fs::write(dir.join("planted/config"), "[core]\nfsmonitor = x\n").unwrap();
+        std::fs::create_dir_all(dir.join(".git/worktrees/evil")).unwrap();
+        std::fs::write(
+            dir.join(".git/worktrees/evil/commondir"),
+            "../../../planted\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join(".git/worktrees/wt/config.worktree"),
+            "[alias]\nx = !y\n",
+        )
+        .unwrap();
+        let got = changes(&w);
+        assert!(got.iter().any(|l| l.contains("evil/commondir")), "{got:?}");
+        assert!(
+            got.iter()
+                .any(|l| l.contains("wt/config.worktree\" (alias.x)")),
+            "{got:?}"
+        );
+        assert!(
+            got.iter()
+                .any(|l| l.contains("planted/config\" (core.fsmonitor)")),
+            "{got:?}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
