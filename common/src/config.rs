@@ -35,16 +35,6 @@ default = true
 pub const BUILTIN_PROFILES: &str = r#"
 [profiles.base]
 read = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc", "/opt"]
-# Root-only secrets under /etc: masked where you can read them (run as root); where you
-# cannot, left out, since a sandbox running as you cannot read them either.
-deny = [
-    "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
-    "/etc/sudoers.d", "/etc/ssh/ssh_host_rsa_key", "/etc/ssh/ssh_host_ecdsa_key",
-    "/etc/ssh/ssh_host_ed25519_key", "/etc/ssh/ssh_host_dsa_key", "/etc/ssl/private",
-    "/etc/pki/tls/private", "/etc/security/opasswd", "/etc/NetworkManager/system-connections",
-    "/etc/wireguard", "/etc/ppp/chap-secrets", "/etc/ppp/pap-secrets", "/etc/ipsec.secrets",
-    "/etc/krb5.keytab", "/etc/mysql/debian.cnf", "/etc/libvirt/secrets",
-]
 env.deny = [
     "*_TOKEN", "*_TOKENS", "*_SECRET", "*_SECRETS", "*_SECRET_KEY", "*_PASSWORD",
     "*_PASSWD", "*_PASSPHRASE", "*_API_KEY", "*_APIKEY", "*_ACCESS_KEY",

@@ -125,9 +125,35 @@ fn survey(cwd: &Path) -> Vec<(PathBuf, Role, Seen, Vec<String>)> {
     };
     let mut dirs = vec![g.clone()];
     // The common directory of a linked worktree holds the shared config and hooks.
-    if let Some(common) = read_small(&g.join("commondir"), 4096) {
-        let c = PathBuf::from(common.trim());
-        dirs.push(if c.is_absolute() { c } else { g.join(c) });
+    if let Some(c) = common_dir(&g) {
+        dirs.push(c);
+    }
+    // Linked worktrees of this repository: git run in one reads its `commondir` (where
+    // the configuration and hooks are), `config.worktree` and `config` here; `gitdir`
+    // says where the worktree is. A common directory named there is watched as well.
+    add(g.join("worktrees"), Role::Pointer, &mut out);
+    let worktrees = entries(&g.join("worktrees"));
+    if worktrees.len() > MAX_ENTRIES {
+        out.push((g.join("worktrees/..."), Role::Hook, Seen::Other, Vec::new()));
+    }
+    for wt in worktrees.into_iter().take(MAX_ENTRIES) {
+        for name in crate::resolve::WORKTREE_FILES {
+            let role = match *name {
+                "commondir" | "gitdir" => Role::Pointer,
+                _ => Role::Config,
+            };
+            add(wt.join(name), role, &mut out);
+        }
+        // Usually `../..`, the main git directory itself: compared by where it leads.
+        if let Some(c) = common_dir(&wt) {
+            let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+                (Ok(x), Ok(y)) => x == y,
+                _ => a == b,
+            };
+            if !dirs.iter().any(|d| same(d, &c)) && dirs.len() < 64 {
+                dirs.push(c);
+            }
+        }
     }
     // Submodules' git directories, nested up to three levels.
     let mut i = 0;
@@ -159,6 +185,13 @@ fn survey(cwd: &Path) -> Vec<(PathBuf, Role, Seen, Vec<String>)> {
         }
     }
     out
+}
+
+/// The common directory a git directory's `commondir` names, if it has one.
+fn common_dir(g: &Path) -> Option<PathBuf> {
+    let common = read_small(&g.join("commondir"), 4096)?;
+    let c = PathBuf::from(common.trim());
+    Some(if c.is_absolute() { c } else { g.join(c) })
 }
 
 fn is_sample(p: &Path) -> bool {
@@ -432,6 +465,48 @@ mod tests {
         .unwrap();
         let got = changes(&w);
         assert_eq!(got.len(), 3, "{got:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn linked_worktrees_are_watched_and_their_common_dir_too() {
+        let dir = tmp("worktrees");
+        std::fs::create_dir_all(dir.join(".git/worktrees/wt")).unwrap();
+        std::fs::write(dir.join(".git/config"), "[core]\n").unwrap();
+        std::fs::write(dir.join(".git/worktrees/wt/commondir"), "../..\n").unwrap();
+        let w = watch(&dir, true).unwrap();
+        // The usual `../..` is the main git directory, surveyed once.
+        let once = survey(&dir)
+            .iter()
+            .filter(|(p, ..)| p.ends_with("config") && p.parent().unwrap().ends_with("wt/../.."))
+            .count();
+        assert_eq!(once, 0);
+        assert!(changes(&w).is_empty(), "{:?}", changes(&w));
+        std::fs::create_dir_all(dir.join("planted")).unwrap();
+        std::fs::write(dir.join("planted/config"), "[core]\nfsmonitor = x\n").unwrap();
+        std::fs::create_dir_all(dir.join(".git/worktrees/evil")).unwrap();
+        std::fs::write(
+            dir.join(".git/worktrees/evil/commondir"),
+            "../../../planted\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join(".git/worktrees/wt/config.worktree"),
+            "[alias]\nx = !y\n",
+        )
+        .unwrap();
+        let got = changes(&w);
+        assert!(got.iter().any(|l| l.contains("evil/commondir")), "{got:?}");
+        assert!(
+            got.iter()
+                .any(|l| l.contains("wt/config.worktree\" (alias.x)")),
+            "{got:?}"
+        );
+        assert!(
+            got.iter()
+                .any(|l| l.contains("planted/config\" (core.fsmonitor)")),
+            "{got:?}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -58,6 +58,9 @@ pub enum ResolveError {
     /// A `--read`, `--write`, `--deny` or `--allow` of `run` or `policy show` that cannot
     /// be applied (the message names the flag).
     Override(String),
+    /// A `deny` entry that cannot be reached to be masked (permission denied on the
+    /// way): a sandbox running as the caller could change a mode it owns and read it.
+    Unmaskable { profile: String, entry: String },
     /// A write entry "." that is the home directory or `/` only because the run started
     /// there.
     WriteTrap {
@@ -100,6 +103,10 @@ impl fmt::Display for ResolveError {
                 known.join(", ")
             ),
             ResolveError::Override(why) => f.write_str(why),
+            ResolveError::Unmaskable { profile, entry } => write!(
+                f,
+                "profile '{profile}' denies {entry:?}, which cannot be reached to mask it (permission denied on the way); a sandbox running as you could change the mode of a directory you own and read it: make the directories above it searchable by you (chmod u+x), or remove the entry"
+            ),
             ResolveError::WriteTrap {
                 profile,
                 path,
@@ -325,9 +332,28 @@ fn resolve_effective(
 ) -> Result<ProfilePlan, ResolveError> {
     let mut skipped = Vec::new();
     let mut links = Vec::new();
-    let read = resolve_paths("read", &p.read, home, cwd, &mut skipped, &mut links);
+    let mut read = resolve_paths("read", &p.read, home, cwd, &mut skipped, &mut links);
+    for g in worktree_pointers(&read) {
+        if !read.contains(&g) {
+            read.push(g);
+        }
+    }
     let write = resolve_paths("write", &p.write, home, cwd, &mut skipped, &mut links);
-    let deny = resolve_paths("deny", &p.deny, home, cwd, &mut skipped, &mut links);
+    let mut deny = resolve_paths("deny", &p.deny, home, cwd, &mut skipped, &mut links);
+    if let Some(s) = skipped
+        .iter()
+        .find(|s| s.rule == "deny" && s.reason.contains("permission denied"))
+    {
+        return Err(ResolveError::Unmaskable {
+            profile: p.name.clone(),
+            entry: s.path.clone(),
+        });
+    }
+    for secret in etc_secrets(&read, &write) {
+        if !deny.contains(&secret) {
+            deny.push(secret);
+        }
+    }
     // "." is where the run started: the home directory or / there is a trap, unless the
     // profile also names it for writing on purpose.
     let explicit = |target: &Path| {
@@ -381,6 +407,116 @@ fn home_value(value: String, home: &Path) -> String {
         Some(rest) if rest.starts_with('/') => format!("{}{rest}", home.to_string_lossy()),
         _ => value,
     }
+}
+
+/// What a linked worktree's git reads from the main repository's `.git`: the files that
+/// say where its common directory is and its own configuration.
+pub(crate) const WORKTREE_FILES: &[&str] = &["commondir", "gitdir", "config.worktree", "config"];
+
+/// At most this many linked worktrees are protected by read-only binds; the guard's
+/// detection covers the rest.
+const MAX_WORKTREES: usize = 64;
+
+/// For each repository whose `.git/config` a profile names read-only (the built-in
+/// developer profile does), the files of its linked worktrees that exist now
+/// (`.git/worktrees/*/commondir`, `gitdir`, `config.worktree`, `config`) and
+/// `.git/config.worktree`: read-only too, so a sandbox cannot point a worktree's git at
+/// other configuration. What is created during a run is detected (`gitguard`).
+fn worktree_pointers(read: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for r in read {
+        let Some(git) = r.parent() else { continue };
+        if r.file_name() != Some("config".as_ref()) || git.file_name() != Some(".git".as_ref()) {
+            continue;
+        }
+        let plain = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
+        let main = git.join("config.worktree");
+        if plain(&main) {
+            out.push(main);
+        }
+        let Ok(dir) = std::fs::read_dir(git.join("worktrees")) else {
+            continue;
+        };
+        for wt in dir.flatten().take(MAX_WORKTREES) {
+            if !wt.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            for name in WORKTREE_FILES {
+                let f = wt.path().join(name);
+                if plain(&f) {
+                    out.push(f);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Root-only secrets under `/etc`, masked when a profile reads `/etc` whole (all the
+/// built-in profiles do) unless it names one of them, or a directory holding it, itself.
+const ETC_SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh/ssh_host_rsa_key",
+    "/etc/ssh/ssh_host_dsa_key",
+    "/etc/ssh/ssh_host_ecdsa_key",
+    "/etc/ssh/ssh_host_ed25519_key",
+    "/etc/ssl/private",
+    "/etc/pki/tls/private",
+    "/etc/security/opasswd",
+    "/etc/krb5.keytab",
+    "/etc/ipsec.secrets",
+    "/etc/ipsec.d/private",
+    "/etc/ppp/chap-secrets",
+    "/etc/ppp/pap-secrets",
+    "/etc/wireguard",
+    "/etc/NetworkManager/system-connections",
+    "/etc/letsencrypt/archive",
+    "/etc/letsencrypt/live",
+    "/etc/credstore",
+    "/etc/credstore.encrypted",
+    "/etc/libvirt/secrets",
+    "/etc/openvpn/server",
+    "/etc/openvpn/client",
+];
+
+/// Which of [`ETC_SECRETS`] to mask. They are root-only: a caller who cannot read
+/// `/etc/shadow` cannot read them either, so an unprivileged run pays one refused open and
+/// masks nothing. A caller who can (root, or a capability that overrides permissions)
+/// gets each that exists and is not world-readable.
+fn etc_secrets(read: &[PathBuf], write: &[PathBuf]) -> Vec<PathBuf> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let etc = Path::new("/etc");
+    let named: Vec<&PathBuf> = read.iter().chain(write).collect();
+    if !named.iter().any(|p| etc.starts_with(p)) {
+        return Vec::new();
+    }
+    let probe = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open("/etc/shadow");
+    if matches!(&probe, Err(e) if e.kind() == io::ErrorKind::PermissionDenied) {
+        return Vec::new();
+    }
+    drop(probe);
+    ETC_SECRETS
+        .iter()
+        .map(Path::new)
+        .filter(|s| {
+            !named
+                .iter()
+                .any(|n| n.starts_with(etc) && n.as_path() != etc && s.starts_with(n))
+        })
+        .filter(|s| {
+            std::fs::symlink_metadata(s)
+                .is_ok_and(|m| !m.file_type().is_symlink() && m.mode() & 0o004 == 0)
+        })
+        .map(Path::to_path_buf)
+        .collect()
 }
 
 /// `unix_sockets`: `$NAME` from the environment `run` started in, or a path; each must
@@ -462,24 +598,6 @@ fn links_on_the_way(path: &Path, out: &mut Vec<(PathBuf, PathBuf)>) {
     }
 }
 
-/// Whether no sandbox of the caller's can reach `p` (canonical), so that a mask would
-/// hide nothing: the caller (by its real uid and groups, as a sandbox runs) can neither
-/// read nor write it, nor search it if it is a directory, and owns neither it nor any
-/// directory above it, so it cannot change any of their modes either. Root-only files
-/// for any user but root; never anything in the caller's own trees.
-fn out_of_reach(p: &Path) -> bool {
-    use nix::unistd::{access, AccessFlags, Uid};
-    use std::os::unix::fs::MetadataExt;
-    let me = Uid::current().as_raw();
-    let denied = |f| matches!(access(p, f), Err(nix::errno::Errno::EACCES));
-    let is_dir = p.is_dir();
-    if !(denied(AccessFlags::R_OK) && denied(AccessFlags::W_OK)) || (is_dir && !denied(AccessFlags::X_OK)) {
-        return false;
-    }
-    p.ancestors()
-        .all(|a| std::fs::symlink_metadata(a).is_ok_and(|m| m.uid() != me))
-}
-
 /// Expand and canonicalise each entry; what cannot be goes to `skipped`. Duplicates
 /// (after canonicalisation) are dropped, first one kept; sets remember what is in, so a
 /// list of 200,000 entries is not 200,000² comparisons.
@@ -506,13 +624,6 @@ fn resolve_paths(
                 }
                 _ => format!("cannot be resolved: {e}"),
             })?;
-            // A mask hides what the sandbox, running as you, could read or change: what
-            // you can do neither with needs none (root-only files, unless run as root).
-            if rule == "deny" && out_of_reach(&c) {
-                return Err(
-                    "you can neither read nor write it, so no sandbox can: no mask needed".into(),
-                );
-            }
             // Only a path that is not its own canonical form has a link on the way.
             if c != p {
                 links_on_the_way(&p, links);

@@ -68,6 +68,15 @@ impl Rules {
                     .into(),
             ));
         }
+        // Only what lies in the profile's own trees is told (the sandbox could see that
+        // it is masked anyway); never the paths of other zones' credential files.
+        masked.retain(|(m, _)| {
+            profile
+                .read
+                .iter()
+                .chain(&profile.write)
+                .any(|t| m.starts_with(t))
+        });
         Rules {
             zone: zone.map(str::to_string),
             profile: profile.name.clone(),
@@ -201,8 +210,17 @@ const OWN: [(&str, u8, &str); 3] = [
     ("/proc", 6, "every sandbox has a /proc of its own, showing only its own processes"),
 ];
 
+/// Files of every sandbox's own /proc covered all the same (they show the host's keys).
+const PROC_MASKED: [&str; 2] = ["/proc/keys", "/proc/key-users"];
+
 fn decide_path(rules: &Rules, path: &Path, write: bool) -> Verdict {
     let q = |p: &Path| format!("{:?}", p.display().to_string());
+    if PROC_MASKED.iter().any(|m| path == Path::new(m)) {
+        return no(format!(
+            "{} is masked in every sandbox: it would list the host's keys",
+            q(path)
+        ));
+    }
     if let Some((m, why)) = rules.masked.iter().find(|(m, _)| path.starts_with(m)) {
         let named = rules.unix_sockets.iter().any(|s| s.starts_with(m));
         if !named || !why.starts_with("where host services") {
@@ -240,7 +258,10 @@ fn decide_path(rules: &Rules, path: &Path, write: bool) -> Verdict {
     match (kind, write) {
         (0, _) => no(format!("{} is masked by `deny`", q(tree))),
         (3, _) => yes(format!("{} is a host socket `unix_sockets` names", q(tree))),
-        (1, false) => yes(format!("inside the `read` tree {}", q(tree))),
+        (1, false) => yes(format!(
+            "inside the `read` tree {} (the file's own permissions still apply)",
+            q(tree)
+        )),
         (1, true) => {
             let within = rules
                 .write
@@ -255,7 +276,10 @@ fn decide_path(rules: &Rules, path: &Path, write: bool) -> Verdict {
                 None => no(format!("read-only: inside the `read` tree {}", q(tree))),
             }
         }
-        (2, _) => yes(format!("inside the `write` tree {}", q(tree))),
+        (2, _) => yes(format!(
+            "inside the `write` tree {} (the file's own permissions still apply)",
+            q(tree)
+        )),
         (k, _) => {
             let what = OWN
                 .iter()

@@ -117,7 +117,7 @@ pub enum As {
 }
 
 impl As {
-    fn ids(self) -> Option<(u32, u32)> {
+    pub fn ids(self) -> Option<(u32, u32)> {
         match self {
             As::User if is_root() => Some((test_uid(), test_uid())),
             _ => None,

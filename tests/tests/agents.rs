@@ -442,3 +442,27 @@ both!(agent_profiles_are_shown_without_a_configuration, |fx| {
     // Nothing is made by showing: only `run` makes the state directories.
     assert!(!fx.home.join(".local/share/wardcell").exists());
 });
+
+// A link where sandboxes keep their state (which a sandbox that writes ~/.local/share
+// could plant) is refused, in words, before anything starts: followed, it would give
+// the agent's sandbox the directory it points at (here git's configuration).
+both!(a_linked_state_directory_is_refused, |fx| {
+    fx.test_config("");
+    let git = fx.home.join(".config/git");
+    fx.write(&git.join("config"), "[core]\n");
+    let share = fx.home.join(".local/share");
+    std::fs::create_dir_all(&share).unwrap();
+    std::os::unix::fs::symlink(&git, share.join("wardcell")).unwrap();
+    fx.own(&fx.home);
+    let out = fx.run(&["run", "--profile", "claude-code", "--", "/bin/true"]);
+    out.expect_code(1);
+    assert!(
+        out.stderr
+            .contains("is a symbolic link; sandboxes keep their state under"),
+        "{out:#?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(git.join("config")).unwrap(),
+        "[core]\n"
+    );
+});

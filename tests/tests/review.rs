@@ -48,10 +48,31 @@ deny = ["./locked/key", "./key2", "~/vault"]
         chmod(&locked, 0o700);
         chmod(&fx.proj.join("key2"), 0o600);
         chmod(&vault, 0o700);
-        out.ok();
         assert!(!out.stdout.contains("TOPSECRET-BY-NAME"), "{out:#?}");
         assert!(!out.stdout.contains("TOPSECRET-FILE"), "{out:#?}");
         assert!(!out.stdout.contains("TOPSECRET-IN-DIR"), "{out:#?}");
+        // Without the unreachable entry, the run goes on and both others stay masked.
+        fx.config(&format!(
+            "[zones.agent]\nprofile = \"locked\"\ndefault = true\n[profiles.locked]\nextends = \"developer-readonly\"\nread = [\"{bin}\"]\ndeny = [\"./key2\", \"~/vault\"]\n"
+        ));
+        chmod(&fx.proj.join("key2"), 0o000);
+        chmod(&vault, 0o111);
+        let two = fx.sh("cat ~/vault/secret.txt 2>/dev/null; \
+             chmod 600 key2 2>/dev/null; cat key2 2>/dev/null; true");
+        chmod(&fx.proj.join("key2"), 0o600);
+        chmod(&vault, 0o700);
+        two.ok();
+        assert!(!two.stdout.contains("TOPSECRET"), "{two:#?}");
+        // A deny entry below a directory the caller cannot search cannot be masked: the
+        // run is refused, in words (root searches it, masks it, and runs).
+        if out.code != 0 {
+            assert_eq!(out.code, 1, "{out:#?}");
+            assert!(
+                out.stderr
+                    .contains("denies \"./locked/key\", which cannot be reached to mask it"),
+                "{out:#?}"
+            );
+        }
     }
 );
 

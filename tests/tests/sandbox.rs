@@ -272,6 +272,48 @@ both!(dangerous_syscalls_and_families_are_refused, |fx| {
     assert_eq!(out.code, 159, "{out:?}");
 });
 
+// MPTCP is TCP to the network but not to Landlock: its sockets are refused outright,
+// whatever the family; plain TCP still works.
+both!(mptcp_sockets_are_refused, |fx| {
+    fx.test_config("");
+    for family in ["2", "10"] {
+        let out = fx.probe(&["socket-proto", family, "262"]);
+        assert!(
+            out.stdout.starts_with("err EAFNOSUPPORT"),
+            "family {family}: {out:?}"
+        );
+        fx.probe(&["socket-proto", family, "6"]).ok();
+    }
+});
+
+// The sandbox's /proc does not list the host user's keys: /proc/keys and /proc/key-users
+// are masks there (the host's /dev/null, a character device, that cannot be opened), not
+// the kernel's regular files.
+both!(proc_keys_are_masked, |fx| {
+    fx.test_config("");
+    let host = std::fs::symlink_metadata("/proc/keys").expect("the host has /proc/keys");
+    assert!(host.file_type().is_file());
+    let out = fx.sh(
+        "for f in /proc/keys /proc/key-users; do stat -c \"$f %F\" $f; cat $f 2>/dev/null; done; \
+         echo x > /proc/keys 2>/dev/null && echo written; true",
+    );
+    out.ok();
+    assert_eq!(
+        out.stdout.split_whitespace().collect::<Vec<_>>(),
+        [
+            "/proc/keys",
+            "character",
+            "special",
+            "file",
+            "/proc/key-users",
+            "character",
+            "special",
+            "file",
+        ],
+        "{out:?}"
+    );
+});
+
 both!(syscalls_newer_than_the_table_get_enosys, |fx| {
     fx.test_config("");
     let p = fx.bin.join("wardcell-probe");

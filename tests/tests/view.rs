@@ -570,3 +570,153 @@ both!(a_rewritten_dot_git_file_is_reported, |fx| {
         "{out:?}"
     );
 });
+
+// Root-only secrets under /etc: run as root, the built-in profiles (which read /etc whole)
+// mask them (the host's /dev/null, which cannot be opened); run unprivileged, nothing
+// changes (they are the host's files, which the kernel refuses as before).
+both!(root_only_etc_secrets_are_masked_for_root, |fx| {
+    fx.test_config("");
+    let host = fs::metadata("/etc/shadow").expect("the host has /etc/shadow");
+    assert!(host.len() > 0 && host.permissions().mode() & 0o004 == 0);
+    let out = fx.sh(
+        "for f in /etc/shadow /etc/gshadow; do stat -c %F $f; cat $f >/dev/null 2>&1 || echo refused; done; \
+         cat /etc/passwd > /dev/null && echo passwd",
+    );
+    out.ok();
+    let want = if fx.uid() == 0 {
+        "character special file\nrefused\ncharacter special file\nrefused\npasswd\n"
+    } else {
+        "regular file\nrefused\nregular file\nrefused\npasswd\n"
+    };
+    assert_eq!(out.stdout, want, "{out:?}");
+    // The rule is decided when the plan is made: an unprivileged policy names none of them.
+    let shown = fx.run(&["policy", "show"]);
+    assert_eq!(
+        shown.stdout.contains("/etc/shadow"),
+        fx.uid() == 0,
+        "{shown:?}"
+    );
+});
+
+/// Real git on the host, as the fixture's user, with no system or user configuration.
+fn host_git(fx: &Fixture, dir: &Path, args: &[&str]) -> Out {
+    use std::os::unix::process::CommandExt;
+    let mut c = std::process::Command::new("git");
+    c.args(["-c", "user.name=t", "-c", "user.email=t@example.org"])
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", &fx.home)
+        .env("GIT_CONFIG_NOSYSTEM", "1");
+    if let Some((uid, gid)) = fx.who.ids() {
+        c.uid(uid).gid(gid);
+    }
+    c.output().expect("git").into()
+}
+
+/// The project as a git repository with a linked worktree `wt` beside it, and a program
+/// that leaves `outside/pwned` when git runs it. Returns the worktree and the program.
+fn repo_with_worktree(fx: &Fixture) -> (PathBuf, PathBuf) {
+    host_git(fx, &fx.proj, &["init", "-q"]).ok();
+    host_git(
+        fx,
+        &fx.proj,
+        &["commit", "-q", "--allow-empty", "-m", "one"],
+    )
+    .ok();
+    let wt = fx.home.join("wt");
+    host_git(
+        fx,
+        &fx.proj,
+        &["worktree", "add", "-q", wt.to_str().unwrap()],
+    )
+    .ok();
+    let program = fx.outside.join("fsmonitor");
+    fx.write(
+        &program,
+        &format!("#!/bin/sh\ntouch {}/pwned\n", fx.outside.display()),
+    );
+    fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).unwrap();
+    (wt, program)
+}
+
+/// `git status` in the worktree on the host runs no planted program; and git here does run
+/// a configured fsmonitor (so that the first check can fail).
+fn assert_git_runs_nothing_planted(fx: &Fixture, wt: &Path, program: &Path) {
+    host_git(fx, wt, &["status", "--short"]).ok();
+    let pwned = fx.outside.join("pwned");
+    assert!(!pwned.exists(), "git ran the planted program");
+    let fsmonitor = format!("core.fsmonitor={}", program.display());
+    host_git(fx, wt, &["-c", &fsmonitor, "status", "--short"]).ok();
+    assert!(pwned.exists(), "this git runs a configured fsmonitor");
+}
+
+// A sandbox that writes the project cannot repoint a linked worktree's commondir (or its
+// gitdir) at a planted common directory whose config runs a program: the files are bound
+// read-only and their directory pinned.
+both!(a_linked_worktrees_commondir_cannot_be_repointed, |fx| {
+    fx.test_config("");
+    let (wt, program) = repo_with_worktree(&fx);
+    let out = fx.sh(&format!(
+        "cp -r .git planted && printf '[core]\\n\\tfsmonitor = {}\\n' >> planted/config && \
+         {{ printf \"$PWD/planted\\n\" > .git/worktrees/wt/commondir && echo repointed; \
+         printf '/elsewhere\\n' > .git/worktrees/wt/gitdir && echo gitdir-written; \
+         mv .git/worktrees/wt .git/worktrees/old && echo wt-moved; \
+         mv .git/worktrees .git/old && echo worktrees-moved; true; }}",
+        program.display()
+    ));
+    out.ok();
+    for bad in ["repointed", "gitdir-written", "wt-moved", "worktrees-moved"] {
+        assert!(!out.stdout.contains(bad), "{bad}: {out:?}");
+    }
+    assert_eq!(
+        fs::read_to_string(fx.proj.join(".git/worktrees/wt/commondir")).unwrap(),
+        "../..\n"
+    );
+    assert_git_runs_nothing_planted(&fx, &wt, &program);
+});
+
+// The same for a worktree's own configuration (read when extensions.worktreeConfig is on).
+both!(a_linked_worktrees_config_worktree_cannot_be_written, |fx| {
+    fx.test_config("");
+    let (wt, program) = repo_with_worktree(&fx);
+    host_git(
+        &fx,
+        &fx.proj,
+        &["config", "extensions.worktreeConfig", "true"],
+    )
+    .ok();
+    host_git(&fx, &wt, &["config", "--worktree", "status.short", "false"]).ok();
+    let out = fx.sh(&format!(
+        "printf '[core]\\n\\tfsmonitor = {}\\n' >> .git/worktrees/wt/config.worktree && echo written; true",
+        program.display()
+    ));
+    out.ok();
+    assert!(!out.stdout.contains("written"), "{out:?}");
+    assert_git_runs_nothing_planted(&fx, &wt, &program);
+});
+
+// A worktree directory made during the run cannot be prevented (the kernel cannot forbid
+// names inside a writable tree): it is detected, reported, and zone entries are refused.
+both!(
+    a_worktree_made_during_the_run_is_reported_and_stops_entries,
+    |fx| {
+        two_zones(&fx);
+        fx.write(&fx.proj.join(".git/config"), "[core]\n\tbare = false\n");
+        let out = fx.sh(
+        "mkdir -p planted .git/worktrees/evil && printf \"$PWD/planted\\n\" > .git/worktrees/evil/commondir && \
+         printf '/elsewhere/.git\\n' > .git/worktrees/evil/gitdir && \
+         wardcell zone enter build -- true; echo rc=$?",
+    );
+        assert!(out.stdout.contains("rc=1"), "the entry is refused: {out:?}");
+        let warnings: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("warning: "))
+            .collect();
+        for name in ["worktrees/evil/commondir", "worktrees/evil/gitdir"] {
+            assert!(warnings.iter().any(|w| w.contains(name)), "{name}: {out:?}");
+        }
+    }
+);

@@ -64,6 +64,7 @@ check --read /etc/hostname
 check --write /usr/lib/os-release
 check --write /tmp/scratch
 check --read /nowhere-in-the-view/x
+check --read /proc/keys
 wardcell zone why ~/.ssh/id_ed25519
 wardcell zone why --write ~/out/f
 wardcell zone why git.example.com:443; echo "rc=$?"
@@ -78,7 +79,7 @@ wardcell zone why nohost; echo "usage=$?"
         .lines()
         .filter(|l| l.starts_with("check "))
         .collect();
-    assert_eq!(checks.len(), 9, "{out:#?}");
+    assert_eq!(checks.len(), 10, "{out:#?}");
     for line in &checks {
         let why = line
             .split("why=")

@@ -60,7 +60,8 @@ pub const SYSTEM_ROOTS: &[&str] = &[
 ];
 
 /// What a sandbox's CA bundle is made of: the distribution's bundle, then each file a CA
-/// variable of the host environment `env` names (a corporate CA, say), each once. Only
+/// variable of the host environment `env` names (a corporate CA, say), each once, when
+/// named without a symbolic link on the way. Only
 /// their certificates go into the bundle (the shim keeps nothing else of them).
 pub fn ca_files(env: &[(String, String)], exists: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = SYSTEM_ROOTS
@@ -74,7 +75,10 @@ pub fn ca_files(env: &[(String, String)], exists: &dyn Fn(&Path) -> bool) -> Vec
             .iter()
             .find(|(n, _)| n == k)
             .map(|(_, v)| PathBuf::from(v));
-        if let Some(p) = named.filter(|p| p.is_absolute() && exists(p)) {
+        // A link on the way (one a sandbox may have planted in a tree it writes) is not
+        // followed: the file must be named as it is.
+        let as_named = |p: &PathBuf| std::fs::canonicalize(p).is_ok_and(|c| &c == p);
+        if let Some(p) = named.filter(|p| p.is_absolute() && exists(p) && as_named(p)) {
             if !out.contains(&p) {
                 out.push(p);
             }

@@ -63,6 +63,10 @@ pub struct View {
 /// Device nodes every sandbox gets, bound from the host.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
+/// Files of the sandbox's own `/proc` that show the host user's keyrings: masked in
+/// every sandbox.
+const PROC_MASKS: &[&str] = &["/proc/key-users", "/proc/keys"];
+
 /// Hard attributes of every tree bound from the host.
 const TREE_ATTRS: u64 = sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV;
 
@@ -123,6 +127,10 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
         ("/proc".into(), Op::Proc),
         ("/tmp".into(), Op::Tmp),
     ];
+    // The kernel shows every key of the caller's user there (serials, descriptions).
+    for p in PROC_MASKS {
+        ops.push((p.into(), Op::Mask { sockets: vec![] }));
+    }
     let mut protected: Vec<&Path> = Vec::new();
     for e in view {
         let p = e.path.as_path();
@@ -399,7 +407,6 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
             }
             Op::Proc => {
                 attach(&root, &path, proc.as_fd(), Kind::Dir, None, &ours)?;
-                mask_proc_files(&proc, &covers)?;
                 view.read.push(clone_fd(proc.as_fd())?);
             }
             Op::Tree { writable } => {
@@ -765,27 +772,6 @@ fn mask(
     Ok(())
 }
 
-/// Files of the sandbox's own /proc that show the host all the same: the keys of every
-/// keyring the caller's user may view, serial and description (`/proc/keys`), and the
-/// key quotas of every user (`/proc/key-users`). Each is covered with /dev/null, read-only.
-const PROC_MASKED: [&str; 2] = ["keys", "key-users"];
-
-fn mask_proc_files(proc: &OwnedFd, covers: &Covers<'_>) -> Result<()> {
-    for name in PROC_MASKED {
-        let shown = match sys::open_nofollow(Some(proc.as_fd()), Path::new(name)) {
-            Ok(f) => f,
-            // A kernel without keys support has neither.
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
-            Err(e) => return Err(fail(format!("masking /proc/{name}: {e}"))),
-        };
-        covers
-            .null()?
-            .and_then(|c| sys::move_mount(c.as_fd(), shown.as_fd()))
-            .map_err(|e| fail(format!("masking /proc/{name}: {e}")))?;
-    }
-    Ok(())
-}
-
 /// What masks are made of: the host's /dev/null for files, one empty read-only tmpfs
 /// (made at the first directory mask) for directories.
 struct Covers<'a> {
@@ -984,24 +970,30 @@ pub fn pem_certificates(text: &[u8]) -> Vec<u8> {
     const END: &str = "-----END CERTIFICATE-----";
     let text = String::from_utf8_lossy(text);
     let mut out = String::new();
-    let mut inside = false;
+    // The block being read: kept only once its END line comes with nothing but base64
+    // lines before it. Any other line (another BEGIN, a header, a malformed END) drops it.
+    let mut block: Option<String> = None;
     for line in text.lines() {
         let line = line.trim_end();
         if line == BEGIN {
-            inside = true;
-        }
-        if inside {
-            out.push_str(line);
-            out.push('\n');
-        }
-        if line == END {
-            inside = false;
-        }
-    }
-    if inside {
-        // An unterminated block is dropped.
-        if let Some(i) = out.rfind(BEGIN) {
-            out.truncate(i);
+            block = Some(format!("{BEGIN}\n"));
+        } else if line == END {
+            if let Some(b) = block.take() {
+                out.push_str(&b);
+                out.push_str(END);
+                out.push('\n');
+            }
+        } else if let Some(b) = &mut block {
+            let base64 = !line.is_empty()
+                && line
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'='));
+            if base64 {
+                b.push_str(line);
+                b.push('\n');
+            } else {
+                block = None;
+            }
         }
     }
     out.into_bytes()
@@ -1086,6 +1078,8 @@ mod tests {
                 "/p/.git/config Tree { writable: false }",
                 "/p/.git/hooks Tree { writable: false }",
                 "/proc Proc",
+                "/proc/key-users Mask { sockets: [] }",
+                "/proc/keys Mask { sockets: [] }",
                 "/tmp Tmp",
             ]
         );

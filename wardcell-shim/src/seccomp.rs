@@ -5,7 +5,8 @@
 //! 1. EPERM for syscalls (or argument patterns) a sandbox must never use;
 //! 2. ENOSYS for clone3, whose flags live behind a pointer a filter cannot read, so libc
 //!    falls back to clone(2), whose flags part 1 does check;
-//! 3. EAFNOSUPPORT for socket families other than Unix, IPv4 and IPv6, and for MPTCP.
+//! 3. EAFNOSUPPORT for socket families other than Unix, IPv4 and IPv6, and for MPTCP
+//!    (Landlock's TCP rules do not cover it).
 //!
 //! Everything not named here is allowed: Landlock, namespaces, read-only mounts and the
 //! dropped capabilities are the other barriers.
@@ -38,17 +39,17 @@ pub const ALLOWED_FAMILIES: &Reasoned<u64> = &[
     (libc::AF_INET6 as u64, "IPv6 (to the proxy on loopback)"),
 ];
 
-/// Socket protocols refused whatever the family, with EAFNOSUPPORT as families are.
+/// Socket protocols refused whatever the family, compared on the third argument.
 // On x86_64 read only by the test that checks `COMPILED` against them.
 #[cfg_attr(all(target_arch = "x86_64", not(test)), allow(dead_code))]
 pub const DENIED_PROTOCOLS: &Reasoned<u64> = &[(
     262, // IPPROTO_MPTCP
-    "MPTCP: Landlock's TCP port rules do not cover it, so it would bind and connect anywhere",
+    "MPTCP: Landlock's TCP bind and connect rules do not apply to it",
 )];
 
 /// The sandbox's policy, as one filter: EPERM for what is always refused, for namespace
 /// flags and for the terminal ioctls; ENOSYS for clone3; EAFNOSUPPORT for other socket
-/// families.
+/// families and for MPTCP.
 ///
 /// On x86_64 the program comes compiled ([`COMPILED`], checked against these tables by
 /// the test `the_compiled_filter_is_the_tables`): compiling it cost every sandbox's start

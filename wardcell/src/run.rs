@@ -40,12 +40,16 @@ pub const SANDBOX_STATE: &str = "~/.local/share/wardcell/";
 /// Make the missing `write` paths under [`SANDBOX_STATE`] of the profiles this run may
 /// use: the start profile and every zone's. What cannot be made is left out and said
 /// as any missing `write` path is.
-fn make_state_dirs(config: &wardcell_common::config::Config, start: &StartRequest, home: &Path) {
+fn make_state_dirs(
+    config: &wardcell_common::config::Config,
+    start: &StartRequest,
+    home: &Path,
+) -> Result<(), Error> {
     use std::os::unix::fs::DirBuilderExt;
     let named =
         |p: &wardcell_common::config::Profile| p.write.iter().any(|w| w.starts_with(SANDBOX_STATE));
     if !config.profiles.values().any(named) {
-        return;
+        return Ok(());
     }
     let mut names: Vec<&str> = config.zones.iter().map(|z| z.profile.as_str()).collect();
     if let StartRequest::Profile(p) = start {
@@ -56,16 +60,35 @@ fn make_state_dirs(config: &wardcell_common::config::Config, start: &StartReques
         .filter_map(|n| config.effective_profile(n))
         .flat_map(|p| p.write);
     for w in writes {
-        if let Some(rest) = w.strip_prefix(SANDBOX_STATE) {
-            let dir = home.join(".local/share/wardcell").join(rest);
-            if !rest.split('/').any(|c| c == "..") && !dir.exists() {
-                let _ = std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(&dir);
+        let Some(rest) = w.strip_prefix(SANDBOX_STATE) else {
+            continue;
+        };
+        let base = home.join(".local/share/wardcell");
+        let dir = base.join(rest);
+        // A link there (planted by a sandbox that writes ~/.local/share) would give this
+        // profile's sandboxes whatever it points at: refused.
+        let mut at = base.clone();
+        let parts = rest.split('/').filter(|c| !c.is_empty());
+        for part in std::iter::once(None).chain(parts.map(Some)) {
+            if let Some(part) = part {
+                at.push(part);
+            }
+            if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(Error::Refused(format!(
+                    "{} is a symbolic link; sandboxes keep their state under {} in real directories only: remove the link (a sandbox that could write there may have made it)",
+                    at.display(),
+                    base.display()
+                )));
             }
         }
+        if !rest.split('/').any(|c| c == "..") && !dir.exists() {
+            let _ = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir);
+        }
     }
+    Ok(())
 }
 
 /// Steps of `wardcell run`, on the host, in the plan writer: the broker is already
@@ -88,7 +111,7 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
     };
     // 4. The plan: the same value `policy show` prints. First the directories of
     //    wardcell's own under which the agent profiles keep their state.
-    make_state_dirs(&host.config, &start, &host.context.home);
+    make_state_dirs(&host.config, &start, &host.context.home)?;
     let plan = resolve::resolve(&host.config, start, command, &host.context)?;
     let mut plan = resolve::with_overrides(plan, &host.config, &host.context, args.flags.into())?;
     for (what, path) in [

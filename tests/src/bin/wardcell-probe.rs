@@ -211,6 +211,11 @@ fn main() {
             // SAFETY: integer arguments; the fd (if any) is leaked to process exit.
             report(unsafe { libc::socket(num(1) as i32, libc::SOCK_DGRAM, 0) } as i64)
         }
+        "socket-proto" => {
+            // A stream socket of a family and protocol: `socket-proto 2 262` is MPTCP.
+            // SAFETY: integer arguments; the fd (if any) is leaked to process exit.
+            report(unsafe { libc::socket(num(1) as i32, libc::SOCK_STREAM, num(2) as i32) } as i64)
+        }
         "syscall" => {
             let nr = match a(1).as_str() {
                 "io_uring_setup" => libc::SYS_io_uring_setup,
