@@ -617,6 +617,12 @@ fn resolve_paths(
         .collect();
     for entry in raw {
         let resolved = paths::expand(entry, home, cwd).and_then(|p| {
+            // Most entries that are left out do not exist (a profile names credential
+            // stores and histories a machine may not have): one lstat says so, where
+            // canonicalising (musl's realpath reads each component) takes one a component.
+            if std::fs::symlink_metadata(&p).is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
+                return Err("does not exist".to_string());
+            }
             let c = std::fs::canonicalize(&p).map_err(|e| match e.kind() {
                 io::ErrorKind::NotFound => "does not exist".to_string(),
                 io::ErrorKind::PermissionDenied => {
