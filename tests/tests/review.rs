@@ -159,3 +159,36 @@ both!(package_managers_cannot_plant_code_the_host_builds, |fx| {
     assert!(!out.stdout.contains("planted-cargo"), "{out:#?}");
     assert!(!out.stdout.contains("planted-go"), "{out:#?}");
 });
+
+// Every mask is a read-only, nosuid, nodev, noexec mount, the first of its kind and the
+// clones made of it alike (file masks and directory masks, several of each).
+both!(every_mask_is_a_read_only_mount_whatever_its_order, |fx| {
+    let bin = fx.bin.display();
+    for f in ["a.key", "b.key", "c.key"] {
+        fx.write(&fx.proj.join(f), "secret\n");
+    }
+    for d in ["d1", "d2", "d3"] {
+        fx.write(&fx.proj.join(d).join("x"), "secret\n");
+    }
+    fx.config(&format!(
+        "[zones.agent]\nprofile = \"m\"\ndefault = true\n[profiles.m]\nextends = \"developer-readonly\"\nread = [\"{bin}\"]\ndeny = [\"./a.key\", \"./b.key\", \"./c.key\", \"./d1\", \"./d2\", \"./d3\"]\n"
+    ));
+    let script = [
+        "import os",
+        "masked = {os.path.join(os.getcwd(), n) for n in ['a.key', 'b.key', 'c.key', 'd1', 'd2', 'd3']}",
+        "masked |= {'/proc/keys', '/proc/key-users'}",
+        "seen = {}",
+        "for line in open('/proc/self/mountinfo'):",
+        "    f = line.split()",
+        "    if f[4] in masked: seen[f[4]] = set(f[5].split(','))",
+        "for p in sorted(masked):",
+        "    o = seen.get(p, set())",
+        "    ok = {'ro', 'nosuid', 'nodev', 'noexec'} <= o",
+        "    print('mask', p, 'ok' if ok else 'BAD', sorted(o))",
+    ]
+    .join("\n");
+    let out = fx.run(&["run", "--", "python3", "-c", &script]);
+    out.ok();
+    assert_eq!(out.stdout.matches(" ok ").count(), 8, "{out:#?}");
+    assert!(!out.stdout.contains("BAD"), "{out:#?}");
+});

@@ -384,6 +384,7 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
     let mut covers = Covers {
         held_dev: &held_dev,
         empty: None,
+        null: None,
     };
     let mut view = View {
         read: Vec::new(),
@@ -749,11 +750,10 @@ fn mask(
     let dir = now.kind == Kind::Dir;
     let cover = if dir {
         match &covers.empty {
-            // One empty filesystem for every directory mask: a bind of the first.
-            Some(first) => sys::clone_tree(first.as_fd()).and_then(|c| {
-                sys::mount_setattr_fd(c.as_fd(), hard | sys::MOUNT_ATTR_RDONLY, 0, false)?;
-                Ok(c)
-            }),
+            // One empty filesystem for every directory mask: a bind of the first, which
+            // a clone keeps read-only, nosuid, nodev and noexec (the kernel copies a
+            // mount's flags to its clone).
+            Some(first) => sys::clone_tree(first.as_fd()),
             None => sys::new_fs(
                 c"tmpfs",
                 &[("mode", "000"), ("size", "4k"), ("nr_inodes", "1")],
@@ -768,6 +768,8 @@ fn mask(
         .map_err(|e| fail(format!("masking {}: {e}", path.display())))?;
     if dir && covers.empty.is_none() {
         covers.empty = Some(cover);
+    } else if !dir && covers.null.is_none() {
+        covers.null = Some(cover);
     }
     Ok(())
 }
@@ -777,12 +779,18 @@ fn mask(
 struct Covers<'a> {
     held_dev: &'a [(&'a str, OwnedFd)],
     empty: Option<OwnedFd>,
+    /// The first file mask: the next ones are clones of it.
+    null: Option<OwnedFd>,
 }
 
 impl Covers<'_> {
     /// A new read-only bind of the host's /dev/null, to cover one file with; the outer
-    /// error when this host has none, the inner one from the kernel.
+    /// error when this host has none, the inner one from the kernel. After the first, a
+    /// clone of the first, which keeps its flags (one mount-table change fewer a mask).
     fn null(&self) -> Result<std::io::Result<OwnedFd>> {
+        if let Some(first) = &self.null {
+            return Ok(sys::clone_tree(first.as_fd()));
+        }
         let null = self
             .held_dev
             .iter()
