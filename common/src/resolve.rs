@@ -29,6 +29,18 @@ pub enum StartRequest {
     Profile(String),
 }
 
+impl StartRequest {
+    /// From `--zone` and `--profile` (which the command line never gives together; a
+    /// zone wins).
+    pub fn from_flags(zone: Option<String>, profile: Option<String>) -> StartRequest {
+        match (zone, profile) {
+            (Some(z), _) => StartRequest::Zone(z),
+            (None, Some(p)) => StartRequest::Profile(p),
+            (None, None) => StartRequest::Default,
+        }
+    }
+}
+
 /// What resolution needs to know about this machine and this invocation.
 #[derive(Debug, Clone)]
 pub struct Context {
@@ -342,7 +354,7 @@ fn resolve_effective(
     let mut deny = resolve_paths("deny", &p.deny, home, cwd, &mut skipped, &mut links);
     if let Some(s) = skipped
         .iter()
-        .find(|s| s.rule == "deny" && s.reason.contains("permission denied"))
+        .find(|s| s.rule == "deny" && s.reason == UNREACHABLE)
     {
         return Err(ResolveError::Unmaskable {
             profile: p.name.clone(),
@@ -398,6 +410,9 @@ fn resolve_effective(
         links,
     })
 }
+
+/// Why a path is left out that a permission on the way keeps from being opened.
+const UNREACHABLE: &str = "cannot be reached: permission denied";
 
 /// An `env.set` value: `~` or `~/...` is in the home directory (as in paths); anything
 /// else as written.
@@ -625,9 +640,7 @@ fn resolve_paths(
             }
             let c = std::fs::canonicalize(&p).map_err(|e| match e.kind() {
                 io::ErrorKind::NotFound => "does not exist".to_string(),
-                io::ErrorKind::PermissionDenied => {
-                    "cannot be reached: permission denied".to_string()
-                }
+                io::ErrorKind::PermissionDenied => UNREACHABLE.to_string(),
                 _ => format!("cannot be resolved: {e}"),
             })?;
             // Only a path that is not its own canonical form has a link on the way.

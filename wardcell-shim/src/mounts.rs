@@ -52,8 +52,8 @@ pub struct View {
     pub write: Vec<OwnedFd>,
     /// The Unix sockets the view holds (connectable under Landlock's socket rules).
     pub sockets: Vec<OwnedFd>,
-    /// The system's CA certificates, read before the host's tree went away.
-    /// The certificates of the spec's `ca_files`, one after another.
+    /// The certificates of the spec's `ca_files`, one after another, read before the
+    /// host's tree went away.
     pub ca_certificates: Vec<u8>,
     /// The host's tree, detached, is freed when its last descriptor goes: kept here so
     /// that init lets it go after the command has started, not before.
@@ -838,9 +838,9 @@ fn make_dirs_mode(fs: &OwnedFd, rel: &Path) -> Result<()> {
 }
 
 /// The host's device nodes, held before anything changes. With `pty`, the first of fds
-/// 0 to 2 that is a terminal is the broker's pty slave, a node of the host's devpts that no path in the sandbox reaches:
-/// it is held too, to be bound at /dev/console (as container managers do), so that
-/// `ttyname(0)` (`tty`) finds it by scanning /dev.
+/// 0 to 2 that is a terminal is the broker's pty slave, a node of the host's devpts that
+/// no path in the sandbox reaches: it is held too, to be bound at /dev/console (as
+/// container managers do), so that `ttyname(0)` (`tty`) finds it by scanning /dev.
 fn hold_devices() -> Result<Vec<(&'static str, OwnedFd)>> {
     let mut held = Vec::new();
     for name in DEVICES {
@@ -943,12 +943,12 @@ fn minimal_dev(
     attach(dev, Path::new("/shm"), shm.as_fd(), Kind::Dir, None, &inner)
 }
 
-/// The system's CA certificates: opened without following a link, the very file recorded
-/// at the start, a regular file, at most 16 MiB, and only its PEM certificate blocks kept
-/// (whatever else a file there holds never reaches the sandbox).
 /// The most certificates a sandbox's CA bundle holds: its `/dev` is a 2 MiB tmpfs.
 const MAX_CA_CERTIFICATES: usize = 1536 << 10;
 
+/// One of the spec's CA files: opened without following a link, the very file recorded
+/// at the start, a regular file, at most 16 MiB, and only its PEM certificate blocks kept
+/// (whatever else a file there holds never reaches the sandbox).
 fn read_roots(path: &Path, was: Identity) -> Result<Vec<u8>> {
     use std::os::fd::AsRawFd;
     let fd = sys::open_nofollow(None, path).map_err(|e| changed(path, e))?;

@@ -93,11 +93,7 @@ pub fn show(
     format: Output,
 ) -> Result<(), Error> {
     let host = context::load_naming(config.file.as_deref(), profile.as_deref())?;
-    let start = match (&zone, profile) {
-        (Some(z), _) => StartRequest::Zone(z.clone()),
-        (None, Some(p)) => StartRequest::Profile(p),
-        (None, None) => StartRequest::Default,
-    };
+    let start = StartRequest::from_flags(zone.clone(), profile);
     let plan = resolve::resolve(&host.config, start, Vec::new(), &host.context)?;
     let plan = resolve::with_overrides(plan, &host.config, &host.context, flags.into())?;
     match format {
@@ -200,11 +196,7 @@ pub fn why(
         &host.context.home,
     )
     .map_err(Error::Usage)?;
-    let start = match (&zone, profile) {
-        (Some(z), _) => StartRequest::Zone(z.clone()),
-        (None, Some(p)) => StartRequest::Profile(p),
-        (None, None) => StartRequest::Default,
-    };
+    let start = StartRequest::from_flags(zone, profile);
     let plan = resolve::resolve(&host.config, start, Vec::new(), &host.context)?;
     let env: Vec<(String, String)> = std::env::vars().collect();
     let sockets = envrules::host_socket_dirs(&env);

@@ -59,27 +59,24 @@ fn make_state_dirs(
         .iter()
         .filter_map(|n| config.effective_profile(n))
         .flat_map(|p| p.write);
+    let base = home.join(".local/share/wardcell");
     for w in writes {
         let Some(rest) = w.strip_prefix(SANDBOX_STATE) else {
             continue;
         };
-        let base = home.join(".local/share/wardcell");
         let dir = base.join(rest);
         // A link there (planted by a sandbox that writes ~/.local/share) would give this
-        // profile's sandboxes whatever it points at: refused.
-        let mut at = base.clone();
-        let parts = rest.split('/').filter(|c| !c.is_empty());
-        for part in std::iter::once(None).chain(parts.map(Some)) {
-            if let Some(part) = part {
-                at.push(part);
-            }
-            if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
-                return Err(Error::Refused(format!(
-                    "{} is a symbolic link; sandboxes keep their state under {} in real directories only: remove the link (a sandbox that could write there may have made it)",
-                    at.display(),
-                    base.display()
-                )));
-            }
+        // profile's sandboxes whatever it points at: refused, from `base` down.
+        let link = dir
+            .ancestors()
+            .take_while(|a| a.starts_with(&base))
+            .find(|a| std::fs::symlink_metadata(a).is_ok_and(|m| m.file_type().is_symlink()));
+        if let Some(at) = link {
+            return Err(Error::Refused(format!(
+                "{} is a symbolic link; sandboxes keep their state under {} in real directories only: remove the link (a sandbox that could write there may have made it)",
+                at.display(),
+                base.display()
+            )));
         }
         if !rest.split('/').any(|c| c == "..") && !dir.exists() {
             let _ = std::fs::DirBuilder::new()
@@ -104,11 +101,7 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
     // 2. The configuration, found and checked.
     let host = context::load_naming(args.config.file.as_deref(), args.profile.as_deref())?;
     // 3. Where to start.
-    let start = match (args.zone, args.profile) {
-        (Some(z), _) => StartRequest::Zone(z),
-        (None, Some(p)) => StartRequest::Profile(p),
-        (None, None) => StartRequest::Default,
-    };
+    let start = StartRequest::from_flags(args.zone, args.profile);
     // 4. The plan: the same value `policy show` prints. First the directories of
     //    wardcell's own under which the agent profiles keep their state.
     make_state_dirs(&host.config, &start, &host.context.home)?;

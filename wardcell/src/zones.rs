@@ -70,20 +70,28 @@ fn answer(s: &mut UnixStream) -> Result<ZoneResponse, Error> {
     })
 }
 
-/// Inside a zone: ask the supervisor at `socket` which zones this run may enter.
-pub fn inside_list(socket: &Path, format: Output) -> Result<(), Error> {
+/// A request answered in one frame (`List`, `Why`): its answer, a refusal as the error.
+fn exchange(socket: &Path, request: &ZoneRequest) -> Result<ZoneResponse, Error> {
     let mut s = connect(socket)?;
     ask(&mut s, |s| {
-        protocol::write_frame(s, &ZoneRequest::List).map_err(std::io::Error::other)
+        protocol::write_frame(s, request).map_err(std::io::Error::other)
     })?;
-    let (current, zones) = match answer(&mut s)? {
+    match answer(&mut s)? {
+        ZoneResponse::Refused { message } => Err(Error::Refused(message)),
+        other => Ok(other),
+    }
+}
+
+/// The error for an answer that is not the one the request calls for.
+fn out_of_turn(answer: &ZoneResponse) -> Error {
+    Error::Refused(format!("the supervisor answered out of turn ({answer:?})"))
+}
+
+/// Inside a zone: ask the supervisor at `socket` which zones this run may enter.
+pub fn inside_list(socket: &Path, format: Output) -> Result<(), Error> {
+    let (current, zones) = match exchange(socket, &ZoneRequest::List)? {
         ZoneResponse::Zones { current, zones } => (current, zones),
-        ZoneResponse::Refused { message } => return Err(Error::Refused(message)),
-        other => {
-            return Err(Error::Refused(format!(
-                "the supervisor answered out of turn ({other:?})"
-            )))
-        }
+        other => return Err(out_of_turn(&other)),
     };
     match format {
         Output::Json => {
@@ -178,18 +186,9 @@ pub fn inside_why(socket: &Path, why: &WhyArgs) -> Result<ExitCode, Error> {
         .map(std::path::PathBuf::from)
         .unwrap_or_default();
     let target = Target::parse(&why.target, why.write, &cwd, &home).map_err(Error::Usage)?;
-    let mut s = connect(socket)?;
-    ask(&mut s, |s| {
-        protocol::write_frame(s, &ZoneRequest::Why).map_err(std::io::Error::other)
-    })?;
-    let (current, enterable) = match answer(&mut s)? {
+    let (current, enterable) = match exchange(socket, &ZoneRequest::Why)? {
         ZoneResponse::Rules { current, enterable } => (current, enterable),
-        ZoneResponse::Refused { message } => return Err(Error::Refused(message)),
-        other => {
-            return Err(Error::Refused(format!(
-                "the supervisor answered out of turn ({other:?})"
-            )))
-        }
+        other => return Err(out_of_turn(&other)),
     };
     let answer = wardcell_common::why::answer(&current, &enterable, &target);
     output::why(&answer, true, why.output)
