@@ -7,11 +7,14 @@
 //! owned by the uid it runs as, with a home, a project and an "outside" directory.
 
 use std::fs;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{chown, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// The unprivileged uid (and gid) tests drop to; `WARDCELL_TEST_UID` overrides it.
 pub fn test_uid() -> u32 {
@@ -631,4 +634,159 @@ pub fn max_rss_kib(mut cmd: Command) -> (i32, u64) {
         std::thread::sleep(std::time::Duration::from_millis(2));
     };
     (code, most)
+}
+
+/// The user's interactive bash on a real pty (the test is its terminal emulator).
+pub struct Shell {
+    pid: i32,
+    child: std::process::Child,
+    master: fs::File,
+    seen: Arc<Mutex<String>>,
+}
+
+impl Shell {
+    pub fn start(fx: &Fixture) -> Shell {
+        let mut master: libc::c_int = -1;
+        let mut slave: libc::c_int = -1;
+        // SAFETY: openpty writes two descriptors; name, termios and size pointers are null.
+        let r = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(r, 0);
+        // Close-on-exec at once: a run another test starts meanwhile must not hold the
+        // master (its terminal would never hang up).
+        for fd in [master, slave] {
+            // SAFETY: F_SETFD on descriptors we own.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        }
+        // SAFETY: openpty returned two new descriptors that we now own.
+        let (master, slave) = unsafe {
+            (
+                fs::File::from_raw_fd(master),
+                std::os::fd::OwnedFd::from_raw_fd(slave),
+            )
+        };
+        let mut cmd = std::process::Command::new("/bin/bash");
+        cmd.args(["--norc", "--noprofile", "-i"])
+            .current_dir(&fx.proj)
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", fx.bin.display()))
+            .env("HOME", &fx.home)
+            .env("PS1", "$ ")
+            .stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave.try_clone().unwrap());
+        if fx.who == As::User && is_root() {
+            // SAFETY: fchown on a descriptor we own.
+            unsafe { libc::fchown(slave.as_raw_fd(), fx.uid(), fx.uid()) };
+            std::os::unix::process::CommandExt::uid(&mut cmd, fx.uid());
+            std::os::unix::process::CommandExt::gid(&mut cmd, fx.uid());
+        }
+        // SAFETY: setsid and TIOCSCTTY in the child before exec, as a terminal emulator
+        // does.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().unwrap();
+        drop(cmd);
+        drop(slave);
+        let seen = Arc::new(Mutex::new(String::new()));
+        let mut r = master.try_clone().unwrap();
+        let into = seen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = r.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                into.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Shell {
+            pid: child.id() as i32,
+            child,
+            master,
+            seen,
+        }
+    }
+
+    pub fn seen(&self) -> String {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Wait (20 s at most) for `what` on the terminal.
+    #[track_caller]
+    pub fn wait_for(&self, what: &str) {
+        let until = Instant::now() + Duration::from_secs(20);
+        while !self.seen().contains(what) {
+            assert!(Instant::now() < until, "no {what:?} in: {}", self.seen());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Wait (20 s at most) for the shell's prompt after the last `marker`.
+    #[track_caller]
+    pub fn wait_for_prompt_after(&self, marker: &str) {
+        let until = Instant::now() + Duration::from_secs(20);
+        let prompted = || {
+            let seen = self.seen();
+            seen.rsplit_once(marker)
+                .is_some_and(|(_, after)| after.contains("\n$ "))
+        };
+        while !prompted() {
+            assert!(Instant::now() < until, "no prompt: {}", self.seen());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Ask `jobs` until the background job is reported stopped (10 s at most): the shell
+    /// learns of the stop asynchronously.
+    #[track_caller]
+    pub fn wait_for_stopped(&mut self) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !self.seen().contains("Stopped") {
+            assert!(Instant::now() < until, "not stopped: {}", self.seen());
+            self.type_in("jobs\n");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    pub fn type_in(&mut self, text: &str) {
+        self.master.write_all(text.as_bytes()).unwrap();
+    }
+
+    /// Exit the shell; its last command's status was `rc`.
+    #[track_caller]
+    pub fn finish(mut self, rc: i32) {
+        self.type_in("echo rc=$?; exit\n");
+        self.wait_for(&format!("rc={rc}"));
+        let status = self.child.wait().unwrap();
+        self.pid = 0;
+        assert_eq!(status.code(), Some(0), "{}", self.seen());
+    }
+}
+
+impl Drop for Shell {
+    // A failed assertion must not leave the shell and its stopped jobs behind: killing
+    // the shell orphans their process groups, and the kernel hangs them up.
+    fn drop(&mut self) {
+        if self.pid > 0 {
+            // SAFETY: kill with a pid we spawned and have not reaped.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            let _ = self.child.wait();
+        }
+    }
 }

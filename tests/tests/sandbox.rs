@@ -909,140 +909,44 @@ both!(a_closed_stdout_or_stdin_stays_closed, |fx| {
 both!(ctrl_z_stops_the_command_as_under_a_shell, |fx| {
     fx.test_config("");
     // The user's own interactive shell, on a real pty, runs wardcell in the foreground.
-    let mut master: libc::c_int = -1;
-    let mut slave: libc::c_int = -1;
-    // SAFETY: openpty writes two descriptors; the name, termios and size pointers are null.
-    let r = unsafe {
-        libc::openpty(
-            &mut master,
-            &mut slave,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(r, 0);
-    use std::os::fd::{AsRawFd, FromRawFd};
-    // SAFETY: openpty returned two new descriptors that we now own.
-    let (master, slave) = unsafe {
-        (
-            fs::File::from_raw_fd(master),
-            std::os::fd::OwnedFd::from_raw_fd(slave),
-        )
-    };
-    let mut cmd = std::process::Command::new("/bin/bash");
-    cmd.args(["--norc", "--noprofile", "-i"])
-        .current_dir(&fx.proj)
-        .env_clear()
-        .env("PATH", format!("{}:/usr/bin:/bin", fx.bin.display()))
-        .env("HOME", &fx.home)
-        .env("PS1", "$ ")
-        .stdin(slave.try_clone().unwrap())
-        .stdout(slave.try_clone().unwrap())
-        .stderr(slave.try_clone().unwrap());
-    if fx.who == wardcell_tests::As::User && wardcell_tests::is_root() {
-        // SAFETY: fchown on a descriptor we own.
-        unsafe { libc::fchown(slave.as_raw_fd(), fx.uid(), fx.uid()) };
-        std::os::unix::process::CommandExt::uid(&mut cmd, fx.uid());
-        std::os::unix::process::CommandExt::gid(&mut cmd, fx.uid());
-    }
-    // SAFETY: setsid and TIOCSCTTY in the child before exec, as a terminal emulator does.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut shell = cmd.spawn().unwrap();
-    // A failed assertion must not leave the shell and its stopped job behind: killing the
-    // shell orphans the job's process group, and the kernel hangs it up.
-    struct KillOnDrop(Option<i32>);
-    impl Drop for KillOnDrop {
-        fn drop(&mut self) {
-            if let Some(pid) = self.0 {
-                // SAFETY: kill with a pid we spawned and have not reaped.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
-    }
-    let mut guard = KillOnDrop(Some(shell.id() as i32));
-    drop(cmd);
-    drop(slave);
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let mut r = master.try_clone().unwrap();
-    let into = seen.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = r.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            into.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    let wait_for = |what: &str| {
-        let until = Instant::now() + Duration::from_secs(20);
-        while !seen.lock().unwrap().contains(what) {
-            assert!(
-                Instant::now() < until,
-                "no {what:?} in: {}",
-                seen.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
-    let mut w = master;
-    use std::io::Write;
+    let mut sh = wardcell_tests::Shell::start(&fx);
     // The command waits for a file the test makes only once it is stopped, so that no
     // timing decides whether ^Z comes in time.
     let go = fx.proj.join("go");
     let _ = std::fs::remove_file(&go);
-    w.write_all(
-        b"wardcell run -- /bin/sh -c 'echo STARTED; while [ ! -e go ]; do sleep 0.05; done; echo FINISHED'\n",
-    )
-    .unwrap();
-    wait_for("STARTED\r\n");
+    sh.type_in(
+        "wardcell run -- /bin/sh -c 'echo STARTED; while [ ! -e go ]; do sleep 0.05; done; echo FINISHED'\n",
+    );
+    sh.wait_for("STARTED\r\n");
     // ^Z, again if it landed while the command's shell was between vfork and exec (then
     // only the child not yet started stops, and the job goes on: a person presses it
     // again; README, "Commands"). The shell has its prompt back once the job stopped.
     let until = Instant::now() + Duration::from_secs(20);
     loop {
-        w.write_all(b"\x1a").unwrap();
+        sh.type_in("\x1a");
         let tried = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < tried && !seen.lock().unwrap().contains("Stopped") {
+        while Instant::now() < tried && !sh.seen().contains("Stopped") {
             std::thread::sleep(Duration::from_millis(20));
         }
-        if seen.lock().unwrap().contains("Stopped") {
+        if sh.seen().contains("Stopped") {
             break;
         }
-        assert!(
-            Instant::now() < until,
-            "never stopped: {}",
-            seen.lock().unwrap()
-        );
+        assert!(Instant::now() < until, "never stopped: {}", sh.seen());
     }
     // The command stays stopped once it could go on.
     std::fs::write(&go, "").unwrap();
     std::thread::sleep(Duration::from_millis(500));
     assert!(
-        !seen.lock().unwrap().contains("FINISHED\r\n"),
+        !sh.seen().contains("FINISHED\r\n"),
         "the command ran on: {}",
-        seen.lock().unwrap()
+        sh.seen()
     );
-    w.write_all(b"fg\n").unwrap();
+    sh.type_in("fg\n");
     // (Not the echoed command line: there a quote follows.)
-    wait_for("FINISHED\r\n");
+    sh.wait_for("FINISHED\r\n");
     // The shell's prompt: the run is over (typed before, the line would be the pty's).
-    wait_for("FINISHED\r\n$ ");
-    w.write_all(b"echo rc=$?; exit\n").unwrap();
-    wait_for("rc=0");
-    let status = shell.wait().unwrap();
-    guard.0 = None;
-    assert_eq!(status.code(), Some(0), "{}", seen.lock().unwrap());
+    sh.wait_for("FINISHED\r\n$ ");
+    sh.finish(0);
 });
 
 // The shim run by hand with a socket at fd 3 (anyone's, not the broker's) refuses in one
