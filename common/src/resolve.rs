@@ -411,8 +411,26 @@ fn resolve_effective(
     })
 }
 
-/// Why a path is left out that a permission on the way keeps from being opened.
+/// Why a path is left out that a directory of the caller's own, closed to it, keeps
+/// from being opened: the caller (and so a sandbox of its) could open that directory
+/// again, so a `deny` entry there refuses the run rather than be left unmasked.
 const UNREACHABLE: &str = "cannot be reached: permission denied";
+
+/// Why a path is left out behind another user's directory closed to the caller: no
+/// sandbox of the caller's can open that directory either.
+const CLOSED_TO_CALLER: &str =
+    "cannot be reached: a directory on the way is another user's and closed to you";
+
+/// Whether the directory that keeps `p` from being opened (the deepest ancestor the
+/// caller can still look at) is the caller's own, whose mode it could change.
+fn closed_by_caller(p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::Uid::current().as_raw();
+    p.ancestors()
+        .skip(1)
+        .find_map(|a| std::fs::symlink_metadata(a).ok())
+        .is_none_or(|m| m.uid() == me)
+}
 
 /// An `env.set` value: `~` or `~/...` is in the home directory (as in paths); anything
 /// else as written.
@@ -640,7 +658,8 @@ fn resolve_paths(
             }
             let c = std::fs::canonicalize(&p).map_err(|e| match e.kind() {
                 io::ErrorKind::NotFound => "does not exist".to_string(),
-                io::ErrorKind::PermissionDenied => UNREACHABLE.to_string(),
+                io::ErrorKind::PermissionDenied if closed_by_caller(&p) => UNREACHABLE.to_string(),
+                io::ErrorKind::PermissionDenied => CLOSED_TO_CALLER.to_string(),
                 _ => format!("cannot be resolved: {e}"),
             })?;
             // Only a path that is not its own canonical form has a link on the way.

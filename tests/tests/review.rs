@@ -192,3 +192,40 @@ both!(every_mask_is_a_read_only_mount_whatever_its_order, |fx| {
     assert_eq!(out.stdout.matches(" ok ").count(), 8, "{out:#?}");
     assert!(!out.stdout.contains("BAD"), "{out:#?}");
 });
+
+// A deny entry behind another user's directory closed to the caller (a root-owned 0700
+// directory `sudo` left in a home) needs no mask, since no sandbox of the caller's can
+// open that directory either: the run goes on and `policy show` says why it is left out.
+// Behind a directory of the caller's own, it refuses the run (above).
+both!(
+    a_deny_entry_behind_another_users_closed_directory_is_left_out,
+    |fx| {
+        let bin = fx.bin.display();
+        fx.config(&format!(
+        "[zones.agent]\nprofile = \"m\"\ndefault = true\n[profiles.m]\nextends = \"developer-readonly\"\nread = [\"{bin}\"]\ndeny = [\"~/rootonly/sub/secret\"]\n"
+    ));
+        // After the config, whose writing gives the fixture's tree to its uid: this stays
+        // the invoking user's (root's, in CI).
+        let closed = fx.home.join("rootonly");
+        std::fs::create_dir_all(closed.join("sub")).unwrap();
+        std::fs::write(closed.join("sub/secret"), "root's\n").unwrap();
+        chmod(&closed, 0o700);
+        let out = fx.sh("cat ~/rootonly/sub/secret 2>/dev/null; true");
+        let shown = fx.run(&["policy", "show"]);
+        chmod(&closed, 0o755);
+        out.ok();
+        shown.ok();
+        if fx.uid() == 0 {
+            // Root opens it, so it is masked.
+            assert!(!out.stdout.contains("root's"), "{out:#?}");
+        } else {
+            assert!(!out.stdout.contains("root's"), "{out:#?}");
+            assert!(
+                shown
+                    .stdout
+                    .contains("a directory on the way is another user's and closed to you"),
+                "{shown:#?}"
+            );
+        }
+    }
+);
