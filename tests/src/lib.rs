@@ -275,6 +275,39 @@ impl Fixture {
         c
     }
 
+    /// [`Fixture::cmd`] in a mount namespace of its own whose `/etc/hosts` is `hosts`,
+    /// so that names a test makes up resolve (to loopback) for wardcell and its proxy as
+    /// internal names do on a network with its own DNS, and this machine's hosts file is
+    /// left alone. As root the namespace is made first and the uid dropped after, so the
+    /// unprivileged run is an ordinary process; run by another user, the namespace needs
+    /// a user namespace of its own that maps only that user.
+    pub fn cmd_with_hosts(&self, hosts: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new("/usr/bin/unshare");
+        if !is_root() {
+            c.args(["--user", "--map-current-user"]);
+        }
+        c.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
+            .arg(r#"mount --bind "$0" /etc/hosts && exec "$@""#)
+            .arg(hosts);
+        if let Some((uid, gid)) = self.who.ids() {
+            c.args([
+                "/usr/bin/setpriv".to_string(),
+                format!("--reuid={uid}"),
+                format!("--regid={gid}"),
+                "--clear-groups".to_string(),
+                "--".to_string(),
+            ]);
+        }
+        c.arg(self.bin.join("wardcell"))
+            .args(args)
+            .current_dir(&self.proj)
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", self.bin.display()))
+            .env("HOME", &self.home)
+            .stdin(Stdio::null());
+        c
+    }
+
     pub fn run(&self, args: &[&str]) -> Out {
         self.cmd(args).output().expect("spawn wardcell").into()
     }

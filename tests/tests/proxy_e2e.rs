@@ -221,6 +221,12 @@ struct Upstream {
 
 impl Upstream {
     fn start(fx: &Fixture) -> Upstream {
+        Upstream::start_for(fx, &["localhost"])
+    }
+
+    /// A server whose certificate names `names` (and 127.0.0.1), serving the directory
+    /// `files()` under /files/.
+    fn start_for(fx: &Fixture, names: &[&str]) -> Upstream {
         use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
         // Beside the fixture, not in it: the harness gives everything in a fixture to
         // its uid, and this belongs to the invoking user.
@@ -230,9 +236,10 @@ impl Upstream {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("srv")).unwrap();
         fs::create_dir_all(dir.join("uploads")).unwrap();
+        fs::create_dir_all(dir.join("files")).unwrap();
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
 
-        // A CA and a `localhost` certificate signed by it.
+        // A CA and a certificate for `names` signed by it.
         let ca_key = KeyPair::generate().unwrap();
         let mut ca_params = CertificateParams::default();
         ca_params
@@ -242,11 +249,10 @@ impl Upstream {
         ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         let ca = ca_params.self_signed(&ca_key).unwrap();
         let key = KeyPair::generate().unwrap();
-        let mut params =
-            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "localhost");
+        let mut sans: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        sans.push("127.0.0.1".to_string());
+        let mut params = CertificateParams::new(sans).unwrap();
+        params.distinguished_name.push(DnType::CommonName, names[0]);
         let leaf = params.signed_by(&key, &ca, &ca_key).unwrap();
         fs::write(dir.join("cert.pem"), leaf.pem()).unwrap();
         fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
@@ -271,6 +277,7 @@ impl Upstream {
             .args(["--backend", backend.to_str().unwrap()])
             .args(["--log", dir.join("requests.jsonl").to_str().unwrap()])
             .args(["--uploads", dir.join("uploads").to_str().unwrap()])
+            .args(["--files", dir.join("files").to_str().unwrap()])
             .env_clear()
             .env(
                 "PATH",
@@ -516,14 +523,19 @@ fn run_env(
     env: &[(&str, &str)],
     sh: &str,
 ) -> (Out, Vec<Value>, String) {
-    let before = log_names(fx);
     let mut cmd = fx.cmd(&["run", "--", "/bin/sh", "-c", sh]);
     cmd.env("PATH", run_path(fx))
         .env("SSL_CERT_FILE", &up.ca_pem)
         .envs(env.iter().copied())
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env("GIT_TERMINAL_PROMPT", "0");
+    run_logged(fx, cmd)
+}
+
+/// Run `cmd` (a `wardcell run`), killed after 180 s; return what it printed and the
+/// run's audit log (its lines parsed, and its text).
+fn run_logged(fx: &Fixture, mut cmd: Command) -> (Out, Vec<Value>, String) {
+    let before = log_names(fx);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let out = output_within(cmd, Duration::from_secs(180));
     let after = log_names(fx);
     let new: Vec<_> = after.difference(&before).collect();
@@ -1923,4 +1935,367 @@ both!(an_event_stream_passes_through_interception_whole, |fx| {
             .any(|e| e["zone"] == "push" && e["bytes_down"].as_u64() == Some(11 + 300_000 + 11)),
         "{log_text}"
     );
+});
+
+// ---------------------------------------------------------------------------
+// Registries and a git server under internal names (issue 20, item 8)
+// ---------------------------------------------------------------------------
+
+/// The stand-in registries' names and the git server's. A hosts file the test sets up
+/// maps them to 127.0.0.1 for wardcell and its proxy (`Fixture::cmd_with_hosts`), as a
+/// corporate DNS maps its mirrors to internal addresses; the zones name them under
+/// `network.internal`, the registries by a wildcard.
+const PYPI: &str = "pypi.mirror.corp";
+const NPM: &str = "npm.mirror.corp";
+const CRATES: &str = "crates.mirror.corp";
+const GIT_HOST: &str = "git.corp.example";
+
+/// Writes three registries under FILES (argv[1]) for a server on PORT (argv[2]), each
+/// with one package `wardcell-demo`: a PEP 503 simple index with a wheel, an npm
+/// registry's package document with its tarball, and a Cargo sparse index with its
+/// crate. Prints the digests a client checks: `wheel SHA256`, `crate SHA256`.
+const REGISTRIES_PY: &str = r#"
+import base64, hashlib, io, json, os, sys, tarfile, zipfile
+files, port = sys.argv[1], sys.argv[2]
+
+def put(rel, data):
+    path = os.path.join(files, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'wb') as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+
+def tgz(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode='w:gz') as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+w = io.BytesIO()
+with zipfile.ZipFile(w, 'w') as z:
+    z.writestr('wardcell_demo/__init__.py', 'VALUE = 42\n')
+    info = 'wardcell_demo-1.0.dist-info/'
+    z.writestr(info + 'METADATA', 'Metadata-Version: 2.1\nName: wardcell-demo\nVersion: 1.0\n')
+    z.writestr(info + 'WHEEL', 'Wheel-Version: 1.0\nGenerator: wardcell-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n')
+    z.writestr(info + 'RECORD', '')
+wheel = w.getvalue()
+name = 'wardcell_demo-1.0-py3-none-any.whl'
+put('pypi/packages/' + name, wheel)
+digest = hashlib.sha256(wheel).hexdigest()
+put('pypi/simple/wardcell-demo/index.html',
+    f'<html><body><a href="../../packages/{name}#sha256={digest}">{name}</a></body></html>\n')
+print('wheel', digest)
+
+pkg = tgz([('package/package.json', b'{"name": "wardcell-demo", "version": "1.0.0", "main": "index.js"}\n'),
+           ('package/index.js', b'module.exports = 42;\n')])
+put('npm/wardcell-demo/-/wardcell-demo-1.0.0.tgz', pkg)
+put('npm/wardcell-demo/index.json', json.dumps({
+    'name': 'wardcell-demo',
+    'dist-tags': {'latest': '1.0.0'},
+    'versions': {'1.0.0': {
+        'name': 'wardcell-demo', 'version': '1.0.0', 'main': 'index.js',
+        'dist': {
+            'tarball': f'https://npm.mirror.corp:{port}/files/npm/wardcell-demo/-/wardcell-demo-1.0.0.tgz',
+            'integrity': 'sha512-' + base64.b64encode(hashlib.sha512(pkg).digest()).decode(),
+            'shasum': hashlib.sha1(pkg).hexdigest(),
+        },
+    }},
+}))
+
+krate = tgz([('wardcell-demo-1.0.0/Cargo.toml',
+              b'[package]\nname = "wardcell-demo"\nversion = "1.0.0"\nedition = "2021"\n'),
+             ('wardcell-demo-1.0.0/src/lib.rs', b'pub const VALUE: u32 = 42;\n')])
+put('crates/dl/wardcell-demo-1.0.0.crate', krate)
+digest = hashlib.sha256(krate).hexdigest()
+put('crates/index/config.json', json.dumps(
+    {'dl': f'https://crates.mirror.corp:{port}/files/crates/dl/{{crate}}-{{version}}.crate'}))
+put('crates/index/wa/rd/wardcell-demo', json.dumps({
+    'name': 'wardcell-demo', 'vers': '1.0.0', 'deps': [], 'cksum': digest,
+    'features': {}, 'yanked': False}) + '\n')
+print('crate', digest)
+"#;
+
+/// cargo and rustc (cargo asks rustc for the host's target), and the shared libraries
+/// rustc needs, linked (or copied) from the toolchain the tests were built with into
+/// the staging directory, where the unprivileged uid and the sandbox can read them.
+/// Returns the directory holding `bin/`.
+fn staged_toolchain() -> PathBuf {
+    static TOOLCHAIN: OnceLock<PathBuf> = OnceLock::new();
+    TOOLCHAIN
+        .get_or_init(|| {
+            let sysroot = PathBuf::from(
+                host(Command::new(which("rustc")).args(["--print", "sysroot"]))
+                    .trim()
+                    .to_string(),
+            );
+            let to = wardcell_tests::staged().root.join("toolchain");
+            for dir in ["bin", "lib"] {
+                fs::create_dir_all(to.join(dir)).unwrap();
+                fs::set_permissions(to.join(dir), fs::Permissions::from_mode(0o755)).unwrap();
+            }
+            let mut files: Vec<PathBuf> = vec!["bin/cargo".into(), "bin/rustc".into()];
+            for e in fs::read_dir(sysroot.join("lib")).unwrap() {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                if name.ends_with(".so") || name.contains(".so.") {
+                    files.push(Path::new("lib").join(name));
+                }
+            }
+            for f in files {
+                let (src, dst) = (sysroot.join(&f), to.join(&f));
+                if fs::hard_link(&src, &dst).is_err() {
+                    fs::copy(&src, &dst).unwrap();
+                }
+            }
+            to
+        })
+        .clone()
+}
+
+/// Zones: `agent` (default; the package-managers profile, the mirrors under
+/// network.internal by a wildcard, and the git server too, without its credential),
+/// `push` (the git server under network.internal, with the credential), and `public`
+/// (the same names under network.allow, which admits public addresses only).
+fn internal_config(fx: &Fixture, up: &Upstream, toolchain: &Path) {
+    let bin = fx.bin.display();
+    let tc = toolchain.display();
+    let port = up.port;
+    fx.config(&format!(
+        r#"
+[zones.agent]
+profile = "dev"
+default = true
+
+[zones.push]
+profile = "pusher"
+authenticated = true
+enter_from = ["agent"]
+
+[zones.public]
+profile = "public"
+enter_from = ["agent"]
+
+[profiles.dev]
+extends = "package-managers"
+read = ["{bin}", "{tc}"]
+network = {{ internal = ["*.mirror.corp:{port}", "{GIT_HOST}:{port}"] }}
+
+[profiles.pusher]
+extends = "developer-readonly"
+read = ["{bin}"]
+network = {{ internal = ["{GIT_HOST}:{port}"] }}
+credentials = ["{CRED}"]
+
+[profiles.public]
+extends = "package-managers"
+read = ["{bin}", "{tc}"]
+network = {{ allow = ["{PYPI}:{port}"] }}
+
+[credentials.{CRED}]
+hosts = ["{GIT_HOST}:{port}"]
+paths = ["{REPO_PATH}/*"]
+scheme = "basic"
+username = "x-access-token"
+secret = {{ env = "E2E_GIT_TOKEN" }}
+"#
+    ));
+}
+
+// The registries' own clients and git, through wardcell, to servers that only internal
+// names reach: `pip download`, `npm install` and `cargo fetch` in the agent zone (the
+// tunnel, each client checking the server with the user's own CA variable), and
+// `git push` through `zone enter push` (interception, the credential attached). Every
+// request reached the server under its internal name; the same name under
+// network.allow reaches nothing.
+both!(package_managers_and_git_reach_internal_names, |fx| {
+    // The clients, where a sandbox reads them (.ci/run installs them).
+    let npm = fs::canonicalize(which("npm")).unwrap();
+    assert!(
+        npm.starts_with("/usr"),
+        "npm at {} is outside the view",
+        npm.display()
+    );
+    host(Command::new(python()).args(["-m", "pip", "--version"]));
+    let up = Upstream::start_for(&fx, &[PYPI, NPM, CRATES, GIT_HOST]);
+    let port = up.port;
+    let digests = host(
+        Command::new(python())
+            .args(["-c", REGISTRIES_PY])
+            .arg(up.dir.join("files"))
+            .arg(port.to_string()),
+    );
+    let digest = |what: &str| {
+        digests
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{what} ")))
+            .unwrap()
+            .to_string()
+    };
+    let hosts = fx.dir.join("hosts");
+    fx.write(
+        &hosts,
+        &format!(
+            "127.0.0.1 localhost\n::1 localhost\n127.0.0.1 {PYPI} {NPM} {CRATES} {GIT_HOST}\n"
+        ),
+    );
+    let toolchain = staged_toolchain();
+    internal_config(&fx, &up, &toolchain);
+
+    // The project: for npm, cargo (its registry replaced by the mirror) and git.
+    fx.write(
+        &fx.proj.join("package.json"),
+        "{\"name\": \"proj\", \"version\": \"1.0.0\", \"private\": true}\n",
+    );
+    fx.write(
+        &fx.proj.join("Cargo.toml"),
+        "[package]\nname = \"proj\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+         [dependencies]\nwardcell-demo = \"1\"\n",
+    );
+    fx.write(&fx.proj.join("src/lib.rs"), "");
+    fx.write(
+        &fx.proj.join(".cargo/config.toml"),
+        &format!(
+            "[source.crates-io]\nreplace-with = \"mirror\"\n\n[source.mirror]\n\
+             registry = \"sparse+https://{CRATES}:{port}/files/crates/index/\"\n"
+        ),
+    );
+    host(host_git(&fx.proj).args(["init", "-q", "-b", "main"]));
+    host(host_git(&fx.proj).args(["add", "package.json", "Cargo.toml", "src"]));
+    host(host_git(&fx.proj).args(["commit", "-q", "-m", "first"]));
+    let remote = format!("https://{GIT_HOST}:{port}{REPO_PATH}");
+    host(host_git(&fx.proj).args(["remote", "add", "origin", &remote]));
+    let head = host(host_git(&fx.proj).args(["rev-parse", "HEAD"]))
+        .trim()
+        .to_string();
+    fx.own(&fx.proj);
+
+    let py = python();
+    let py = py.display();
+    let git_bin = git().display();
+    let sh = format!(
+        "cd {proj}\n\
+         {py} -m pip download --disable-pip-version-check --no-deps -d dl \
+           --index-url https://{PYPI}:{port}/files/pypi/simple/ wardcell-demo >pip.out 2>&1\n\
+         echo \"pip rc=$?\"\n\
+         npm install --no-audit --no-fund --no-update-notifier \
+           --registry https://{NPM}:{port}/files/npm/ wardcell-demo >npm.out 2>&1\n\
+         echo \"npm rc=$?\"\n\
+         cargo fetch >cargo.out 2>&1\n\
+         echo \"cargo rc=$?\"\n\
+         wardcell zone enter push -- {git_bin} push origin HEAD:main >push.out 2>&1\n\
+         echo \"push rc=$?\"\n\
+         wardcell zone enter public -- {py} -m pip download --disable-pip-version-check \
+           --no-deps -d public --index-url https://{PYPI}:{port}/files/public/simple/ \
+           wardcell-demo >public.out 2>&1\n\
+         echo \"public rc=$?\"\n",
+        proj = fx.proj.display(),
+    );
+    let ca = up.ca_pem.to_str().unwrap();
+    let mut cmd = fx.cmd_with_hosts(&hosts, &["run", "--", "/bin/sh", "-c", &sh]);
+    cmd.env(
+        "PATH",
+        format!(
+            "{}:{}:{}:/usr/bin:/bin",
+            fx.bin.display(),
+            toolchain.join("bin").display(),
+            git().parent().unwrap().display()
+        ),
+    )
+    .env("SSL_CERT_FILE", ca)
+    .env("PIP_CERT", ca)
+    .env("NODE_EXTRA_CA_CERTS", ca)
+    .env("CARGO_HTTP_CAINFO", ca)
+    .env("E2E_GIT_TOKEN", &up.token)
+    .env("GIT_TERMINAL_PROMPT", "0");
+    let (out, _, text) = run_logged(&fx, cmd);
+    let said =
+        |tool: &str| fs::read_to_string(fx.proj.join(format!("{tool}.out"))).unwrap_or_default();
+    let why = format!(
+        "{out:#?}\n{}\n{}",
+        ["pip", "npm", "cargo", "push", "public"]
+            .map(|t| format!("== {t}\n{}", said(t)))
+            .join("\n"),
+        up.server_stderr()
+    );
+    for tool in ["pip", "npm", "cargo", "push"] {
+        assert_eq!(field(&out, tool, "rc"), "0", "{tool}: {why}");
+    }
+
+    // What each client fetched is whole.
+    let wheel = fs::read(fx.proj.join("dl/wardcell_demo-1.0-py3-none-any.whl")).unwrap();
+    assert_eq!(format!("{:x}", Sha256::digest(&wheel)), digest("wheel"));
+    assert_eq!(
+        fs::read_to_string(fx.proj.join("node_modules/wardcell-demo/index.js")).unwrap(),
+        "module.exports = 42;\n"
+    );
+    let lock = fs::read_to_string(fx.proj.join("Cargo.lock")).unwrap();
+    assert!(lock.contains(&digest("crate")), "{lock}");
+    let cache = fx
+        .home
+        .join(".local/share/wardcell/pm/cargo/registry/cache");
+    let crates: Vec<_> = fs::read_dir(&cache)
+        .unwrap()
+        .flat_map(|d| fs::read_dir(d.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(crates.len(), 1, "{crates:?}");
+    assert_eq!(
+        format!("{:x}", Sha256::digest(fs::read(&crates[0]).unwrap())),
+        digest("crate")
+    );
+    assert_eq!(up.main_ref().as_deref(), Some(head.as_str()), "{why}");
+
+    // Each request came under the name of its registry; the push's with the credential,
+    // the others without one.
+    let seen = up.requests();
+    for (prefix, name) in [
+        ("/files/pypi/", PYPI),
+        ("/files/npm/", NPM),
+        ("/files/crates/", CRATES),
+        (REPO_PATH, GIT_HOST),
+    ] {
+        let these: Vec<_> = seen
+            .iter()
+            .filter(|r| r["path"].as_str().unwrap_or("").starts_with(prefix))
+            .collect();
+        assert!(!these.is_empty(), "nothing reached {prefix}: {seen:#?}");
+        for r in these {
+            let host = r["host"].as_str().unwrap_or("");
+            assert!(
+                host == name || host == format!("{name}:{port}"),
+                "{prefix} came as {host:?}: {r}"
+            );
+            let auth = r["authorization"].as_str();
+            if prefix == REPO_PATH {
+                assert!(auth.is_none() || auth == Some(up.basic().as_str()), "{r}");
+            } else {
+                assert_eq!(auth, None, "{r}");
+            }
+        }
+    }
+    assert!(
+        seen.iter().any(|r| r["path"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("/git-receive-pack")
+            && r["authorization"].as_str() == Some(up.basic().as_str())),
+        "{seen:#?}"
+    );
+
+    // Under network.allow the same name is public-only: refused, with the way to allow
+    // it, and nothing reached the server.
+    assert_ne!(field(&out, "public", "rc"), "0", "{why}");
+    assert!(
+        !seen.iter().any(|r| r["path"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("/files/public/")),
+        "{seen:#?}"
+    );
+    assert!(
+        text.contains(&format!("add \\\"{PYPI}:{port}\\\" under network.internal")),
+        "{text}"
+    );
+    assert_no_secret("the run's log", &text, &up);
 });
