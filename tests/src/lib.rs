@@ -335,7 +335,16 @@ pub fn assert_heartbeat_stopped(beat: &Path, why: &str) {
     assert_eq!(a, fs::read_to_string(beat).unwrap(), "{why}");
 }
 
-/// Define a test twice: as the invoking user and as the unprivileged uid.
+/// Say on the test process's own stderr, past the harness's capture (which takes
+/// `eprintln!` from a test that passes), that a test or a part of it was skipped, so that
+/// a skip is seen in `cargo test`'s output and never mistaken for a pass.
+pub fn skipped(why: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {why}");
+}
+
+/// Define a test twice: as the invoking user and as the unprivileged uid. Run by a user
+/// who is not root, the second cannot drop to that uid: it says SKIPPED and does
+/// nothing, rather than run again as the invoking user and pass as if it had.
 #[macro_export]
 macro_rules! both {
     ($name:ident, |$fx:ident| $body:block) => {
@@ -349,6 +358,14 @@ macro_rules! both {
             }
             #[test]
             fn as_user() {
+                if !$crate::is_root() {
+                    $crate::skipped(&format!(
+                        "{}::as_user: only root can drop to the unprivileged uid {}",
+                        stringify!($name),
+                        $crate::test_uid()
+                    ));
+                    return;
+                }
                 let $fx = $crate::Fixture::new(stringify!($name), $crate::As::User);
                 $body
             }

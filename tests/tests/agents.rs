@@ -40,15 +40,17 @@ fn agents() -> Option<&'static Path> {
         match out {
             Ok(o) if o.status.success() && bins.iter().all(|b| b.exists()) => Some(dir),
             Ok(o) => {
-                eprintln!(
-                    "SKIPPED: the agents could not be installed from the npm registry ({}): {}",
+                wardcell_tests::skipped(&format!(
+                    "the agents could not be installed from the npm registry ({}): {}",
                     o.status,
                     String::from_utf8_lossy(&o.stderr).trim()
-                );
+                ));
                 None
             }
             Err(e) => {
-                eprintln!("SKIPPED: npm is not installed ({e}); the agents were not tried");
+                wardcell_tests::skipped(&format!(
+                    "npm is not installed ({e}); the agents were not tried"
+                ));
                 None
             }
         }
