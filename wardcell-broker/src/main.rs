@@ -26,6 +26,9 @@
 //! or by their Seatbelt identity). macOS has no proxy yet: a sandbox with network is
 //! refused there (proxy_macos.rs). README, "macOS".
 
+// `unsafe` only in `sys`, where every use says why it is sound.
+#![deny(unsafe_code)]
+
 mod approval;
 mod chain;
 mod error;
@@ -38,6 +41,7 @@ mod runid;
 mod sandbox;
 mod spec;
 mod supervisor;
+#[allow(unsafe_code)]
 mod sys;
 
 use std::ffi::CString;

@@ -21,6 +21,7 @@
 //! waits for it. Untested on a Mac (this repository's CI is Linux); the profile text it
 //! applies is tested on every platform (common/src/seatbelt.rs).
 
+#[allow(unsafe_code)]
 mod sys;
 
 use std::io::Write;

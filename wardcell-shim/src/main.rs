@@ -23,6 +23,9 @@
 //!    reaps orphans, and when the command ends, reports its status and exits with it,
 //!    which ends every process left in the sandbox.
 
+// `unsafe` only in `sys`, where every use says why it is sound.
+#![deny(unsafe_code)]
+
 // Linux: namespaces, a view, Landlock and seccomp (this file). macOS: a Seatbelt profile
 // from the same spec (macos.rs); what both use (the spec, reports, exec) is shared here.
 #[cfg(target_os = "linux")]
@@ -38,6 +41,7 @@ mod net;
 #[cfg(target_os = "linux")]
 mod seccomp;
 #[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
 mod sys;
 
 use std::ffi::CString;
