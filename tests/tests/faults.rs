@@ -634,3 +634,39 @@ both!(a_killed_plan_writer_ends_the_run_as_it_died, |fx| {
     let logs = fs::read_dir(&runs).map(|d| d.count()).unwrap_or(0);
     assert_eq!(logs, 0, "a log was made");
 });
+
+// The proxy dies when its death cannot be audited: `proxy.died` is refused by the log's
+// writer (here because someone else changed the log: one byte appended from outside),
+// and an event that cannot be written ends the run, as every other does (PROTOCOL 8),
+// rather than leave a sandbox running unaudited. The command here would wait for ever.
+both!(a_proxy_death_that_cannot_be_audited_ends_the_run, |fx| {
+    config(&fx, "", "network = { allow = [\"example.com:80\"] }", "");
+    let scene = Scene::new(&fx, "proxydied", None);
+    let ready = fx.proj.join("ready");
+    let mut run = scene.start(&format!(
+        "touch {r}; while :; do sleep 0.05; done",
+        r = ready.display()
+    ));
+    wait_file(&ready);
+    let proxy = run.tree.wait_for("wardcell-proxy", 1).remove(0);
+    let (id, _) = scene.log();
+    let log = scene
+        .state
+        .join("wardcell/runs")
+        .join(format!("{id}.jsonl"));
+    let mut f = fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut f, b"x").unwrap();
+    kill_as(&fx, proxy.pid, "KILL");
+    let (out, tree) = run.finish(30);
+    out.expect_code(1);
+    let last = out.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: the run's audit log ")
+            && last.contains("someone else changed it")
+            && last.ends_with(ENDED),
+        "{out:#?}"
+    );
+    scene.assert_clean(&tree);
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("proxy.died"), "{text}");
+});

@@ -186,7 +186,8 @@ fn died(run: &Run, zone: &str, status: io::Result<std::process::ExitStatus>) {
         Ok(s) => (s.code(), s.signal()),
         Err(_) => (None, None),
     };
-    let _ = run.audit.write(
+    // Unwritable, it ends the run as every other event does (PROTOCOL 8).
+    let _ = run.record(
         "proxy",
         "proxy.died",
         json!({"zone": zone, "exit_status": code, "signal": signal}),
