@@ -49,6 +49,42 @@ pub fn client_on_path(
     }
 }
 
+/// Sandbox tools that cannot work inside a sandbox, where no process can make namespaces.
+/// Each name is a link to the client in [`SANDBOX_TOOL_DIRS`]' directory, which goes first
+/// on a sandbox's `PATH`: a tool looked up by name then gets one line saying wardcell is
+/// already the sandbox, not the kernel's "Operation not permitted" and the tool's guess at
+/// why (bwrap's sends one to change a sysctl).
+pub const SANDBOX_TOOLS: [&str; 3] = ["bwrap", "firejail", "nsjail"];
+
+/// Where those links are: a directory beside the client (a build or a copy), or the
+/// package's, in that order.
+pub const SANDBOX_TOOL_DIRS: [&str; 2] = ["wardcell-nested", "/usr/libexec/wardcell/nested"];
+
+/// Put the first of [`SANDBOX_TOOL_DIRS`] that `is_dir` says exists first on `PATH`
+/// (relative to `client`'s directory for the first).
+pub fn sandbox_tools_first(
+    env: &mut Vec<(String, String)>,
+    client: &Path,
+    is_dir: impl Fn(&Path) -> bool,
+) {
+    let Some(dir) = client.parent().and_then(|d| {
+        SANDBOX_TOOL_DIRS
+            .iter()
+            .map(|t| d.join(t))
+            .find(|t| is_dir(t))
+    }) else {
+        return;
+    };
+    let Some(dir) = dir.to_str() else {
+        return;
+    };
+    match env.iter_mut().find(|(k, _)| k == "PATH") {
+        Some((_, v)) if v.is_empty() => *v = dir.to_string(),
+        Some((_, v)) => *v = format!("{dir}:{v}"),
+        None => env.push(("PATH".into(), dir.to_string())),
+    }
+}
+
 /// Glob match with `*` matching any run of characters (including none).
 pub fn glob_match(pattern: &str, name: &str) -> bool {
     let p = pattern.as_bytes();
@@ -158,6 +194,36 @@ pub fn host_socket_dirs(env: &[(String, String)]) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sandbox_tools_go_first_from_beside_the_client_then_the_package() {
+        let path = |env: &[(String, String)]| {
+            env.iter()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| v.clone())
+        };
+        let client = Path::new("/opt/w/bin/wardcell");
+        let mut env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string())];
+        sandbox_tools_first(&mut env, client, |d| {
+            d == Path::new("/opt/w/bin/wardcell-nested")
+        });
+        assert_eq!(
+            path(&env).unwrap(),
+            "/opt/w/bin/wardcell-nested:/usr/bin:/bin"
+        );
+        let mut env = vec![("PATH".to_string(), String::new())];
+        sandbox_tools_first(&mut env, client, |d| {
+            d == Path::new("/usr/libexec/wardcell/nested")
+        });
+        assert_eq!(path(&env).unwrap(), "/usr/libexec/wardcell/nested");
+        let mut env = vec![];
+        sandbox_tools_first(&mut env, client, |_| true);
+        assert_eq!(path(&env).unwrap(), "/opt/w/bin/wardcell-nested");
+        // Neither there: PATH as it was.
+        let mut env = vec![("PATH".to_string(), "/usr/bin".to_string())];
+        sandbox_tools_first(&mut env, client, |_| false);
+        assert_eq!(path(&env).unwrap(), "/usr/bin");
+    }
 
     fn np(allow: &[&str]) -> String {
         no_proxy(&allow.iter().map(|s| s.to_string()).collect::<Vec<_>>())

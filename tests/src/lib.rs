@@ -106,6 +106,14 @@ pub fn staged() -> &'static Staged {
             }
             fs::set_permissions(&dst, fs::Permissions::from_mode(0o755)).unwrap();
         }
+        // The sandbox tools' links, beside the client as a build's would be
+        // (`envrules::SANDBOX_TOOL_DIRS`; a package has them in its libexec directory).
+        let nested = bin.join("wardcell-nested");
+        fs::create_dir_all(&nested).unwrap();
+        fs::set_permissions(&nested, fs::Permissions::from_mode(0o755)).unwrap();
+        for tool in ["bwrap", "firejail", "nsjail"] {
+            std::os::unix::fs::symlink("../wardcell", nested.join(tool)).unwrap();
+        }
         Staged { root, bin }
     })
 }

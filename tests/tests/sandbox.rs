@@ -240,6 +240,38 @@ both!(no_namespaces_no_mounts, |fx| {
     assert_ne!(out.code, 0, "{out:?}");
 });
 
+// A sandbox tool looked up by name inside says that wardcell is already the sandbox
+// (issue 21, item 5), instead of the kernel's EPERM and the tool's guess at why; by its
+// own path the tool is still refused by the kernel.
+both!(sandbox_tools_say_wardcell_is_the_sandbox, |fx| {
+    fx.test_config("");
+    let out = fx.sh(
+        "command -v bwrap; bwrap --ro-bind / / /bin/true; echo \"bwrap rc=$?\"; \
+         firejail --quiet true; echo \"firejail rc=$?\"; nsjail -- /bin/true; echo \"nsjail rc=$?\"",
+    );
+    out.ok();
+    let nested = fx.bin.join("wardcell-nested");
+    assert!(
+        out.stdout
+            .starts_with(&format!("{}\n", nested.join("bwrap").display())),
+        "{out:#?}"
+    );
+    for tool in ["bwrap", "firejail", "nsjail"] {
+        assert!(out.stdout.contains(&format!("{tool} rc=1\n")), "{out:#?}");
+        assert!(
+            out.stderr.contains(&format!(
+                "error: {tool} cannot make a sandbox here: this command already runs in a wardcell sandbox (zone 'agent'), where no process can make namespaces; run it without a sandbox of its own, wardcell is the sandbox\n"
+            )),
+            "{out:#?}"
+        );
+    }
+    if std::path::Path::new("/usr/bin/bwrap").exists() {
+        let out = fx.sh("/usr/bin/bwrap --ro-bind / / /bin/true");
+        assert_ne!(out.code, 0, "{out:?}");
+        assert!(!out.stderr.contains("wardcell"), "{out:?}");
+    }
+});
+
 both!(dangerous_syscalls_and_families_are_refused, |fx| {
     fx.test_config("");
     for sc in [

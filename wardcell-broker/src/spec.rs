@@ -348,6 +348,7 @@ pub fn build_with(
                 .ok()
                 .map(|m| wardcell_common::identity::Identity::of(&m) == me)
         });
+        envrules::sandbox_tools_first(&mut env, client, Path::is_dir);
     }
     env.push(("WARDCELL_SANDBOX".into(), "1".into()));
     if let Some(zone) = req.zone {

@@ -19,6 +19,7 @@ mod enter_tty;
 mod error;
 mod location;
 mod logs;
+mod nested;
 mod output;
 mod policy;
 mod run;
@@ -36,6 +37,10 @@ use location::Location;
 use wardcell_common::trace;
 
 fn main() -> ExitCode {
+    // Started as one of the sandbox tools linked to this binary inside sandboxes.
+    if let Some(tool) = nested::tool_called() {
+        return nested::refuse(tool);
+    }
     // 0. Tracing, when WARDCELL_LOG asks; a value that is not a level is a usage error.
     //    `run` holds its lines for the broker, which prints them with the run id.
     let traced = match std::env::var(trace::VAR).map(|v| trace::parse(&v)) {
