@@ -1,12 +1,19 @@
 //! One line to the system log: facility authpriv, severity notice, RFC 3164, through
-//! `/dev/log` with the `syslog` crate. The broker's audit copy (`[audit] syslog = true`)
-//! and the approval plugin use it.
+//! `/dev/log`. The broker's audit copy (`[audit] syslog = true`) and the approval plugin
+//! use it. Written here rather than with the `syslog` crate, whose nine crates (a
+//! calendar among them) were a quarter of the broker's dependency graph for one
+//! datagram a line (issue 22).
 
+use std::io::Write;
+use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::path::Path;
 
 /// Where syslog listens on Linux. Fixed: nothing a sandbox, a request or the environment
 /// says moves it.
 const SOCKET: &str = "/dev/log";
+
+/// Facility authpriv (10 << 3), severity notice (5).
+const PRIORITY: u8 = 85;
 
 /// Send `line` as `tag`: one datagram, never waited for; nothing happens where there is
 /// no syslog.
@@ -15,21 +22,26 @@ pub fn send(tag: &str, line: &str) {
 }
 
 /// [`send`] to the socket at `socket` (tests give their own). Control characters are
-/// escaped, so that a sandbox's text cannot forge a line of its own.
+/// escaped, so that a sandbox's text cannot forge a line of its own. No timestamp or
+/// host name: the local daemon stamps what it receives, in its own time zone (RFC 3164,
+/// 4.3.1), as rsyslog and journald do for glibc's `syslog(3)` lines without a host.
 fn send_to(socket: &Path, tag: &str, line: &str) {
-    let formatter = syslog::Formatter3164 {
-        facility: syslog::Facility::LOG_AUTHPRIV,
-        hostname: None,
-        process: tag.to_string(),
-        pid: std::process::id(),
-    };
-    let Ok(mut logger) = syslog::unix_custom(formatter, socket) else {
-        return;
-    };
-    if let syslog::LoggerBackend::Unix(s) = &logger.backend {
-        let _ = s.set_nonblocking(true);
+    let message = format!(
+        "<{PRIORITY}>{tag}[{}]: {}",
+        std::process::id(),
+        crate::text::shown(line)
+    );
+    let datagram = UnixDatagram::unbound().and_then(|s| {
+        s.set_nonblocking(true)?;
+        s.send_to(message.as_bytes(), socket)
+    });
+    // A daemon listening on a stream socket instead: one line, newline-ended.
+    if datagram.is_err() {
+        if let Ok(mut s) = UnixStream::connect(socket) {
+            let _ = s.set_nonblocking(true);
+            let _ = s.write_all(format!("{message}\n").as_bytes());
+        }
     }
-    let _ = logger.notice(crate::text::shown(line));
 }
 
 #[cfg(test)]
@@ -51,17 +63,22 @@ mod tests {
         let mut buf = [0u8; 512];
         let n = server.recv(&mut buf).unwrap();
         let got = String::from_utf8_lossy(&buf[..n]).into_owned();
-        // <85>: facility authpriv (10 << 3), severity notice (5); then the RFC 3164
-        // timestamp and the tag.
-        assert!(got.starts_with("<85>"), "{got}");
+        // <85>: facility authpriv (10 << 3), severity notice (5); then the tag.
         assert!(
-            got.contains(&format!(" wardcell[{}]: ", std::process::id())),
+            got.starts_with(&format!("<85>wardcell[{}]: ", std::process::id())),
             "{got}"
         );
         assert!(
             got.ends_with("]: request 0a1b2c3d: git push\\nforged: line"),
             "{got}"
         );
+        // A stream socket: the same line, newline-ended.
+        let stream = d.join("stream");
+        let listener = std::os::unix::net::UnixListener::bind(&stream).unwrap();
+        send_to(&stream, "wardcell", "one");
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut listener.accept().unwrap().0, &mut got).unwrap();
+        assert_eq!(got, format!("<85>wardcell[{}]: one\n", std::process::id()));
         // No socket: nothing happens, nothing waits.
         send_to(&d.join("absent"), "wardcell", "x");
         std::fs::remove_dir_all(&d).unwrap();
