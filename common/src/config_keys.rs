@@ -132,14 +132,7 @@ impl<'de> de::Deserializer<'de> for Probe<'_> {
         let mut value = self.child("NAME");
         value.leaf = Some(self.path);
         v.visit_map(Entries {
-            entries: vec![(
-                Probe {
-                    key: true,
-                    ..self
-                },
-                value,
-            )]
-            .into_iter(),
+            entries: vec![(Probe { key: true, ..self }, value)].into_iter(),
             value: None,
         })
     }
@@ -271,7 +264,11 @@ fn documented(page: &str) -> BTreeSet<String> {
                 .and_then(|k| k.split_once("\\fR"))
                 .map(|(k, _)| k.replace("\\-", "-"))
             {
-                out.insert(if t.is_empty() { key } else { format!("{t}.{key}") });
+                out.insert(if t.is_empty() {
+                    key
+                } else {
+                    format!("{t}.{key}")
+                });
             }
         }
     }
@@ -279,7 +276,10 @@ fn documented(page: &str) -> BTreeSet<String> {
 }
 
 fn page() -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/man/wardcell-zones.toml.5");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../packaging/man/wardcell-zones.toml.5"
+    );
     std::fs::read_to_string(path).expect("packaging/man/wardcell-zones.toml.5")
 }
 
@@ -317,6 +317,10 @@ fn the_page_reader_reads_tables_and_keys() {
     let keys: Vec<String> = documented(page).into_iter().collect();
     assert_eq!(
         keys,
-        ["audit.max_log_kib", "zones.NAME.env.deny", "zones.NAME.profile"]
+        [
+            "audit.max_log_kib",
+            "zones.NAME.env.deny",
+            "zones.NAME.profile"
+        ]
     );
 }
