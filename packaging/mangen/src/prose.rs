@@ -503,8 +503,9 @@ wardcell approvals watch
     Prose {
         page: "wardcell-doctor",
         description: r"Check whether this machine can run wardcell's sandboxes: the helpers and their
-versions, the kernel, user namespaces (and the AppArmor profile where Ubuntu restricts
-them), seccomp, the configuration and the directories; then start a trial run.
+versions, the kernel's release, Landlock's ABI, seccomp, user namespaces (and the
+AppArmor profile where Ubuntu restricts them), the broker's peer check, the
+configuration and the directories; then start a throwaway sandbox.
 Each line says \fBOK\fR, \fBWARN\fR or \fBFAIL\fR, and what to do.
 ",
         exit: r"0 when nothing failed (warnings do not change it); 1 when a check failed; 2 for a
