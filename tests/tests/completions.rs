@@ -85,6 +85,44 @@ fn bash_offers(fx: &Fixture, line: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// Run `program -c script` as the fixture's user, in its project, with the script
+/// `wardcell completions SHELL` prints saved as `script_path`; its output lines. None
+/// when the shell is not installed.
+fn in_shell(fx: &Fixture, shell: &str, script: &str) -> Option<Vec<String>> {
+    if Command::new(shell).arg("-c").arg("true").output().is_err() {
+        eprintln!("SKIPPED: {shell} is not installed");
+        return None;
+    }
+    let printed = fx.run(&["completions", shell]);
+    printed.ok();
+    fx.write(&fx.dir.join(format!("wardcell.{shell}")), &printed.stdout);
+    let mut cmd = Command::new(shell);
+    if shell == "zsh" {
+        cmd.arg("-f");
+    }
+    cmd.arg("-c")
+        .arg(
+            script.replace(
+                "SCRIPT",
+                &fx.dir
+                    .join(format!("wardcell.{shell}"))
+                    .display()
+                    .to_string(),
+            ),
+        )
+        .current_dir(&fx.proj)
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", fx.bin.display()))
+        .env("HOME", &fx.home)
+        .stdin(Stdio::null());
+    if let Some((uid, gid)) = fx.who.ids() {
+        cmd.uid(uid).gid(gid);
+    }
+    let out: Out = cmd.output().unwrap().into();
+    out.ok();
+    Some(out.stdout.lines().map(String::from).collect())
+}
+
 /// The run ids `logs list` shows, newest first.
 fn listed(fx: &Fixture) -> Vec<String> {
     listed_with(fx, &[])
@@ -267,4 +305,38 @@ both!(logs_show_and_verify_take_latest_and_a_unique_prefix, |fx| {
     let out = fx.run(&["logs", "show", "../x"]);
     out.expect_code(1);
     assert!(out.stderr.contains("is not a run id"), "{out:?}");
+});
+
+both!(zsh_and_fish_complete_zone_names_and_files, |fx| {
+    fx.test_config("[zones.deploy]\nprofile = \"test\"\n");
+    // zsh: the completion function called as the completion system would, with its
+    // builtins (compadd, _files) standing in to print what they are given.
+    let zsh = in_shell(
+        &fx,
+        "zsh",
+        "compadd() { shift 3; print -rl -- \"$@\" }; _files() { echo FILES }; compdef() { }; \
+         source SCRIPT; \
+         words=(wardcell run --zone ''); CURRENT=4; _wardcell; echo .; \
+         words=(wardcell run --zone=d); CURRENT=3; _wardcell; echo .; \
+         words=(wardcell run --read ''); CURRENT=4; _wardcell",
+    );
+    if let Some(lines) = zsh {
+        assert_eq!(
+            lines,
+            ["agent", "deploy", ".", "--zone=deploy", ".", "FILES"]
+        );
+    }
+    // fish: its own completion engine.
+    let fish = in_shell(
+        &fx,
+        "fish",
+        "source SCRIPT; complete -C 'wardcell run --zone '; echo .; \
+         complete -C 'wardcell run --zone=d'; echo .; complete -C 'wardcell lo'",
+    );
+    if let Some(lines) = fish {
+        assert_eq!(
+            lines,
+            ["agent", "deploy", ".", "--zone=deploy", ".", "logs"]
+        );
+    }
 });
