@@ -234,7 +234,7 @@ fn answer(
             return Answer::Files;
         }
     }
-    if walk.lost {
+    if walk.lost || (walk.help && !walk.at.has_subcommands()) {
         return Answer::Words(Vec::new());
     }
     let filter = |words: Vec<String>, typed: &str, prefix: &str| {
@@ -305,6 +305,8 @@ struct Walk<'a> {
     config: Option<String>,
     /// A word that is no command where one was due: nothing to offer after it.
     lost: bool,
+    /// `wardcell help COMMAND...`: only command names follow.
+    help: bool,
 }
 
 impl<'a> Walk<'a> {
@@ -317,6 +319,7 @@ impl<'a> Walk<'a> {
             after_dashes: false,
             config: None,
             lost: false,
+            help: false,
         }
     }
 
@@ -347,6 +350,10 @@ impl<'a> Walk<'a> {
             }
             if w.len() > 1 && w.starts_with('-') {
                 // Short flags: only `-v`, `-h` and `-V` exist, none takes a value.
+                return true;
+            }
+            if self.path.is_empty() && w == "help" && !self.help {
+                self.help = true;
                 return true;
             }
             if let Some(sub) = self.at.find_subcommand(w) {
@@ -503,6 +510,9 @@ mod tests {
         );
         assert_eq!(ask(&host, "wardcell approvals show ", false), w(&[]));
         assert_eq!(ask(&host, "wardcell bogus ", false), w(&[]));
+        assert_eq!(ask(&host, "wardcell help lo", false), w(&["logs"]));
+        assert_eq!(ask(&host, "wardcell help logs s", false), w(&["show"]));
+        assert_eq!(ask(&host, "wardcell help logs show ", false), w(&[]));
     }
 
     #[test]
