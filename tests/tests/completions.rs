@@ -210,6 +210,13 @@ both!(completion_offers_nothing_quietly_on_a_broken_config, |fx| {
         bash_offers(&fx, &["wardcell", "logs", "show", ""]),
         ["latest"]
     );
+    // What the script hides (2>/dev/null) is empty anyway: no message, exit 0.
+    let direct = fx.run(&["__complete", "bash", "3", "wardcell", "run", "--zone", ""]);
+    direct.ok();
+    assert_eq!(
+        (direct.stdout.as_str(), direct.stderr.as_str()),
+        ("words\n", "")
+    );
 });
 
 both!(completion_in_a_zone_offers_the_zones_it_may_enter, |fx| {

@@ -55,10 +55,7 @@ pub const LATEST: &str = "latest";
 /// The run ids with a log, newest first (for completion).
 pub fn ids_newest_first() -> Vec<String> {
     runs_dir()
-        .map(|d| {
-            let ids = log_ids(&d);
-            newest_first(&d, ids)
-        })
+        .map(|d| newest_first(&d, log_ids(&d)))
         .unwrap_or_default()
 }
 
@@ -164,8 +161,6 @@ fn first_event(path: &Path) -> Option<Value> {
     (s(&v, "event") == "run.started").then_some(v)
 }
 
-/// Run `id`'s log, opened without following a symbolic link: a log replaced by a link
-/// (or anything but a file) is refused in words, never followed nor shown as empty.
 fn not_an_id(given: &str) -> Error {
     Error::Refused(format!(
         "'{}' is not a run id (they look like 20261202T093212Z-3f9a1c2b, or `latest`, or the start of one); `wardcell logs list` shows them",
@@ -173,6 +168,8 @@ fn not_an_id(given: &str) -> Error {
     ))
 }
 
+/// Run `id`'s log, opened without following a symbolic link: a log replaced by a link
+/// (or anything but a file) is refused in words, never followed nor shown as empty.
 fn open_log(id: &str) -> Result<File, Error> {
     if !valid_id(id) {
         return Err(not_an_id(id));

@@ -66,8 +66,8 @@ fn main() -> ExitCode {
     }
     tracing::debug!(location = ?location, "started");
 
-    // Completion (the scripts `wardcell completions` prints call this): candidates only,
-    //    never an error.
+    // Completion, which the scripts `wardcell completions` prints call: candidates only,
+    // never an error, wherever it runs.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == completions::COMPLETE) {
         return completions::complete(&location, &args[2..]);
