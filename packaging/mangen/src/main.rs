@@ -28,7 +28,7 @@ use clap::CommandFactory;
 mod prose;
 
 /// What the client's own page says beyond its options and its prose (prose.rs): where
-/// each command works, and the files it reads and writes.
+/// each command works (after the commands), and the files it reads and writes.
 const CLIENT_EXTRA: &str = r#".SH "WHERE COMMANDS WORK"
 On the host: \fBrun\fR, \fBpolicy\fR (\fBcheck\fR, \fBshow\fR, \fBwhy\fR), \fBzone list\fR,
 \fBlogs\fR, \fBapprovals\fR, \fBdoctor\fR, \fBcompletions\fR.
@@ -37,7 +37,10 @@ Inside a sandbox started in a zone: \fBzone list\fR, \fBzone current\fR,
 Inside a run started with \fBrun \-\-profile\fR: none.
 \fB\-\-help\fR lists only what works where it runs; any other command is refused,
 before it does anything, with one line saying why and what to use instead.
-.SH FILES
+"#;
+
+/// The client's FILES, after its ENVIRONMENT.
+const CLIENT_FILES: &str = r#".SH FILES
 .TP
 \fI$XDG_CONFIG_HOME/wardcell/zones.toml\fR (default \fI~/.config/wardcell/zones.toml\fR)
 The user's configuration, read first unless \fB\-\-config\fR names a file.
@@ -119,6 +122,9 @@ fn page(cmd: &clap::Command, path: &str) -> Result<(String, Vec<u8>), String> {
     text += prose.exit;
     text += ".SH ENVIRONMENT\n";
     text += prose.environment.trim_start_matches('\n');
+    if path == "wardcell" {
+        text += CLIENT_FILES;
+    }
     text += ".SH EXAMPLES\n";
     text += prose.examples;
     let mut see: Vec<String> = Vec::new();
