@@ -1720,6 +1720,11 @@ pub fn check_host_port(entry: &str) -> Result<(), String> {
     check_host(host).map_err(|why| format!("{why}; {HINT}"))
 }
 
+// Every key above is in wardcell-zones.toml(5): a test walks these serde types.
+#[cfg(test)]
+#[path = "config_keys.rs"]
+mod keys;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -49,13 +49,130 @@ pub fn valid_id(id: &str) -> bool {
             .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
 }
 
+/// What `logs show` and `logs verify` take for the newest run `logs list` shows.
+pub const LATEST: &str = "latest";
+
+/// The run ids with a log, newest first (for completion).
+pub fn ids_newest_first() -> Vec<String> {
+    runs_dir()
+        .map(|d| newest_first(&d, log_ids(&d)))
+        .unwrap_or_default()
+}
+
+/// `ids` newest first, as `logs list` orders them: by the id, which starts with the
+/// start time in seconds, and within one second by the first event's milliseconds (only
+/// the logs that share a second are read).
+fn newest_first(dir: &Path, mut ids: Vec<String>) -> Vec<String> {
+    ids.sort_by(|a, b| b.cmp(a));
+    let mut i = 0;
+    while i < ids.len() {
+        let second = &ids[i][..16];
+        let n = ids[i..]
+            .iter()
+            .take_while(|id| id.starts_with(second))
+            .count();
+        if n > 1 {
+            ids[i..i + n].sort_by_cached_key(|id| {
+                let ms = first_event(&dir.join(format!("{id}.jsonl")))
+                    .and_then(|v| millis(&s(&v, "ts")));
+                std::cmp::Reverse((ms, id.clone()))
+            });
+        }
+        i += n;
+    }
+    ids
+}
+
+/// The ids of the logs in `dir` (unsorted; none when it cannot be read).
+fn log_ids(dir: &Path) -> Vec<String> {
+    match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter_map(|n| n.strip_suffix(".jsonl").map(str::to_string))
+            .filter(|n| valid_id(n))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The run a command line names: a whole id, `latest` (the first run `logs list` shows,
+/// `doctor`'s trial runs aside), or the start of exactly one id. Anything else is refused
+/// in one line: an ambiguous start lists the ids it matches.
+pub fn resolve_id(given: &str) -> Result<String, Error> {
+    if valid_id(given) {
+        return Ok(given.to_string());
+    }
+    let dir = runs_dir()?;
+    let mut ids = log_ids(&dir);
+    if given == LATEST {
+        return latest(&dir, newest_first(&dir, ids)).ok_or_else(|| {
+            Error::Refused(format!(
+                "there is no run to show yet: no audit log in {}",
+                shown(&dir.display().to_string())
+            ))
+        });
+    }
+    let id_like = given.len() < 25
+        && !given.is_empty()
+        && given
+            .bytes()
+            .all(|c| c.is_ascii_digit() || b"TZ-abcdef".contains(&c));
+    if !id_like {
+        return Err(not_an_id(given));
+    }
+    ids.sort_by(|a, b| b.cmp(a));
+    let matching: Vec<&String> = ids.iter().filter(|i| i.starts_with(given)).collect();
+    match matching.as_slice() {
+        [one] => Ok(one.to_string()),
+        [] => Err(Error::Refused(format!(
+            "no run id starts with '{given}'; `wardcell logs list` shows the runs there are"
+        ))),
+        many => {
+            const SHOWN: usize = 10;
+            let mut list: Vec<&str> = many.iter().take(SHOWN).map(|s| s.as_str()).collect();
+            let more = format!("and {} more", many.len().saturating_sub(SHOWN));
+            if many.len() > SHOWN {
+                list.push(&more);
+            }
+            Err(Error::Refused(format!(
+                "'{given}' is the start of {} run ids: {}; give more of the id",
+                many.len(),
+                list.join(", ")
+            )))
+        }
+    }
+}
+
+/// The first of `ids` (newest first) that is not a `doctor` trial.
+fn latest(dir: &Path, ids: Vec<String>) -> Option<String> {
+    ids.into_iter().find(|id| {
+        first_event(&dir.join(format!("{id}.jsonl"))).is_some_and(|v| v["trial"] != true)
+    })
+}
+
+/// A log's first event, or None when it cannot be read as `run.started`.
+fn first_event(path: &Path) -> Option<Value> {
+    let file = open_nofollow(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let line = Lines::new(&mut BufReader::new(file)).next()?.ok()?;
+    let v: Value = serde_json::from_str(&line).ok()?;
+    (s(&v, "event") == "run.started").then_some(v)
+}
+
+fn not_an_id(given: &str) -> Error {
+    Error::Refused(format!(
+        "'{}' is not a run id (they look like 20261202T093212Z-3f9a1c2b, or `latest`, or the start of one); `wardcell logs list` shows them",
+        shown(given)
+    ))
+}
+
 /// Run `id`'s log, opened without following a symbolic link: a log replaced by a link
 /// (or anything but a file) is refused in words, never followed nor shown as empty.
 fn open_log(id: &str) -> Result<File, Error> {
     if !valid_id(id) {
-        return Err(Error::Refused(format!(
-            "'{id}' is not a run id (they look like 20261202T093212Z-3f9a1c2b); `wardcell logs list` shows them"
-        )));
+        return Err(not_an_id(id));
     }
     let path = runs_dir()?.join(format!("{id}.jsonl"));
     let cannot = |why: String| {
@@ -280,6 +397,8 @@ pub fn show(id: &str, category: Option<&str>, format: ShowOutput) -> Result<(), 
             )));
         }
     }
+    let id = resolve_id(id)?;
+    let id = id.as_str();
     let file = open_log(id)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut checker = Checker::new(id);
@@ -345,6 +464,8 @@ pub fn show(id: &str, category: Option<&str>, format: ShowOutput) -> Result<(), 
 }
 
 pub fn verify(id: &str, format: Output) -> Result<(), Error> {
+    let id = resolve_id(id)?;
+    let id = id.as_str();
     let file = open_log(id)?;
     let verdict = audit::verify_reader(BufReader::new(file), id);
     let running = matches!(
@@ -519,14 +640,7 @@ fn listed(id: &str, path: &Path) -> Listed {
 /// `all` (marked).
 pub fn list(format: Output, limit: Option<usize>, all: bool) -> Result<(), Error> {
     let dir = runs_dir()?;
-    let mut ids: Vec<String> = match std::fs::read_dir(&dir) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter_map(|n| n.strip_suffix(".jsonl").map(str::to_string))
-            .filter(|n| valid_id(n))
-            .collect(),
-        Err(_) => Vec::new(),
-    };
+    let mut ids = log_ids(&dir);
     ids.sort();
     let mut runs: Vec<Listed> = ids
         .iter()

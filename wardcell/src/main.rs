@@ -71,9 +71,15 @@ fn main() -> ExitCode {
     }
     tracing::debug!(location = ?location, "started");
 
+    // Completion, which the scripts `wardcell completions` prints call: candidates only,
+    // never an error, wherever it runs.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == completions::COMPLETE) {
+        return completions::complete(&location, &args[2..]);
+    }
+
     // 2. Help is never refused: `wardcell help COMMAND` and `COMMAND --help` print it
     //    anywhere. Refuse a command that does not work here, before doing anything else.
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(path) = cli::help_path(&args) {
         return cli::print_help(&location, &path);
     }

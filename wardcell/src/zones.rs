@@ -4,6 +4,7 @@
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::time::Duration;
 
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 use wardcell_common::protocol::{self, ZoneEntry, ZoneRequest, ZoneResponse};
@@ -33,6 +34,11 @@ pub fn current(zone: &str) -> Result<(), Error> {
 
 /// Connect to this sandbox's supervisor and exchange Hellos.
 fn connect(socket: &Path) -> Result<UnixStream, Error> {
+    connect_within(socket, None)
+}
+
+/// [`connect`], every read and write of the connection bounded by `limit`.
+fn connect_within(socket: &Path, limit: Option<Duration>) -> Result<UnixStream, Error> {
     let fail = |e: &dyn std::fmt::Display| {
         Error::Refused(format!(
             "cannot reach this sandbox's supervisor at {}: {e}; the run may be ending",
@@ -40,6 +46,9 @@ fn connect(socket: &Path) -> Result<UnixStream, Error> {
         ))
     };
     let mut s = UnixStream::connect(socket).map_err(|e| fail(&e))?;
+    s.set_read_timeout(limit)
+        .and_then(|()| s.set_write_timeout(limit))
+        .map_err(|e| fail(&e))?;
     // The supervisor sends its Hello at once; one that refuses the connection follows it
     // with why and closes, maybe before ours is written.
     let sent = protocol::send_hello(&mut s);
@@ -72,7 +81,15 @@ fn answer(s: &mut UnixStream) -> Result<ZoneResponse, Error> {
 
 /// A request answered in one frame (`List`, `Why`): its answer, a refusal as the error.
 fn exchange(socket: &Path, request: &ZoneRequest) -> Result<ZoneResponse, Error> {
-    let mut s = connect(socket)?;
+    exchange_within(socket, request, None)
+}
+
+fn exchange_within(
+    socket: &Path,
+    request: &ZoneRequest,
+    limit: Option<Duration>,
+) -> Result<ZoneResponse, Error> {
+    let mut s = connect_within(socket, limit)?;
     ask(&mut s, |s| {
         protocol::write_frame(s, request).map_err(std::io::Error::other)
     })?;
@@ -85,6 +102,15 @@ fn exchange(socket: &Path, request: &ZoneRequest) -> Result<ZoneResponse, Error>
 /// The error for an answer that is not the one the request calls for.
 fn out_of_turn(answer: &ZoneResponse) -> Error {
     Error::Refused(format!("the supervisor answered out of turn ({answer:?})"))
+}
+
+/// Inside a zone, for completion: the names of the zones this run may enter, or none
+/// when the supervisor does not answer within a second.
+pub fn enterable(socket: &Path) -> Vec<String> {
+    match exchange_within(socket, &ZoneRequest::List, Some(Duration::from_secs(1))) {
+        Ok(ZoneResponse::Zones { zones, .. }) => zones.into_iter().map(|z| z.name).collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// Inside a zone: ask the supervisor at `socket` which zones this run may enter.

@@ -142,7 +142,7 @@ fn completions_on_the_host_and_in_a_zone_not_without_zones() {
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&b.stdout).trim(),
-        "complete -o bashdefault -o default -o nosort -F _wardcell wardcell"
+        "complete -o nosort -F _wardcell wardcell"
     );
 
     let o = h.run(&["completions", "powershell"], &[]);

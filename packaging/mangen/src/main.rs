@@ -25,8 +25,10 @@ mod location;
 
 use clap::CommandFactory;
 
-/// What the client's own page says beyond its options: where each command works, the
-/// files it reads and writes, the environment, the exit status, and the other pages.
+mod prose;
+
+/// What the client's own page says beyond its options and its prose (prose.rs): where
+/// each command works (after the commands), and the files it reads and writes.
 const CLIENT_EXTRA: &str = r#".SH "WHERE COMMANDS WORK"
 On the host: \fBrun\fR, \fBpolicy\fR (\fBcheck\fR, \fBshow\fR, \fBwhy\fR), \fBzone list\fR,
 \fBlogs\fR, \fBapprovals\fR, \fBdoctor\fR, \fBcompletions\fR.
@@ -35,7 +37,10 @@ Inside a sandbox started in a zone: \fBzone list\fR, \fBzone current\fR,
 Inside a run started with \fBrun \-\-profile\fR: none.
 \fB\-\-help\fR lists only what works where it runs; any other command is refused,
 before it does anything, with one line saying why and what to use instead.
-.SH FILES
+"#;
+
+/// The client's FILES, after its ENVIRONMENT.
+const CLIENT_FILES: &str = r#".SH FILES
 .TP
 \fI$XDG_CONFIG_HOME/wardcell/zones.toml\fR (default \fI~/.config/wardcell/zones.toml\fR)
 The user's configuration, read first unless \fB\-\-config\fR names a file.
@@ -58,51 +63,161 @@ never through \fBPATH\fR.
 \fI/etc/apparmor.d/wardcell\fR
 The AppArmor profile that lets wardcell create user namespaces where
 \fBkernel.apparmor_restrict_unprivileged_userns\fR is 1 (Ubuntu 24.04 and later).
-.SH ENVIRONMENT
-.TP
-\fBWARDCELL_SANDBOX\fR, \fBWARDCELL_ZONE\fR, \fBWARDCELL_ZONE_SOCKET\fR
-Set inside every sandbox (the last two in a zone); they choose which commands are
-offered. They are a convenience, not a boundary.
-.TP
-\fBXDG_CONFIG_HOME\fR, \fBXDG_STATE_HOME\fR, \fBXDG_RUNTIME_DIR\fR
-Where the configuration, the audit logs and the runs' sockets are.
-.SH "EXIT STATUS"
-A relayed command's own status (128+N when signal N ended it); 1 for a refusal or a
-wardcell error; 2 for a usage error; 126 when the command is not executable; 127 when
-it is not found.
 "#;
 
-const SEE_ALSO: &str = ".SH \"SEE ALSO\"\n\\fBwardcell\\fR(1), \\fBwardcell\\-zones.toml\\fR(5)\n";
-
-/// Every page: (file name, roff text), for the client and each command under it.
-fn pages() -> Vec<(String, Vec<u8>)> {
+/// Every page: (file name, roff text), for the client and each command under it. A
+/// command without its prose in prose.rs is an error.
+fn pages() -> Result<Vec<(String, Vec<u8>)>, String> {
     let mut cmd = cli::Cli::command().disable_help_subcommand(true);
     cmd.build();
     let mut out = Vec::new();
-    collect(&cmd, true, &mut out);
-    out
+    collect(&cmd, "wardcell", &mut out)?;
+    Ok(out)
 }
 
-fn collect(cmd: &clap::Command, top: bool, out: &mut Vec<(String, Vec<u8>)>) {
+fn collect(
+    cmd: &clap::Command,
+    path: &str,
+    out: &mut Vec<(String, Vec<u8>)>,
+) -> Result<(), String> {
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        collect(sub, false, out);
+        collect(sub, &format!("{path} {}", sub.get_name()), out)?;
     }
+    out.push(page(cmd, path)?);
+    Ok(())
+}
+
+/// roff text for a name: `-` as `\-`.
+fn esc(s: &str) -> String {
+    s.replace('-', "\\-")
+}
+
+/// One page: NAME, SYNOPSIS (with every option's value), DESCRIPTION, OPTIONS and
+/// SUBCOMMANDS from clap; EXIT STATUS, ENVIRONMENT, EXAMPLES and SEE ALSO from prose.rs.
+fn page(cmd: &clap::Command, path: &str) -> Result<(String, Vec<u8>), String> {
     let man = clap_mangen::Man::new(cmd.clone())
         .manual("wardcell")
         .source(format!("wardcell {}", env!("CARGO_PKG_VERSION")));
-    let mut text = Vec::new();
-    man.render(&mut text).expect("writing to a Vec");
-    if top {
-        text.extend_from_slice(CLIENT_EXTRA.as_bytes());
+    let file = man.get_filename();
+    let stem = file.trim_end_matches(".1");
+    let prose = prose::ALL
+        .iter()
+        .find(|p| p.page == stem)
+        .ok_or_else(|| format!("no prose for {stem} in packaging/mangen/src/prose.rs"))?;
+    let mut text = rendered(|w| man.render_title(w), true);
+    text += &rendered(|w| man.render_name_section(w), false);
+    text += &synopsis(cmd, path);
+    text += ".SH DESCRIPTION\n";
+    text += prose.description;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        text += &rendered(|w| man.render_options_section(w), false);
     }
-    text.extend_from_slice(SEE_ALSO.as_bytes());
-    out.push((man.get_filename(), text));
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        text += &rendered(|w| man.render_subcommands_section(w), false);
+    }
+    if path == "wardcell" {
+        text += CLIENT_EXTRA;
+    }
+    text += ".SH \"EXIT STATUS\"\n";
+    text += prose.exit;
+    text += ".SH ENVIRONMENT\n";
+    text += prose.environment.trim_start_matches('\n');
+    if path == "wardcell" {
+        text += CLIENT_FILES;
+    }
+    text += ".SH EXAMPLES\n";
+    text += prose.examples;
+    let mut see: Vec<String> = Vec::new();
+    if path != "wardcell" {
+        see.push("\\fBwardcell\\fR(1)".to_string());
+    }
+    for p in prose.see_also {
+        see.push(format!("\\fB{}\\fR(1)", esc(p)));
+    }
+    see.push("\\fBwardcell\\-zones.toml\\fR(5)".to_string());
+    text += &format!(".SH \"SEE ALSO\"\n{}\n", see.join(",\n"));
+    Ok((file, text.into_bytes()))
+}
+
+/// What one of clap_mangen's section writers writes, without the string definitions it
+/// puts before each part but the first (`first`).
+fn rendered(write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>, first: bool) -> String {
+    let mut out = Vec::new();
+    write(&mut out).expect("writing to a Vec");
+    let text = String::from_utf8(out).expect("roff is UTF-8");
+    text.lines()
+        .filter(|l| first || !(l.starts_with(".ie \\n(.g .ds Aq") || l.starts_with(".el .ds Aq")))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// SYNOPSIS: the command's path, its options each with its value's name (or its
+/// values), then its positional arguments or its subcommand.
+fn synopsis(cmd: &clap::Command, path: &str) -> String {
+    let mut line = format!("\\fB{}\\fR", esc(path));
+    let shown =
+        |a: &&clap::Arg| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version");
+    for a in cmd
+        .get_arguments()
+        .filter(shown)
+        .filter(|a| !a.is_positional())
+    {
+        let mut item = match (a.get_short(), a.get_long()) {
+            (Some(c), Some(l)) => format!("\\fB\\-{c}\\fR|\\fB\\-\\-{}\\fR", esc(l)),
+            (None, Some(l)) => format!("\\fB\\-\\-{}\\fR", esc(l)),
+            (Some(c), None) => format!("\\fB\\-{c}\\fR"),
+            (None, None) => continue,
+        };
+        if a.get_action().takes_values() {
+            let values: Vec<String> = a
+                .get_possible_values()
+                .iter()
+                .filter(|v| !v.is_hide_set())
+                .map(|v| format!("\\fB{}\\fR", esc(v.get_name())))
+                .collect();
+            if values.is_empty() {
+                item += &format!(" \\fI{}\\fR", value_name(a));
+            } else {
+                item += &format!(" {}", values.join("|"));
+            }
+        }
+        if matches!(a.get_action(), clap::ArgAction::Append) {
+            item += " ...";
+        }
+        line += &if a.is_required_set() {
+            format!(" {item}")
+        } else {
+            format!(" [{item}]")
+        };
+    }
+    for a in cmd
+        .get_arguments()
+        .filter(shown)
+        .filter(|a| a.is_positional())
+    {
+        let name = format!("\\fI{}\\fR", value_name(a));
+        line += &match (a.is_required_set(), a.is_trailing_var_arg_set()) {
+            (_, true) => format!(" [\\fB\\-\\-\\fR] {name} [\\fIARG\\fR ...]"),
+            (true, false) => format!(" {name}"),
+            (false, false) => format!(" [{name}]"),
+        };
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        line += " \\fICOMMAND\\fR";
+    }
+    format!(".SH SYNOPSIS\n{line}\n")
+}
+
+fn value_name(a: &clap::Arg) -> String {
+    a.get_value_names()
+        .and_then(|v| v.first())
+        .map_or_else(|| a.get_id().as_str().to_uppercase(), |v| v.to_string())
 }
 
 fn write_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let mut written = Vec::new();
-    for (name, text) in pages() {
+    for (name, text) in pages().map_err(std::io::Error::other)? {
         let path = dir.join(name);
         let mut f = std::fs::File::create(&path)?;
         f.write_all(&text)?;
@@ -165,10 +280,42 @@ mod tests {
         ] {
             assert!(names.iter().any(|n| n == page), "no {page} in {names:?}");
         }
+        // Every page has every section, and its SYNOPSIS names each option's value.
+        for path in &written {
+            let name = path.file_name().unwrap().to_string_lossy();
+            let text = std::fs::read_to_string(path).unwrap();
+            for section in [
+                ".SH SYNOPSIS",
+                ".SH DESCRIPTION",
+                ".SH OPTIONS",
+                ".SH \"EXIT STATUS\"",
+                ".SH ENVIRONMENT",
+                ".SH EXAMPLES",
+                ".SH \"SEE ALSO\"",
+            ] {
+                assert_eq!(text.matches(section).count(), 1, "{name}: {section}");
+            }
+            let synopsis = text.split(".SH SYNOPSIS\n").nth(1).unwrap();
+            let synopsis = synopsis.lines().next().unwrap();
+            assert!(!synopsis.contains('<'), "{name}: {synopsis}");
+            if name == "wardcell-run.1" {
+                for want in [
+                    "\\-\\-zone\\fR \\fIZONE",
+                    "\\-\\-allow\\fR \\fIHOST:PORT\\fR ...",
+                ] {
+                    assert!(synopsis.contains(want), "{synopsis}");
+                }
+            }
+        }
         let top = std::fs::read_to_string(dir.join("wardcell.1")).unwrap();
         assert!(top.contains(".SH FILES") && top.contains("wardcell\\-zones.toml"));
         let run = std::fs::read_to_string(dir.join("wardcell-run.1")).unwrap();
         assert!(run.contains("\\-\\-zone"), "{run}");
+        let show = std::fs::read_to_string(dir.join("wardcell-logs-show.1")).unwrap();
+        assert!(
+            show.contains("\\fB\\-\\-output\\fR \\fBtext\\fR|\\fBjson\\fR|\\fBjsonl\\fR"),
+            "{show}"
+        );
         let by_hand = Path::new(env!("CARGO_MANIFEST_DIR")).join("../man/wardcell-zones.toml.5");
         if std::process::Command::new("groff")
             .arg("-v")
@@ -186,5 +333,50 @@ mod tests {
             }
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The exit codes the pages give are README's: each code README lists for a relayed
+    /// command is on the pages of `run` and `zone enter`, and no page gives another.
+    #[test]
+    fn exit_statuses_agree_with_the_readme() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+                .unwrap();
+        let sentence = readme
+            .split("Exit codes: ")
+            .nth(1)
+            .and_then(|r| r.split("Every error").next())
+            .expect("README says `Exit codes: ...`");
+        for code in [
+            "128+N",
+            "1 for a refusal",
+            "2 for a usage error",
+            "126",
+            "127",
+        ] {
+            assert!(sentence.contains(code), "README: {sentence}");
+        }
+        for p in prose::ALL {
+            if matches!(p.page, "wardcell" | "wardcell-run" | "wardcell-zone-enter") {
+                for code in ["128+", "1 for a refusal", "2 for a usage", "126 ", "127 "] {
+                    assert!(
+                        p.exit.replace('\n', " ").contains(code),
+                        "{}: {code}",
+                        p.page
+                    );
+                }
+            }
+            let words = p.exit.replace('\n', " ");
+            for n in words
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|w| !w.is_empty())
+            {
+                assert!(
+                    ["0", "1", "2", "126", "127", "128"].contains(&n),
+                    "{}: exit status {n} is not one README lists",
+                    p.page
+                );
+            }
+        }
     }
 }
