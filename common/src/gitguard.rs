@@ -13,6 +13,11 @@
 
 use std::path::{Path, PathBuf};
 
+/// What a linked worktree's git reads from the main repository's `.git`: the files that
+/// say where its common directory is and its own configuration (watched here, bound
+/// read-only by the plan).
+pub const WORKTREE_FILES: &[&str] = &["commondir", "gitdir", "config.worktree", "config"];
+
 /// Whether a file's lines or an entry changed: what `lstat` says, never the content
 /// alone (a sandbox can make content look innocent to a parser and still matter).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,7 +142,7 @@ fn survey(cwd: &Path) -> Vec<(PathBuf, Role, Seen, Vec<String>)> {
         out.push((g.join("worktrees/..."), Role::Hook, Seen::Other, Vec::new()));
     }
     for wt in worktrees.into_iter().take(MAX_ENTRIES) {
-        for name in crate::resolve::WORKTREE_FILES {
+        for name in WORKTREE_FILES {
             let role = match *name {
                 "commondir" | "gitdir" => Role::Pointer,
                 _ => Role::Config,

@@ -1,10 +1,11 @@
-//! wardcell-common: what the client, broker, shim and proxy agree on.
+//! wardcell-common: what the client, broker, shim and proxy agree on. The configuration's
+//! parser and its resolution into a plan are the client's alone (`wardcell-config`): the
+//! broker takes a plan and never builds a TOML parser.
 //!
 //! - [`protocol`]: frames (u32 LE length + one bincode 2 message) and the message enums,
 //!   typed by direction. The codec lives in that one module.
 //! - [`plan`]: the resolved plan the client hands the broker, and the sandbox spec the
 //!   broker hands the shim.
-//! - [`config`] and [`resolve`]: zones.toml, its validation, and its resolution into a plan.
 //! - [`paths`]: where wardcell's own directories are, and path expansion.
 //! - [`envrules`]: the environment a sandbox receives.
 //! - [`helper`]: where host-side helpers run, with what environment.
@@ -22,7 +23,6 @@
 pub mod approval;
 pub mod audit;
 pub mod auditlog;
-pub mod config;
 pub mod envrules;
 pub mod gitguard;
 pub mod helper;
@@ -30,7 +30,6 @@ pub mod identity;
 pub mod paths;
 pub mod plan;
 pub mod protocol;
-pub mod resolve;
 pub mod seatbelt;
 pub mod stdio;
 pub mod syslog;

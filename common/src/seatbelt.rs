@@ -199,7 +199,7 @@ fn quote_path(p: &Path) -> Result<String, String> {
 const PRIVATE_LINKS: &[&str] = &["/etc", "/tmp", "/var"];
 
 /// `p`, and its other spelling across [`PRIVATE_LINKS`] if it has one.
-fn spellings(p: &Path) -> Vec<PathBuf> {
+pub fn spellings(p: &Path) -> Vec<PathBuf> {
     let mut out = vec![p.to_path_buf()];
     for l in PRIVATE_LINKS {
         if let Ok(rest) = p.strip_prefix(l) {
@@ -466,5 +466,5 @@ pub fn profile(spec: &SandboxSpec) -> Result<String, String> {
     Ok(out)
 }
 
-#[cfg(test)]
-mod tests;
+// Its tests build specs from configurations, so they live with the configuration's
+// crate: config/tests/seatbelt.rs.

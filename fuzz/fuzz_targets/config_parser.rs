@@ -1,10 +1,10 @@
 //! zones.toml as a user (or a file someone else wrote) could hand it over
-//! (common/src/config.rs): parsing and validation, then every zone's profile with
+//! (config/src/config.rs): parsing and validation, then every zone's profile with
 //! `extends` applied. Errors are fine; panics and hangs are not.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wardcell_common::config;
+use wardcell_config::config;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -200,7 +200,7 @@ impl Source for Sources {
             .map(|h| h.config.profiles.into_keys().collect())
             .unwrap_or_default();
         names.extend(
-            wardcell_common::config::BUILTIN_AGENT_NAMES
+            wardcell_config::config::BUILTIN_AGENT_NAMES
                 .iter()
                 .map(|n| n.to_string()),
         );

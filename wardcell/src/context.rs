@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use wardcell_common::config::{self, Config, Source};
 use wardcell_common::paths;
-use wardcell_common::resolve::Context;
+use wardcell_config::config::{self, Config, Source};
+use wardcell_config::resolve::Context;
 
 use crate::error::Error;
 

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use wardcell_common::config::{self, Source};
 use wardcell_common::paths;
 use wardcell_common::plan::Start;
-use wardcell_common::resolve::{self, StartRequest};
+use wardcell_config::config::{self, Source};
+use wardcell_config::resolve::{self, StartRequest};
 
 use crate::apparmor;
 use crate::context;

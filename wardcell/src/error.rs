@@ -4,8 +4,8 @@
 use std::fmt;
 use std::io;
 
-use wardcell_common::config::ConfigError;
-use wardcell_common::resolve::ResolveError;
+use wardcell_config::config::ConfigError;
+use wardcell_config::resolve::ResolveError;
 
 #[derive(Debug)]
 pub enum Error {

@@ -8,11 +8,11 @@ use std::io::Write;
 use std::path::Path;
 
 use serde::Serialize;
-use wardcell_common::config::Config;
 use wardcell_common::plan::{
     CredentialPlan, CredentialScheme, Plan, ProfilePlan, SecretPlan, Start, ZonePlan,
     DEFAULT_METHODS, PLACEHOLDER_VALUE,
 };
+use wardcell_config::config::Config;
 
 use crate::error::Error;
 pub use wardcell_common::text::shown;
@@ -463,7 +463,7 @@ mod tests {
 
     #[test]
     fn spec_table() {
-        let cfg = wardcell_common::config::parse(
+        let cfg = wardcell_config::config::parse(
             r#"
 [zones.agent]
 profile    = "developer-readonly"

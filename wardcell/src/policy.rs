@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use wardcell_common::envrules;
 use wardcell_common::plan::{Plan, SecretPlan, ZonePlan};
-use wardcell_common::resolve::{self, StartRequest};
 use wardcell_common::why::{Rules, Target};
+use wardcell_config::resolve::{self, StartRequest};
 
 use crate::cli::{ConfigArg, Output, ProfileFlags, WhyArgs};
 use crate::context;

@@ -15,8 +15,8 @@ use nix::{fcntl, unistd};
 use wardcell_common::paths;
 use wardcell_common::plan::{Plan, PlanTrace};
 use wardcell_common::protocol::{self, Launch};
-use wardcell_common::resolve::{self, StartRequest};
 use wardcell_common::trace;
+use wardcell_config::resolve::{self, StartRequest};
 
 use crate::cli::RunArgs;
 use crate::context;
@@ -41,13 +41,13 @@ pub const SANDBOX_STATE: &str = "~/.local/share/wardcell/";
 /// use: the start profile and every zone's. What cannot be made is left out and said
 /// as any missing `write` path is.
 fn make_state_dirs(
-    config: &wardcell_common::config::Config,
+    config: &wardcell_config::config::Config,
     start: &StartRequest,
     home: &Path,
 ) -> Result<(), Error> {
     use std::os::unix::fs::DirBuilderExt;
     let named =
-        |p: &wardcell_common::config::Profile| p.write.iter().any(|w| w.starts_with(SANDBOX_STATE));
+        |p: &wardcell_config::config::Profile| p.write.iter().any(|w| w.starts_with(SANDBOX_STATE));
     if !config.profiles.values().any(named) {
         return Ok(());
     }

@@ -572,17 +572,17 @@ fn policy_show_json_is_the_resolved_plan() {
     assert_eq!(raw["start"], serde_json::json!({"zone": "agent"}));
 
     // The same value resolve() makes from the same inputs.
-    let cfg = wardcell_common::config::parse(SPEC, &plan.source).unwrap();
-    let ctx = wardcell_common::resolve::Context {
+    let cfg = wardcell_config::config::parse(SPEC, &plan.source).unwrap();
+    let ctx = wardcell_config::resolve::Context {
         home: s.home(),
         cwd: s.work(),
         dirs: plan.dirs.clone(),
         getenv: |k| std::env::var(k).ok(),
         client: plan.client.clone(),
     };
-    let want = wardcell_common::resolve::resolve(
+    let want = wardcell_config::resolve::resolve(
         &cfg,
-        wardcell_common::resolve::StartRequest::Default,
+        wardcell_config::resolve::StartRequest::Default,
         Vec::new(),
         &ctx,
     )

@@ -1,19 +1,19 @@
 //! The profile text, read back.
 //!
 //! Golden files pin the text of the built-in profiles and of a configuration that uses
-//! every feature (`common/tests/golden/*.sb`; `WARDCELL_BLESS=1 cargo test -p
-//! wardcell-common seatbelt` rewrites them, and the diff is then reviewed). The property
+//! every feature (`config/tests/golden/*.sb`; `WARDCELL_BLESS=1 cargo test -p
+//! wardcell-config --test seatbelt` rewrites them, and the diff is then reviewed). The property
 //! tests parse generated profiles back into rules with a small SBPL reader, evaluate
 //! them the way Seatbelt does (default deny, the last matching rule decides), and compare
 //! every answer with what the spec says.
 
 use std::path::{Path, PathBuf};
 
-use super::*;
-use crate::config::{self, Config};
-use crate::identity::{Identity, Kind};
-use crate::paths;
-use crate::plan::{SandboxSpec, ViewEntry, ViewKind};
+use wardcell_common::identity::{Identity, Kind};
+use wardcell_common::paths;
+use wardcell_common::plan::{SandboxSpec, ViewEntry, ViewKind};
+use wardcell_common::seatbelt::*;
+use wardcell_config::config::{self, Config};
 
 // ---------------------------------------------------------------- an SBPL reader
 

@@ -1,4 +1,4 @@
-//! Configuration + command line -> [`crate::plan::Plan`].
+//! Configuration + command line -> [`wardcell_common::plan::Plan`].
 //!
 //! [`resolve`] is the one place a plan is made: `wardcell run` hands its result to the
 //! broker and `wardcell policy show` prints it, so the two cannot disagree. Here every
@@ -12,8 +12,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::config::{Config, Profile};
-use crate::paths;
-use crate::plan::{
+use wardcell_common::paths;
+use wardcell_common::plan::{
     AuditPlan, CredentialPlan, CredentialScheme, Dirs, EnvPlan, NetworkPlan, Overrides, Plan,
     ProfilePlan, SecretPlan, Skipped, Start, ZonePlan,
 };
@@ -442,9 +442,7 @@ fn home_value(value: String, home: &Path) -> String {
     }
 }
 
-/// What a linked worktree's git reads from the main repository's `.git`: the files that
-/// say where its common directory is and its own configuration.
-pub(crate) const WORKTREE_FILES: &[&str] = &["commondir", "gitdir", "config.worktree", "config"];
+use wardcell_common::gitguard::WORKTREE_FILES;
 
 /// At most this many linked worktrees are protected by read-only binds; the guard's
 /// detection covers the rest.

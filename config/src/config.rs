@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::paths;
+use wardcell_common::paths;
 
 /// What `Plan::source` and `policy check` call the configuration when no file was found.
 pub const BUILTIN_LABEL: &str = "built-in default";
@@ -134,7 +134,7 @@ pub struct Config {
     /// `[audit] syslog`.
     pub audit_syslog: bool,
     /// `[audit] max_log_kib`: how large one run's log may grow
-    /// ([`crate::auditlog::DEFAULT_MAX_LOG_KIB`] when unset).
+    /// ([`wardcell_common::auditlog::DEFAULT_MAX_LOG_KIB`] when unset).
     pub audit_max_log_kib: u64,
 }
 
@@ -1037,9 +1037,9 @@ pub fn parse_naming(text: &str, label: &str, named: Option<&str>) -> Result<Conf
         });
 
     let audit_max_log_kib = match raw.audit.as_ref().and_then(|a| a.max_log_kib.as_ref()) {
-        None => crate::auditlog::DEFAULT_MAX_LOG_KIB,
+        None => wardcell_common::auditlog::DEFAULT_MAX_LOG_KIB,
         Some(k) => {
-            let min = crate::auditlog::MIN_MAX_LOG_KIB;
+            let min = wardcell_common::auditlog::MIN_MAX_LOG_KIB;
             match u64::try_from(*k.get_ref()) {
                 Ok(n) if n >= min => n,
                 _ => {
@@ -1652,7 +1652,7 @@ fn check_credential_host(entry: &str) -> Result<(), String> {
 /// An HTTP method a credential may be attached for: a token in capitals, never one that
 /// echoes the request back or opens a tunnel.
 fn check_method(m: &str) -> Result<(), String> {
-    if crate::plan::NEVER_METHODS.contains(&m) {
+    if wardcell_common::plan::NEVER_METHODS.contains(&m) {
         return Err(format!(
             "{m} is never attached a credential (TRACE and TRACK echo the request back, CONNECT opens a tunnel): remove it"
         ));

@@ -1,0 +1,11 @@
+//! wardcell-config: the user's configuration, for the client (and the tools that document
+//! it). The broker does not depend on it: it takes the plan this crate resolves and never
+//! builds a TOML parser.
+//!
+//! - [`config`]: zones.toml, parsed and checked, and the built-in profiles.
+//! - [`resolve`]: a configuration and a command line resolved into a
+//!   [`wardcell_common::plan::Plan`].
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod resolve;
