@@ -533,8 +533,9 @@ fn run_first_sandbox(
 
     run.set_first(&sb.running);
 
-    // 6. Relay to the end.
+    // 6. Relay to the end (or the time limit's).
     let name = sb.name.clone();
+    let deadline = sb.deadline();
     let mut warned = false;
     let mut on_report = |r: &ShimReport| {
         if let ShimReport::Confined {
@@ -571,10 +572,12 @@ fn run_first_sandbox(
                     saved: input.and_then(terminal::raw_mode),
                 }),
             caller: None,
+            deadline,
         },
         &mut on_report,
     );
     sb.retire_first();
+    let by_time = sb.limits_reached(run, ended.timed_out);
     if let Some(why) = &ended.bad_report {
         let _ = run.record(
             "sandbox",
@@ -582,7 +585,10 @@ fn run_first_sandbox(
             json!({"sandbox": name, "reason": why}),
         );
     }
-    let (code, message) = describe(&ended.outcome, &sb.spec.argv[0]);
+    let (code, message) = match by_time {
+        Some((code, message)) => (code, Some(message)),
+        None => describe(&ended.outcome, &sb.spec.argv[0]),
+    };
     run.end_entries();
     for line in run.check_git(&name) {
         wardcell_common::eprintln_line!(

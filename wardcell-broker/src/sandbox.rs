@@ -13,6 +13,7 @@ use nix::unistd::Pid;
 
 use wardcell_common::auditlog::{AuditLog, Rate};
 use wardcell_common::gitguard;
+use wardcell_common::limits;
 use wardcell_common::plan::{Plan, ProfilePlan, SandboxSpec};
 use wardcell_common::protocol::{self, ShimRequest};
 
@@ -272,6 +273,8 @@ pub struct Sandbox {
     pub spec: SandboxSpec,
     /// Its zone's proxy, when its profile has network.
     pub proxy: Option<Proxy>,
+    /// Its limits: its cgroup, removed when it is dropped.
+    pub limits: limits::Enforced,
 }
 
 impl Sandbox {
@@ -291,6 +294,24 @@ impl Sandbox {
             s.stop_at_exit();
         }
         self.retire();
+    }
+
+    /// When its time limit ends, counted from now (its command starts).
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        self.limits.time().map(|t| std::time::Instant::now() + t)
+    }
+
+    /// It has ended: audit each limit it reached. The exit status and the line for the
+    /// time limit, if that ended it.
+    pub fn limits_reached(&self, run: &Run, timed_out: bool) -> Option<(i32, String)> {
+        for (kind, bound, mechanism, count) in self.limits.reached(timed_out) {
+            let _ = run.record(
+                "sandbox",
+                "sandbox.limit_reached",
+                serde_json::json!({"sandbox": self.name, "limit": kind.name(), "value": kind.show(bound.value), "mechanism": mechanism, "count": count}),
+            );
+        }
+        self.limits.ended_by_time(timed_out)
     }
 }
 
@@ -395,6 +416,12 @@ pub fn complete<T>(
     let mark = peer::mark(&running, &run.id, number)
         .map_err(|e| BrokerError::Sandbox(format!("reading the sandbox's {}: {e}", peer::MARK)))?;
 
+    // Its limits: its cgroup, if one needs it, with the shim in it before the command.
+    let cgroup = format!("wardcell-{}-s{number}", run.id);
+    let limits = limits::Enforced::prepare(&req.profile.limits, &req.profile.name, &cgroup)
+        .map_err(BrokerError::Refused)?;
+    limits.join(running.pid).map_err(BrokerError::Sandbox)?;
+
     // A supervisor, in a zone.
     let name = format!("s{number}");
     let supervisor = match req.zone {
@@ -423,6 +450,7 @@ pub fn complete<T>(
     };
     let mut spec = spec::build(&request, &|p| p.exists()).map_err(BrokerError::Refused)?;
     spec.trace = wardcell_common::trace::spec(&run.id);
+    spec.processes = limits.nproc();
     peer::stamp(&mut spec, &mark);
     tracing::debug!(zone = req.zone, profile = %req.profile.name, "sandbox spec sent");
 
@@ -479,6 +507,7 @@ pub fn complete<T>(
         supervisor,
         spec,
         proxy,
+        limits,
     };
     Ok((sandbox, made))
 }

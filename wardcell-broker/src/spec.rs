@@ -431,6 +431,7 @@ pub fn build_with(
         denied,
         seatbelt_identity: String::new(),
         open_files: req.plan.open_files,
+        processes: None,
         trace: None,
     })
 }

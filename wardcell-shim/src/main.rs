@@ -14,6 +14,7 @@
 //! 3. forks the command (with a pty, init first makes a session of its own with the pty
 //!    as controlling terminal), which in order: starts a new session (with a pty, a
 //!    process group of its own in the terminal's foreground instead), sets no_new_privs,
+//!    sets the processes limit (RLIMIT_NPROC) where the spec has one,
 //!    drops every capability, enforces Landlock, installs seccomp, marks every fd above 2
 //!    close-on-exec (and closes a standard one the shim was started without), sets every
 //!    signal disposition to what the caller had (ignored, or the default: never
@@ -376,6 +377,19 @@ fn exec_command(
                 control,
                 "rlimit",
                 format!("restoring the open-file limit: {e}"),
+            );
+        }
+    }
+    //    The profile's processes limit, where no cgroup holds it: in this user namespace
+    //    it counts the sandbox's processes only (Linux 5.14 and later), the command
+    //    cannot raise it (that needs CAP_SYS_RESOURCE in the host's namespace).
+    if let Some(n) = spec.processes {
+        use nix::sys::resource::{setrlimit, Resource};
+        if let Err(e) = setrlimit(Resource::RLIMIT_NPROC, n, n) {
+            setup_failed(
+                control,
+                "rlimit",
+                format!("setting the processes limit: {e}"),
             );
         }
     }
