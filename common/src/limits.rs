@@ -664,10 +664,17 @@ fn counted(dir: &Path, mechanism: Mechanism, kind: Kind) -> u64 {
         (Kind::Memory, Mechanism::CgroupV2) => {
             field("memory.events", "max") + field("memory.events", "oom_kill")
         }
-        (Kind::Memory, _) => fs::read_to_string(dir.join("memory.failcnt"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0),
+        (Kind::Memory, _) => {
+            let count = |file: &str| -> u64 {
+                fs::read_to_string(dir.join(file))
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .unwrap_or(0)
+            };
+            count("memory.failcnt")
+                + count("memory.memsw.failcnt")
+                + field("memory.oom_control", "oom_kill")
+        }
         (Kind::Cpu, _) => field("cpu.stat", "nr_throttled"),
         (Kind::Time, _) => 0,
     }

@@ -1,0 +1,231 @@
+//! Issue 23: a runaway command cannot take the host down. A profile's `limits` bound each
+//! sandbox's processes, memory, CPU share and wall time; a limit this machine cannot
+//! enforce refuses the run unless the profile marks it best effort. Real sandboxes, run
+//! as the invoking user (root here: cgroups) and as an unprivileged uid (RLIMIT_NPROC in
+//! the sandbox's user namespace; no cgroup is delegated to it here).
+//!
+//! (`limits.rs` holds the tests of the frame and configuration size limits.)
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::time::{Duration, Instant};
+
+use wardcell_tests::{both, Fixture, Watched};
+
+/// Processes on the host now.
+fn host_processes() -> usize {
+    fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .count()
+}
+
+/// The events of the fixture's latest run, as `logs show` prints them.
+fn last_log(fx: &Fixture) -> String {
+    let list = fx.run(&["logs", "list"]);
+    let id = list
+        .stdout
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
+    fx.run(&["logs", "show", id]).stdout
+}
+
+// Item 4: a fork loop stops near its bound, and the host's process count stays bounded
+// while it runs. The loop asks for 2,000 processes: without the limit the host would
+// gain them all.
+both!(a_fork_loop_stops_near_its_bound, |fx| {
+    fx.test_config("limits = { processes = 64 }\n");
+    let probe = fx.bin.join("wardcell-probe");
+    let before = host_processes();
+    let run = Watched::spawn(
+        &fx,
+        fx.cmd(&["run", "--", probe.to_str().unwrap(), "fork-loop", "2000"]),
+        "fork",
+    );
+    // Sample the host while it runs (Watched::finish samples the run's own tree).
+    let mut most = 0;
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        most = most.max(host_processes());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let (out, tree) = run.finish(30);
+    out.ok();
+    // The shim (the sandbox's init) and the probe count too: 62 children at most.
+    let forked: usize = out.stdout.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!((50..=62).contains(&forked), "{out:#?}");
+    assert!(
+        out.stdout
+            .trim_end()
+            .ends_with(&format!("errno {}", libc::EAGAIN)),
+        "{out:#?}"
+    );
+    // Other tests run beside this one: allow for them, far below the 2,000 asked for.
+    assert!(
+        most < before + 600,
+        "the host went from {before} to {most} processes"
+    );
+    tree.assert_all_gone();
+    if fx.uid() == 0 {
+        // A cgroup counted it: the audit log says so (RLIMIT_NPROC is not counted).
+        let log = last_log(&fx);
+        assert!(log.contains("sandbox.limit_reached"), "{log}");
+        assert!(log.contains("limit processes"), "{log}");
+        // And the run's end removed it.
+        let list = fx.run(&["logs", "list"]).stdout;
+        let id = list.lines().nth(1).unwrap().split(' ').next().unwrap();
+        let left = fs::read_dir("/sys/fs/cgroup/pids")
+            .unwrap()
+            .filter_map(Result::ok)
+            .any(|e| e.file_name().to_string_lossy().contains(id));
+        assert!(!left, "the run's cgroup was left behind");
+    }
+});
+
+// Item 1: the limit is the sandbox's, not the user's: the same uid's processes outside do
+// not count, and a profile that lifts the limit ("none") has none.
+both!(the_bound_counts_the_sandbox_alone_and_none_lifts_it, |fx| {
+    fx.config(&format!(
+        "[zones.agent]\nprofile = \"few\"\ndefault = true\n\n[profiles.few]\nextends = \"developer-readonly\"\nread = [\"{}\"]\nlimits = {{ processes = 8 }}\n\n[profiles.lifted]\nextends = \"few\"\nlimits = {{ processes = \"none\" }}\n",
+        fx.bin.display()
+    ));
+    let probe = fx.bin.join("wardcell-probe");
+    let probe = probe.to_str().unwrap();
+    // Twenty processes of the same uid outside, running meanwhile.
+    let mut outside: Vec<_> = (0..20)
+        .map(|_| {
+            let mut c = std::process::Command::new("sleep");
+            c.arg("60");
+            if let Some((uid, gid)) = fx.who.ids() {
+                c.uid(uid).gid(gid);
+            }
+            c.spawn().unwrap()
+        })
+        .collect();
+    let out = fx.run(&["run", "--", probe, "fork-loop", "100"]);
+    out.ok();
+    assert_eq!(
+        out.stdout.trim(),
+        format!("forked 6 errno {}", libc::EAGAIN)
+    );
+    let out = fx.run(&[
+        "run",
+        "--profile",
+        "lifted",
+        "--",
+        probe,
+        "fork-loop",
+        "100",
+    ]);
+    out.ok();
+    assert_eq!(out.stdout.trim(), "forked 100 errno 0");
+    for c in &mut outside {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+});
+
+// Item 4: an allocation past `memory` fails or is killed; one below it runs. Where no
+// cgroup can bound memory (the unprivileged uid here), the run is refused in one line,
+// and runs when the profile marks the limit best effort.
+both!(memory_past_the_limit_is_refused_or_killed, |fx| {
+    fx.test_config("limits = { memory = \"64M\" }\n");
+    let probe = fx.bin.join("wardcell-probe");
+    let probe = probe.to_str().unwrap();
+    let out = fx.run(&["run", "--", probe, "alloc", "16"]);
+    if fx.uid() != 0 {
+        out.expect_code(1);
+        assert_eq!(out.stderr.lines().count(), 1, "{out:#?}");
+        assert!(
+            out.stderr.starts_with(&format!(
+                "error: profile 'test' sets limits.memory = 64M, which this machine cannot enforce: no cgroup v2 subtree is delegated to uid {}",
+                fx.uid()
+            )),
+            "{out:#?}"
+        );
+        assert!(out.stderr.contains("best_effort = true"), "{out:#?}");
+        fx.test_config("limits = { memory = \"64M\", best_effort = true }\n");
+        let out = fx.run(&["run", "--", probe, "alloc", "16"]);
+        out.ok();
+        assert_eq!(out.stdout, "ok 16 MiB\n");
+        return;
+    }
+    out.ok();
+    assert_eq!(out.stdout, "ok 16 MiB\n");
+    let out = fx.run(&["run", "--", probe, "alloc", "256"]);
+    // Killed by the kernel's OOM killer in the sandbox's cgroup, or an allocation failed.
+    assert!(
+        out.code == 128 + libc::SIGKILL || out.stdout.starts_with("err at"),
+        "{out:#?}"
+    );
+    assert!(!out.stdout.contains("ok 256"), "{out:#?}");
+    let log = last_log(&fx);
+    assert!(log.contains("limit memory"), "{log}");
+});
+
+// Item 1: `time` ends a sleeping command with status 124 and one line naming the limit,
+// audited; the sandbox is gone.
+both!(time_ends_a_sleeping_command_with_124, |fx| {
+    fx.test_config("limits = { time = \"2s\" }\n");
+    let start = Instant::now();
+    let run = Watched::spawn(&fx, fx.cmd(&["run", "--", "sleep", "60"]), "time");
+    let (out, tree) = run.finish(20);
+    let took = start.elapsed();
+    out.expect_code(124);
+    assert_eq!(
+        out.stderr,
+        "error: the command ran past the time limit of 2s (limits.time of profile 'test') and was ended; raise the limit in the profile if it needs longer\n"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+    tree.assert_all_gone();
+    let log = last_log(&fx);
+    assert!(log.contains("sandbox.limit_reached"), "{log}");
+    assert!(log.contains("limit time"), "{log}");
+    assert!(log.contains("exit status 124"), "{log}");
+});
+
+// Item 1: a command that ignores SIGTERM is still ended by the time limit (SIGKILL after
+// the grace), and so is an entered zone's command, whose caller gets 124.
+both!(time_ends_what_ignores_sigterm_and_entered_zones_too, |fx| {
+    let bin = fx.bin.display();
+    fx.config(&format!(
+        "[zones.agent]\nprofile = \"dev\"\ndefault = true\n\n[zones.short]\nprofile = \"short\"\nenter_from = [\"agent\"]\n\n[profiles.dev]\nextends = \"developer-readonly\"\nread = [\"{bin}\"]\n\n[profiles.short]\nextends = \"dev\"\nlimits = {{ time = \"1s\" }}\n"
+    ));
+    let out =
+        fx.sh("wardcell zone enter short -- sh -c 'trap \"\" TERM; sleep 30'; echo \"status $?\"");
+    out.ok();
+    assert_eq!(out.stdout, "status 124\n", "{out:#?}");
+    assert!(
+        out.stderr
+            .contains("the command ran past the time limit of 1s (limits.time of profile 'short')"),
+        "{out:#?}"
+    );
+});
+
+// Item 2: `doctor` says which mechanism each limit uses here, in text and JSON.
+both!(doctor_names_each_limits_mechanism, |fx| {
+    fx.test_config("");
+    let out = fx.run(&["doctor", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let limits = &v["limits"];
+    let want = if fx.uid() == 0 { "cgroup_v1" } else { "rlimit" };
+    assert_eq!(limits["processes"], want, "{v:#}");
+    assert_eq!(limits["time"], "timer", "{v:#}");
+    let mem = if fx.uid() == 0 { "cgroup_v1" } else { "none" };
+    assert_eq!(limits["memory"], mem, "{v:#}");
+    let text = fx.run(&["doctor"]).stdout;
+    assert!(text.contains("limits.processes"), "{text}");
+});
