@@ -229,3 +229,41 @@ both!(doctor_names_each_limits_mechanism, |fx| {
     let text = fx.run(&["doctor"]).stdout;
     assert!(text.contains("limits.processes"), "{text}");
 });
+
+// Item 1: `cpu` bounds the sandbox's share: a busy loop of two seconds gets about a fifth
+// of that at "20%" (root: a cgroup), and the throttling is audited; where no cgroup can
+// bound it (the unprivileged uid here), the run is refused in one line.
+both!(cpu_bounds_a_busy_loop_or_is_refused, |fx| {
+    fx.test_config("limits = { cpu = \"20%\" }\n");
+    // The CPU time of the shell and what it ran (utime, stime and its children's, in
+    // ticks of 1/100 s) and the wall time (centiseconds), after 2 to 3 s of a busy loop.
+    let out = fx.sh(
+        "a=$(tr -d . < /proc/uptime | cut -d' ' -f1); end=$(($(date +%s) + 3)); while [ $(date +%s) -lt $end ]; do :; done; b=$(tr -d . < /proc/uptime | cut -d' ' -f1); set -- $(cut -d' ' -f14-17 /proc/$$/stat); echo $(($1 + $2 + $3 + $4)) $((b - a))",
+    );
+    if fx.uid() != 0 {
+        out.expect_code(1);
+        assert!(
+            out.stderr.starts_with(
+                "error: profile 'test' sets limits.cpu = 20%, which this machine cannot enforce"
+            ),
+            "{out:#?}"
+        );
+        assert_eq!(out.stderr.lines().count(), 1, "{out:#?}");
+        return;
+    }
+    out.ok();
+    let v: Vec<u64> = out
+        .stdout
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    let (cpu, wall) = (v[0], v[1]);
+    // About 20% of the wall time; unbounded, a busy loop takes what a core gives it (this
+    // machine shares its cores: measured at 60% to 80% of the wall time).
+    assert!(
+        cpu * 100 < wall * 35,
+        "the loop used {cpu} ticks of CPU in {wall} of wall time: {out:#?}"
+    );
+    let log = last_log(&fx);
+    assert!(log.contains("limit cpu"), "{log}");
+});
