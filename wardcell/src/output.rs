@@ -213,6 +213,18 @@ fn profile(out: &mut Vec<String>, p: &ProfilePlan, indent: &str) {
         out.push(format!("{inner}network allow: - (no network)"));
     }
     list(out, &inner, "credentials", p.credentials.clone());
+    let limits: Vec<String> = p
+        .limits
+        .set_ones()
+        .map(|(kind, b)| {
+            let effort = if b.best_effort { " (best effort)" } else { "" };
+            format!("{} {}{effort}", kind.name(), kind.show(b.value))
+        })
+        .collect();
+    out.push(match limits.is_empty() {
+        true => format!("{inner}limits: -"),
+        false => format!("{inner}limits: {}", limits.join(", ")),
+    });
 }
 
 fn zone(out: &mut Vec<String>, z: &ZonePlan) {

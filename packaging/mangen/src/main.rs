@@ -68,7 +68,8 @@ offered. They are a convenience, not a boundary.
 Where the configuration, the audit logs and the runs' sockets are.
 .SH "EXIT STATUS"
 A relayed command's own status (128+N when signal N ended it); 1 for a refusal or a
-wardcell error; 2 for a usage error; 126 when the command is not executable; 127 when
+wardcell error; 2 for a usage error; 124 when the profile's time limit
+(\fBlimits.time\fR) ended the command; 126 when the command is not executable; 127 when
 it is not found.
 "#;
 
