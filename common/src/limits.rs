@@ -429,6 +429,21 @@ pub fn choose(
     Ok(out)
 }
 
+/// What `run` and `policy check` refuse before anything starts (the broker checks again
+/// as it makes each sandbox): a limit, not best effort, that nothing here can enforce.
+/// Looks at the machine only when there is such a limit.
+pub fn enforceable_here(limits: &Limits, profile: &str) -> Result<(), String> {
+    let strict: Vec<Kind> = limits
+        .set_ones()
+        .filter(|(_, b)| !b.best_effort)
+        .map(|(k, _)| k)
+        .collect();
+    if strict.iter().all(|k| *k == Kind::Time) {
+        return Ok(());
+    }
+    choose(limits, &Machine::probe(true), profile).map(|_| ())
+}
+
 /// The line `run` (or `zone enter`) ends with when the time limit ended the command.
 pub fn time_message(profile: &str, secs: u64) -> String {
     format!(

@@ -154,6 +154,10 @@ both!(memory_past_the_limit_is_refused_or_killed, |fx| {
             "{out:#?}"
         );
         assert!(out.stderr.contains("best_effort = true"), "{out:#?}");
+        // `policy check` refuses what `run` would refuse.
+        let check = fx.run(&["policy", "check"]);
+        check.expect_code(1);
+        assert_eq!(check.stderr, out.stderr);
         fx.test_config("limits = { memory = \"64M\", best_effort = true }\n");
         let out = fx.run(&["run", "--", probe, "alloc", "16"]);
         out.ok();
@@ -267,3 +271,29 @@ both!(cpu_bounds_a_busy_loop_or_is_refused, |fx| {
     let log = last_log(&fx);
     assert!(log.contains("limit cpu"), "{log}");
 });
+
+// Item 2: the broker refuses an entered zone's sandbox whose limit it cannot enforce, in
+// one line that reaches the caller, and starts nothing (the run's own zone is fine).
+both!(
+    an_entered_zone_whose_limit_cannot_be_enforced_is_refused,
+    |fx| {
+        let bin = fx.bin.display();
+        fx.config(&format!(
+        "[zones.agent]\nprofile = \"dev\"\ndefault = true\n\n[zones.big]\nprofile = \"big\"\nenter_from = [\"agent\"]\n\n[profiles.dev]\nextends = \"developer-readonly\"\nread = [\"{bin}\"]\n\n[profiles.big]\nextends = \"dev\"\nlimits = {{ memory = \"1G\" }}\n"
+    ));
+        let out = fx.sh("wardcell zone enter big -- echo entered; echo \"status $?\"");
+        out.ok();
+        if fx.uid() == 0 {
+            assert_eq!(out.stdout, "entered\nstatus 0\n", "{out:#?}");
+            return;
+        }
+        assert_eq!(out.stdout, "status 1\n", "{out:#?}");
+        assert!(
+            out.stderr.contains(
+                "profile 'big' sets limits.memory = 1G, which this machine cannot enforce"
+            ),
+            "{out:#?}"
+        );
+        assert_eq!(out.stderr.lines().count(), 1, "{out:#?}");
+    }
+);
