@@ -6,7 +6,7 @@
 //!
 //! | limit | enforced by |
 //! | --- | --- |
-//! | `processes` | `RLIMIT_NPROC`, set by the shim after the sandbox's user namespace exists (Linux 5.14 and later count it per user namespace: the sandbox's processes only), for a caller other than root (real root is exempt from it); otherwise a cgroup's `pids.max` |
+//! | `processes` | `RLIMIT_NPROC`, set by the shim after the sandbox's user namespace exists (Linux 5.14 and later count it per user namespace: the sandbox's processes only), for a caller other than root (real root is exempt from it); otherwise, for a bound of 300 or more on Linux 6.14 and later, `kernel.pid_max` of the sandbox's own PID namespace; otherwise a cgroup's `pids.max` |
 //! | `memory` | a cgroup's `memory.max` (v2, with `memory.swap.max` 0) or `memory.limit_in_bytes` (v1) |
 //! | `cpu` | a cgroup's `cpu.max` (v2) or `cpu.cfs_quota_us` (v1), over a 100 ms period |
 //! | `time` | the broker's timer: SIGTERM, SIGCONT, SIGKILL after the grace, status 124 |
@@ -110,6 +110,14 @@ impl Limits {
 /// fork loop reaches in a second (tens of thousands, the host's whole pid space).
 pub const DEFAULT_PROCESSES: u64 = 4096;
 
+/// The least `processes` a PID namespace's `pid_max` holds: the kernel's least `pid_max`
+/// is 301 (once PIDs wrap it reuses them from 300 up, so a fork may then fail up to 299
+/// processes below the bound; never above it).
+pub const MIN_PID_MAX_BOUND: u64 = 300;
+
+/// The kernel's greatest `pid_max` (`PID_MAX_LIMIT` on 64-bit).
+pub const PID_MAX_LIMIT: u64 = 4 * 1024 * 1024;
+
 /// The least `memory` a sandbox can start with (its shim, the command's exec).
 pub const MIN_MEMORY: u64 = 16 * 1024 * 1024;
 
@@ -187,6 +195,8 @@ pub enum Mechanism {
     CgroupV1,
     /// `RLIMIT_NPROC`, counted in the sandbox's own user namespace.
     Rlimit,
+    /// `kernel.pid_max` of the sandbox's own PID namespace (Linux 6.14 and later).
+    PidMax,
     /// The broker's timer.
     Timer,
     /// Nothing here can: a best-effort limit is left out.
@@ -200,6 +210,9 @@ impl Mechanism {
             Mechanism::CgroupV2 => "a cgroup v2 made for each sandbox",
             Mechanism::CgroupV1 => "a cgroup v1 made for each sandbox",
             Mechanism::Rlimit => "RLIMIT_NPROC in the sandbox's user namespace",
+            Mechanism::PidMax => {
+                "pid_max of the sandbox's PID namespace (a bound of at least 300; below, a cgroup)"
+            }
             Mechanism::Timer => "the broker's timer",
             Mechanism::None => {
                 "nothing here (a profile that sets it is refused unless it marks it best effort)"
@@ -216,6 +229,8 @@ pub struct Machine {
     pub uid: u32,
     /// Linux 5.14 or later: `RLIMIT_NPROC` counts per user namespace.
     pub nproc_per_userns: bool,
+    /// Linux 6.14 or later: each PID namespace has a `pid_max` of its own.
+    pub pid_max_per_pidns: bool,
     /// cgroup v2: the directory a sandbox's cgroup is made in, and the controllers its
     /// children may have there. `None`: no cgroup v2 the caller may write.
     pub v2: Option<(PathBuf, Vec<String>)>,
@@ -242,6 +257,7 @@ impl Machine {
         let mut m = Machine {
             uid,
             nproc_per_userns: at_least(&release, (5, 14)),
+            pid_max_per_pidns: at_least(&release, (6, 14)),
             ..Machine::default()
         };
         if cgroups {
@@ -255,13 +271,20 @@ impl Machine {
         m
     }
 
-    /// How `kind` is enforced here, or why it cannot be.
-    pub fn mechanism(&self, kind: Kind) -> Result<Mechanism, String> {
+    /// How `kind` bounded at `value` is enforced here, or why it cannot be. Processes:
+    /// `RLIMIT_NPROC` when it binds (not root; Linux 5.14 and later), else the PID
+    /// namespace's `pid_max` for a bound it can hold ([`MIN_PID_MAX_BOUND`] and up), else
+    /// a cgroup. Both cost nothing at start-up; a cgroup costs moving the shim into it (a
+    /// few ms: the kernel waits for an RCU grace period).
+    pub fn mechanism(&self, kind: Kind, value: u64) -> Result<Mechanism, String> {
         let Some(ctrl) = controller(kind) else {
             return Ok(Mechanism::Timer);
         };
         if kind == Kind::Processes && self.uid != 0 && self.nproc_per_userns {
             return Ok(Mechanism::Rlimit);
+        }
+        if kind == Kind::Processes && self.pid_max_per_pidns && value >= MIN_PID_MAX_BOUND {
+            return Ok(Mechanism::PidMax);
         }
         if self
             .v2
@@ -413,7 +436,7 @@ pub fn choose(
 ) -> Result<Vec<(Kind, Bound, Mechanism)>, String> {
     let mut out = Vec::new();
     for (kind, bound) in limits.set_ones() {
-        let mechanism = match machine.mechanism(kind) {
+        let mechanism = match machine.mechanism(kind, bound.value) {
             Ok(m) => m,
             Err(_) if bound.best_effort => Mechanism::None,
             Err(why) => {
@@ -477,11 +500,11 @@ impl Enforced {
         if *limits == Limits::default() {
             return Ok(Enforced::default());
         }
-        let needs_cgroup = |m: &Machine, k: Kind| m.mechanism(k) != Ok(Mechanism::Rlimit);
+        let free = [Ok(Mechanism::Rlimit), Ok(Mechanism::PidMax)];
         let quick = Machine::probe(false);
         let cgroups = limits
             .set_ones()
-            .any(|(k, _)| k != Kind::Time && needs_cgroup(&quick, k));
+            .any(|(k, b)| k != Kind::Time && !free.contains(&quick.mechanism(k, b.value)));
         let machine = if cgroups { Machine::probe(true) } else { quick };
         let chosen = choose(limits, &machine, profile)?;
         let mut out = Enforced {
@@ -535,6 +558,15 @@ impl Enforced {
             .iter()
             .find(|(k, _, m)| *k == Kind::Processes && *m == Mechanism::Rlimit)
             .map(|(_, b, _)| b.value)
+    }
+
+    /// The `pid_max` the sandbox's shim sets in its PID namespace (the bound plus one:
+    /// PIDs are below it), if that is how processes are bounded.
+    pub fn pid_max(&self) -> Option<u64> {
+        self.chosen
+            .iter()
+            .find(|(k, _, m)| *k == Kind::Processes && *m == Mechanism::PidMax)
+            .map(|(_, b, _)| b.value.saturating_add(1).min(PID_MAX_LIMIT))
     }
 
     /// The command's time, if limited.
@@ -725,6 +757,7 @@ mod tests {
         Machine {
             uid,
             nproc_per_userns: true,
+            pid_max_per_pidns: false,
             v2: (!v2.is_empty()).then(|| {
                 (
                     PathBuf::from("/sys/fs/cgroup/user.slice"),
@@ -774,7 +807,15 @@ mod tests {
         // Before 5.14 RLIMIT_NPROC counts the user's processes everywhere.
         let mut old = machine(1000, &["pids"], &[]);
         old.nproc_per_userns = false;
-        assert_eq!(old.mechanism(Kind::Processes), Ok(CgroupV2));
+        assert_eq!(old.mechanism(Kind::Processes, 100), Ok(CgroupV2));
+        // Linux 6.14 and later: root's bound of 300 or more is its PID namespace's
+        // pid_max, free at start-up; a smaller one still needs the cgroup.
+        let mut new = machine(0, &[], &["pids"]);
+        new.pid_max_per_pidns = true;
+        assert_eq!(new.mechanism(Kind::Processes, 4096), Ok(PidMax));
+        assert_eq!(new.mechanism(Kind::Processes, 299), Ok(CgroupV1));
+        old.pid_max_per_pidns = true;
+        assert_eq!(old.mechanism(Kind::Processes, 300), Ok(PidMax));
     }
 
     #[test]

@@ -416,6 +416,10 @@ pub struct SandboxSpec {
     /// namespace exists so that only its processes count: the profile's `processes` limit
     /// where no cgroup enforces it (`limits::Mechanism::Rlimit`).
     pub processes: Option<u64>,
+    /// `kernel.pid_max` of the sandbox's PID namespace, set by the shim before the
+    /// command starts: the profile's `processes` limit plus one, where that bounds it
+    /// (`limits::Mechanism::PidMax`).
+    pub pid_max: Option<u64>,
     /// Tracing, when the run traces (set by the broker as it sends the spec).
     pub trace: Option<TraceSpec>,
 }

@@ -450,7 +450,7 @@ pub fn complete<T>(
     };
     let mut spec = spec::build(&request, &|p| p.exists()).map_err(BrokerError::Refused)?;
     spec.trace = wardcell_common::trace::spec(&run.id);
-    spec.processes = limits.nproc();
+    (spec.processes, spec.pid_max) = (limits.nproc(), limits.pid_max());
     peer::stamp(&mut spec, &mark);
     tracing::debug!(zone = req.zone, profile = %req.profile.name, "sandbox spec sent");
 

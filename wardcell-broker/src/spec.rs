@@ -432,6 +432,7 @@ pub fn build_with(
         seatbelt_identity: String::new(),
         open_files: req.plan.open_files,
         processes: None,
+        pid_max: None,
         trace: None,
     })
 }

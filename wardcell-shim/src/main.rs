@@ -383,6 +383,18 @@ fn exec_command(
     //    The profile's processes limit, where no cgroup holds it: in this user namespace
     //    it counts the sandbox's processes only (Linux 5.14 and later), the command
     //    cannot raise it (that needs CAP_SYS_RESOURCE in the host's namespace).
+    //    Or, for root (exempt from RLIMIT_NPROC), the PID namespace's pid_max: no PID,
+    //    so no process, past it (this process still holds CAP_SYS_ADMIN in the
+    //    namespace's owner; the command will not).
+    if let Some(n) = spec.pid_max {
+        if let Err(e) = std::fs::write("/proc/sys/kernel/pid_max", n.to_string()) {
+            setup_failed(
+                control,
+                "rlimit",
+                format!("setting the processes limit (pid_max {n}): {e}"),
+            );
+        }
+    }
     if let Some(n) = spec.processes {
         use nix::sys::resource::{setrlimit, Resource};
         if let Err(e) = setrlimit(Resource::RLIMIT_NPROC, n, n) {
