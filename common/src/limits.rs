@@ -656,6 +656,29 @@ impl Drop for Enforced {
     }
 }
 
+/// Remove what a run whose broker is gone (killed with SIGKILL: it could not clean up)
+/// left of its cgroups: each `wardcell-<run>-s<N>`, empty since its sandbox died with the
+/// broker. Called by the next run's sweep of stale runs.
+pub fn sweep(run_id: &str) {
+    let machine = Machine::probe(true);
+    let prefix = format!("wardcell-{run_id}-");
+    let parents = machine
+        .v2
+        .iter()
+        .map(|(d, _)| d)
+        .chain(machine.v1.iter().map(|(_, d)| d));
+    for parent in parents {
+        for e in fs::read_dir(parent).into_iter().flatten().flatten() {
+            if e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&prefix))
+            {
+                let _ = fs::remove_dir(e.path());
+            }
+        }
+    }
+}
+
 /// The files that set `kind` to `value` in a cgroup v2.
 fn v2_files(kind: Kind, value: u64) -> Vec<(&'static str, String)> {
     match kind {

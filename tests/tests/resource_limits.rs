@@ -318,3 +318,47 @@ both!(
         assert_eq!(out.stderr.lines().count(), 1, "{out:#?}");
     }
 );
+
+// Item 2: a broker killed with SIGKILL cannot remove its sandbox's cgroup; the next run's
+// sweep of stale runs does (root: only root's runs make cgroups on this machine).
+#[test]
+fn a_killed_brokers_cgroup_is_swept_by_the_next_run() {
+    if !wardcell_tests::is_root() {
+        return;
+    }
+    let fx = Fixture::new("cgroup_sweep", wardcell_tests::As::Invoker);
+    fx.test_config("limits = { processes = 64 }\n");
+    let mut run = Watched::spawn(&fx, fx.cmd(&["run", "--", "sleep", "60"]), "killed");
+    let mine = |id: &str| -> bool {
+        fs::read_dir("/sys/fs/cgroup/pids")
+            .unwrap()
+            .filter_map(Result::ok)
+            .any(|e| e.file_name().to_string_lossy().contains(id))
+    };
+    // Its run id, once its log exists and its cgroup is made.
+    let until = Instant::now() + Duration::from_secs(10);
+    let id = loop {
+        let list = fx.run(&["logs", "list", "--all"]).stdout;
+        if let Some(id) = list
+            .lines()
+            .nth(1)
+            .map(|l| l.split(' ').next().unwrap().to_string())
+        {
+            if mine(&id) {
+                break id;
+            }
+        }
+        assert!(Instant::now() < until, "no run with a cgroup appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    run.child.kill().unwrap();
+    run.child.wait().unwrap();
+    // The sandbox dies with the broker; its cgroup stays until the next run sweeps.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        mine(&id),
+        "the cgroup was already gone: this test tests nothing"
+    );
+    fx.run(&["run", "--", "true"]).ok();
+    assert!(!mine(&id), "the killed run's cgroup was left behind");
+}

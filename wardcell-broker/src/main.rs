@@ -257,6 +257,7 @@ fn sweep_stale_runs(runtime: &Path, ours: &Path) {
         };
         if let Ok(lock) = Flock::lock(f, FlockArg::LockExclusiveNonblock) {
             let _ = fs::remove_dir_all(&path);
+            wardcell_common::limits::sweep(&e.file_name().to_string_lossy());
             drop(lock);
         }
     }
