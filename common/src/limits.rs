@@ -314,7 +314,11 @@ impl Machine {
         };
         Err(match kind {
             Kind::Processes if self.uid == 0 => {
-                format!("root is exempt from RLIMIT_NPROC, and {v2}{v1}")
+                let pid_max = match self.pid_max_per_pidns {
+                    true => ", a PID namespace's pid_max holds no bound below 300",
+                    false => "",
+                };
+                format!("root is exempt from RLIMIT_NPROC{pid_max}, and {v2}{v1}")
             }
             Kind::Processes => format!(
                 "before Linux 5.14 RLIMIT_NPROC counts all of the user's processes, and {v2}"
@@ -440,11 +444,15 @@ pub fn choose(
             Ok(m) => m,
             Err(_) if bound.best_effort => Mechanism::None,
             Err(why) => {
+                let instead = match machine.uid {
+                    0 => "",
+                    _ => "run as root or in a delegated cgroup (`systemd-run --user --scope -p Delegate=yes wardcell run ...`), or ",
+                };
                 return Err(format!(
-                    "profile '{profile}' sets limits.{} = {}, which this machine cannot enforce: {why}; run as root or in a delegated cgroup (`systemd-run --user --scope -p Delegate=yes wardcell run ...`), or set best_effort = true in the profile's limits to run without it",
+                    "profile '{profile}' sets limits.{} = {}, which this machine cannot enforce: {why}; {instead}set best_effort = true in the profile's limits to run without it",
                     kind.name(),
                     kind.show(bound.value)
-                ))
+                ));
             }
         };
         out.push((kind, bound, mechanism));

@@ -13,9 +13,9 @@
 //!    sockets to the broker (net.rs);
 //! 3. forks the command (with a pty, init first makes a session of its own with the pty
 //!    as controlling terminal), which in order: starts a new session (with a pty, a
-//!    process group of its own in the terminal's foreground instead), sets no_new_privs,
-//!    sets the processes limit (RLIMIT_NPROC) where the spec has one,
-//!    drops every capability, enforces Landlock, installs seccomp, marks every fd above 2
+//!    process group of its own in the terminal's foreground instead), sets the
+//!    processes limit where the spec has one (RLIMIT_NPROC, or the PID namespace's
+//!    pid_max), sets no_new_privs, drops every capability, enforces Landlock, installs seccomp, marks every fd above 2
 //!    close-on-exec (and closes a standard one the shim was started without), sets every
 //!    signal disposition to what the caller had (ignored, or the default: never
 //!    wardcell's own ignored SIGPIPE), unblocks every signal, and execs;
