@@ -642,24 +642,30 @@ impl Drop for Enforced {
             }
         }
         for (mechanism, dir) in dirs {
-            if mechanism == Mechanism::CgroupV2 {
-                let _ = fs::write(dir.join("cgroup.kill"), "1");
-            } else if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
-                for pid in procs.lines().filter_map(|p| p.parse::<i32>().ok()) {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
+            remove(mechanism, &dir);
+        }
+    }
+}
+
+/// Remove the cgroup `dir`: kill what is left in it, then remove it once empty, waiting
+/// at most a second.
+fn remove(mechanism: Mechanism, dir: &Path) {
+    if mechanism == Mechanism::CgroupV2 {
+        let _ = fs::write(dir.join("cgroup.kill"), "1");
+    } else if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
+        for pid in procs.lines().filter_map(|p| p.parse::<i32>().ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+    for _ in 0..1000 {
+        match fs::remove_dir(dir) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                std::thread::sleep(Duration::from_millis(1))
             }
-            for _ in 0..1000 {
-                match fs::remove_dir(&dir) {
-                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                        std::thread::sleep(Duration::from_millis(1))
-                    }
-                    _ => break,
-                }
-            }
+            _ => break,
         }
     }
 }
@@ -670,18 +676,15 @@ impl Drop for Enforced {
 pub fn sweep(run_id: &str) {
     let machine = Machine::probe(true);
     let prefix = format!("wardcell-{run_id}-");
-    let parents = machine
-        .v2
-        .iter()
-        .map(|(d, _)| d)
-        .chain(machine.v1.iter().map(|(_, d)| d));
-    for parent in parents {
+    let v2 = machine.v2.iter().map(|(d, _)| (Mechanism::CgroupV2, d));
+    let v1 = machine.v1.iter().map(|(_, d)| (Mechanism::CgroupV1, d));
+    for (mechanism, parent) in v2.chain(v1) {
         for e in fs::read_dir(parent).into_iter().flatten().flatten() {
             if e.file_name()
                 .to_str()
                 .is_some_and(|n| n.starts_with(&prefix))
             {
-                let _ = fs::remove_dir(e.path());
+                remove(mechanism, &e.path());
             }
         }
     }
