@@ -514,7 +514,17 @@ impl Enforced {
             .set_ones()
             .any(|(k, b)| k != Kind::Time && !free.contains(&quick.mechanism(k, b.value)));
         let machine = if cgroups { Machine::probe(true) } else { quick };
-        let chosen = choose(limits, &machine, profile)?;
+        Enforced::prepare_on(limits, profile, name, &machine)
+    }
+
+    /// [`Enforced::prepare`] on `machine` as probed.
+    fn prepare_on(
+        limits: &Limits,
+        profile: &str,
+        name: &str,
+        machine: &Machine,
+    ) -> Result<Enforced, String> {
+        let chosen = choose(limits, machine, profile)?;
         let mut out = Enforced {
             profile: profile.to_string(),
             chosen,
@@ -878,6 +888,63 @@ mod tests {
         let e = choose(&l, &machine(0, &["memory"], &["memory"]), "p").unwrap_err();
         assert!(e.contains("root is exempt from RLIMIT_NPROC"), "{e}");
         assert!(e.contains("does not offer the pids controller"), "{e}");
+    }
+
+    /// This machine's cgroup v2 hierarchy, when root may make cgroups in it.
+    fn v2_here() -> Option<PathBuf> {
+        let m = Machine::probe(true);
+        (m.uid == 0).then_some(m.v2).flatten().map(|(dir, _)| dir)
+    }
+
+    // The cgroup v2 paths that work without controllers, on the hierarchy of this machine
+    // (root; its controllers are all bound to v1 here, so a v2 limit cannot be set): a
+    // sandbox's cgroup is made, the shim moved in, and at its end what is left is killed
+    // (cgroup.kill) and the cgroup removed.
+    #[test]
+    fn a_v2_cgroup_is_joined_then_emptied_and_removed() {
+        let Some(parent) = v2_here() else { return };
+        let mut machine = Machine::probe(true);
+        // Pretend the time limit takes a cgroup: the directory is made, nothing written.
+        let name = format!("wardcell-test-{}", std::process::id());
+        let dir = parent.join(&name);
+        let mut e = Enforced::prepare_on(&Limits::default(), "p", &name, &machine).unwrap();
+        assert!(e.dirs.is_empty() && !dir.exists());
+        fs::create_dir(&dir).unwrap();
+        e.dirs.push((Kind::Time, Mechanism::CgroupV2, dir.clone()));
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        e.join(child.id() as i32).unwrap();
+        let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+        assert_eq!(procs.trim(), child.id().to_string());
+        drop(e);
+        assert!(!dir.exists(), "the cgroup was left");
+        // Killed through cgroup.kill, not ended on its own.
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+
+        // A controller the hierarchy does not have cannot be enabled: one line naming
+        // the cgroup, and nothing left behind.
+        machine.v2 = Some((parent.clone(), vec!["pids".into()]));
+        machine.uid = 0;
+        machine.pid_max_per_pidns = false;
+        let limits = Limits {
+            processes: Some(Bound {
+                value: 10,
+                best_effort: false,
+            }),
+            ..Limits::default()
+        };
+        let err = Enforced::prepare_on(&limits, "p", &name, &machine).unwrap_err();
+        assert!(
+            err.starts_with(&format!(
+                "profile 'p' sets limits, and making the cgroup {} failed",
+                dir.display()
+            )),
+            "{err}"
+        );
+        assert!(!dir.exists());
     }
 
     #[test]
