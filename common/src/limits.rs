@@ -530,44 +530,80 @@ impl Enforced {
             chosen,
             dirs: Vec::new(),
         };
-        let failed = |e: io::Error, dir: &Path| {
-            format!(
-                "profile '{profile}' sets limits, and making the cgroup {} failed: {e}",
-                dir.display()
-            )
-        };
-        for (kind, bound, mechanism) in out.chosen.clone() {
-            let (dir, files) = match mechanism {
-                Mechanism::CgroupV2 => {
-                    let (parent, _) = machine.v2.as_ref().expect("chosen from it");
-                    (parent.join(name), v2_files(kind, bound.value))
+        for i in 0..out.chosen.len() {
+            let (kind, bound, mechanism) = out.chosen[i];
+            let made = match mechanism {
+                Mechanism::CgroupV2 | Mechanism::CgroupV1 => {
+                    out.limit_in_cgroup(kind, bound.value, mechanism, machine, name)
                 }
-                Mechanism::CgroupV1 => {
-                    let ctrl = controller(kind).expect("a cgroup limit");
-                    let (_, at) = machine.v1.iter().find(|(c, _)| c == ctrl).expect("chosen");
-                    (at.join(name), v1_files(kind, bound.value))
-                }
-                _ => continue,
+                _ => Ok(()),
             };
-            if mechanism == Mechanism::CgroupV2 {
-                enable(dir.parent().expect("made in a parent"), kind)
-                    .map_err(|e| failed(e, &dir))?;
-            }
-            if !out.dirs.iter().any(|(_, _, d)| *d == dir) {
-                fs::create_dir(&dir).map_err(|e| failed(e, &dir))?;
-            }
-            out.dirs.push((kind, mechanism, dir.clone()));
-            for (file, value) in files {
-                let path = dir.join(file);
-                match fs::write(&path, value) {
-                    Ok(()) => {}
-                    // Optional files: swap accounting may be off.
-                    Err(e) if e.kind() == io::ErrorKind::NotFound && file.contains("sw") => {}
-                    Err(e) => return Err(failed(e, &path)),
+            match made {
+                Ok(()) => {}
+                // Best effort: without it, and without what was made for it.
+                Err(_) if bound.best_effort => {
+                    out.chosen[i].2 = Mechanism::None;
+                    out.forget(kind);
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "profile '{profile}' sets limits.{} = {}, and making its cgroup failed: {e}; `wardcell doctor` says what enforces each limit here",
+                        kind.name(),
+                        kind.show(bound.value)
+                    ))
                 }
             }
         }
         Ok(out)
+    }
+
+    /// Put `kind` at `value` in the sandbox's cgroup of `mechanism`, making it if no
+    /// other limit did (v2: the controller enabled in the parent first).
+    fn limit_in_cgroup(
+        &mut self,
+        kind: Kind,
+        value: u64,
+        mechanism: Mechanism,
+        machine: &Machine,
+        name: &str,
+    ) -> Result<(), String> {
+        let ctrl = controller(kind).expect("a cgroup limit");
+        let (dir, files) = match mechanism {
+            Mechanism::CgroupV2 => {
+                let (parent, _) = machine.v2.as_ref().expect("chosen from it");
+                enable(parent, ctrl).map_err(|e| format!("{}: {e}", parent.display()))?;
+                (parent.join(name), v2_files(kind, value))
+            }
+            _ => {
+                let (_, at) = machine.v1.iter().find(|(c, _)| c == ctrl).expect("chosen");
+                (at.join(name), v1_files(kind, value))
+            }
+        };
+        if !self.dirs.iter().any(|(_, _, d)| *d == dir) {
+            fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        self.dirs.push((kind, mechanism, dir.clone()));
+        for (file, value) in files {
+            let path = dir.join(file);
+            match fs::write(&path, value) {
+                Ok(()) => {}
+                // Optional files: swap accounting may be off.
+                Err(e) if e.kind() == io::ErrorKind::NotFound && file.contains("sw") => {}
+                Err(e) => return Err(format!("{}: {e}", path.display())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Leave `kind` out of the sandbox's cgroups, removing one no other limit uses.
+    fn forget(&mut self, kind: Kind) {
+        let Some(i) = self.dirs.iter().position(|(k, _, _)| *k == kind) else {
+            return;
+        };
+        let (_, mechanism, dir) = self.dirs.remove(i);
+        if !self.dirs.iter().any(|(_, _, d)| *d == dir) {
+            remove(mechanism, &dir);
+        }
     }
 
     /// The `RLIMIT_NPROC` the sandbox's shim sets, if that is how processes are bounded.
@@ -729,9 +765,8 @@ fn v1_files(kind: Kind, value: u64) -> Vec<(&'static str, String)> {
     }
 }
 
-/// cgroup v2: give the children of `parent` the controller `kind` needs, if they lack it.
-fn enable(parent: &Path, kind: Kind) -> io::Result<()> {
-    let ctrl = controller(kind).expect("a cgroup limit");
+/// cgroup v2: give the children of `parent` the controller `ctrl`, if they lack it.
+fn enable(parent: &Path, ctrl: &str) -> io::Result<()> {
     let enabled = fs::read_to_string(parent.join("cgroup.subtree_control"))?;
     if enabled.split_whitespace().any(|c| c == ctrl) {
         return Ok(());
@@ -939,12 +974,23 @@ mod tests {
         let err = Enforced::prepare_on(&limits, "p", &name, &machine).unwrap_err();
         assert!(
             err.starts_with(&format!(
-                "profile 'p' sets limits, and making the cgroup {} failed",
-                dir.display()
+                "profile 'p' sets limits.processes = 10, and making its cgroup failed: {}: ",
+                parent.display()
             )),
             "{err}"
         );
         assert!(!dir.exists());
+        // Best effort, the sandbox goes without it (and without a cgroup).
+        let limits = Limits {
+            processes: Some(Bound {
+                value: 10,
+                best_effort: true,
+            }),
+            ..Limits::default()
+        };
+        let e = Enforced::prepare_on(&limits, "p", &name, &machine).unwrap();
+        assert_eq!(e.chosen[0].2, Mechanism::None);
+        assert!(e.dirs.is_empty() && !dir.exists());
     }
 
     #[test]
