@@ -362,3 +362,35 @@ fn a_killed_brokers_cgroup_is_swept_by_the_next_run() {
     fx.run(&["run", "--", "true"]).ok();
     assert!(!mine(&id), "the killed run's cgroup was left behind");
 }
+
+// Item 3: the built-in bound never refuses a run: a caller whose hard process limit is
+// below it keeps that limit (raising it is not the sandbox's to do).
+both!(a_lower_hard_process_limit_is_kept, |fx| {
+    fx.test_config("");
+    let mut cmd = fx.cmd(&[
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "grep 'Max processes' /proc/self/limits",
+    ]);
+    // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 2000,
+                rlim_max: 2000,
+            };
+            if libc::setrlimit(libc::RLIMIT_NPROC, &lim) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let out: wardcell_tests::Out = cmd.output().unwrap().into();
+    out.ok();
+    // Root (bounded by pid_max instead) keeps it as it was too.
+    let fields: Vec<&str> = out.stdout.split_whitespace().collect();
+    assert_eq!(fields[2..4], ["2000", "2000"], "{out:#?}");
+});

@@ -395,9 +395,12 @@ fn exec_command(
             );
         }
     }
+    //    A hard limit the caller already has below it stays (it is counted here too).
     if let Some(n) = spec.processes {
-        use nix::sys::resource::{setrlimit, Resource};
-        if let Err(e) = setrlimit(Resource::RLIMIT_NPROC, n, n) {
+        use nix::sys::resource::{getrlimit, setrlimit, Resource};
+        let set = getrlimit(Resource::RLIMIT_NPROC)
+            .and_then(|(_, hard)| setrlimit(Resource::RLIMIT_NPROC, n.min(hard), n.min(hard)));
+        if let Err(e) = set {
             setup_failed(
                 control,
                 "rlimit",
