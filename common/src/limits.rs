@@ -306,7 +306,7 @@ impl Machine {
             ),
             None if self.uid == 0 => "there is no writable cgroup v2 hierarchy".to_string(),
             None => format!(
-                "no cgroup v2 subtree is delegated to uid {} (cgroup v1 is root's)",
+                "no cgroup v2 subtree is delegated to uid {}, and cgroup v1 is root's",
                 self.uid
             ),
         };

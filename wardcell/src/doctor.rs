@@ -207,7 +207,7 @@ fn limit_checks(r: &mut Report) -> serde_json::Map<String, serde_json::Value> {
                 Mechanism::None,
                 // Without it the built-in profiles' bound on processes is not enforced.
                 if kind == Kind::Processes { Level::Warn } else { Level::Ok },
-                format!("cannot be enforced here ({why}): a profile that sets it is refused unless it marks it best effort"),
+                format!("cannot be enforced here: {why}; a profile that sets it is refused unless it marks it best effort"),
             ),
         };
         let text = match kind {
