@@ -578,7 +578,6 @@ fn run_first_sandbox(
         &mut on_report,
     );
     sb.retire_first();
-    let by_time = sb.limits_reached(run, ended.timed_out);
     if let Some(why) = &ended.bad_report {
         let _ = run.record(
             "sandbox",
@@ -586,10 +585,7 @@ fn run_first_sandbox(
             json!({"sandbox": name, "reason": why}),
         );
     }
-    let (code, message) = match by_time {
-        Some((code, message)) => (code, Some(message)),
-        None => describe(&ended.outcome, &sb.spec.argv[0]),
-    };
+    let (code, message) = sb.ended(run, &ended);
     run.end_entries();
     for line in run.check_git(&name) {
         wardcell_common::eprintln_line!(

@@ -301,17 +301,20 @@ impl Sandbox {
         self.limits.time().map(|t| std::time::Instant::now() + t)
     }
 
-    /// It has ended: audit each limit it reached. The exit status and the line for the
-    /// time limit, if that ended it.
-    pub fn limits_reached(&self, run: &Run, timed_out: bool) -> Option<(i32, String)> {
-        for (kind, bound, mechanism, count) in self.limits.reached(timed_out) {
+    /// It has ended: audit each limit it reached; its exit status and, when it did not
+    /// run to its end (the time limit ended it, or it did not start), the one-line error.
+    pub fn ended(&self, run: &Run, ended: &crate::relay::Ended) -> (i32, Option<String>) {
+        for (kind, bound, mechanism, count) in self.limits.reached(ended.timed_out) {
             let _ = run.record(
                 "sandbox",
                 "sandbox.limit_reached",
                 serde_json::json!({"sandbox": self.name, "limit": kind.name(), "value": kind.show(bound.value), "mechanism": mechanism, "count": count}),
             );
         }
-        self.limits.ended_by_time(timed_out)
+        match self.limits.ended_by_time(ended.timed_out) {
+            Some((code, message)) => (code, Some(message)),
+            None => crate::describe(&ended.outcome, self.spec.argv.first().map_or("", |a| a)),
+        }
     }
 }
 

@@ -506,7 +506,7 @@ impl Supervisor {
             );
         }
         sb.retire();
-        let by_time = sb.limits_reached(&self.run, ended.timed_out);
+        let described = sb.ended(&self.run, &ended);
         self.run.check_git(&sb_name);
         if ended.caller_gone || self.run.is_ending() {
             let how = if ended.caller_gone {
@@ -518,11 +518,6 @@ impl Supervisor {
             self.run.entry_done(entry);
             return;
         }
-        let program = argv.first().map(String::as_str).unwrap_or("");
-        let described = match by_time {
-            Some((code, message)) => (code, Some(message)),
-            None => crate::describe(&ended.outcome, program),
-        };
         let response = match described {
             (code, None) => ZoneResponse::Exited { code },
             (code, Some(message)) => ZoneResponse::Failed { message, code },
