@@ -394,3 +394,29 @@ both!(a_lower_hard_process_limit_is_kept, |fx| {
     let fields: Vec<&str> = out.stdout.split_whitespace().collect();
     assert_eq!(fields[2..4], ["2000", "2000"], "{out:#?}");
 });
+
+// Item 3: the built-in profiles' bound is said where a person looks: `policy show`, in
+// text and JSON, with a profile's own limits beside it.
+both!(policy_show_says_each_profiles_limits, |fx| {
+    fx.test_config("limits = { time = \"1h30m\", cpu = \"150%\", best_effort = true }\n");
+    let text = fx.run(&["policy", "show"]);
+    text.ok();
+    assert!(
+        text.stdout.contains(
+            "limits: processes 4096 (best effort), cpu 150% (best effort), time 1h30m (best effort)\n"
+        ),
+        "{text:#?}"
+    );
+    let text = fx.run(&["policy", "show", "--profile", "readonly"]);
+    assert!(
+        text.stdout
+            .contains("limits: processes 4096 (best effort)\n"),
+        "{text:#?}"
+    );
+    let json = fx.run(&["policy", "show", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let limits = &v["zones"][0]["profile"]["limits"];
+    assert_eq!(limits["processes"]["value"], 4096, "{limits}");
+    assert_eq!(limits["time"]["value"], 5400, "{limits}");
+    assert_eq!(limits["memory"], serde_json::Value::Null, "{limits}");
+});
