@@ -17,6 +17,7 @@
 //! - [`auditlog`]: the broker's writer of a run's log, and what bounds it.
 //! - [`throttle`]: the token bucket for events a sandbox can cause at will.
 //! - [`stdio`]: which standard descriptors a process was started without.
+//! - [`limits`]: a sandbox's resource limits, how each is enforced here, its cgroup.
 //! - [`why`]: whether a zone may read, write or reach something, and which rule decides.
 #![forbid(unsafe_code)]
 
@@ -27,6 +28,7 @@ pub mod envrules;
 pub mod gitguard;
 pub mod helper;
 pub mod identity;
+pub mod limits;
 pub mod paths;
 pub mod plan;
 pub mod protocol;

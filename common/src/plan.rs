@@ -272,6 +272,8 @@ pub struct ProfilePlan {
     /// and what it says. A sandbox's view recreates them where they are not already in a
     /// bound tree, so that `/bin/sh` still works when only `/usr` is bound.
     pub links: Vec<(PathBuf, PathBuf)>,
+    /// `limits`, `extends` applied: what bounds each of this profile's sandboxes.
+    pub limits: crate::limits::Limits,
 }
 
 impl ProfilePlan {
@@ -410,6 +412,14 @@ pub struct SandboxSpec {
     /// The soft open-file limit the command starts with (the caller's, see
     /// [`Plan::open_files`]); `None`: the shim's own.
     pub open_files: Option<u64>,
+    /// `RLIMIT_NPROC` for the command (soft and hard), set after the sandbox's user
+    /// namespace exists so that only its processes count: the profile's `processes` limit
+    /// where no cgroup enforces it (`limits::Mechanism::Rlimit`).
+    pub processes: Option<u64>,
+    /// `kernel.pid_max` of the sandbox's PID namespace, set by the shim before the
+    /// command starts: the profile's `processes` limit plus one, where that bounds it
+    /// (`limits::Mechanism::PidMax`).
+    pub pid_max: Option<u64>,
     /// Tracing, when the run traces (set by the broker as it sends the spec).
     pub trace: Option<TraceSpec>,
 }

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::plan::{Plan, ProxySpec, SandboxSpec};
 
 /// Bumped whenever any message below changes shape.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;

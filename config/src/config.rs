@@ -35,6 +35,9 @@ default = true
 pub const BUILTIN_PROFILES: &str = r#"
 [profiles.base]
 read = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc", "/opt"]
+# A fork loop stops here; a real build never comes near (limits::DEFAULT_PROCESSES).
+# Best effort: where this machine cannot bound processes, runs go on without it.
+limits = { processes = 4096, best_effort = true }
 env.deny = [
     "*_TOKEN", "*_TOKENS", "*_SECRET", "*_SECRETS", "*_SECRET_KEY", "*_PASSWORD",
     "*_PASSWD", "*_PASSPHRASE", "*_API_KEY", "*_APIKEY", "*_ACCESS_KEY",
@@ -169,6 +172,12 @@ pub struct Profile {
     /// Host Unix sockets to bind into the view: paths, or `$NAME` (from the environment
     /// `run` started in).
     pub unix_sockets: Vec<String>,
+    /// `limits`: each one this profile sets, `None` for `"none"` (no limit, whatever the
+    /// profile it extends says).
+    pub limits: Vec<(
+        wardcell_common::limits::Kind,
+        Option<wardcell_common::limits::Bound>,
+    )>,
     /// One of wardcell's built-in profiles (not replaced by the file).
     pub builtin: bool,
 }
@@ -257,6 +266,15 @@ impl Config {
                 }
             }
         }
+        // Limits: a profile's own value (or "none") replaces the one it extends, field by
+        // field.
+        let mut limits = wardcell_common::limits::Limits::default();
+        for p in chain.iter().rev() {
+            for (kind, bound) in &p.limits {
+                limits.set(*kind, *bound);
+            }
+        }
+        out.limits = limits.set_ones().map(|(k, b)| (k, Some(b))).collect();
         out.extends = chain[0].extends.clone();
         Some(out)
     }
@@ -604,6 +622,25 @@ struct RawProfile {
     credentials: List,
     #[serde(default)]
     unix_sockets: List,
+    limits: Option<RawLimits>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    processes: Option<Spanned<NumberOrText>>,
+    memory: Option<Spanned<String>>,
+    cpu: Option<Spanned<String>>,
+    time: Option<Spanned<String>>,
+    best_effort: Option<bool>,
+}
+
+/// `processes = 512`, or `processes = "none"`.
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+enum NumberOrText {
+    Number(i64),
+    Text(String),
 }
 
 #[derive(Deserialize, Clone)]
@@ -1245,6 +1282,11 @@ impl<'a> Checker<'a> {
             creds.push(c.get_ref().clone());
         }
         let creds = unique(&creds);
+        let limits = p
+            .limits
+            .as_ref()
+            .map(|l| self.limits(doc, &key, l))
+            .unwrap_or_default();
 
         Profile {
             name: name.get_ref().clone(),
@@ -1258,8 +1300,70 @@ impl<'a> Checker<'a> {
             network_internal,
             credentials: creds,
             unix_sockets,
+            limits,
             builtin,
         }
+    }
+
+    /// A profile's `limits`: each value checked, `"none"` kept as no limit.
+    fn limits(
+        &mut self,
+        doc: Doc<'a>,
+        key: &str,
+        l: &RawLimits,
+    ) -> Vec<(
+        wardcell_common::limits::Kind,
+        Option<wardcell_common::limits::Bound>,
+    )> {
+        use wardcell_common::limits::{self as lim, Bound, Kind};
+        let best_effort = l.best_effort.unwrap_or(false);
+        let processes = l.processes.as_ref().map(|v| {
+            let value = match v.get_ref() {
+                NumberOrText::Text(t) if t == "none" => Ok(None),
+                NumberOrText::Number(n) if *n > 0 => Ok(Some(*n as u64)),
+                NumberOrText::Number(n) => {
+                    Err(format!("is {n}: give at least 1 process, or \"none\""))
+                }
+                NumberOrText::Text(t) => Err(format!(
+                    "{t:?} is not a number of processes: write a number like 512, or \"none\""
+                )),
+            };
+            (Kind::Processes, v.span(), value)
+        });
+        let text =
+            |kind: Kind, v: &Option<Spanned<String>>, parse: fn(&str) -> Result<u64, String>| {
+                v.as_ref().map(|v| {
+                    let value = match v.get_ref().as_str() {
+                        "none" => Ok(None),
+                        t => parse(t).map(Some),
+                    };
+                    (kind, v.span(), value)
+                })
+            };
+        let time = |t: &str| match parse_duration_as(
+            t,
+            "write a duration like \"30m\" or \"2h\", or \"none\"",
+        ) {
+            Ok(Some(secs)) => Ok(secs),
+            Ok(None) => Err(format!("{t:?} is not a duration")),
+            Err(e) => Err(e),
+        };
+        let mut out = Vec::new();
+        for (kind, span, value) in [
+            processes,
+            text(Kind::Memory, &l.memory, lim::parse_size),
+            text(Kind::Cpu, &l.cpu, lim::parse_percent),
+            text(Kind::Time, &l.time, time),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            match value {
+                Ok(v) => out.push((kind, v.map(|value| Bound { value, best_effort }))),
+                Err(why) => self.push(doc.err(&span, format!("{key}.limits.{}", kind.name()), why)),
+            }
+        }
+        out
     }
 
     /// Each profile's `extends` chain must end, within [`MAX_EXTENDS_DEPTH`]. A cycle is
@@ -1531,7 +1635,18 @@ fn valid_header_name(s: &str) -> bool {
 /// A duration as zones.toml writes it: `"none"`, or hours, minutes and seconds in that
 /// order, each at most once: `"10m"`, `"90s"`, `"1h30m"`. Some(seconds), None for "none".
 pub fn parse_duration(s: &str) -> Result<Option<u64>, String> {
-    const HINT: &str = "write a duration like \"30s\", \"10m\", \"1h30m\", or \"none\" to wait as long as the plugin takes";
+    parse_duration_as(
+        s,
+        "write a duration like \"30s\", \"10m\", \"1h30m\", or \"none\" to wait as long as the plugin takes",
+    )
+}
+
+/// Seconds as zones.toml writes a duration (what [`parse_duration`] reads); kept in
+/// common, where the broker's messages use it too.
+pub use wardcell_common::text::show_duration;
+
+/// [`parse_duration`], with `hint` in its errors (what to write instead).
+fn parse_duration_as(s: &str, hint: &str) -> Result<Option<u64>, String> {
     if s == "none" {
         return Ok(None);
     }
@@ -1552,13 +1667,13 @@ pub fn parse_duration(s: &str) -> Result<Option<u64>, String> {
             'h' => (1, 3600),
             'm' => (2, 60),
             's' => (3, 1),
-            _ => return Err(format!("{s:?} is not a duration: {HINT}")),
+            _ => return Err(format!("{s:?} is not a duration: {hint}")),
         };
         let n = num
             .take()
-            .ok_or_else(|| format!("{s:?} is not a duration: {HINT}"))?;
+            .ok_or_else(|| format!("{s:?} is not a duration: {hint}"))?;
         if rank <= last_unit {
-            return Err(format!("{s:?} is not a duration: {HINT}"));
+            return Err(format!("{s:?} is not a duration: {hint}"));
         }
         last_unit = rank;
         total = n
@@ -1567,12 +1682,10 @@ pub fn parse_duration(s: &str) -> Result<Option<u64>, String> {
             .ok_or_else(|| format!("{s:?} is too long a duration"))?;
     }
     if num.is_some() || last_unit == 0 {
-        return Err(format!("{s:?} is not a duration: {HINT}"));
+        return Err(format!("{s:?} is not a duration: {hint}"));
     }
     if total == 0 {
-        return Err(format!(
-            "{s:?} is zero: every entry would be refused at once; {HINT}"
-        ));
+        return Err(format!("{s:?} is zero; {hint}"));
     }
     Ok(Some(total))
 }
@@ -1771,6 +1884,85 @@ mod tests {
             ["base", "developer-readonly", "readonly"]
         );
         assert!(c.profiles.values().all(|p| p.builtin));
+    }
+
+    // Issue 23, item 1: limits merge field by field through `extends`; "none" lifts one;
+    // best_effort marks the limits of the table that says it; bad values are placed.
+    #[test]
+    fn limits_merge_through_extends_and_are_checked() {
+        use wardcell_common::limits::{Bound, Kind, DEFAULT_PROCESSES};
+        let b = |value, best_effort| Some(Bound { value, best_effort });
+        let file = format!(
+            "{AGENT}[profiles.a]\nextends = \"readonly\"\nlimits = {{ memory = \"2G\", time = \"1h\", best_effort = true }}\n\n[profiles.b]\nextends = \"a\"\nlimits = {{ time = \"90s\", cpu = \"150%\", processes = 64 }}\n\n[profiles.c]\nextends = \"b\"\nlimits = {{ processes = \"none\", memory = \"none\" }}\n"
+        );
+        let c = parse(&file, "z.toml").unwrap();
+        let limits = |name: &str| {
+            let mut l = wardcell_common::limits::Limits::default();
+            for (k, v) in c.effective_profile(name).unwrap().limits {
+                l.set(k, v);
+            }
+            l
+        };
+        // The built-in default, best effort, reaches every profile that extends base.
+        assert_eq!(limits("readonly").processes, b(DEFAULT_PROCESSES, true));
+        let a = limits("a");
+        assert_eq!(
+            (a.memory, a.time, a.cpu),
+            (b(2 << 30, true), b(3600, true), None)
+        );
+        let bb = limits("b");
+        assert_eq!(bb.processes, b(64, false));
+        assert_eq!(bb.time, b(90, false));
+        assert_eq!(bb.cpu, b(150, false));
+        assert_eq!(bb.memory, b(2 << 30, true));
+        let cc = limits("c");
+        assert_eq!((cc.processes, cc.memory), (None, None));
+        assert_eq!(cc.time, b(90, false));
+        assert_eq!(Kind::Time.show(cc.time.unwrap().value), "1m30s");
+
+        let bad = |limits: &str| format!("{AGENT}[profiles.p]\nlimits = {{ {limits} }}\n");
+        assert_err(
+            &bad("processes = 0"),
+            5,
+            24,
+            "profiles.p.limits.processes",
+            "at least 1",
+        );
+        assert_err(
+            &bad("processes = \"many\""),
+            5,
+            24,
+            "profiles.p.limits.processes",
+            "not a number of processes",
+        );
+        assert_err(
+            &bad("memory = \"2GB\""),
+            5,
+            21,
+            "profiles.p.limits.memory",
+            "not a size",
+        );
+        assert_err(
+            &bad("cpu = \"2\""),
+            5,
+            18,
+            "profiles.p.limits.cpu",
+            "not a CPU share",
+        );
+        assert_err(
+            &bad("time = \"0s\""),
+            5,
+            19,
+            "profiles.p.limits.time",
+            "is zero",
+        );
+        assert_err(
+            &bad("swap = \"1G\""),
+            5,
+            12,
+            "profiles.p.limits.swap",
+            "`best_effort`",
+        );
     }
 
     #[test]

@@ -89,11 +89,12 @@ macro_rules! scalar {
 impl<'de> de::Deserializer<'de> for Probe<'_> {
     type Error = DeError;
 
-    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, DeError> {
-        Err(de::Error::custom(format!(
-            "a value of {} is read with deserialize_any",
-            self.path
-        )))
+    /// A value of more than one type (an untagged enum such as `processes = 512` or
+    /// `"none"`) is a key with a scalar value: recorded, and offered as a number. A type
+    /// read this way that held a table would have its keys missed, so none may.
+    fn deserialize_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, DeError> {
+        self.record();
+        v.visit_u64(0)
     }
 
     scalar! {

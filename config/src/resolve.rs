@@ -387,6 +387,10 @@ fn resolve_effective(
     }
     let unix_sockets =
         resolve_sockets(&p.unix_sockets, home, cwd, getenv, &mut skipped, &mut links);
+    let mut limits = wardcell_common::limits::Limits::default();
+    for (kind, bound) in &p.limits {
+        limits.set(*kind, *bound);
+    }
     Ok(ProfilePlan {
         name: p.name,
         read,
@@ -408,6 +412,7 @@ fn resolve_effective(
         credentials: p.credentials,
         unix_sockets,
         links,
+        limits,
     })
 }
 

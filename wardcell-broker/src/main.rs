@@ -261,6 +261,7 @@ fn sweep_stale_runs(runtime: &Path, ours: &Path) {
         };
         if let Ok(lock) = Flock::lock(f, FlockArg::LockExclusiveNonblock) {
             let _ = fs::remove_dir_all(&path);
+            wardcell_common::limits::sweep(&e.file_name().to_string_lossy());
             drop(lock);
         }
     }
@@ -537,8 +538,9 @@ fn run_first_sandbox(
 
     run.set_first(&sb.running);
 
-    // 6. Relay to the end.
+    // 6. Relay to the end (or the time limit's).
     let name = sb.name.clone();
+    let deadline = sb.deadline();
     let mut warned = false;
     let mut on_report = |r: &ShimReport| {
         if let ShimReport::Confined {
@@ -575,6 +577,7 @@ fn run_first_sandbox(
                     saved: input.and_then(terminal::raw_mode),
                 }),
             caller: None,
+            deadline,
         },
         &mut on_report,
     );
@@ -586,7 +589,7 @@ fn run_first_sandbox(
             json!({"sandbox": name, "reason": why}),
         );
     }
-    let (code, message) = describe(&ended.outcome, &sb.spec.argv[0]);
+    let (code, message) = sb.ended(run, &ended);
     run.end_entries();
     for line in run.check_git(&name) {
         wardcell_common::eprintln_line!(

@@ -94,6 +94,8 @@ pub struct Watch<'a> {
     pub pty: Option<PtyRelay<'a>>,
     /// The `zone enter` connection: when the caller goes away, the sandbox is ended.
     pub caller: Option<BorrowedFd<'a>>,
+    /// The time limit's end: then the sandbox is ended as by SIGTERM to `wardcell run`.
+    pub deadline: Option<Instant>,
 }
 
 /// How the wait ended.
@@ -103,6 +105,8 @@ pub struct Ended {
     pub caller_gone: bool,
     /// The shim sent something that is not a report; reading stopped there.
     pub bad_report: Option<String>,
+    /// The time limit ended it.
+    pub timed_out: bool,
 }
 
 /// Relay until the sandbox ends.
@@ -112,6 +116,7 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
         mut pty,
         caller,
         reap,
+        mut deadline,
     } = watch;
     let mut reports: Vec<ShimReport> = Vec::new();
     let mut open = Open {
@@ -123,10 +128,12 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
     let mut caller_gone = false;
     let mut bad_report: Option<String> = None;
     let mut kill_at: Option<Instant> = None;
+    let mut timed_out = false;
     let mut buf = vec![0u8; 16 * 1024];
     let status = loop {
+        let wake = kill_at.into_iter().chain(deadline).min();
         let [child_ready, sig_ready, control_ready, caller_ready, stdin_ready, master_ready] =
-            match poll_ready(run, signals, caller, pty.as_ref(), &open, kill_at) {
+            match poll_ready(run, signals, caller, pty.as_ref(), &open, wake) {
                 Ok(r) => r,
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(_) => break None,
@@ -135,6 +142,11 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
             // The grace is over: the sandbox ends now, whatever it does with signals.
             kill_at = None;
             let _ = run.process.signal(libc::SIGKILL);
+        }
+        if deadline.is_some_and(|t| Instant::now() >= t) {
+            deadline = None;
+            timed_out = true;
+            end(run, libc::SIGTERM, &mut kill_at);
         }
         if caller_ready {
             // The caller sends nothing after its request: readable means gone (or
@@ -204,6 +216,7 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
         outcome: outcome(&reports, status, sys::spawn::failed_step),
         caller_gone,
         bad_report,
+        timed_out,
     }
 }
 

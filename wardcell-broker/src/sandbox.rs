@@ -13,6 +13,7 @@ use nix::unistd::Pid;
 
 use wardcell_common::auditlog::{AuditLog, Rate};
 use wardcell_common::gitguard;
+use wardcell_common::limits;
 use wardcell_common::plan::{Plan, ProfilePlan, SandboxSpec};
 use wardcell_common::protocol::{self, ShimRequest};
 
@@ -272,6 +273,8 @@ pub struct Sandbox {
     pub spec: SandboxSpec,
     /// Its zone's proxy, when its profile has network.
     pub proxy: Option<Proxy>,
+    /// Its limits: its cgroup, removed when it is dropped.
+    pub limits: limits::Enforced,
 }
 
 impl Sandbox {
@@ -291,6 +294,27 @@ impl Sandbox {
             s.stop_at_exit();
         }
         self.retire();
+    }
+
+    /// When its time limit ends, counted from now (its command starts).
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        self.limits.time().map(|t| std::time::Instant::now() + t)
+    }
+
+    /// It has ended: audit each limit it reached; its exit status and, when it did not
+    /// run to its end (the time limit ended it, or it did not start), the one-line error.
+    pub fn ended(&self, run: &Run, ended: &crate::relay::Ended) -> (i32, Option<String>) {
+        for (kind, bound, mechanism, count) in self.limits.reached(ended.timed_out) {
+            let _ = run.record(
+                "sandbox",
+                "sandbox.limit_reached",
+                serde_json::json!({"sandbox": self.name, "limit": kind.name(), "value": kind.show(bound.value), "mechanism": mechanism, "count": count}),
+            );
+        }
+        match self.limits.ended_by_time(ended.timed_out) {
+            Some((code, message)) => (code, Some(message)),
+            None => crate::describe(&ended.outcome, self.spec.argv.first().map_or("", |a| a)),
+        }
     }
 }
 
@@ -395,6 +419,12 @@ pub fn complete<T>(
     let mark = peer::mark(&running, &run.id, number)
         .map_err(|e| BrokerError::Sandbox(format!("reading the sandbox's {}: {e}", peer::MARK)))?;
 
+    // Its limits: its cgroup, if one needs it, with the shim in it before the command.
+    let cgroup = format!("wardcell-{}-s{number}", run.id);
+    let limits = limits::Enforced::prepare(&req.profile.limits, &req.profile.name, &cgroup)
+        .map_err(BrokerError::Refused)?;
+    limits.join(running.pid).map_err(BrokerError::Sandbox)?;
+
     // A supervisor, in a zone.
     let name = format!("s{number}");
     let supervisor = match req.zone {
@@ -423,6 +453,7 @@ pub fn complete<T>(
     };
     let mut spec = spec::build(&request, &|p| p.exists()).map_err(BrokerError::Refused)?;
     spec.trace = wardcell_common::trace::spec(&run.id);
+    (spec.processes, spec.pid_max) = (limits.nproc(), limits.pid_max());
     peer::stamp(&mut spec, &mark);
     tracing::debug!(zone = req.zone, profile = %req.profile.name, "sandbox spec sent");
 
@@ -479,6 +510,7 @@ pub fn complete<T>(
         supervisor,
         spec,
         proxy,
+        limits,
     };
     Ok((sandbox, made))
 }

@@ -432,6 +432,8 @@ pub fn build_with(
         denied,
         seatbelt_identity: String::new(),
         open_files: req.plan.open_files,
+        processes: None,
+        pid_max: None,
         trace: None,
     })
 }

@@ -475,11 +475,13 @@ impl Supervisor {
         let _ = protocol::write_frame(conn, &ZoneResponse::Started);
         let sb_name = sb.name.clone();
 
-        // g. Wait, ending it if the caller goes away; relay the status.
+        // g. Wait, ending it if the caller goes away or its time is up; relay the status.
+        let deadline = sb.deadline();
         let ended = relay::wait(
             &mut sb.running,
             relay::Watch {
                 caller: Some(conn.as_fd()),
+                deadline,
                 ..Default::default()
             },
             &mut |r| {
@@ -504,6 +506,7 @@ impl Supervisor {
             );
         }
         sb.retire();
+        let described = sb.ended(&self.run, &ended);
         self.run.check_git(&sb_name);
         if ended.caller_gone || self.run.is_ending() {
             let how = if ended.caller_gone {
@@ -515,8 +518,7 @@ impl Supervisor {
             self.run.entry_done(entry);
             return;
         }
-        let program = argv.first().map(String::as_str).unwrap_or("");
-        let response = match crate::describe(&ended.outcome, program) {
+        let response = match described {
             (code, None) => ZoneResponse::Exited { code },
             (code, Some(message)) => ZoneResponse::Failed { message, code },
         };

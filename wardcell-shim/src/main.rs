@@ -13,8 +13,9 @@
 //!    sockets to the broker (net.rs);
 //! 3. forks the command (with a pty, init first makes a session of its own with the pty
 //!    as controlling terminal), which in order: starts a new session (with a pty, a
-//!    process group of its own in the terminal's foreground instead), sets no_new_privs,
-//!    drops every capability, enforces Landlock, installs seccomp, marks every fd above 2
+//!    process group of its own in the terminal's foreground instead), sets the
+//!    processes limit where the spec has one (RLIMIT_NPROC, or the PID namespace's
+//!    pid_max), sets no_new_privs, drops every capability, enforces Landlock, installs seccomp, marks every fd above 2
 //!    close-on-exec (and closes a standard one the shim was started without), sets every
 //!    signal disposition to what the caller had (ignored, or the default: never
 //!    wardcell's own ignored SIGPIPE), unblocks every signal, and execs;
@@ -380,6 +381,34 @@ fn exec_command(
                 control,
                 "rlimit",
                 format!("restoring the open-file limit: {e}"),
+            );
+        }
+    }
+    //    The profile's processes limit, where no cgroup holds it: in this user namespace
+    //    it counts the sandbox's processes only (Linux 5.14 and later), the command
+    //    cannot raise it (that needs CAP_SYS_RESOURCE in the host's namespace).
+    //    Or, for root (exempt from RLIMIT_NPROC), the PID namespace's pid_max: no PID,
+    //    so no process, past it (this process still holds CAP_SYS_ADMIN in the
+    //    namespace's owner; the command will not).
+    if let Some(n) = spec.pid_max {
+        if let Err(e) = std::fs::write("/proc/sys/kernel/pid_max", n.to_string()) {
+            setup_failed(
+                control,
+                "rlimit",
+                format!("setting the processes limit (pid_max {n}): {e}"),
+            );
+        }
+    }
+    //    A hard limit the caller already has below it stays (it is counted here too).
+    if let Some(n) = spec.processes {
+        use nix::sys::resource::{getrlimit, setrlimit, Resource};
+        let set = getrlimit(Resource::RLIMIT_NPROC)
+            .and_then(|(_, hard)| setrlimit(Resource::RLIMIT_NPROC, n.min(hard), n.min(hard)));
+        if let Err(e) = set {
+            setup_failed(
+                control,
+                "rlimit",
+                format!("setting the processes limit: {e}"),
             );
         }
     }

@@ -131,10 +131,12 @@ pub fn run(config_file: Option<&Path>, format: Output) -> u8 {
     }
 
     // 3. User namespaces: the settings that commonly block them (Linux); the broker's
-    //    peer check.
+    //    peer check; what enforces each limit here.
+    let mut limits = serde_json::Map::new();
     if cfg!(target_os = "linux") {
         userns_settings(&mut r);
         peer_check(&mut r);
+        limits = limit_checks(&mut r);
     }
 
     // 4. Configuration and directories.
@@ -180,7 +182,7 @@ pub fn run(config_file: Option<&Path>, format: Output) -> u8 {
     let can = r.worst < Level::Fail;
     match r.json {
         Some(checks) => {
-            let doc = serde_json::json!({"ok": can, "checks": checks});
+            let doc = serde_json::json!({"ok": can, "checks": checks, "limits": limits});
             println!("{doc}");
         }
         None if !can => {
@@ -189,6 +191,35 @@ pub fn run(config_file: Option<&Path>, format: Output) -> u8 {
         None => {}
     }
     u8::from(!can)
+}
+
+/// How each of a profile's `limits` would be enforced here (the broker runs as this
+/// user, in this cgroup): one line each, and for JSON each limit's mechanism.
+fn limit_checks(r: &mut Report) -> serde_json::Map<String, serde_json::Value> {
+    use wardcell_common::limits::{Kind, Machine, Mechanism, DEFAULT_PROCESSES};
+    let machine = Machine::probe(true);
+    let mut out = serde_json::Map::new();
+    for kind in Kind::ALL {
+        // For processes, the built-in bound's mechanism (a bound below 300 may differ).
+        let (mechanism, level, text) = match machine.mechanism(kind, DEFAULT_PROCESSES) {
+            Ok(m) => (m, Level::Ok, m.describe().to_string()),
+            Err(why) => (
+                Mechanism::None,
+                // Without it the built-in profiles' bound on processes is not enforced.
+                if kind == Kind::Processes { Level::Warn } else { Level::Ok },
+                format!("cannot be enforced here: {why}; a profile that sets it is refused unless it marks it best effort"),
+            ),
+        };
+        let text = match kind {
+            Kind::Processes => {
+                format!("{text}; the built-in profiles set {DEFAULT_PROCESSES}, best effort")
+            }
+            _ => text,
+        };
+        r.line(level, &format!("limits.{}", kind.name()), text);
+        out.insert(kind.name().into(), serde_json::json!(mechanism));
+    }
+    out
 }
 
 fn join(paths: &[PathBuf]) -> String {

@@ -370,6 +370,14 @@ fn summary(v: &Value) -> String {
                     .unwrap_or_default()
             })
         }
+        "sandbox.limit_reached" => format!(
+            "sandbox {} reached its {} limit of {} ({}, counted {})",
+            w("sandbox"),
+            w("limit"),
+            w("value"),
+            w("mechanism"),
+            w("count")
+        ),
         // Any other event (and any added later): its fields as words.
         _ => {
             let mut rest = v.as_object().cloned().unwrap_or_default();

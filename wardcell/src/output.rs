@@ -141,18 +141,7 @@ pub fn plan_json(plan: &Plan) -> Result<String, Error> {
 
 /// Seconds as zones.toml writes a duration.
 pub fn duration(secs: u64) -> String {
-    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
-    let mut out = String::new();
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
-    }
-    if m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    if s > 0 || out.is_empty() {
-        out.push_str(&format!("{s}s"));
-    }
-    out
+    wardcell_common::text::show_duration(secs)
 }
 
 fn list(out: &mut Vec<String>, indent: &str, title: &str, items: Vec<String>) {
@@ -213,6 +202,18 @@ fn profile(out: &mut Vec<String>, p: &ProfilePlan, indent: &str) {
         out.push(format!("{inner}network allow: - (no network)"));
     }
     list(out, &inner, "credentials", p.credentials.clone());
+    let limits: Vec<String> = p
+        .limits
+        .set_ones()
+        .map(|(kind, b)| {
+            let effort = if b.best_effort { " (best effort)" } else { "" };
+            format!("{} {}{effort}", kind.name(), kind.show(b.value))
+        })
+        .collect();
+    out.push(match limits.is_empty() {
+        true => format!("{inner}limits: -"),
+        false => format!("{inner}limits: {}", limits.join(", ")),
+    });
 }
 
 fn zone(out: &mut Vec<String>, z: &ZonePlan) {

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use wardcell_common::envrules;
+use wardcell_common::limits;
 use wardcell_common::plan::{Plan, SecretPlan, ZonePlan};
 use wardcell_common::why::{Rules, Target};
 use wardcell_config::resolve::{self, StartRequest};
@@ -59,15 +60,24 @@ fn checked(config: &ConfigArg) -> Result<(String, Vec<String>), Error> {
     // What `run` would refuse of each profile: the zones' as resolved, the others
     // (`run --profile`) alone.
     let open_files = crate::run::open_file_limit();
+    let check = |p: &wardcell_common::plan::ProfilePlan| {
+        p.runnable(open_files)
+            .and_then(|()| limits::enforceable_here(&p.limits, &p.name))
+            .map_err(Error::Refused)
+    };
     for zone in &plan.zones {
-        zone.profile.runnable(open_files).map_err(Error::Refused)?;
+        check(&zone.profile)?;
     }
     for name in host.config.profiles.keys() {
         if !plan.zones.iter().any(|z| &z.profile.name == name) {
             let ctx = &host.context;
-            resolve::resolve_profile(&host.config, name, &plan.home, &plan.cwd, ctx.getenv)?
-                .runnable(open_files)
-                .map_err(Error::Refused)?;
+            check(&resolve::resolve_profile(
+                &host.config,
+                name,
+                &plan.home,
+                &plan.cwd,
+                ctx.getenv,
+            )?)?;
         }
     }
     let warned = plan

@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 
 use nix::{fcntl, unistd};
 
+use wardcell_common::limits;
 use wardcell_common::paths;
 use wardcell_common::plan::{Plan, PlanTrace};
 use wardcell_common::protocol::{self, Launch};
@@ -126,6 +127,7 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
         profile
             .runnable(open_file_limit())
             .map_err(Error::Refused)?;
+        limits::enforceable_here(&profile.limits, &profile.name).map_err(Error::Refused)?;
     }
     for line in plan.missing_writes() {
         wardcell_common::eprintln_line!("{}", crate::output::shown(&line));

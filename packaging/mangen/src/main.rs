@@ -351,6 +351,7 @@ mod tests {
             "128+N",
             "1 for a refusal",
             "2 for a usage error",
+            "124",
             "126",
             "127",
         ] {
@@ -358,7 +359,14 @@ mod tests {
         }
         for p in prose::ALL {
             if matches!(p.page, "wardcell" | "wardcell-run" | "wardcell-zone-enter") {
-                for code in ["128+", "1 for a refusal", "2 for a usage", "126 ", "127 "] {
+                for code in [
+                    "128+",
+                    "1 for a refusal",
+                    "2 for a usage",
+                    "124 ",
+                    "126 ",
+                    "127 ",
+                ] {
                     assert!(
                         p.exit.replace('\n', " ").contains(code),
                         "{}: {code}",

@@ -4,7 +4,8 @@
 //!
 //! The exit codes agree with README ("Exit codes") and DESIGN: a relayed command's own
 //! status (128+N for signal N), 1 for a refusal or a wardcell error, 2 for a usage
-//! error, 126 not executable, 127 not found. A test checks every page has every section.
+//! error, 124 the time limit, 126 not executable, 127 not found. A test checks every
+//! page has every section.
 
 /// One page's prose. `page` is the file's stem: `wardcell-logs-show`.
 pub struct Prose {
@@ -25,8 +26,9 @@ starting with \fBerror:\fR); 2 for a usage error.
 /// A command relayed into a sandbox (`run`, `zone enter`).
 const EXIT_RELAYED: &str = r"The command's own exit status, or 128+\fIN\fR when signal \fIN\fR ended it;
 1 for a refusal or a wardcell error (one line on standard error, starting with
-\fBerror:\fR); 2 for a usage error; 126 when the command is not executable; 127 when it
-is not found.
+\fBerror:\fR); 2 for a usage error; 124 when the profile's time limit
+(\fBlimits.time\fR) ended the command; 126 when the command is not executable; 127 when
+it is not found.
 ";
 
 /// Commands that read the configuration on the host.

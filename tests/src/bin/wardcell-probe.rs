@@ -413,6 +413,50 @@ fn main() {
             // SAFETY: IPC_RMID with a null buffer.
             report(unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) } as i64)
         }
+        "fork-loop" => {
+            // Start up to N children that wait, until a fork fails; print how many
+            // started and the errno that stopped it, hold them a moment (for the host's
+            // count to be sampled), then end them.
+            let mut kids = Vec::new();
+            let mut failed = 0;
+            while kids.len() < num(1) as usize {
+                // SAFETY: the child only waits to be killed.
+                match unsafe { libc::fork() } {
+                    0 => loop {
+                        // SAFETY: no arguments.
+                        unsafe { libc::pause() };
+                    },
+                    -1 => {
+                        failed = errno();
+                        break;
+                    }
+                    pid => kids.push(pid),
+                }
+            }
+            println!("forked {} errno {failed}", kids.len());
+            let _ = std::io::stdout().flush();
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            for pid in &kids {
+                // SAFETY: a child of ours.
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
+            }
+            std::process::exit(0)
+        }
+        "alloc" => {
+            // Allocate N MiB one at a time, touching every page; say how far it got.
+            let mut held: Vec<Vec<u8>> = Vec::new();
+            for i in 0..num(1) {
+                let mut chunk: Vec<u8> = Vec::new();
+                if chunk.try_reserve_exact(1 << 20).is_err() {
+                    println!("err at {i} MiB");
+                    std::process::exit(1);
+                }
+                chunk.resize(1 << 20, 1);
+                held.push(chunk);
+            }
+            println!("ok {} MiB", held.len());
+            std::process::exit(0)
+        }
         "heartbeat" => {
             // Write a counter to a file until killed.
             let mut n = 0u64;

@@ -1,0 +1,1026 @@
+//! A sandbox's resource limits (`limits` in a profile): their values, how each is
+//! enforced on this machine, and the cgroup the broker makes for a sandbox that needs one.
+//!
+//! Each limit bounds one sandbox (the first one, or one entered with `zone enter`), its
+//! whole process tree:
+//!
+//! | limit | enforced by |
+//! | --- | --- |
+//! | `processes` | `RLIMIT_NPROC`, set by the shim after the sandbox's user namespace exists (Linux 5.14 and later count it per user namespace: the sandbox's processes only), for a caller other than root (real root is exempt from it); otherwise, for a bound of 300 or more on Linux 6.14 and later, `kernel.pid_max` of the sandbox's own PID namespace; otherwise a cgroup's `pids.max` |
+//! | `memory` | a cgroup's `memory.max` (v2, with `memory.swap.max` 0) or `memory.limit_in_bytes` (v1) |
+//! | `cpu` | a cgroup's `cpu.max` (v2) or `cpu.cfs_quota_us` (v1), over a 100 ms period |
+//! | `time` | the broker's timer: SIGTERM, SIGCONT, SIGKILL after the grace, status 124 |
+//!
+//! A cgroup is made only for a sandbox with a limit that needs one: in cgroup v2 beside
+//! the broker's own cgroup (in it at the hierarchy's root), where the caller may write (as
+//! root, or in a subtree delegated to the user), else in cgroup v1 under the broker's own
+//! cgroup of each controller (root only). A limit none of these can enforce refuses the
+//! run, unless the profile marks it best effort.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// One limit's value (count, bytes, percent of one CPU, or seconds) and whether the run
+/// goes on without it where this machine cannot enforce it.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    pub value: u64,
+    pub best_effort: bool,
+}
+
+/// A profile's limits, `extends` applied. `None`: not limited.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Limits {
+    /// Processes and threads at once in the sandbox, its init included.
+    pub processes: Option<Bound>,
+    /// Bytes of memory for the whole sandbox (not one process's address space).
+    pub memory: Option<Bound>,
+    /// Percent of one CPU (`200` is two CPUs' worth).
+    pub cpu: Option<Bound>,
+    /// Seconds of wall time for the command.
+    pub time: Option<Bound>,
+}
+
+/// Which limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Processes,
+    Memory,
+    Cpu,
+    Time,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::Processes, Kind::Memory, Kind::Cpu, Kind::Time];
+
+    /// Its key in `limits`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Processes => "processes",
+            Kind::Memory => "memory",
+            Kind::Cpu => "cpu",
+            Kind::Time => "time",
+        }
+    }
+
+    /// A value as zones.toml writes it: `4096`, `"2G"`, `"200%"`, `"1h30m"`.
+    pub fn show(self, value: u64) -> String {
+        match self {
+            Kind::Processes => value.to_string(),
+            Kind::Memory => show_size(value),
+            Kind::Cpu => format!("{value}%"),
+            Kind::Time => crate::text::show_duration(value),
+        }
+    }
+}
+
+impl Limits {
+    pub fn get(&self, kind: Kind) -> Option<Bound> {
+        match kind {
+            Kind::Processes => self.processes,
+            Kind::Memory => self.memory,
+            Kind::Cpu => self.cpu,
+            Kind::Time => self.time,
+        }
+    }
+
+    pub fn set(&mut self, kind: Kind, bound: Option<Bound>) {
+        *match kind {
+            Kind::Processes => &mut self.processes,
+            Kind::Memory => &mut self.memory,
+            Kind::Cpu => &mut self.cpu,
+            Kind::Time => &mut self.time,
+        } = bound;
+    }
+
+    /// Each limit that is set, in [`Kind::ALL`]'s order.
+    pub fn set_ones(&self) -> impl Iterator<Item = (Kind, Bound)> + '_ {
+        Kind::ALL
+            .into_iter()
+            .filter_map(|k| self.get(k).map(|b| (k, b)))
+    }
+}
+
+/// The bound of the built-in profiles (`base`): far above what a real build runs at once
+/// (a parallel build's compilers, linkers and test threads: hundreds), far below what a
+/// fork loop reaches in a second (tens of thousands, the host's whole pid space).
+pub const DEFAULT_PROCESSES: u64 = 4096;
+
+/// The least `processes` a PID namespace's `pid_max` holds: the kernel's least `pid_max`
+/// is 301 (once PIDs wrap it reuses them from 300 up, so a fork may then fail up to 299
+/// processes below the bound; never above it).
+pub const MIN_PID_MAX_BOUND: u64 = 300;
+
+/// The kernel's greatest `pid_max` (`PID_MAX_LIMIT` on 64-bit).
+pub const PID_MAX_LIMIT: u64 = 4 * 1024 * 1024;
+
+/// The least `memory` a sandbox can start with (its shim, the command's exec).
+pub const MIN_MEMORY: u64 = 16 * 1024 * 1024;
+
+/// The most `cpu` (percent): 1,024 CPUs.
+pub const MAX_CPU: u64 = 100 * 1024;
+
+const UNITS: [(char, u64); 4] = [
+    ('T', 1 << 40),
+    ('G', 1 << 30),
+    ('M', 1 << 20),
+    ('K', 1 << 10),
+];
+
+/// A size as zones.toml writes it: bytes, or a whole number of `K`, `M`, `G` or `T`
+/// (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let hint = "write a size like \"512M\", \"2G\" or \"1T\" (powers of 1024), or \"none\"";
+    let (digits, mult) = match s.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some(c) => match UNITS.iter().find(|(u, _)| *u == c) {
+            Some((_, m)) => (&s[..s.len() - 1], *m),
+            None => (s, 1),
+        },
+        None => (s, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{s:?} is not a size: {hint}"));
+    }
+    let n = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("{s:?} is too large a size"))?;
+    if n < MIN_MEMORY {
+        return Err(format!(
+            "{s:?} is below the {} a sandbox needs to start: {hint}",
+            show_size(MIN_MEMORY)
+        ));
+    }
+    Ok(n)
+}
+
+/// Bytes as [`parse_size`] reads them: the largest unit that divides them.
+pub fn show_size(n: u64) -> String {
+    UNITS
+        .iter()
+        .find(|(_, m)| n >= *m && n % m == 0)
+        .map_or_else(|| n.to_string(), |(u, m)| format!("{}{u}", n / m))
+}
+
+/// A CPU share: `"50%"` of one CPU, `"200%"` for two.
+pub fn parse_percent(s: &str) -> Result<u64, String> {
+    let hint = "write a share of one CPU like \"50%\" or \"200%\" (two CPUs), or \"none\"";
+    let n = s
+        .strip_suffix('%')
+        .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|d| d.parse::<u64>().ok())
+        .ok_or_else(|| format!("{s:?} is not a CPU share: {hint}"))?;
+    if n == 0 || n > MAX_CPU {
+        return Err(format!(
+            "{s:?} is out of range: from 1% to {MAX_CPU}%; {hint}"
+        ));
+    }
+    Ok(n)
+}
+
+// ---------------------------------------------------------------------------
+// How each limit is enforced here
+// ---------------------------------------------------------------------------
+
+/// What enforces one limit on this machine.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Mechanism {
+    CgroupV2,
+    CgroupV1,
+    /// `RLIMIT_NPROC`, counted in the sandbox's own user namespace.
+    Rlimit,
+    /// `kernel.pid_max` of the sandbox's own PID namespace (Linux 6.14 and later).
+    PidMax,
+    /// The broker's timer.
+    Timer,
+    /// Nothing here can: a best-effort limit is left out.
+    None,
+}
+
+impl Mechanism {
+    /// For `doctor`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Mechanism::CgroupV2 => "a cgroup v2 made for each sandbox",
+            Mechanism::CgroupV1 => "a cgroup v1 made for each sandbox",
+            Mechanism::Rlimit => "RLIMIT_NPROC in the sandbox's user namespace",
+            Mechanism::PidMax => {
+                "pid_max of the sandbox's PID namespace (a bound of at least 300; below, a cgroup)"
+            }
+            Mechanism::Timer => "the broker's timer",
+            Mechanism::None => {
+                "nothing here (a profile that sets it is refused unless it marks it best effort)"
+            }
+        }
+    }
+}
+
+/// What this machine offers for limits, as seen by the caller (the broker runs as the
+/// caller, in the caller's cgroups).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Machine {
+    /// The effective uid.
+    pub uid: u32,
+    /// Linux 5.14 or later: `RLIMIT_NPROC` counts per user namespace.
+    pub nproc_per_userns: bool,
+    /// Linux 6.14 or later: each PID namespace has a `pid_max` of its own.
+    pub pid_max_per_pidns: bool,
+    /// cgroup v2: the directory a sandbox's cgroup is made in, and the controllers its
+    /// children may have there. `None`: no cgroup v2 the caller may write.
+    pub v2: Option<(PathBuf, Vec<String>)>,
+    /// cgroup v1, for root: each controller's hierarchy, at the broker's own cgroup.
+    pub v1: Vec<(String, PathBuf)>,
+}
+
+/// The cgroup controller a limit needs.
+fn controller(kind: Kind) -> Option<&'static str> {
+    match kind {
+        Kind::Processes => Some("pids"),
+        Kind::Memory => Some("memory"),
+        Kind::Cpu => Some("cpu"),
+        Kind::Time => None,
+    }
+}
+
+impl Machine {
+    /// Look at this machine. Reads the kernel's version always; the cgroup hierarchies
+    /// only when `cgroups` (a limit that may need one is set).
+    pub fn probe(cgroups: bool) -> Machine {
+        let uid = nix::unistd::geteuid().as_raw();
+        // One system call (every run with the built-in bound asks).
+        let release = nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut m = Machine {
+            uid,
+            nproc_per_userns: at_least(&release, (5, 14)),
+            pid_max_per_pidns: at_least(&release, (6, 14)),
+            ..Machine::default()
+        };
+        if cgroups {
+            let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+            m.v2 = v2_parent(&mountinfo, &own, uid);
+            if uid == 0 {
+                m.v1 = v1_dirs(&mountinfo, &own);
+            }
+        }
+        m
+    }
+
+    /// How `kind` bounded at `value` is enforced here, or why it cannot be. Processes:
+    /// `RLIMIT_NPROC` when it binds (not root; Linux 5.14 and later), else the PID
+    /// namespace's `pid_max` for a bound it can hold ([`MIN_PID_MAX_BOUND`] and up), else
+    /// a cgroup. Both cost nothing at start-up; a cgroup costs moving the shim into it (a
+    /// few ms: the kernel waits for an RCU grace period).
+    pub fn mechanism(&self, kind: Kind, value: u64) -> Result<Mechanism, String> {
+        let Some(ctrl) = controller(kind) else {
+            return Ok(Mechanism::Timer);
+        };
+        if kind == Kind::Processes && self.uid != 0 && self.nproc_per_userns {
+            return Ok(Mechanism::Rlimit);
+        }
+        if kind == Kind::Processes && self.pid_max_per_pidns && value >= MIN_PID_MAX_BOUND {
+            return Ok(Mechanism::PidMax);
+        }
+        if self
+            .v2
+            .as_ref()
+            .is_some_and(|(_, c)| c.iter().any(|c| c == ctrl))
+        {
+            return Ok(Mechanism::CgroupV2);
+        }
+        if self.v1.iter().any(|(c, _)| c == ctrl) {
+            return Ok(Mechanism::CgroupV1);
+        }
+        let v2 = match &self.v2 {
+            Some((dir, _)) => format!(
+                "the cgroup v2 directory {} does not offer the {ctrl} controller",
+                dir.display()
+            ),
+            None if self.uid == 0 => "there is no writable cgroup v2 hierarchy".to_string(),
+            None => format!(
+                "no cgroup v2 subtree is delegated to uid {}, and cgroup v1 is root's",
+                self.uid
+            ),
+        };
+        let v1 = if self.uid == 0 {
+            format!(", nor is the cgroup v1 {ctrl} controller mounted")
+        } else {
+            String::new()
+        };
+        Err(match kind {
+            Kind::Processes if self.uid == 0 => {
+                let pid_max = match self.pid_max_per_pidns {
+                    true => ", a PID namespace's pid_max holds no bound below 300",
+                    false => "",
+                };
+                format!("root is exempt from RLIMIT_NPROC{pid_max}, and {v2}{v1}")
+            }
+            Kind::Processes => format!(
+                "before Linux 5.14 RLIMIT_NPROC counts all of the user's processes, and {v2}"
+            ),
+            _ => format!("{v2}{v1}"),
+        })
+    }
+}
+
+/// `release` (`6.8.0-45-generic`) is at least `want`.
+fn at_least(release: &str, want: (u32, u32)) -> bool {
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major, minor) >= want
+}
+
+/// Mount points of `fstype` in mountinfo, each with its super options.
+fn mounts<'a>(
+    mountinfo: &'a str,
+    fstype: &'a str,
+) -> impl Iterator<Item = (PathBuf, &'a str, bool)> + 'a {
+    mountinfo.lines().filter_map(move |line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mut r = right.split(' ');
+        if r.next()? != fstype {
+            return None;
+        }
+        let superopts = r.nth(1).unwrap_or("");
+        let mut l = left.split(' ');
+        let root = l.nth(3)?;
+        let point = l.next()?;
+        let rw = l.next()?.split(',').any(|o| o == "rw");
+        // Only a mount of the hierarchy's root maps paths from /proc/self/cgroup.
+        (root == "/").then(|| (PathBuf::from(unescape(point)), superopts, rw))
+    })
+}
+
+/// mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('\\') {
+        out.push_str(&rest[..i]);
+        let code = rest
+            .get(i + 1..i + 4)
+            .and_then(|o| u8::from_str_radix(o, 8).ok());
+        match code {
+            Some(c) => {
+                out.push(char::from(c));
+                rest = &rest[i + 4..];
+            }
+            None => {
+                out.push('\\');
+                rest = &rest[i + 1..];
+            }
+        }
+    }
+    out + rest
+}
+
+/// The caller's cgroup in the hierarchy whose /proc/self/cgroup line `matches`.
+fn own_path(own: &str, matches: impl Fn(&str, &str) -> bool) -> Option<&str> {
+    own.lines().find_map(|line| {
+        let mut f = line.splitn(3, ':');
+        let (id, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+        matches(id, ctrls).then_some(path)
+    })
+}
+
+/// Where a sandbox's cgroup v2 goes: beside the caller's own cgroup (a cgroup with
+/// processes cannot give its children controllers), or in it at the hierarchy's root.
+/// Only where the caller may write there; with the controllers offered there.
+fn v2_parent(mountinfo: &str, own: &str, uid: u32) -> Option<(PathBuf, Vec<String>)> {
+    let (mount, _, rw) = mounts(mountinfo, "cgroup2").next()?;
+    let path = own_path(own, |id, _| id == "0")?;
+    let rel = Path::new(path.trim_start_matches('/'));
+    let dir = match rel.parent() {
+        Some(parent) => mount.join(parent),
+        None => mount,
+    };
+    let meta = fs::metadata(&dir).ok()?;
+    if !rw || !(uid == 0 || std::os::unix::fs::MetadataExt::uid(&meta) == uid) {
+        return None;
+    }
+    let controllers = fs::read_to_string(dir.join("cgroup.controllers")).ok()?;
+    Some((
+        dir,
+        controllers.split_whitespace().map(str::to_string).collect(),
+    ))
+}
+
+/// cgroup v1: for each of the controllers limits use, the caller's own cgroup in the
+/// hierarchy that has it, where it is mounted read-write.
+fn v1_dirs(mountinfo: &str, own: &str) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    for ctrl in ["pids", "memory", "cpu"] {
+        let has = |opts: &str| opts.split(',').any(|o| o == ctrl);
+        let Some((mount, _, _)) = mounts(mountinfo, "cgroup").find(|(_, o, rw)| *rw && has(o))
+        else {
+            continue;
+        };
+        if let Some(path) = own_path(own, |id, ctrls| id != "0" && has(ctrls)) {
+            out.push((ctrl.to_string(), mount.join(path.trim_start_matches('/'))));
+        }
+    }
+    out
+}
+
+/// How each limit of `limits` is enforced here; a limit that cannot be, and is not best
+/// effort, refuses the run with one line naming it and what to do.
+pub fn choose(
+    limits: &Limits,
+    machine: &Machine,
+    profile: &str,
+) -> Result<Vec<(Kind, Bound, Mechanism)>, String> {
+    let mut out = Vec::new();
+    for (kind, bound) in limits.set_ones() {
+        let mechanism = match machine.mechanism(kind, bound.value) {
+            Ok(m) => m,
+            Err(_) if bound.best_effort => Mechanism::None,
+            Err(why) => {
+                let instead = match machine.uid {
+                    0 => "",
+                    _ => "run as root or in a delegated cgroup (`systemd-run --user --scope -p Delegate=yes wardcell run ...`), or ",
+                };
+                return Err(format!(
+                    "profile '{profile}' sets limits.{} = {}, which this machine cannot enforce: {why}; {instead}set best_effort = true in the profile's limits to run without it",
+                    kind.name(),
+                    kind.show(bound.value)
+                ));
+            }
+        };
+        out.push((kind, bound, mechanism));
+    }
+    Ok(out)
+}
+
+/// What `run` and `policy check` refuse before anything starts (the broker checks again
+/// as it makes each sandbox): a limit, not best effort, that nothing here can enforce.
+/// Looks at the machine only when there is such a limit.
+pub fn enforceable_here(limits: &Limits, profile: &str) -> Result<(), String> {
+    let strict: Vec<Kind> = limits
+        .set_ones()
+        .filter(|(_, b)| !b.best_effort)
+        .map(|(k, _)| k)
+        .collect();
+    if strict.iter().all(|k| *k == Kind::Time) {
+        return Ok(());
+    }
+    choose(limits, &Machine::probe(true), profile).map(|_| ())
+}
+
+/// The line `run` (or `zone enter`) ends with when the time limit ended the command.
+pub fn time_message(profile: &str, secs: u64) -> String {
+    format!(
+        "the command ran past the time limit of {} (limits.time of profile '{profile}') and was ended; raise the limit in the profile if it needs longer",
+        Kind::Time.show(secs)
+    )
+}
+
+/// The exit status of a run the time limit ended (as `timeout(1)`).
+pub const TIME_LIMIT_STATUS: i32 = 124;
+
+// ---------------------------------------------------------------------------
+// Enforcing them for one sandbox
+// ---------------------------------------------------------------------------
+
+/// One sandbox's limits, being enforced: its cgroups (removed when this is dropped), the
+/// `RLIMIT_NPROC` its shim sets, its time.
+#[derive(Debug, Default)]
+pub struct Enforced {
+    profile: String,
+    pub chosen: Vec<(Kind, Bound, Mechanism)>,
+    /// The cgroup of each limit that has one: one directory per v1 controller, one for
+    /// every v2 limit.
+    dirs: Vec<(Kind, Mechanism, PathBuf)>,
+}
+
+impl Enforced {
+    /// Choose how, and make the sandbox's cgroup if a limit needs one. `name` is unique
+    /// on this machine (`wardcell-<run>-<sandbox>`).
+    pub fn prepare(limits: &Limits, profile: &str, name: &str) -> Result<Enforced, String> {
+        if *limits == Limits::default() {
+            return Ok(Enforced::default());
+        }
+        let free = [Ok(Mechanism::Rlimit), Ok(Mechanism::PidMax)];
+        let quick = Machine::probe(false);
+        let cgroups = limits
+            .set_ones()
+            .any(|(k, b)| k != Kind::Time && !free.contains(&quick.mechanism(k, b.value)));
+        let machine = if cgroups { Machine::probe(true) } else { quick };
+        Enforced::prepare_on(limits, profile, name, &machine)
+    }
+
+    /// [`Enforced::prepare`] on `machine` as probed.
+    fn prepare_on(
+        limits: &Limits,
+        profile: &str,
+        name: &str,
+        machine: &Machine,
+    ) -> Result<Enforced, String> {
+        let chosen = choose(limits, machine, profile)?;
+        let mut out = Enforced {
+            profile: profile.to_string(),
+            chosen,
+            dirs: Vec::new(),
+        };
+        for i in 0..out.chosen.len() {
+            let (kind, bound, mechanism) = out.chosen[i];
+            let made = match mechanism {
+                Mechanism::CgroupV2 | Mechanism::CgroupV1 => {
+                    out.limit_in_cgroup(kind, bound.value, mechanism, machine, name)
+                }
+                _ => Ok(()),
+            };
+            match made {
+                Ok(()) => {}
+                // Best effort: without it, and without what was made for it.
+                Err(_) if bound.best_effort => {
+                    out.chosen[i].2 = Mechanism::None;
+                    out.forget(kind);
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "profile '{profile}' sets limits.{} = {}, and making its cgroup failed: {e}; `wardcell doctor` says what enforces each limit here",
+                        kind.name(),
+                        kind.show(bound.value)
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Put `kind` at `value` in the sandbox's cgroup of `mechanism`, making it if no
+    /// other limit did (v2: the controller enabled in the parent first).
+    fn limit_in_cgroup(
+        &mut self,
+        kind: Kind,
+        value: u64,
+        mechanism: Mechanism,
+        machine: &Machine,
+        name: &str,
+    ) -> Result<(), String> {
+        let ctrl = controller(kind).expect("a cgroup limit");
+        let (dir, files) = match mechanism {
+            Mechanism::CgroupV2 => {
+                let (parent, _) = machine.v2.as_ref().expect("chosen from it");
+                enable(parent, ctrl).map_err(|e| format!("{}: {e}", parent.display()))?;
+                (parent.join(name), v2_files(kind, value))
+            }
+            _ => {
+                let (_, at) = machine.v1.iter().find(|(c, _)| c == ctrl).expect("chosen");
+                (at.join(name), v1_files(kind, value))
+            }
+        };
+        if !self.dirs.iter().any(|(_, _, d)| *d == dir) {
+            fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        self.dirs.push((kind, mechanism, dir.clone()));
+        for (file, value) in files {
+            let path = dir.join(file);
+            match fs::write(&path, value) {
+                Ok(()) => {}
+                // Optional files: swap accounting may be off.
+                Err(e) if e.kind() == io::ErrorKind::NotFound && file.contains("sw") => {}
+                Err(e) => return Err(format!("{}: {e}", path.display())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Leave `kind` out of the sandbox's cgroups, removing one no other limit uses.
+    fn forget(&mut self, kind: Kind) {
+        let Some(i) = self.dirs.iter().position(|(k, _, _)| *k == kind) else {
+            return;
+        };
+        let (_, mechanism, dir) = self.dirs.remove(i);
+        if !self.dirs.iter().any(|(_, _, d)| *d == dir) {
+            remove(mechanism, &dir);
+        }
+    }
+
+    /// The `RLIMIT_NPROC` the sandbox's shim sets, if that is how processes are bounded.
+    pub fn nproc(&self) -> Option<u64> {
+        self.chosen
+            .iter()
+            .find(|(k, _, m)| *k == Kind::Processes && *m == Mechanism::Rlimit)
+            .map(|(_, b, _)| b.value)
+    }
+
+    /// The `pid_max` the sandbox's shim sets in its PID namespace (the bound plus one:
+    /// PIDs are below it), if that is how processes are bounded.
+    pub fn pid_max(&self) -> Option<u64> {
+        self.chosen
+            .iter()
+            .find(|(k, _, m)| *k == Kind::Processes && *m == Mechanism::PidMax)
+            .map(|(_, b, _)| b.value.saturating_add(1).min(PID_MAX_LIMIT))
+    }
+
+    /// The command's time, if limited.
+    pub fn time(&self) -> Option<Duration> {
+        self.chosen
+            .iter()
+            .find(|(k, _, _)| *k == Kind::Time)
+            .map(|(_, b, _)| Duration::from_secs(b.value))
+    }
+
+    /// The exit status and the line a sandbox the time limit ended ends with.
+    pub fn ended_by_time(&self, timed_out: bool) -> Option<(i32, String)> {
+        let secs = self.time().filter(|_| timed_out)?.as_secs();
+        Some((TIME_LIMIT_STATUS, time_message(&self.profile, secs)))
+    }
+
+    /// Put the sandbox's shim (`pid`, before it starts the command) in its cgroups.
+    pub fn join(&self, pid: i32) -> Result<(), String> {
+        let mut done: Vec<&PathBuf> = Vec::new();
+        for (_, _, dir) in &self.dirs {
+            if done.contains(&dir) {
+                continue;
+            }
+            done.push(dir);
+            fs::write(dir.join("cgroup.procs"), pid.to_string()).map_err(|e| {
+                format!("moving the sandbox into its cgroup {}: {e}", dir.display())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The limits the sandbox reached (after it ended): each with how many times the
+    /// kernel counted it (`pids.events` max, the memory controller's failures or OOM
+    /// kills, periods throttled); `timed_out` adds the time limit. A limit under
+    /// `RLIMIT_NPROC` is not counted by the kernel and never shows here.
+    pub fn reached(&self, timed_out: bool) -> Vec<(Kind, Bound, Mechanism, u64)> {
+        let mut out = Vec::new();
+        for &(kind, bound, mechanism) in &self.chosen {
+            let count = match mechanism {
+                Mechanism::Timer => u64::from(timed_out),
+                Mechanism::CgroupV1 | Mechanism::CgroupV2 => self
+                    .dirs
+                    .iter()
+                    .find(|(k, _, _)| *k == kind)
+                    .map_or(0, |(_, m, dir)| counted(dir, *m, kind)),
+                _ => 0,
+            };
+            if count > 0 {
+                out.push((kind, bound, mechanism, count));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Enforced {
+    /// Remove the cgroups. The sandbox's processes are gone or going (its init has
+    /// exited, which kills the rest): what is left is killed, then each directory is
+    /// removed once empty, waiting at most a second.
+    fn drop(&mut self) {
+        let mut dirs: Vec<(Mechanism, PathBuf)> = Vec::new();
+        for (_, m, d) in self.dirs.drain(..) {
+            if !dirs.iter().any(|(_, e)| *e == d) {
+                dirs.push((m, d));
+            }
+        }
+        for (mechanism, dir) in dirs {
+            remove(mechanism, &dir);
+        }
+    }
+}
+
+/// Remove the cgroup `dir`: kill what is left in it, then remove it once empty, waiting
+/// at most a second.
+fn remove(mechanism: Mechanism, dir: &Path) {
+    if mechanism == Mechanism::CgroupV2 {
+        let _ = fs::write(dir.join("cgroup.kill"), "1");
+    } else if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
+        for pid in procs.lines().filter_map(|p| p.parse::<i32>().ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+    for _ in 0..1000 {
+        match fs::remove_dir(dir) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            _ => break,
+        }
+    }
+}
+
+/// Remove what a run whose broker is gone (killed with SIGKILL: it could not clean up)
+/// left of its cgroups: each `wardcell-<run>-s<N>`, empty since its sandbox died with the
+/// broker. Called by the next run's sweep of stale runs.
+pub fn sweep(run_id: &str) {
+    let machine = Machine::probe(true);
+    let prefix = format!("wardcell-{run_id}-");
+    let v2 = machine.v2.iter().map(|(d, _)| (Mechanism::CgroupV2, d));
+    let v1 = machine.v1.iter().map(|(_, d)| (Mechanism::CgroupV1, d));
+    for (mechanism, parent) in v2.chain(v1) {
+        for e in fs::read_dir(parent).into_iter().flatten().flatten() {
+            if e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&prefix))
+            {
+                remove(mechanism, &e.path());
+            }
+        }
+    }
+}
+
+/// The files that set `kind` to `value` in a cgroup v2.
+fn v2_files(kind: Kind, value: u64) -> Vec<(&'static str, String)> {
+    match kind {
+        Kind::Processes => vec![("pids.max", value.to_string())],
+        Kind::Memory => vec![
+            ("memory.max", value.to_string()),
+            ("memory.swap.max", "0".into()),
+        ],
+        Kind::Cpu => vec![("cpu.max", format!("{} 100000", value * 1000))],
+        Kind::Time => vec![],
+    }
+}
+
+/// The files that set `kind` to `value` in a cgroup v1 (in this order).
+fn v1_files(kind: Kind, value: u64) -> Vec<(&'static str, String)> {
+    match kind {
+        Kind::Processes => vec![("pids.max", value.to_string())],
+        Kind::Memory => vec![
+            ("memory.limit_in_bytes", value.to_string()),
+            ("memory.memsw.limit_in_bytes", value.to_string()),
+        ],
+        Kind::Cpu => vec![
+            ("cpu.cfs_period_us", "100000".into()),
+            ("cpu.cfs_quota_us", (value * 1000).to_string()),
+        ],
+        Kind::Time => vec![],
+    }
+}
+
+/// cgroup v2: give the children of `parent` the controller `ctrl`, if they lack it.
+fn enable(parent: &Path, ctrl: &str) -> io::Result<()> {
+    let enabled = fs::read_to_string(parent.join("cgroup.subtree_control"))?;
+    if enabled.split_whitespace().any(|c| c == ctrl) {
+        return Ok(());
+    }
+    fs::write(parent.join("cgroup.subtree_control"), format!("+{ctrl}"))
+}
+
+/// How many times the kernel counted `kind` reaching its limit in the cgroup `dir`.
+fn counted(dir: &Path, mechanism: Mechanism, kind: Kind) -> u64 {
+    let field = |file: &str, key: &str| -> u64 {
+        fs::read_to_string(dir.join(file))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(k, _)| *k == key)
+            .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
+            .sum()
+    };
+    match (kind, mechanism) {
+        (Kind::Processes, _) => field("pids.events", "max"),
+        (Kind::Memory, Mechanism::CgroupV2) => {
+            field("memory.events", "max") + field("memory.events", "oom_kill")
+        }
+        (Kind::Memory, _) => {
+            let count = |file: &str| -> u64 {
+                fs::read_to_string(dir.join(file))
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .unwrap_or(0)
+            };
+            count("memory.failcnt")
+                + count("memory.memsw.failcnt")
+                + field("memory.oom_control", "oom_kill")
+        }
+        (Kind::Cpu, _) => field("cpu.stat", "nr_throttled"),
+        (Kind::Time, _) => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_shares_read_and_show_as_written() {
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("512m"), Ok(512 << 20));
+        assert_eq!(parse_size("1T"), Ok(1 << 40));
+        assert_eq!(parse_size("33554432"), Ok(32 << 20));
+        for bad in ["", "G", "2GB", "-1G", "1.5G", "2 G", "99999999999999T"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+        assert!(parse_size("1M").unwrap_err().contains("below the 16M"));
+        assert_eq!(show_size(2 << 30), "2G");
+        assert_eq!(show_size(1536 << 20), "1536M");
+        assert_eq!(show_size(16 * 1024 * 1024 + 1), "16777217");
+        assert_eq!(parse_percent("200%"), Ok(200));
+        assert_eq!(parse_percent("1%"), Ok(1));
+        for bad in ["0%", "200", "%", "1.5%", "102401%", "-5%"] {
+            assert!(parse_percent(bad).is_err(), "{bad}");
+        }
+        assert_eq!(Kind::Time.show(5400), "1h30m");
+        assert_eq!(Kind::Cpu.show(50), "50%");
+    }
+
+    fn machine(uid: u32, v2: &[&str], v1: &[&str]) -> Machine {
+        Machine {
+            uid,
+            nproc_per_userns: true,
+            pid_max_per_pidns: false,
+            v2: (!v2.is_empty()).then(|| {
+                (
+                    PathBuf::from("/sys/fs/cgroup/user.slice"),
+                    v2.iter().map(|s| s.to_string()).collect(),
+                )
+            }),
+            v1: v1
+                .iter()
+                .map(|c| (c.to_string(), PathBuf::from(format!("/sys/fs/cgroup/{c}"))))
+                .collect(),
+        }
+    }
+
+    fn bound(value: u64, best_effort: bool) -> Option<Bound> {
+        Some(Bound { value, best_effort })
+    }
+
+    #[test]
+    fn each_limit_gets_the_mechanism_that_really_bounds_it() {
+        let all = Limits {
+            processes: bound(100, false),
+            memory: bound(1 << 30, false),
+            cpu: bound(50, false),
+            time: bound(60, false),
+        };
+        let mechs = |m: &Machine| -> Vec<Mechanism> {
+            choose(&all, m, "p").unwrap().iter().map(|c| c.2).collect()
+        };
+        use Mechanism::*;
+        // A user with a delegated v2 subtree: RLIMIT_NPROC for processes (no cgroup
+        // needed for the default), the cgroup for the rest.
+        let m = machine(1000, &["cpu", "memory", "pids"], &[]);
+        assert_eq!(mechs(&m), [Rlimit, CgroupV2, CgroupV2, Timer]);
+        // Root is exempt from RLIMIT_NPROC: a cgroup, v2 first, else v1.
+        assert_eq!(
+            mechs(&machine(0, &["cpu", "memory", "pids"], &["pids"])),
+            [CgroupV2; 3]
+                .iter()
+                .copied()
+                .chain([Timer])
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            mechs(&machine(0, &[], &["pids", "memory", "cpu"])),
+            [CgroupV1, CgroupV1, CgroupV1, Timer]
+        );
+        // Before 5.14 RLIMIT_NPROC counts the user's processes everywhere.
+        let mut old = machine(1000, &["pids"], &[]);
+        old.nproc_per_userns = false;
+        assert_eq!(old.mechanism(Kind::Processes, 100), Ok(CgroupV2));
+        // Linux 6.14 and later: root's bound of 300 or more is its PID namespace's
+        // pid_max, free at start-up; a smaller one still needs the cgroup.
+        let mut new = machine(0, &[], &["pids"]);
+        new.pid_max_per_pidns = true;
+        assert_eq!(new.mechanism(Kind::Processes, 4096), Ok(PidMax));
+        assert_eq!(new.mechanism(Kind::Processes, 299), Ok(CgroupV1));
+        old.pid_max_per_pidns = true;
+        assert_eq!(old.mechanism(Kind::Processes, 300), Ok(PidMax));
+    }
+
+    #[test]
+    fn a_limit_that_cannot_be_enforced_refuses_unless_best_effort() {
+        let m = machine(61234, &[], &[]);
+        let mut l = Limits {
+            memory: bound(2 << 30, false),
+            ..Limits::default()
+        };
+        let e = choose(&l, &m, "dev").unwrap_err();
+        assert!(
+            e.starts_with("profile 'dev' sets limits.memory = 2G, which this machine cannot enforce: no cgroup v2 subtree is delegated to uid 61234"),
+            "{e}"
+        );
+        assert!(e.contains("best_effort = true"), "{e}");
+        l.memory = bound(2 << 30, true);
+        assert_eq!(
+            choose(&l, &m, "dev").unwrap(),
+            [(Kind::Memory, l.memory.unwrap(), Mechanism::None)]
+        );
+        // Root without a pids controller anywhere: RLIMIT_NPROC would not bind it.
+        let l = Limits {
+            processes: bound(10, false),
+            ..Limits::default()
+        };
+        let e = choose(&l, &machine(0, &["memory"], &["memory"]), "p").unwrap_err();
+        assert!(e.contains("root is exempt from RLIMIT_NPROC"), "{e}");
+        assert!(e.contains("does not offer the pids controller"), "{e}");
+    }
+
+    /// This machine's cgroup v2 hierarchy, when root may make cgroups in it.
+    fn v2_here() -> Option<PathBuf> {
+        let m = Machine::probe(true);
+        (m.uid == 0).then_some(m.v2).flatten().map(|(dir, _)| dir)
+    }
+
+    // The cgroup v2 paths that work without controllers, on the hierarchy of this machine
+    // (root; its controllers are all bound to v1 here, so a v2 limit cannot be set): a
+    // sandbox's cgroup is made, the shim moved in, and at its end what is left is killed
+    // (cgroup.kill) and the cgroup removed.
+    #[test]
+    fn a_v2_cgroup_is_joined_then_emptied_and_removed() {
+        let Some(parent) = v2_here() else { return };
+        let mut machine = Machine::probe(true);
+        // Pretend the time limit takes a cgroup: the directory is made, nothing written.
+        let name = format!("wardcell-test-{}", std::process::id());
+        let dir = parent.join(&name);
+        let mut e = Enforced::prepare_on(&Limits::default(), "p", &name, &machine).unwrap();
+        assert!(e.dirs.is_empty() && !dir.exists());
+        fs::create_dir(&dir).unwrap();
+        e.dirs.push((Kind::Time, Mechanism::CgroupV2, dir.clone()));
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        e.join(child.id() as i32).unwrap();
+        let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+        assert_eq!(procs.trim(), child.id().to_string());
+        drop(e);
+        assert!(!dir.exists(), "the cgroup was left");
+        // Killed through cgroup.kill, not ended on its own.
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+
+        // A controller the hierarchy does not have cannot be enabled: one line naming
+        // the cgroup, and nothing left behind.
+        machine.v2 = Some((parent.clone(), vec!["pids".into()]));
+        machine.uid = 0;
+        machine.pid_max_per_pidns = false;
+        let limits = Limits {
+            processes: Some(Bound {
+                value: 10,
+                best_effort: false,
+            }),
+            ..Limits::default()
+        };
+        let err = Enforced::prepare_on(&limits, "p", &name, &machine).unwrap_err();
+        assert!(
+            err.starts_with(&format!(
+                "profile 'p' sets limits.processes = 10, and making its cgroup failed: {}: ",
+                parent.display()
+            )),
+            "{err}"
+        );
+        assert!(!dir.exists());
+        // Best effort, the sandbox goes without it (and without a cgroup).
+        let limits = Limits {
+            processes: Some(Bound {
+                value: 10,
+                best_effort: true,
+            }),
+            ..Limits::default()
+        };
+        let e = Enforced::prepare_on(&limits, "p", &name, &machine).unwrap();
+        assert_eq!(e.chosen[0].2, Mechanism::None);
+        assert!(e.dirs.is_empty() && !dir.exists());
+    }
+
+    #[test]
+    fn mountinfo_and_proc_cgroup_are_read_as_the_kernel_writes_them() {
+        let mi = "\
+30 25 0:26 / /sys/fs/cgroup/pids rw,nosuid - cgroup cgroup rw,pids
+31 25 0:27 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory
+32 25 0:28 / /sys/fs/cgroup/cpu,cpuacct ro,nosuid - cgroup cgroup rw,cpu,cpuacct
+33 25 0:29 / /sys/fs/cgroup/unified\\040x rw - cgroup2 cgroup2 rw
+";
+        let own = "8:pids:/a\n4:memory:/b/c\n1:cpu,cpuacct:/\n0::/\n";
+        let dirs = v1_dirs(mi, own);
+        // cpu's hierarchy is read-only: left out.
+        assert_eq!(
+            dirs,
+            [
+                ("pids".to_string(), PathBuf::from("/sys/fs/cgroup/pids/a")),
+                (
+                    "memory".to_string(),
+                    PathBuf::from("/sys/fs/cgroup/memory/b/c")
+                )
+            ]
+        );
+        let (point, _, rw) = mounts(mi, "cgroup2").next().unwrap();
+        assert_eq!(point, PathBuf::from("/sys/fs/cgroup/unified x"));
+        assert!(rw);
+        assert!(at_least("5.14.0-rc1", (5, 14)) && at_least("6.1.0", (5, 14)));
+        assert!(!at_least("5.13.19", (5, 14)) && !at_least("", (5, 14)));
+    }
+}
