@@ -94,7 +94,8 @@ both!(
             "import os, socket, struct\n\
          s = socket.socket(socket.AF_UNIX); s.connect(os.environ['WARDCELL_ZONE_SOCKET'])\n\
          f = lambda b: struct.pack('<I', len(b)) + b\n\
-         s.sendall(f(b'\\x03') + f(b'\\x02'))\n\
+         # A Hello (protocol version 4: one byte in bincode), then the Why request.\n\
+         s.sendall(f(b'\\x04') + f(b'\\x02'))\n\
          d = b''\n\
          while True:\n\
          \x20   c = s.recv(65536)\n\

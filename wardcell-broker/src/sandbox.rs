@@ -169,17 +169,9 @@ impl Run {
         found.clone()
     }
 
-    /// Record an entered sandbox (or an approval plugin) while it runs; returns the key
-    /// to [`Run::entry_done`].
-    pub fn entry_started(&self, process: &sys::Process) -> Option<u32> {
-        let key = self.entry_reserve()?;
-        self.entry_attach(key, process);
-        Some(key)
-    }
-
-    /// Reserve an entry about to be decided and started; `None` once the run is ending.
-    /// Until [`Run::entry_done`], the run's end waits for it.
-    pub fn entry_reserve(&self) -> Option<u32> {
+    /// An entry about to be decided and started; `None` once the run is ending. Until the
+    /// [`Entry`] is dropped, the run's end waits for it.
+    pub fn entry(&self) -> Option<Entry<'_>> {
         let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         // Checked under the lock [`Run::end_entries`] takes after setting `ending`: a
         // reservation made here is one it sees.
@@ -188,35 +180,7 @@ impl Run {
         }
         let key = self.next_sandbox.fetch_add(1, Ordering::Relaxed) | 0x8000_0000;
         e.push((key, None));
-        Some(key)
-    }
-
-    /// The reserved entry `key` has started `process`: the run's end can now end it (at
-    /// once, if the run is ending already).
-    pub fn entry_attach(&self, key: u32, process: &sys::Process) {
-        let Ok(p) = process.try_clone() else {
-            let _ = process.signal(libc::SIGKILL);
-            return;
-        };
-        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if self.is_ending() {
-            let _ = p.signal(libc::SIGKILL);
-        }
-        if let Some(slot) = e.iter_mut().find(|(k, _)| *k == key) {
-            slot.1 = Some(p);
-        }
-        drop(e);
-        if self.audit.failure().is_some() {
-            self.end_unaudited();
-        }
-    }
-
-    pub fn entry_done(&self, key: Option<u32>) {
-        if let Some(key) = key {
-            let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-            e.retain(|(k, _)| *k != key);
-            self.entries_done.notify_all();
-        }
+        Some(Entry { run: self, key })
     }
 
     /// Whether the run is ending (an entry ended now was ended by that).
@@ -534,6 +498,44 @@ pub fn network_refusal(zone: Option<&str>, profile: &str) -> String {
         None => format!("profile '{profile}' cannot start on macOS: it has"),
     };
     format!("{what} network (network.allow), and wardcell's proxy does not run on macOS yet; use one without network there")
+}
+
+/// An entered sandbox (or an approval plugin) the run's end waits for, from its
+/// decision until it is dropped, once its completion is audited.
+pub struct Entry<'a> {
+    run: &'a Run,
+    key: u32,
+}
+
+impl Entry<'_> {
+    /// It has started `process`: the run's end can now end it (at once, if the run is
+    /// ending already).
+    pub fn attach(&self, process: &sys::Process) {
+        let Ok(p) = process.try_clone() else {
+            let _ = process.signal(libc::SIGKILL);
+            return;
+        };
+        let run = self.run;
+        let mut e = run.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if run.is_ending() {
+            let _ = p.signal(libc::SIGKILL);
+        }
+        if let Some(slot) = e.iter_mut().find(|(k, _)| *k == self.key) {
+            slot.1 = Some(p);
+        }
+        drop(e);
+        if run.audit.failure().is_some() {
+            run.end_unaudited();
+        }
+    }
+}
+
+impl Drop for Entry<'_> {
+    fn drop(&mut self) {
+        let mut e = self.run.entries.lock().unwrap_or_else(|p| p.into_inner());
+        e.retain(|(k, _)| *k != self.key);
+        self.run.entries_done.notify_all();
+    }
 }
 
 #[cfg(test)]

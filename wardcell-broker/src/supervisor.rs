@@ -37,7 +37,7 @@ use crate::approval;
 use crate::chain;
 use crate::peer::{self, Peer};
 use crate::relay::{self, Outcome};
-use crate::sandbox::{self, Run};
+use crate::sandbox::{self, Entry, Run};
 use crate::sys;
 use crate::sys::fds::{recv_fds, unfit_stdio};
 
@@ -286,147 +286,139 @@ impl Supervisor {
         env: Vec<(String, String)>,
         stdio: [Option<OwnedFd>; 3],
     ) {
-        let plan = &self.run.plan;
-        let cwd = peer.cwd.clone();
-        let decision = |decision: &str, reason: &str, plugin: Option<&approval::Answer>| {
-            json!({
-                "calling_zone": self.zone,
-                "chain": self.chain,
-                "target": target,
-                "command": argv,
-                "cwd": cwd,
-                "pid": peer.pid,
-                "decision": decision,
-                "reason": reason,
-                "approval": plugin.map(approval::Answer::to_json),
-            })
-        };
-        let refuse = |conn: &mut UnixStream, message: String| {
-            let _ = protocol::write_frame(conn, &ZoneResponse::Refused { message });
-        };
+        let asked = Asked { peer, target, argv };
+        match self.admit(conn, &asked, &stdio) {
+            // Every guard of the refused entry is dropped by now: the caller's next
+            // request is not refused as busy.
+            Err(message) => {
+                let _ = protocol::write_frame(conn, &ZoneResponse::Refused { message });
+            }
+            Ok(admitted) => self.run_entered(conn, &asked, admitted, env, stdio),
+        }
+    }
 
+    /// Steps a to e of an entry: every check, each refusal audited, and the decision
+    /// written before anything starts. `Err` is the refusal's message for the caller.
+    fn admit<'s>(
+        &'s self,
+        conn: &UnixStream,
+        asked: &Asked<'_>,
+        stdio: &[Option<OwnedFd>; 3],
+    ) -> Result<Admitted<'s>, String> {
+        let deny = |reason: &str, plugin: Option<&approval::Answer>| {
+            let fields = asked.decision(self, "denied", reason, plugin);
+            let _ = self.counted("audit", "audit.decision", fields);
+        };
         // a. Only descriptors a command may be given as its stdio.
-        for (name, fd) in ["stdin", "stdout", "stderr"].into_iter().zip(&stdio) {
+        for (name, fd) in ["stdin", "stdout", "stderr"].into_iter().zip(stdio) {
             if let Some(what) = fd.as_ref().and_then(|fd| unfit_stdio(fd.as_fd())) {
                 let reason = format!("{name} is {what}: `wardcell zone enter` passes on only pipes, sockets, character devices and regular files");
-                let _ = self.counted("audit", "audit.decision", decision("denied", &reason, None));
-                return refuse(conn, reason);
+                deny(&reason, None);
+                return Err(reason);
             }
         }
-
         // b. One entry at a time per sandbox.
-        let Some(entering) = self.take_slot(conn) else {
+        let Some(slot) = self.take_slot(conn) else {
             let reason = "this sandbox is already running a `wardcell zone enter`";
-            let _ = self.counted("audit", "audit.decision", decision("denied", reason, None));
-            refuse(
-                conn,
-                format!("{reason}; wait for it to finish, then try again"),
-            );
-            return;
+            deny(reason, None);
+            return Err(format!("{reason}; wait for it to finish, then try again"));
         };
-
-        // c. The chain check.
-        let zone = match chain::may_enter(&plan.zones, &self.chain, target) {
-            Ok(z) => z,
-            Err(denied) => {
-                let _ = self.counted(
-                    "audit",
-                    "audit.decision",
-                    decision("denied", denied.reason(), None),
-                );
-                entering.release();
-                refuse(conn, denied.message());
-                return;
+        // c. The chain check. From here on, the zone it returns is the one used.
+        let zone = chain::may_enter(&self.run.plan.zones, &self.chain, asked.target).map_err(
+            |denied| {
+                deny(denied.reason(), None);
+                denied.message()
+            },
+        )?;
+        // d. Approval, if the zone asks for it (the plugin is ended by the run's end
+        //    until its decision is audited: `_plugin` is dropped last).
+        let (answer, _plugin) = match zone.requires_approval {
+            true => {
+                let (a, p) = self.approve(conn, asked, zone);
+                (Some(a), p)
             }
+            false => (None, None),
         };
-
-        // d. Approval, if the zone asks for it. The plugin is tracked like an entered
-        //    sandbox until its decision is audited, so that the run's end ends it.
-        let mut plugin_key = None;
-        let answer = zone.requires_approval.then(|| {
-            let entry = approval::Entry {
-                run: &self.run.id,
-                user: nix::unistd::getuid().as_raw(),
-                calling_zone: &self.zone,
-                chain: &self.chain,
-                target: zone,
-                command: argv,
-                cwd: &cwd,
-            };
-            let request = approval::request(plan, &entry);
-            let plugin =
-                approval::Plugin::start(plan.approval.as_deref(), &request, &self.run.host_env);
-            let plugin = match plugin {
-                Ok(p) => p,
-                Err(refusal) => return refusal,
-            };
-            plugin_key = self.run.entry_started(plugin.process());
-            let answer = plugin.answer(
-                zone.approval_timeout_secs.map(Duration::from_secs),
-                conn.as_fd(),
-            );
-            if self.run.is_ending() {
-                return approval::Answer::refusal(
-                    "the run ended before the approval plugin answered; the plugin was ended",
-                );
-            }
-            answer
-        });
         if let Some(a) = answer.as_ref().filter(|a| !a.approved) {
-            let _ = self.counted(
-                "audit",
-                "audit.decision",
-                decision("denied", &a.reason, Some(a)),
-            );
-            self.run.entry_done(plugin_key);
-            entering.release();
-            refuse(
-                conn,
-                format!("entering zone '{target}' was not approved: {}", a.reason),
-            );
-            return;
+            deny(&a.reason, Some(a));
+            return Err(format!(
+                "entering zone '{}' was not approved: {}",
+                zone.name, a.reason
+            ));
         }
-
         // e. The decision, written before anything starts, for an entry the run's end
-        //    will wait for: one allowed always has its completion written.
-        let Some(key) = self.run.entry_reserve() else {
+        //    will wait for: one allowed always has its completion written. An entry past
+        //    the rate the log records one by one is refused (and counted).
+        let Some(entry) = self.run.entry() else {
             let reason = "the run is ending";
-            let _ = self.counted(
-                "audit",
-                "audit.decision",
-                decision("denied", reason, answer.as_ref()),
-            );
-            self.run.entry_done(plugin_key);
-            entering.release();
-            return refuse(conn, format!("{reason}; nothing was started"));
+            deny(reason, answer.as_ref());
+            return Err(format!("{reason}; nothing was started"));
         };
-        let entry = Some(key);
-        // An entry past the rate the log records one by one is refused (and counted):
-        // nothing starts without its decision written.
-        let written = self.run.record_counted(
-            Rate::Entries,
-            "audit",
-            "audit.decision",
-            decision(
-                "allowed",
-                "in enter_from for every zone on the chain",
-                answer.as_ref(),
-            ),
-        );
-        if !matches!(written, Ok(true)) {
-            self.run.entry_done(plugin_key);
-            self.run.entry_done(entry);
-            entering.release();
-            let message = match written {
-                Err(e) => format!("the audit log cannot be written ({e}), so the entry is refused; `wardcell doctor` shows where the log lives"),
-                _ => format!("this sandbox entered zones faster than the {} a second the audit log records one by one, so the entry is refused; try again in a moment", wardcell_common::auditlog::COUNTED_PER_SECOND),
-            };
-            return refuse(conn, message);
+        let allowed = "in enter_from for every zone on the chain";
+        let fields = asked.decision(self, "allowed", allowed, answer.as_ref());
+        match self
+            .run
+            .record_counted(Rate::Entries, "audit", "audit.decision", fields)
+        {
+            Ok(true) => Ok(Admitted { zone, slot, entry }),
+            Err(e) => Err(format!("the audit log cannot be written ({e}), so the entry is refused; `wardcell doctor` shows where the log lives")),
+            Ok(false) => Err(format!("this sandbox entered zones faster than the {} a second the audit log records one by one, so the entry is refused; try again in a moment", wardcell_common::auditlog::COUNTED_PER_SECOND)),
         }
+    }
 
-        self.run.entry_done(plugin_key);
+    /// The approval plugin's answer to entering `zone`. The plugin is an entry of the run
+    /// while the returned guard lives, so that the run's end ends it.
+    fn approve<'s>(
+        &'s self,
+        conn: &UnixStream,
+        asked: &Asked<'_>,
+        zone: &ZonePlan,
+    ) -> (approval::Answer, Option<Entry<'s>>) {
+        let plan = &self.run.plan;
+        let entry = approval::Entry {
+            run: &self.run.id,
+            user: nix::unistd::getuid().as_raw(),
+            calling_zone: &self.zone,
+            chain: &self.chain,
+            target: zone,
+            command: asked.argv,
+            cwd: &asked.peer.cwd,
+        };
+        let request = approval::request(plan, &entry);
+        let plugin =
+            match approval::Plugin::start(plan.approval.as_deref(), &request, &self.run.host_env) {
+                Ok(p) => p,
+                Err(refusal) => return (refusal, None),
+            };
+        let held = self.run.entry();
+        if let Some(h) = &held {
+            h.attach(plugin.process());
+        }
+        let answer = plugin.answer(
+            zone.approval_timeout_secs.map(Duration::from_secs),
+            conn.as_fd(),
+        );
+        if self.run.is_ending() {
+            let ended = "the run ended before the approval plugin answered; the plugin was ended";
+            return (approval::Answer::refusal(ended), held);
+        }
+        (answer, held)
+    }
 
-        // f. A brand-new sandbox, with the caller's stdio and working directory.
+    /// Steps f and g: a brand-new sandbox with the caller's stdio and working directory,
+    /// waited for (ended if the caller goes away), its status relayed and its completion
+    /// audited.
+    fn run_entered(
+        &self,
+        conn: &mut UnixStream,
+        asked: &Asked<'_>,
+        admitted: Admitted<'_>,
+        env: Vec<(String, String)>,
+        stdio: [Option<OwnedFd>; 3],
+    ) {
+        let Admitted { zone, slot, entry } = admitted;
+        let target = zone.name.as_str();
+        let argv = asked.argv;
         let mut chain = self.chain.clone();
         chain.push(target.to_string());
         let raw: [RawFd; 3] = [0, 1, 2].map(|i| stdio[i].as_ref().map_or(-1, |f| f.as_raw_fd()));
@@ -437,45 +429,75 @@ impl Supervisor {
                 zone: Some(target),
                 chain: chain.clone(),
                 argv,
-                cwd: PathBuf::from(&cwd),
+                cwd: PathBuf::from(&asked.peer.cwd),
                 env,
                 stdio: raw,
-                ignored: peer.ignored,
+                ignored: asked.peer.ignored,
                 pty: false,
                 authenticated: zone.authenticated,
             },
         );
         drop(stdio);
         let completed = |status: Value, ended: &str| {
-            json!({
-                "calling_zone": self.zone,
-                "chain": chain,
-                "target": target,
-                "command": argv,
-                "exit_status": status,
-                "ended": ended,
-            })
+            let fields = json!({
+                "calling_zone": self.zone, "chain": chain, "target": target,
+                "command": argv, "exit_status": status, "ended": ended,
+            });
+            let _ = self.audit("audit", "audit.completed", fields);
         };
         let mut sb = match started {
             Ok(sb) => sb,
             Err(e) => {
                 let message = e.to_string();
-                let _ = self.audit(
-                    "audit",
-                    "audit.completed",
-                    completed(Value::Null, &format!("not started: {message}")),
-                );
-                self.run.entry_done(entry);
-                entering.release();
+                completed(Value::Null, &format!("not started: {message}"));
+                drop((entry, slot));
                 let _ = protocol::write_frame(conn, &ZoneResponse::Failed { message, code: 1 });
                 return;
             }
         };
-        self.run.entry_attach(key, &sb.running.process);
+        entry.attach(&sb.running.process);
         let _ = protocol::write_frame(conn, &ZoneResponse::Started);
-        let sb_name = sb.name.clone();
+        let (ended, described) = self.wait_entered(conn, &mut sb, target);
+        if ended.caller_gone || self.run.is_ending() {
+            let how = if ended.caller_gone {
+                "the caller went away; the command's sandbox was ended"
+            } else {
+                "the run ended; the command's sandbox was ended"
+            };
+            completed(Value::Null, how);
+            return;
+        }
+        let response = match described {
+            (code, None) => ZoneResponse::Exited { code },
+            (code, Some(message)) => ZoneResponse::Failed { message, code },
+        };
+        let status = match &ended.outcome {
+            Outcome::Finished(code) => json!(code),
+            _ => Value::Null,
+        };
+        let how = match &response {
+            ZoneResponse::Failed { message, .. } => format!("failed: {message}"),
+            _ => "exited".to_string(),
+        };
+        completed(status, &how);
+        // Released before the caller is answered, so that its next request is not
+        // refused as busy.
+        drop((entry, slot));
+        let _ = protocol::write_frame(conn, &response);
+        // The caller has its answer; now collect the shim.
+        sb.running.reap();
+    }
 
-        // g. Wait, ending it if the caller goes away or its time is up; relay the status.
+    /// Wait for an entered sandbox, ending it if the caller goes away or its time is up;
+    /// its confinement, a bad report and the limits it reached audited, its repository
+    /// checked. Returns how it ended, and its exit status and error line for the caller.
+    fn wait_entered(
+        &self,
+        conn: &UnixStream,
+        sb: &mut sandbox::Sandbox,
+        target: &str,
+    ) -> (relay::Ended, (i32, Option<String>)) {
+        let sb_name = sb.name.clone();
         let deadline = sb.deadline();
         let ended = relay::wait(
             &mut sb.running,
@@ -508,35 +530,46 @@ impl Supervisor {
         sb.retire();
         let described = sb.ended(&self.run, &ended);
         self.run.check_git(&sb_name);
-        if ended.caller_gone || self.run.is_ending() {
-            let how = if ended.caller_gone {
-                "the caller went away; the command's sandbox was ended"
-            } else {
-                "the run ended; the command's sandbox was ended"
-            };
-            let _ = self.audit("audit", "audit.completed", completed(Value::Null, how));
-            self.run.entry_done(entry);
-            return;
-        }
-        let response = match described {
-            (code, None) => ZoneResponse::Exited { code },
-            (code, Some(message)) => ZoneResponse::Failed { message, code },
-        };
-        let status = match &ended.outcome {
-            Outcome::Finished(code) => json!(code),
-            _ => Value::Null,
-        };
-        let how = match &response {
-            ZoneResponse::Failed { message, .. } => format!("failed: {message}"),
-            _ => "exited".to_string(),
-        };
-        let _ = self.audit("audit", "audit.completed", completed(status, &how));
-        self.run.entry_done(entry);
-        entering.release();
-        let _ = protocol::write_frame(conn, &response);
-        // The caller has its answer; now collect the shim.
-        sb.running.reap();
+        (ended, described)
     }
+}
+
+/// What a caller asked to enter, as the audit log records it.
+struct Asked<'a> {
+    peer: &'a Peer,
+    target: &'a str,
+    argv: &'a [String],
+}
+
+impl Asked<'_> {
+    /// An `audit.decision` event's fields.
+    fn decision(
+        &self,
+        sup: &Supervisor,
+        decision: &str,
+        reason: &str,
+        plugin: Option<&approval::Answer>,
+    ) -> Value {
+        json!({
+            "calling_zone": sup.zone,
+            "chain": sup.chain,
+            "target": self.target,
+            "command": self.argv,
+            "cwd": self.peer.cwd,
+            "pid": self.peer.pid,
+            "decision": decision,
+            "reason": reason,
+            "approval": plugin.map(approval::Answer::to_json),
+        })
+    }
+}
+
+/// An entry that passed every check and whose decision is written: its zone (the one the
+/// chain check returned), and the guards that the next caller and the run's end wait on.
+struct Admitted<'s> {
+    zone: &'s ZonePlan,
+    slot: Slot<'s>,
+    entry: Entry<'s>,
 }
 
 /// Holds the sandbox's one entry slot. Released before the caller is answered (so that
