@@ -448,6 +448,23 @@ fn run_first_sandbox(
     writer: Option<Pid>,
     ignored: u64,
 ) -> Result<i32, BrokerError> {
+    let (mut sb, signals) = start_first(run, spawned, &terminal, writer, ignored)?;
+    run.set_first(&sb.running);
+    // 6. Relay to the end (or the time limit's).
+    let ended = relay_first(run, &mut sb, &signals, terminal, writer);
+    finish_first(run, sb, ended)
+}
+
+/// Steps 4 and 5 of a run: the first sandbox completed (supervisor, spec, handover);
+/// while the shim builds the mounts, the run's start is audited, signals are taken over,
+/// and stale runs are swept.
+fn start_first(
+    run: &Arc<Run>,
+    spawned: sandbox::Spawned,
+    terminal: &Terminal,
+    writer: Option<Pid>,
+    ignored: u64,
+) -> Result<(sandbox::Sandbox, sys::Signals), BrokerError> {
     let plan = &run.plan;
     let (zone, profile) = match start_profile(plan) {
         Ok(x) => x,
@@ -456,10 +473,6 @@ fn run_first_sandbox(
             return Err(e);
         }
     };
-    let stdin = std::io::stdin();
-    let stdout = std::io::stdout();
-    let stderr = std::io::stderr();
-    let caller_env = run.host_env.clone();
     let log_started = || {
         run.record(
             "run",
@@ -478,9 +491,6 @@ fn run_first_sandbox(
         )
     };
     let audit_failed = || run.audit.failure().map(BrokerError::Audit);
-
-    // 4. Complete it: supervisor, spec, handover. While the shim builds the mounts: the
-    //    run's start is audited, signals are taken over, and stale runs are swept.
     let mut logged = false;
     let before_proceed = || {
         logged = true;
@@ -503,7 +513,7 @@ fn run_first_sandbox(
             chain: zone.map(|z| vec![z.to_string()]).unwrap_or_default(),
             argv: &plan.command,
             cwd: plan.cwd.clone(),
-            env: caller_env,
+            env: run.host_env.clone(),
             stdio: terminal.stdio(),
             ignored,
             pty: terminal.pty.is_some(),
@@ -513,32 +523,36 @@ fn run_first_sandbox(
         },
         before_proceed,
     );
-    let (mut sb, signals) = match started {
-        Ok(started) => started,
-        Err(e) => {
-            if !logged {
-                let _ = log_started();
-            }
-            let _ = run.record(
-                "run",
-                "run.finished",
-                json!({"exit_status": 1, "error": e.to_string()}),
-            );
-            return Err(audit_failed().unwrap_or(e));
+    started.map_err(|e| {
+        if !logged {
+            let _ = log_started();
         }
-    };
-    let ttys = terminal.ttys;
+        let _ = run.record(
+            "run",
+            "run.finished",
+            json!({"exit_status": 1, "error": e.to_string()}),
+        );
+        audit_failed().unwrap_or(e)
+    })
+}
+
+/// The first sandbox, waited for: signals forwarded, its pty relayed to the caller's
+/// terminal, its confinement audited (and a kernel that lacks a part of it said once).
+fn relay_first(
+    run: &Run,
+    sb: &mut sandbox::Sandbox,
+    signals: &sys::Signals,
+    terminal: Terminal,
+    writer: Option<Pid>,
+) -> relay::Ended {
+    let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
     let master = terminal.pty.map(|(master, _)| master);
-    let output = terminal::output_fd(ttys).map(|fd| match fd {
+    let output = terminal::output_fd(terminal.ttys).map(|fd| match fd {
         0 => stdin.as_fd(),
         1 => stdout.as_fd(),
         _ => stderr.as_fd(),
     });
-    let input = (ttys & 1 != 0).then(|| stdin.as_fd());
-
-    run.set_first(&sb.running);
-
-    // 6. Relay to the end (or the time limit's).
+    let input = (terminal.ttys & 1 != 0).then(|| stdin.as_fd());
     let name = sb.name.clone();
     let deadline = sb.deadline();
     let mut warned = false;
@@ -562,10 +576,10 @@ fn run_first_sandbox(
             }
         }
     };
-    let ended = relay::wait(
+    relay::wait(
         &mut sb.running,
         relay::Watch {
-            signals: Some(&signals),
+            signals: Some(signals),
             reap: writer,
             pty: master
                 .as_ref()
@@ -580,7 +594,18 @@ fn run_first_sandbox(
             deadline,
         },
         &mut on_report,
-    );
+    )
+}
+
+/// The run's end: the first sandbox retired, what it ended with audited, entered
+/// sandboxes ended, the repository's new code and the refusals said on stderr, and the
+/// run's status.
+fn finish_first(
+    run: &Run,
+    mut sb: sandbox::Sandbox,
+    ended: relay::Ended,
+) -> Result<i32, BrokerError> {
+    let name = sb.name.clone();
     sb.retire_first();
     if let Some(why) = &ended.bad_report {
         let _ = run.record(
@@ -606,7 +631,7 @@ fn run_first_sandbox(
         "run.finished",
         json!({"exit_status": code, "error": message}),
     );
-    if let Some(e) = audit_failed() {
+    if let Some(e) = run.audit.failure().map(BrokerError::Audit) {
         return Err(e);
     }
     match (ended.outcome, message) {

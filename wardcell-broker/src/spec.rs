@@ -177,9 +177,99 @@ pub fn build_with(
     is_symlink: &dyn Fn(&Path) -> bool,
 ) -> Result<SandboxSpec, String> {
     let profile = req.profile;
+    let own = own_dirs(req, exists, is_symlink)?;
+    let (view, denied) = view_of(req, own)?;
+    let network = profile.network.enabled();
+    let intercept = network && req.authenticated && !profile.credentials.is_empty();
+    // A CA bundle where the proxy intercepts, or where the host names CA files of its
+    // own (a corporate CA): read by the shim only as recorded at the start.
+    let named_ca = CA_VARS
+        .iter()
+        .any(|k| req.host_env.iter().any(|(n, _)| n == k));
+    let ca_files: Vec<_> = if intercept || (network && named_ca) {
+        ca_files(req.host_env, exists)
+            .into_iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .filter_map(|p| req.plan.identities.get(&p).map(|id| (p, id)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let env = env_of(req, intercept, intercept || !ca_files.is_empty());
+    if req.argv.is_empty() {
+        return Err("no command to run; give one after `--`".into());
+    }
+    // Transparent egress: a listener per allowed port, each reachable only because every
+    // address is the proxy's inside (PROTOCOL.md, "Transparent egress").
+    let egress_ports = if network {
+        wardcell_common::plan::egress_ports(&profile.network.entries())?
+    } else {
+        Vec::new()
+    };
+    let mut tcp_connect = egress_ports.clone();
+    if network {
+        tcp_connect.insert(0, SANDBOX_PROXY_PORT);
+    }
+    Ok(SandboxSpec {
+        argv: req.argv.to_vec(),
+        env,
+        cwd: req.cwd.to_path_buf(),
+        view,
+        tcp_connect,
+        controlling_tty: req.pty,
+        proxy_port: network.then_some(SANDBOX_PROXY_PORT),
+        egress_ports,
+        ca_files,
+        denied,
+        seatbelt_identity: String::new(),
+        open_files: req.plan.open_files,
+        processes: None,
+        pid_max: None,
+        trace: None,
+    })
+}
+
+/// wardcell's own directories, masked always. A missing one inside a writable tree, or
+/// one reached through a link there, is a place the sandbox could plant a
+/// configuration: the sandbox is refused.
+fn own_dirs(
+    req: &Request<'_>,
+    exists: &dyn Fn(&Path) -> bool,
+    is_symlink: &dyn Fn(&Path) -> bool,
+) -> Result<Vec<PathBuf>, String> {
+    let profile = req.profile;
+    let write = &profile.write;
+    let dirs = &req.plan.dirs;
+    let mut own: Vec<PathBuf> = dirs.config.clone();
+    own.push(dirs.state.clone());
+    own.push(dirs.runtime.clone());
+    for p in &own {
+        if let Some((link, w)) = symlink_in_writable_tree(p, write, &is_symlink) {
+            return Err(link_refusal(p, &link, &profile.name, &w));
+        }
+        if !exists(p) {
+            if let Some(w) = inside(p, write) {
+                return Err(format!(
+                    "{} does not exist and profile '{}' lets the sandbox write {}, so it could create it; create {} (an empty directory will do) or narrow the profile",
+                    p.display(),
+                    profile.name,
+                    w.display(),
+                    p.display()
+                ));
+            }
+        }
+    }
+    Ok(own)
+}
+
+/// The view: the profile's trees and every sandbox's, each with its identity at the
+/// start; the masks; the Unix sockets; the client; the links. The working directory
+/// must be in it and not hidden. Returns it with the paths no sandbox may ever read
+/// (`own` and the credential sources).
+fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<PathBuf>), String> {
+    let profile = req.profile;
     let ids = &req.plan.identities;
     let mut view: Vec<ViewEntry> = Vec::new();
-    // Trees, each with what it was when the run started.
     let trees = profile
         .read
         .iter()
@@ -208,47 +298,13 @@ pub fn build_with(
             id: Some(id),
         });
     }
-    let write = &profile.write;
-
-    // wardcell's own directories: masked always, and a missing one inside a writable
-    // tree is a place the sandbox could plant a configuration: refuse.
-    let dirs = &req.plan.dirs;
-    let mut own: Vec<PathBuf> = dirs.config.clone();
-    own.push(dirs.state.clone());
-    own.push(dirs.runtime.clone());
-    for p in &own {
-        if let Some((link, w)) = symlink_in_writable_tree(p, write, &is_symlink) {
-            return Err(link_refusal(p, &link, &profile.name, &w));
-        }
-        if !exists(p) {
-            if let Some(w) = inside(p, write) {
-                return Err(format!(
-                    "{} does not exist and profile '{}' lets the sandbox write {}, so it could create it; create {} (an empty directory will do) or narrow the profile",
-                    p.display(),
-                    profile.name,
-                    w.display(),
-                    p.display()
-                ));
-            }
-        }
-    }
-
     // Masks: deny paths, wardcell's own directories, credential sources (never readable
     // in any sandbox, whatever the profile says), and host socket directories unless the
     // profile named something in them. A mask that did not exist at the start hides
     // nothing; the shim applies one only where a tree shows it.
     let mut denied = own;
     denied.extend(req.plan.credential_files());
-    let mut mask: Vec<PathBuf> = profile.deny.clone();
-    mask.extend(denied.iter().cloned());
-    let named: Vec<&PathBuf> = profile.read.iter().chain(write).collect();
-    for s in envrules::host_socket_dirs(req.host_env) {
-        if !named.iter().any(|n| n.starts_with(&s)) {
-            mask.push(s);
-        }
-    }
-    mask.sort();
-    mask.dedup();
+    let mask = masks(req, &denied);
     for path in &mask {
         if let Some(id) = ids.get(path) {
             view.push(ViewEntry {
@@ -258,7 +314,6 @@ pub fn build_with(
             });
         }
     }
-
     // Unix sockets: the supervisor's (made by the broker where no sandbox reaches), and
     // those the profile names.
     if let Some(sock) = req.zone_socket {
@@ -283,14 +338,17 @@ pub fn build_with(
     }
     // The client, at the path it was started from, in every sandbox: `wardcell zone ...`
     // works wherever it is installed (and says what does not work where it is).
-    if let Some(client) = &req.plan.client {
-        if let Some(id) = ids.get(client) {
-            view.push(ViewEntry {
-                path: client.clone(),
-                what: ViewKind::Read,
-                id: Some(id),
-            });
-        }
+    if let Some((client, id)) = req
+        .plan
+        .client
+        .as_ref()
+        .and_then(|c| Some((c, ids.get(c)?)))
+    {
+        view.push(ViewEntry {
+            path: client.clone(),
+            what: ViewKind::Read,
+            id: Some(id),
+        });
     }
     for (link, target) in &profile.links {
         view.push(ViewEntry {
@@ -299,8 +357,13 @@ pub fn build_with(
             id: None,
         });
     }
+    cwd_in(req, &view, &mask)?;
+    Ok((view, denied))
+}
 
-    // The working directory must be in the view and not hidden.
+/// The working directory must be in the view and not hidden.
+fn cwd_in(req: &Request<'_>, view: &[ViewEntry], mask: &[PathBuf]) -> Result<(), String> {
+    let profile = req.profile;
     let cwd = req.cwd;
     let reachable = view
         .iter()
@@ -312,16 +375,40 @@ pub fn build_with(
             cwd.display()
         ));
     }
-    if let Some(m) = inside(cwd, &mask) {
+    if let Some(m) = inside(cwd, mask) {
         return Err(format!(
             "the working directory {} is inside {}, which is hidden from the sandbox; run from another directory",
             cwd.display(),
             m.display()
         ));
     }
+    Ok(())
+}
 
-    // Variables a credential reads never enter any sandbox; SSH_AUTH_SOCK only where it
-    // names a socket the view holds.
+/// Every path masked in the view: the profile's deny list, `denied`, and the host's
+/// socket directories the profile named nothing in; sorted, each once.
+fn masks(req: &Request<'_>, denied: &[PathBuf]) -> Vec<PathBuf> {
+    let profile = req.profile;
+    let mut mask: Vec<PathBuf> = profile.deny.clone();
+    mask.extend(denied.iter().cloned());
+    let named: Vec<&PathBuf> = profile.read.iter().chain(&profile.write).collect();
+    for s in envrules::host_socket_dirs(req.host_env) {
+        if !named.iter().any(|n| n.starts_with(&s)) {
+            mask.push(s);
+        }
+    }
+    mask.sort();
+    mask.dedup();
+    mask
+}
+
+/// The command's environment: the caller's, filtered by the profile (variables a
+/// credential reads never enter any sandbox; SSH_AUTH_SOCK only where it names a socket
+/// the view holds), the client and the sandbox tools first on PATH, wardcell's own, the
+/// placeholders where the proxy attaches credentials (`intercept`), the proxy's and the
+/// CA bundle's (`bundle`) variables, never the caller's.
+fn env_of(req: &Request<'_>, intercept: bool, bundle: bool) -> Vec<(String, String)> {
+    let profile = req.profile;
     let mut env = envrules::filter(
         req.caller_env.clone(),
         &profile.env,
@@ -337,6 +424,7 @@ pub fn build_with(
         })
         .cloned();
     env.extend(agent);
+    let ids = &req.plan.identities;
     if let Some((client, me)) = req
         .plan
         .client
@@ -357,24 +445,6 @@ pub fn build_with(
     if let Some(sock) = req.zone_socket {
         env.push(("WARDCELL_ZONE_SOCKET".into(), sock.display().to_string()));
     }
-
-    // Network: only the zone's proxy, on the sandbox's own loopback.
-    let network = profile.network.enabled();
-    let intercept = network && req.authenticated && !profile.credentials.is_empty();
-    // A CA bundle where the proxy intercepts, or where the host names CA files of its
-    // own (a corporate CA): read by the shim only as recorded at the start.
-    let named_ca = CA_VARS
-        .iter()
-        .any(|k| req.host_env.iter().any(|(n, _)| n == k));
-    let ca_files: Vec<_> = if intercept || (network && named_ca) {
-        ca_files(req.host_env, exists)
-            .into_iter()
-            .filter_map(|p| std::fs::canonicalize(p).ok())
-            .filter_map(|p| ids.get(&p).map(|id| (p, id)))
-            .collect()
-    } else {
-        Vec::new()
-    };
     // A placeholder stands in for the secret where the proxy attaches it (its variable
     // was removed above with those credentials read); wardcell's own variables win.
     if intercept {
@@ -389,7 +459,8 @@ pub fn build_with(
         .copied()
         .collect();
     env.retain(|(k, _)| !proxy_vars.contains(&k.as_str()));
-    if network {
+    // Network: only the zone's proxy, on the sandbox's own loopback.
+    if profile.network.enabled() {
         let url = format!("http://127.0.0.1:{SANDBOX_PROXY_PORT}");
         for k in PROXY_VARS {
             env.push((k.to_string(), url.clone()));
@@ -399,43 +470,12 @@ pub fn build_with(
             env.push((k.to_string(), direct.clone()));
         }
     }
-    if intercept || !ca_files.is_empty() {
+    if bundle {
         for k in CA_VARS {
             env.push((k.to_string(), SANDBOX_CA_BUNDLE.to_string()));
         }
     }
-
-    if req.argv.is_empty() {
-        return Err("no command to run; give one after `--`".into());
-    }
-    // Transparent egress: a listener per allowed port, each reachable only because every
-    // address is the proxy's inside (PROTOCOL.md, "Transparent egress").
-    let egress_ports = if network {
-        wardcell_common::plan::egress_ports(&profile.network.entries())?
-    } else {
-        Vec::new()
-    };
-    let mut tcp_connect = egress_ports.clone();
-    if network {
-        tcp_connect.insert(0, SANDBOX_PROXY_PORT);
-    }
-    Ok(SandboxSpec {
-        argv: req.argv.to_vec(),
-        env,
-        cwd: cwd.to_path_buf(),
-        view,
-        tcp_connect,
-        controlling_tty: req.pty,
-        proxy_port: network.then_some(SANDBOX_PROXY_PORT),
-        egress_ports,
-        ca_files,
-        denied,
-        seatbelt_identity: String::new(),
-        open_files: req.plan.open_files,
-        processes: None,
-        pid_max: None,
-        trace: None,
-    })
+    env
 }
 
 #[cfg(test)]
