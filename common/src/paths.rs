@@ -13,6 +13,19 @@ pub const SYSTEM_CONFIG_DIR: &str = "/etc/wardcell";
 /// Where packaged helper binaries live.
 pub const LIBEXEC_DIR: &str = "/usr/libexec/wardcell";
 
+/// A helper binary of wardcell's (the broker, the shim, the proxy): next to the running
+/// binary (a cargo build), else in [`LIBEXEC_DIR`]. Never through `PATH` or an
+/// environment variable.
+pub fn helper(name: &str) -> Option<PathBuf> {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join(name)));
+    beside
+        .into_iter()
+        .chain([Path::new(LIBEXEC_DIR).join(name)])
+        .find(|p| p.is_file())
+}
+
 /// An XDG base directory: the variable when it holds an absolute path, else the default
 /// under home (the XDG spec says relative values are to be ignored).
 fn xdg(get: &dyn Fn(&str) -> Option<String>, var: &str, home: &Path, default: &str) -> PathBuf {

@@ -21,6 +21,18 @@ pub enum BrokerError {
     Audit(String),
 }
 
+impl BrokerError {
+    /// Where a helper binary is (`wardcell_common::paths::helper`), or why not.
+    pub fn helper(name: &str) -> Result<PathBuf, BrokerError> {
+        wardcell_common::paths::helper(name).ok_or_else(|| {
+            BrokerError::Sandbox(format!(
+                "{name} was found neither next to wardcell-broker nor in {}; reinstall wardcell",
+                wardcell_common::paths::LIBEXEC_DIR
+            ))
+        })
+    }
+}
+
 impl fmt::Display for BrokerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -42,5 +54,32 @@ impl fmt::Display for BrokerError {
 impl From<FrameError> for BrokerError {
     fn from(e: FrameError) -> Self {
         BrokerError::Shim(e)
+    }
+}
+
+/// Why a sandbox with network cannot start on macOS: its proxy does not run there yet
+/// (README, "macOS"). `zone` is None for `run --profile`.
+#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+pub fn network_refusal(zone: Option<&str>, profile: &str) -> String {
+    let what = match zone {
+        Some(z) => format!("zone '{z}' cannot start on macOS: its profile '{profile}' has"),
+        None => format!("profile '{profile}' cannot start on macOS: it has"),
+    };
+    format!("{what} network (network.allow), and wardcell's proxy does not run on macOS yet; use one without network there")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::network_refusal;
+
+    #[test]
+    fn a_sandbox_with_network_is_refused_on_macos_in_one_line_naming_it() {
+        assert_eq!(
+            network_refusal(Some("push"), "git-push"),
+            "zone 'push' cannot start on macOS: its profile 'git-push' has network (network.allow), and wardcell's proxy does not run on macOS yet; use one without network there"
+        );
+        let m = network_refusal(None, "web");
+        assert!(m.starts_with("profile 'web' cannot start on macOS"), "{m}");
+        assert!(!m.contains('\n'));
     }
 }

@@ -37,6 +37,7 @@ mod peer;
 #[cfg_attr(target_os = "macos", path = "proxy_macos.rs")]
 mod proxy;
 mod relay;
+mod run;
 mod runid;
 mod sandbox;
 mod spec;
@@ -66,9 +67,9 @@ use wardcell_common::terminal;
 use wardcell_common::text::shown;
 use wardcell_common::trace;
 
+use crate::run::Run;
 use error::BrokerError;
 use relay::Outcome;
-use sandbox::Run;
 use wardcell_common::auditlog::AuditLog;
 
 /// Signals the broker passes to the sandbox.
@@ -146,7 +147,7 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     // an exec, and they are not forwarded (or taken over) either.
     let ignored = sys::ignored_signals();
     let started = (|| {
-        let shim = find_helper("wardcell-shim")?;
+        let shim = BrokerError::helper("wardcell-shim")?;
         let shim = CString::new(shim.as_os_str().as_encoded_bytes())
             .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))?;
         let terminal = Terminal::for_stdio()?;
@@ -400,24 +401,6 @@ fn start_profile(plan: &Plan) -> Result<(Option<&str>, &ProfilePlan), BrokerErro
         .ok_or_else(|| BrokerError::Launch("the plan has no zone to start in".into()))
 }
 
-fn find_helper(name: &str) -> Result<PathBuf, BrokerError> {
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(|d| d.join(name)));
-    for candidate in beside
-        .into_iter()
-        .chain([Path::new(wardcell_common::paths::LIBEXEC_DIR).join(name)])
-    {
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-    }
-    Err(BrokerError::Sandbox(format!(
-        "{name} was found neither next to wardcell-broker nor in {}; reinstall wardcell",
-        wardcell_common::paths::LIBEXEC_DIR
-    )))
-}
-
 /// Forwarded signals (and SIGWINCH with a pty, and SIGCHLD) taken over and read from a
 /// descriptor (sys::Signals).
 fn take_signals(pty: bool, ignored: u64) -> Result<sys::Signals, BrokerError> {
@@ -643,42 +626,6 @@ fn finish_first(
             Ok(code)
         }
         (_, None) => Ok(code),
-    }
-}
-
-/// How a sandbox ended: the exit status, and the one-line error when it did not run.
-pub fn describe(outcome: &Outcome, program: &str) -> (i32, Option<String>) {
-    match outcome {
-        Outcome::Finished(code) => (*code, None),
-        Outcome::ExecFailed(errno) => {
-            let (code, why) = match *errno {
-                libc::ENOENT => (
-                    127,
-                    "command not found in the sandbox; check its name and that the profile can read where it is installed".to_string(),
-                ),
-                libc::EACCES => (
-                    126,
-                    "permission denied: it is not executable, or the profile does not let the sandbox run it".to_string(),
-                ),
-                other => (126, std::io::Error::from_raw_os_error(other).to_string()),
-            };
-            (code, Some(format!("`{program}`: {why}")))
-        }
-        Outcome::SetupFailed { step, message } => (
-            1,
-            Some(format!(
-                "could not start the sandbox: {step}: {message}; `wardcell doctor` checks what this machine supports"
-            )),
-        ),
-        Outcome::ChildFailed(code) => {
-            let what = sys::spawn::failed_step(*code).unwrap_or("starting the shim");
-            (
-                1,
-                Some(format!(
-                    "could not start the sandbox: {what} failed; `wardcell doctor` checks what this machine supports"
-                )),
-            )
-        }
     }
 }
 

@@ -31,17 +31,7 @@ pub fn same_user(theirs: libc::uid_t, ours: libc::uid_t) -> Result<(), String> {
     Ok(())
 }
 
-/// What macOS says about a peer: the audit token's effective uid and pid, and Seatbelt's
-/// answers for that process: may it look up this sandbox's identity name (`own`), and
-/// the name no wardcell profile allows (`never`).
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
-pub struct Answers {
-    pub euid: libc::uid_t,
-    pub pid: libc::pid_t,
-    pub own: bool,
-    pub never: bool,
-}
+pub use crate::sys::Answers;
 
 /// The macOS supervisor's decision: the caller's pid if it is a process of this sandbox,
 /// run by this user; else why not, for the audit log.

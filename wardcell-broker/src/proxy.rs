@@ -17,7 +17,7 @@ use wardcell_common::plan::{ProfilePlan, ProxySpec, SandboxSpec};
 use wardcell_common::protocol::{self, ProxyEvent, ProxyRequest, ShimReport};
 
 use crate::error::BrokerError;
-use crate::sandbox::Run;
+use crate::run::Run;
 use crate::sys;
 use crate::sys::fds::recv_fds;
 
@@ -90,7 +90,7 @@ fn start(
     authenticated: bool,
     listeners: Vec<OwnedFd>,
 ) -> Result<(Proxy, Option<String>), BrokerError> {
-    let path = crate::find_helper("wardcell-proxy")?;
+    let path = BrokerError::helper("wardcell-proxy")?;
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         BrokerError::Sandbox(format!("starting zone '{zone}''s proxy: {what}: {e}"))
     };

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use wardcell_common::plan::{ProfilePlan, SandboxSpec};
 
+use crate::error::network_refusal;
 use crate::error::BrokerError;
-use crate::sandbox::{network_refusal, Run};
+use crate::run::Run;
 
 /// Never made here.
 pub enum Proxy {}

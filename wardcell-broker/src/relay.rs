@@ -385,6 +385,42 @@ pub fn outcome(
     }
 }
 
+/// How a sandbox ended: the exit status, and the one-line error when it did not run.
+pub fn describe(outcome: &Outcome, program: &str) -> (i32, Option<String>) {
+    match outcome {
+        Outcome::Finished(code) => (*code, None),
+        Outcome::ExecFailed(errno) => {
+            let (code, why) = match *errno {
+                libc::ENOENT => (
+                    127,
+                    "command not found in the sandbox; check its name and that the profile can read where it is installed".to_string(),
+                ),
+                libc::EACCES => (
+                    126,
+                    "permission denied: it is not executable, or the profile does not let the sandbox run it".to_string(),
+                ),
+                other => (126, std::io::Error::from_raw_os_error(other).to_string()),
+            };
+            (code, Some(format!("`{program}`: {why}")))
+        }
+        Outcome::SetupFailed { step, message } => (
+            1,
+            Some(format!(
+                "could not start the sandbox: {step}: {message}; `wardcell doctor` checks what this machine supports"
+            )),
+        ),
+        Outcome::ChildFailed(code) => {
+            let what = sys::spawn::failed_step(*code).unwrap_or("starting the shim");
+            (
+                1,
+                Some(format!(
+                    "could not start the sandbox: {what} failed; `wardcell doctor` checks what this machine supports"
+                )),
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

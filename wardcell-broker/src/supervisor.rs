@@ -37,7 +37,8 @@ use crate::approval;
 use crate::chain;
 use crate::peer::{self, Peer};
 use crate::relay::{self, Outcome};
-use crate::sandbox::{self, Entry, Run};
+use crate::run::{Entry, Run};
+use crate::sandbox;
 use crate::sys;
 use crate::sys::fds::{recv_fds, unfit_stdio};
 

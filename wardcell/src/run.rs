@@ -240,19 +240,12 @@ fn place_at_launch_fd(socket: UnixStream) -> Result<(), Error> {
 /// Where the broker is: next to this binary (a cargo build), or in the package's
 /// libexec directory. Never through PATH or an environment variable.
 pub fn find_helper(name: &str) -> Result<PathBuf, Error> {
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(|d| d.join(name)));
-    beside
-        .into_iter()
-        .chain([Path::new(paths::LIBEXEC_DIR).join(name)])
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            Error::Launch(format!(
-                "{name} was found neither next to wardcell nor in {}; reinstall wardcell",
-                paths::LIBEXEC_DIR
-            ))
-        })
+    paths::helper(name).ok_or_else(|| {
+        Error::Launch(format!(
+            "{name} was found neither next to wardcell nor in {}; reinstall wardcell",
+            paths::LIBEXEC_DIR
+        ))
+    })
 }
 
 /// The descriptor on which the broker expects the plan.

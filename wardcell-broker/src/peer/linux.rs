@@ -16,7 +16,6 @@ use std::os::unix::net::UnixStream;
 use wardcell_common::plan::SandboxSpec;
 
 use super::Peer;
-use crate::relay::Running;
 use crate::sys::peer::{netns_of, peer_cred, peer_pidfd, pid_of_pidfd, pidfd_alive, NetNs};
 
 /// What every process of a sandbox carries: its network namespace.
@@ -24,9 +23,9 @@ pub type Mark = NetNs;
 /// What a [`Mark`] is, in words.
 pub const MARK: &str = "network namespace";
 
-/// The mark of the sandbox `running`: the network namespace its shim made.
-pub fn mark(running: &Running, _run_id: &str, _number: u32) -> std::io::Result<Mark> {
-    netns_of(running.pid)
+/// The mark of the sandbox whose shim is `shim`: the network namespace it made.
+pub fn mark(shim: libc::pid_t, _run_id: &str, _number: u32) -> std::io::Result<Mark> {
+    netns_of(shim)
 }
 
 /// Nothing to write into the spec: the shim made the namespace the mark is.

@@ -14,7 +14,6 @@ use wardcell_common::plan::SandboxSpec;
 use wardcell_common::seatbelt;
 
 use super::Peer;
-use crate::relay::Running;
 use crate::sys::peer::{answers, cwd_of};
 
 /// What every process of a sandbox carries: the Seatbelt identity its profile alone
@@ -25,7 +24,7 @@ pub const MARK: &str = "Seatbelt identity";
 
 /// A new identity for sandbox `number` of run `run_id`, with a nonce only the broker and
 /// the shim (until exec) hold.
-pub fn mark(_running: &Running, run_id: &str, number: u32) -> std::io::Result<Mark> {
+pub fn mark(_shim: libc::pid_t, run_id: &str, number: u32) -> std::io::Result<Mark> {
     let mut nonce = [0u8; 16];
     crate::sys::random_bytes(&mut nonce)?;
     Ok(seatbelt::identity_name(run_id, number, &nonce))

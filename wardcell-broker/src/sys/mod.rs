@@ -19,6 +19,18 @@
 //! Linux only: `spawn_with_control`, `pidfd_open` and `pidfd_send_signal`, for the proxy
 //! (macOS has none yet: proxy_macos.rs).
 
+/// What macOS says about a peer: the audit token's effective uid and pid, and Seatbelt's
+/// answers for that process: may it look up this sandbox's identity name (`own`), and
+/// the name no wardcell profile allows (`never`).
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+pub struct Answers {
+    pub euid: libc::uid_t,
+    pub pid: libc::pid_t,
+    pub own: bool,
+    pub never: bool,
+}
+
 pub mod fds;
 #[cfg(target_os = "linux")]
 mod linux;

@@ -19,7 +19,7 @@ use std::os::unix::net::UnixStream;
 
 use wardcell_common::seatbelt;
 
-use crate::peer::Answers;
+use crate::sys::Answers;
 
 /// `audit_token_t`: eight 32-bit words, passed by value.
 #[repr(C)]

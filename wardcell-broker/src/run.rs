@@ -1,0 +1,263 @@
+//! What every sandbox of one top-level run shares: the plan, the audit log (an event
+//! that cannot be written ends the run), the entered sandboxes the run's end waits for,
+//! and the run's repository watched for code that would run on the host.
+
+use std::ffi::CString;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+
+use wardcell_common::auditlog::{AuditLog, Rate};
+use wardcell_common::gitguard;
+use wardcell_common::plan::Plan;
+
+use crate::relay::Running;
+use crate::sys;
+
+/// What every sandbox of one top-level run shares.
+pub struct Run {
+    pub plan: Plan,
+    pub id: String,
+    /// `$XDG_RUNTIME_DIR/wardcell/<run-id>`: the supervisors' sockets.
+    pub dir: PathBuf,
+    pub shim: CString,
+    pub audit: AuditLog,
+    /// The environment `wardcell run` started in (see spec::Request::host_env).
+    pub host_env: Vec<(String, String)>,
+    next_sandbox: AtomicU32,
+    /// Connections the run's proxies refused (for the line at the run's end).
+    pub refused: AtomicU64,
+    /// Entered sandboxes still running, so the run's end can end them and wait for their
+    /// completions to be audited.
+    /// An entry is reserved before its decision is written, and has its process once
+    /// started: the run's end waits for reserved ones too, so that every entry allowed
+    /// has its completion written.
+    entries: Mutex<Vec<(u32, Option<sys::Process>)>>,
+    entries_done: Condvar,
+    ending: AtomicBool,
+    /// The run's repository, where code-running files may appear (see gitguard), and
+    /// what was found there so far.
+    git_watch: Option<gitguard::Watch>,
+    git_found: Mutex<Vec<String>>,
+    /// The first sandbox, once it is complete: what ends the run.
+    first: OnceLock<sys::Process>,
+}
+
+impl Run {
+    /// The line for the run's end when its proxies refused anything: how many, and the
+    /// command that shows them.
+    pub fn refusals(&self) -> Option<String> {
+        let n = self.refused.load(Ordering::Relaxed);
+        (n > 0).then(|| {
+            format!(
+                "wardcell: {n} connection{} refused in this run; `wardcell logs show {} --category proxy` shows which and why",
+                if n == 1 { " was" } else { "s were" },
+                self.id
+            )
+        })
+    }
+
+    /// The next sandbox's number in this run.
+    pub fn next_number(&self) -> u32 {
+        self.next_sandbox.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn new(plan: Plan, id: String, dir: PathBuf, shim: CString, audit: AuditLog) -> Run {
+        let host_env = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        let git_watch = git_watch(&plan);
+        Run {
+            plan,
+            id,
+            dir,
+            shim,
+            audit,
+            host_env,
+            next_sandbox: AtomicU32::new(1),
+            refused: AtomicU64::new(0),
+            entries: Mutex::new(Vec::new()),
+            entries_done: Condvar::new(),
+            ending: AtomicBool::new(false),
+            git_watch,
+            git_found: Mutex::new(Vec::new()),
+            first: OnceLock::new(),
+        }
+    }
+
+    /// Write one event to the run's log. If the log cannot take it, every sandbox of the
+    /// run is killed: nothing goes on unaudited (main says why when the run ends).
+    pub fn record(&self, category: &str, event: &str, fields: serde_json::Value) -> io::Result<()> {
+        // Every audit event is a trace line too (the log never holds a secret).
+        tracing::debug!(category, event, fields = %fields, "audit event");
+        let written = self.audit.write(category, event, fields);
+        if written.is_err() {
+            self.end_unaudited();
+        }
+        written
+    }
+
+    /// [`Run::record`] for an event the sandbox can cause at will (see
+    /// `AuditLog::write_counted`): `Ok(false)` when it was counted, not written.
+    pub fn record_counted(
+        &self,
+        rate: Rate,
+        category: &str,
+        event: &str,
+        fields: serde_json::Value,
+    ) -> io::Result<bool> {
+        let written = self.audit.write_counted(rate, category, event, fields);
+        if written.is_err() {
+            self.end_unaudited();
+        }
+        written
+    }
+
+    /// The first sandbox is complete: from now on a failed log write ends it. A write
+    /// that failed before this ends it at once.
+    pub fn set_first(&self, running: &Running) {
+        if let Ok(p) = running.process.try_clone() {
+            let _ = self.first.set(p);
+        }
+        if self.audit.failure().is_some() {
+            self.end_unaudited();
+        }
+    }
+
+    fn end_unaudited(&self) {
+        self.ending.store(true, Ordering::SeqCst);
+        if let Some(p) = self.first.get() {
+            let _ = p.signal(libc::SIGKILL);
+        }
+        let e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        for p in e.iter().filter_map(|(_, p)| p.as_ref()) {
+            let _ = p.signal(libc::SIGKILL);
+        }
+    }
+
+    /// What can make git run code in the run's repository that was not there at the start.
+    pub fn git_now(&self) -> Vec<String> {
+        self.git_watch
+            .as_ref()
+            .map(gitguard::changes)
+            .unwrap_or_default()
+    }
+
+    /// After a sandbox ends: audit what appeared in the run's repository that runs code
+    /// on the host (once each). Returns everything found so far, for the run's end.
+    pub fn check_git(&self, sandbox: &str) -> Vec<String> {
+        let mut found = self.git_found.lock().unwrap_or_else(|p| p.into_inner());
+        if self.git_watch.is_some() {
+            let new: Vec<String> = self
+                .git_now()
+                .into_iter()
+                .filter(|l| !found.contains(l))
+                .collect();
+            if !new.is_empty() {
+                let _ = self.record(
+                    "sandbox",
+                    "sandbox.git_changed",
+                    serde_json::json!({"sandbox": sandbox, "paths": new}),
+                );
+                found.extend(new);
+            }
+        }
+        found.clone()
+    }
+
+    /// An entry about to be decided and started; `None` once the run is ending. Until the
+    /// [`Entry`] is dropped, the run's end waits for it.
+    pub fn entry(&self) -> Option<Entry<'_>> {
+        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        // Checked under the lock [`Run::end_entries`] takes after setting `ending`: a
+        // reservation made here is one it sees.
+        if self.is_ending() {
+            return None;
+        }
+        let key = self.next_sandbox.fetch_add(1, Ordering::Relaxed) | 0x8000_0000;
+        e.push((key, None));
+        Some(Entry { run: self, key })
+    }
+
+    /// Whether the run is ending (an entry ended now was ended by that).
+    pub fn is_ending(&self) -> bool {
+        self.ending.load(Ordering::SeqCst)
+    }
+
+    /// The top-level command has ended: end every entered sandbox still running and wait
+    /// (a little) until each one's completion is audited.
+    pub fn end_entries(&self) {
+        self.ending.store(true, Ordering::SeqCst);
+        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        for p in e.iter().filter_map(|(_, p)| p.as_ref()) {
+            let _ = p.signal(libc::SIGKILL);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !e.is_empty() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            e = self
+                .entries_done
+                .wait_timeout(e, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// The run's directory is watched when a sandbox may write it: a snapshot of what can make
+/// git run code there, taken before any sandbox runs code.
+fn git_watch(plan: &Plan) -> Option<gitguard::Watch> {
+    let start = match &plan.start {
+        wardcell_common::plan::Start::Profile(p) => Some(p),
+        wardcell_common::plan::Start::Zone(_) => None,
+    };
+    let writable = plan
+        .zones
+        .iter()
+        .map(|z| &z.profile)
+        .chain(start)
+        .any(|p| p.write.iter().any(|w| plan.cwd.starts_with(w)));
+    gitguard::watch(&plan.cwd, writable)
+}
+
+/// An entered sandbox (or an approval plugin) the run's end waits for, from its
+/// decision until it is dropped, once its completion is audited.
+pub struct Entry<'a> {
+    run: &'a Run,
+    key: u32,
+}
+
+impl Entry<'_> {
+    /// It has started `process`: the run's end can now end it (at once, if the run is
+    /// ending already).
+    pub fn attach(&self, process: &sys::Process) {
+        let Ok(p) = process.try_clone() else {
+            let _ = process.signal(libc::SIGKILL);
+            return;
+        };
+        let run = self.run;
+        let mut e = run.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if run.is_ending() {
+            let _ = p.signal(libc::SIGKILL);
+        }
+        if let Some(slot) = e.iter_mut().find(|(k, _)| *k == self.key) {
+            slot.1 = Some(p);
+        }
+        drop(e);
+        if run.audit.failure().is_some() {
+            run.end_unaudited();
+        }
+    }
+}
+
+impl Drop for Entry<'_> {
+    fn drop(&mut self) {
+        let mut e = self.run.entries.lock().unwrap_or_else(|p| p.into_inner());
+        e.retain(|(k, _)| *k != self.key);
+        self.run.entries_done.notify_all();
+    }
+}
