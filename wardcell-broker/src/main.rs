@@ -47,6 +47,7 @@ mod sys;
 
 use std::ffi::CString;
 use std::fs;
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
@@ -68,6 +69,7 @@ use wardcell_common::text::shown;
 use wardcell_common::trace;
 
 use crate::run::Run;
+use crate::supervisor::Supervisor;
 use error::BrokerError;
 use relay::Outcome;
 use wardcell_common::auditlog::AuditLog;
@@ -487,13 +489,19 @@ fn start_first(
         sweep_stale_runs(&run.plan.dirs.runtime, &run.dir);
         Ok(signals)
     };
+    // In a zone, its supervisor: the chain is that zone alone.
+    let supervise = |name: &str, mark: peer::Mark| -> io::Result<Arc<dyn sandbox::Served>> {
+        let z = zone.unwrap_or_default();
+        let s = Supervisor::bind(run.clone(), name, z, vec![z.to_string()], mark)?;
+        Ok(s)
+    };
     let started = sandbox::complete(
         run,
         spawned,
         sandbox::Request {
             profile,
             zone,
-            chain: zone.map(|z| vec![z.to_string()]).unwrap_or_default(),
+            supervise: zone.is_some().then_some(&supervise),
             argv: &plan.command,
             cwd: plan.cwd.clone(),
             env: run.host_env.clone(),

@@ -1,9 +1,10 @@
 //! Starting one sandbox: the same steps for `wardcell run` and for every `zone enter`.
 
 use std::ffi::CString;
+use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nix::sys::wait::waitpid;
@@ -17,16 +18,31 @@ use crate::error::BrokerError;
 use crate::proxy::{self, Proxy};
 use crate::relay::Running;
 use crate::run::Run;
-use crate::supervisor::Supervisor;
 use crate::{peer, spec, sys};
+
+/// What serves a sandbox's zone socket (its zone's supervisor, supervisor.rs), as the
+/// sandbox's life needs it: bound before the spec names its socket, serving once the
+/// spec is sent, stopped when the sandbox ends. A trait, so that starting a sandbox does
+/// not depend on the supervisor that starts entered ones.
+pub trait Served: Send + Sync {
+    fn path(&self) -> &Path;
+    /// Answer on the socket, in a thread of its own.
+    fn serve_in_background(self: Arc<Self>) -> io::Result<()>;
+    fn stop(&self);
+    /// As [`Served::stop`], its thread left to the process exit.
+    fn stop_at_exit(&self);
+}
+
+/// Binds a sandbox's supervisor: given the sandbox's name and mark (peer.rs).
+pub type Supervise<'a> = &'a dyn Fn(&str, peer::Mark) -> io::Result<Arc<dyn Served>>;
 
 /// One sandbox to start.
 pub struct Request<'a> {
     pub profile: &'a ProfilePlan,
     /// None for `run --profile`: no zone, no supervisor.
     pub zone: Option<&'a str>,
-    /// The zone it starts in and every zone entered before it (empty without a zone).
-    pub chain: Vec<String>,
+    /// Its supervisor, in a zone.
+    pub supervise: Option<Supervise<'a>>,
     pub argv: &'a [String],
     pub cwd: PathBuf,
     pub env: Vec<(String, String)>,
@@ -42,7 +58,7 @@ pub struct Request<'a> {
 pub struct Sandbox {
     pub name: String,
     pub running: Running,
-    pub supervisor: Option<Arc<Supervisor>>,
+    pub supervisor: Option<Arc<dyn Served>>,
     pub spec: SandboxSpec,
     /// Its zone's proxy, when its profile has network.
     pub proxy: Option<Proxy>,
@@ -96,7 +112,7 @@ impl Sandbox {
 /// Kills and reaps a half-started sandbox unless disarmed.
 struct Abort<'a> {
     running: Option<&'a Running>,
-    supervisor: Option<Arc<Supervisor>>,
+    supervisor: Option<Arc<dyn Served>>,
 }
 
 impl Drop for Abort<'_> {
@@ -186,9 +202,9 @@ pub fn complete<T>(
 
     // A supervisor, in a zone.
     let name = format!("s{number}");
-    let supervisor = match req.zone {
-        Some(zone) => {
-            let s = Supervisor::bind(run.clone(), &name, zone, req.chain.clone(), mark.clone())
+    let supervisor = match req.supervise {
+        Some(supervise) => {
+            let s = supervise(&name, mark.clone())
                 .map_err(|e| BrokerError::Sandbox(format!("starting the zone supervisor: {e}")))?;
             abort.supervisor = Some(s.clone());
             Some(s)
@@ -233,7 +249,8 @@ pub fn complete<T>(
     // blocks the signals it forwards there, before this process starts any thread.
     let made = before_proceed()?;
     if let Some(s) = &supervisor {
-        s.serve_in_background()
+        s.clone()
+            .serve_in_background()
             .map_err(|e| BrokerError::Sandbox(format!("starting the zone supervisor: {e}")))?;
     }
 

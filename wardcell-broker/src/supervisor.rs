@@ -428,7 +428,10 @@ impl Supervisor {
             sandbox::Request {
                 profile: &zone.profile,
                 zone: Some(target),
-                chain: chain.clone(),
+                supervise: Some(&|name: &str, mark: peer::Mark| {
+                    let s = Supervisor::bind(self.run.clone(), name, target, chain.clone(), mark)?;
+                    Ok(s as Arc<dyn sandbox::Served>)
+                }),
                 argv,
                 cwd: PathBuf::from(&asked.peer.cwd),
                 env,
@@ -532,6 +535,21 @@ impl Supervisor {
         let described = sb.ended(&self.run, &ended);
         self.run.check_git(&sb_name);
         (ended, described)
+    }
+}
+
+impl sandbox::Served for Supervisor {
+    fn path(&self) -> &Path {
+        Supervisor::path(self)
+    }
+    fn serve_in_background(self: Arc<Self>) -> io::Result<()> {
+        Supervisor::serve_in_background(&self)
+    }
+    fn stop(&self) {
+        Supervisor::stop(self)
+    }
+    fn stop_at_exit(&self) {
+        Supervisor::stop_at_exit(self)
     }
 }
 
