@@ -315,6 +315,9 @@ fn prepare_run(plan: &mut Plan, run_id: &str) -> Result<(String, PathBuf, AuditL
 /// objects recorded here (see `wardcell_common::identity`): a link on the way now, or
 /// later, makes that open fail, and a sandbox that needs the path is refused.
 fn record_identities(plan: &mut Plan) {
+    // Only the broker fills them: whatever the plan brought is dropped first, never kept
+    // over what the paths are now.
+    plan.identities = Default::default();
     let host_env: Vec<(String, String)> = std::env::vars().collect();
     let mut paths: Vec<PathBuf> = spec::host_paths(&host_env);
     let profiles = plan.zones.iter().map(|z| &z.profile);
@@ -678,6 +681,25 @@ impl Terminal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn identities_are_the_brokers_own_whatever_the_plan_brought() {
+        use wardcell_common::identity::{Identity, Kind};
+        let mut plan = spec::tests_support::plan();
+        plan.cwd = "/".into();
+        plan.client = Some("/".into());
+        let forged = Identity {
+            dev: 1,
+            ino: 1,
+            kind: Kind::Dir,
+        };
+        plan.identities.insert("/".into(), forged);
+        plan.identities.insert("/nonexistent-forged".into(), forged);
+        record_identities(&mut plan);
+        let root = Identity::of(&fs::symlink_metadata("/").unwrap());
+        assert_eq!(plan.identities.get(Path::new("/")), Some(root));
+        assert_eq!(plan.identities.get(Path::new("/nonexistent-forged")), None);
+    }
 
     #[test]
     fn signals_the_broker_takes() {

@@ -568,7 +568,7 @@ mod network_tests {
 }
 
 #[cfg(test)]
-mod tests_support {
+pub mod tests_support {
     pub use super::tests::{plan, profile, req};
 }
 
