@@ -14,13 +14,27 @@ mod macos;
 #[cfg(target_os = "macos")]
 pub use macos::{mark, stamp, verify, Mark, MARK};
 
-/// A verified caller.
+/// A verified caller. Made only by verification (`verify`, in this module's platform
+/// file): its fields cannot be set anywhere else.
 pub struct Peer {
-    pub pid: libc::pid_t,
-    pub cwd: String,
+    pid: libc::pid_t,
+    cwd: String,
     /// The signals it ignores (bit N-1 for signal N), SIGPIPE left out (the client is a
     /// Rust program: it always ignores it).
-    pub ignored: u64,
+    ignored: u64,
+}
+
+impl Peer {
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+    /// Its working directory, read from the kernel at verification.
+    pub fn cwd(&self) -> &str {
+        &self.cwd
+    }
+    pub fn ignored(&self) -> u64 {
+        self.ignored
+    }
 }
 
 /// The peer's uid must be ours.

@@ -175,7 +175,7 @@ impl Supervisor {
         let _ = self.counted(
             "sandbox",
             "supervisor.closed",
-            json!({"zone": self.zone, "pid": peer.pid, "reason": reason}),
+            json!({"zone": self.zone, "pid": peer.pid(), "reason": reason}),
         );
     }
 
@@ -383,7 +383,7 @@ impl Supervisor {
             chain: &self.chain,
             target: zone,
             command: asked.argv,
-            cwd: &asked.peer.cwd,
+            cwd: asked.peer.cwd(),
         };
         let request = approval::request(plan, &entry);
         let plugin =
@@ -433,10 +433,10 @@ impl Supervisor {
                     Ok(s as Arc<dyn sandbox::Served>)
                 }),
                 argv,
-                cwd: PathBuf::from(&asked.peer.cwd),
+                cwd: PathBuf::from(asked.peer.cwd()),
                 env,
                 stdio: raw,
-                ignored: asked.peer.ignored,
+                ignored: asked.peer.ignored(),
                 pty: false,
                 authenticated: zone.authenticated,
             },
@@ -574,8 +574,8 @@ impl Asked<'_> {
             "chain": sup.chain,
             "target": self.target,
             "command": self.argv,
-            "cwd": self.peer.cwd,
-            "pid": self.peer.pid,
+            "cwd": self.peer.cwd(),
+            "pid": self.peer.pid(),
             "decision": decision,
             "reason": reason,
             "approval": plugin.map(approval::Answer::to_json),
