@@ -156,7 +156,9 @@ fn start(
     std::thread::Builder::new()
         .name(format!("proxy-events-{zone}"))
         .spawn(move || {
-            audit_events(&run, &zone, ours);
+            if !audit_events(&run, &zone, ours) {
+                let _ = child.kill();
+            }
             let status = child.wait();
             if !retiring.load(Ordering::SeqCst) {
                 died(&run, &zone, status);
@@ -207,7 +209,9 @@ fn died(run: &Run, zone: &str, status: io::Result<std::process::ExitStatus>) {
     );
 }
 
-fn audit_events(run: &Run, zone: &str, mut events: UnixStream) {
+/// Write what the proxy reports to the run's log until its stream ends (`true`), or until
+/// it sends something out of turn (`false`).
+fn audit_events(run: &Run, zone: &str, mut events: UnixStream) -> bool {
     loop {
         let written: io::Result<()> = match protocol::read_frame::<ProxyEvent>(&mut events) {
             Ok(ProxyEvent::Connect {
@@ -237,12 +241,18 @@ fn audit_events(run: &Run, zone: &str, mut events: UnixStream) {
                     json!({"zone": zone, "host": host, "port": port, "reason": reason, "decision": "denied"}),
                 )
             }
-            Ok(other) => run.record(
-                "proxy",
-                "proxy.unexpected",
-                json!({"zone": zone, "message": format!("{other:?}")}),
-            ),
-            Err(_) => return,
+            // Out of turn (a second Ready, a Failed once serving): the proxy is not
+            // speaking the protocol, and nothing it says after can be believed. Audited,
+            // and the proxy is ended (its death is then written as any other).
+            Ok(other) => {
+                let _ = run.record(
+                    "proxy",
+                    "proxy.unexpected",
+                    json!({"zone": zone, "message": format!("{other:?}")}),
+                );
+                return false;
+            }
+            Err(_) => return true,
         };
         let _ = written;
     }

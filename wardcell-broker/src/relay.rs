@@ -103,7 +103,8 @@ pub struct Ended {
     pub outcome: Outcome,
     /// The caller went away first, and the sandbox was ended for it.
     pub caller_gone: bool,
-    /// The shim sent something that is not a report; reading stopped there.
+    /// The shim sent something that is not a report: reading stopped there, and the
+    /// sandbox was ended.
     pub bad_report: Option<String>,
     /// The time limit ended it.
     pub timed_out: bool,
@@ -177,9 +178,12 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
                     }
                 }
                 Err(FrameError::Closed) => open.control = false,
+                // Not a report: the shim is not speaking the protocol, and nothing it
+                // says after can be believed. The sandbox is ended (PROTOCOL 4.2).
                 Err(e) => {
                     bad_report = Some(e.to_string());
                     open.control = false;
+                    let _ = run.process.signal(libc::SIGKILL);
                 }
             }
         }
@@ -431,6 +435,31 @@ mod tests {
 
     fn no_steps(_: i32) -> Option<&'static str> {
         None
+    }
+
+    #[test]
+    fn a_shim_that_sends_what_is_no_report_is_ended() {
+        use std::io::Write;
+        use std::os::unix::process::ExitStatusExt;
+        let child = std::process::Command::new("/bin/sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as libc::pid_t;
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let mut running = Running {
+            pid,
+            process: sys::Process::of_child(pid).unwrap(),
+            control: ours,
+        };
+        // A frame whose length says 3 bytes of a message no report starts with.
+        theirs.write_all(&[3, 0, 0, 0, 0xff, 0xff, 0xff]).unwrap();
+        let started = Instant::now();
+        let ended = wait(&mut running, Watch::default(), &mut |_| {});
+        assert!(ended.bad_report.is_some(), "{:?}", ended.bad_report);
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        assert_eq!(ended.outcome, Outcome::Finished(128 + 9));
+        drop(child.wait_with_output().map(|o| o.status.signal()));
     }
 
     #[test]
