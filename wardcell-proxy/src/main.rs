@@ -15,8 +15,8 @@
 //! 8. reports `Ready` (with the CA certificate when it intercepts), or `Failed` and exits 1
 //!    if any step from 4 on failed;
 //! 9. serves the explicit proxy (front.rs), the sandbox's DNS (nameserver.rs) and
-//!    transparent egress (transparent.rs) on a one- or two-worker runtime, sending `Connect` and `Denied`
-//!    events, until the broker closes the control socket.
+//!    transparent egress (transparent.rs) on a runtime of one or two workers, sending
+//!    `Connect` and `Denied` events, until the broker closes the control socket.
 
 // The modules are in the library (src/lib.rs), so that the fuzz targets reach them.
 #![forbid(unsafe_code)]
