@@ -2299,3 +2299,55 @@ both!(package_managers_and_git_reach_internal_names, |fx| {
     );
     assert_no_secret("the run's log", &text, &up);
 });
+
+// A large body comes down whole through each way out (issue 25: the relays were made
+// faster; they must not lose or reorder a byte): the CONNECT tunnel (spliced), transparent
+// egress (spliced) and interception (TLS terminated and made again).
+both!(a_large_download_arrives_whole_by_every_path, |fx| {
+    let up = Upstream::start(&fx);
+    config(&fx, &up, "COMPANY_GIT_TOKEN", None);
+    let data = noise((40 << 20) + 12_345, 0x9e37_79b9_7f4a_7c15);
+    let digest = sha256_hex(&data);
+    fs::write(up.dir.join("uploads/big.bin"), &data).unwrap();
+    let ca = fx.home.join("e2e/upstream-ca.pem");
+    let url = up.url("/download/big.bin");
+    // `--noproxy example.invalid` replaces the sandbox's NO_PROXY (which names
+    // localhost), so curl uses the proxy variables: a CONNECT.
+    let get = |how: &str| format!("curl -sS --fail --max-time 120 {how} '{url}' | sha256sum");
+    let (out, log, log_text) = run(
+        &fx,
+        &up,
+        "COMPANY_GIT_TOKEN",
+        &format!(
+            "echo \"tunnel $({})\"\necho \"transparent $({})\"\n\
+             echo \"intercepted $(wardcell zone enter push -- {})\"",
+            get(&format!(
+                "--noproxy example.invalid --cacert {}",
+                ca.display()
+            )),
+            get(&format!("--noproxy '*' --cacert {}", ca.display())),
+            get("--noproxy example.invalid"),
+        ),
+    );
+    out.ok();
+    for path in ["tunnel", "transparent", "intercepted"] {
+        let line = out
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{path} ")))
+            .unwrap_or_else(|| panic!("no {path} line; {out:#?}"));
+        assert_eq!(line, format!("{digest}  -"), "{path}: {out:#?}");
+    }
+    // Two tunnels in the agent zone, each carrying the body and TLS around it; the push
+    // zone's connection intercepted, so counted by its body alone.
+    let down = |zone: &str| -> Vec<u64> {
+        events(&log, "proxy.connect")
+            .filter(|e| e["zone"] == zone)
+            .map(|e| e["bytes_down"].as_u64().unwrap_or(0))
+            .collect()
+    };
+    let tunnels = down("agent");
+    assert_eq!(tunnels.len(), 2, "{log_text}");
+    assert!(tunnels.iter().all(|&n| n > data.len() as u64), "{log_text}");
+    assert_eq!(down("push"), [data.len() as u64], "{log_text}");
+});

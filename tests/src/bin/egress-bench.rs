@@ -1,0 +1,426 @@
+//! Egress and pipe throughput (issue 25, items 1, 2, 5 and 6), in one run:
+//!
+//! - a large HTTPS download (1 GiB by default) by curl from a local server this bench
+//!   starts, with a CA of its own: straight from the host, and from inside a sandbox
+//!   through the proxy's CONNECT tunnel, its transparent egress, and interception (a
+//!   credential names the host, so TLS is terminated, the credential attached and TLS
+//!   made again). The time is curl's own `time_total`: the sandbox's start is not in it.
+//!   Targets: tunnel and transparent at most 1.11x direct's time, interception 2.0x.
+//! - 1 GiB through `wardcell zone enter target -- cat` against the same pipe through
+//!   `cat` alone, both from inside a sandbox, timed from the first byte out to the last
+//!   (so `zone enter`'s start is not in it either). Target: 1.00x.
+//!
+//! Run: `cargo build --release --workspace --locked && target/x86_64-unknown-linux-musl/release/egress-bench [ROUNDS]`
+//! (default 5 rounds; `WARDCELL_BENCH_MIB` sets the size, default 1024;
+//! `WARDCELL_BENCH_ONLY=tunnel,pipe` runs direct and the variants named; `--serve`
+//! instead of ROUNDS prints each variant's command and serves until stdin ends, for
+//! profiling one by hand). It uses the
+//! wardcell binaries next to it and curl from PATH, and writes a zones.toml in a scratch
+//! home under /var/tmp, so it needs no setup.
+//!
+//! Each round runs every variant once, in an order that turns round by round, and the
+//! ratios printed are medians of the per-round ratios: on a small shared machine the
+//! baselines alone vary a lot from run to run, and pairing them is what makes the ratio
+//! repeatable. The load average before and after is printed with them.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn env_or(key: &str, default: u64) -> u64 {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// The bench's CA (PEM) and a server configuration for `localhost` signed by it.
+fn tls_setup() -> (String, Arc<rustls::ServerConfig>) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::default();
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "wardcell egress-bench CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
+    let leaf = params.signed_by(&key, &ca, &ca_key).unwrap();
+    let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der().clone()], key_der)
+        .unwrap();
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    (ca.pem(), Arc::new(server))
+}
+
+/// An HTTPS server on 127.0.0.1: every request is answered with `size` bytes (with a
+/// Content-Length), one thread a connection. Returns the port.
+fn https_server(cfg: Arc<rustls::ServerConfig>, size: u64) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            let cfg = cfg.clone();
+            std::thread::spawn(move || {
+                let _ = serve(c, cfg, size);
+            });
+        }
+    });
+    port
+}
+
+fn serve(tcp: TcpStream, cfg: Arc<rustls::ServerConfig>, size: u64) -> std::io::Result<()> {
+    static BODY: [u8; 256 * 1024] = [b'x'; 256 * 1024];
+    let conn = rustls::ServerConnection::new(cfg).map_err(std::io::Error::other)?;
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    let mut head = Vec::new();
+    let mut b = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut b)?;
+        if n == 0 || head.len() > 64 * 1024 {
+            return Ok(());
+        }
+        head.extend_from_slice(&b[..n]);
+    }
+    write!(
+        s,
+        "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: {size}\r\nconnection: close\r\n\r\n"
+    )?;
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(BODY.len() as u64) as usize;
+        s.write_all(&BODY[..n])?;
+        left -= n as u64;
+    }
+    s.conn.send_close_notify();
+    s.flush()
+}
+
+/// Run `cmd` (a curl printing `%{size_download} %{time_total}`, maybe in a sandbox) and
+/// return curl's time in seconds, after checking that every byte came.
+fn curl_time(mut cmd: Command, size: u64) -> f64 {
+    let out = cmd.stdin(Stdio::null()).output().expect("spawn");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or("");
+    let mut f = line.split_whitespace();
+    let got: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    assert!(
+        out.status.success() && got == size,
+        "{cmd:?}: {} of {size} bytes; {}{}",
+        got,
+        text,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    f.next().and_then(|v| v.parse().ok()).expect("a time")
+}
+
+/// `size` bytes written to `cmd`'s stdin and read back from its stdout; the seconds from
+/// the first byte back to the last (so the command's start is not counted).
+fn through(mut cmd: Command, size: u64) -> f64 {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn cat");
+    let mut input = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        static CHUNK: [u8; 128 * 1024] = [b'y'; 128 * 1024];
+        let mut left = size;
+        while left > 0 {
+            let n = left.min(CHUNK.len() as u64) as usize;
+            input.write_all(&CHUNK[..n]).unwrap();
+            left -= n as u64;
+        }
+    });
+    let mut out = child.stdout.take().unwrap();
+    let mut buf = vec![0u8; 128 * 1024];
+    let mut got = out.read(&mut buf).unwrap() as u64;
+    let start = Instant::now();
+    loop {
+        let n = out.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        got += n as u64;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    writer.join().unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(got, size, "short pipe");
+    secs
+}
+
+/// Inside a sandbox: `size` bytes through `cat`, through `cat` in a session of its own
+/// (as every sandbox's command is: a session is a scheduling group of its own where the
+/// kernel has autogroups), and through `zone enter target -- cat`, in turns for `rounds`
+/// rounds; prints each's median rate and the median ratios to plain `cat`.
+fn pipe_inside(wardcell: &Path, rounds: usize, size: u64) {
+    type Make<'a> = Box<dyn Fn() -> Command + 'a>;
+    let cmds: [(&str, Make); 3] = [
+        ("cat", Box::new(|| Command::new("cat"))),
+        (
+            "setsid -w cat",
+            Box::new(|| {
+                let mut c = Command::new("setsid");
+                c.args(["-w", "cat"]);
+                c
+            }),
+        ),
+        (
+            "zone enter target -- cat",
+            Box::new(|| {
+                let mut c = Command::new(wardcell);
+                c.args(["zone", "enter", "target", "--", "cat"]);
+                c
+            }),
+        ),
+    ];
+    for (_, cmd) in &cmds {
+        through(cmd(), size);
+    }
+    let mut times = vec![Vec::new(); cmds.len()];
+    let mut ratios = vec![Vec::new(); cmds.len()];
+    for round in 0..rounds {
+        let mut t = [0.0; 3];
+        for k in 0..cmds.len() {
+            let i = (round + k) % cmds.len();
+            t[i] = through(cmds[i].1(), size);
+        }
+        for i in 0..cmds.len() {
+            times[i].push(t[i]);
+            ratios[i].push(t[i] / t[0]);
+        }
+    }
+    for (i, (name, _)) in cmds.iter().enumerate() {
+        let shown: Vec<String> = ratios[i].iter().map(|r| format!("{r:.2}")).collect();
+        println!(
+            "pipe through {name:<25} median {:>6.2} GB/s   time / cat: median {:.2}x   per round: {}{}",
+            size as f64 / median(times[i].clone()) / 1e9,
+            median(ratios[i].clone()),
+            shown.join(" "),
+            if i == 2 { "   (target 1.00x)" } else { "" }
+        );
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let first = args.next();
+    let here = std::env::current_exe().unwrap();
+    let bin = here.parent().unwrap().to_path_buf();
+    let wardcell = bin.join("wardcell");
+    let size = env_or("WARDCELL_BENCH_MIB", 1024) << 20;
+    if first.as_deref() == Some("--pipe-inside") {
+        let rounds = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
+        pipe_inside(&wardcell, rounds, size);
+        return;
+    }
+    // --serve: set up, print each variant's command, and serve until stdin ends (for
+    // profiling one path by hand).
+    let serve_only = first.as_deref() == Some("--serve");
+    let rounds: usize = first.and_then(|a| a.parse().ok()).unwrap_or(5);
+    assert!(wardcell.is_file(), "build the workspace first");
+    let load_before = loadavg();
+
+    let home = PathBuf::from(format!(
+        "/var/tmp/wardcell-egress-bench-{}",
+        std::process::id()
+    ));
+    let cfg_dir = home.join(".config/wardcell");
+    std::fs::create_dir_all(&cfg_dir).unwrap();
+    let (ca_pem, server_cfg) = tls_setup();
+    let ca = home.join("ca.pem");
+    std::fs::write(&ca, ca_pem).unwrap();
+    let token = home.join("token");
+    std::fs::write(&token, "bench-token").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let port = https_server(server_cfg, size);
+    std::fs::write(
+        cfg_dir.join("zones.toml"),
+        format!(
+            r#"[zones.agent]
+profile = "p"
+default = true
+
+[zones.ic]
+profile = "ic"
+authenticated = true
+
+[zones.target]
+profile = "p"
+enter_from = ["agent"]
+
+[profiles.p]
+extends = "readonly"
+read = ["{bin}", "{ca}"]
+network = {{ allow = ["localhost:{port}"] }}
+
+[profiles.ic]
+extends = "p"
+credentials = ["bench"]
+
+[credentials.bench]
+hosts = ["localhost:{port}"]
+scheme = "bearer"
+secret = {{ file = "{token}" }}
+"#,
+            bin = bin.display(),
+            ca = ca.display(),
+            token = token.display()
+        ),
+    )
+    .unwrap();
+
+    let url = format!("https://localhost:{port}/blob");
+    let ca_arg = ca.to_str().unwrap().to_string();
+    let base = |c: &mut Command| {
+        c.env_clear()
+            .env("HOME", &home)
+            .env("PATH", "/usr/bin:/bin")
+            .env("SSL_CERT_FILE", &ca)
+            .current_dir(Path::new("/usr"));
+    };
+    let curl_args = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = ["curl", "-4", "-sS", "--fail", "-o", "/dev/null"]
+            .map(String::from)
+            .to_vec();
+        v.extend(["-w", "%{size_download} %{time_total}\n"].map(String::from));
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v.push(url.clone());
+        v
+    };
+    // Through the proxy variables: `--noproxy` with a name that is not this one overrides
+    // the sandbox's NO_PROXY, which names localhost.
+    let variants: Vec<(&str, Vec<String>)> = vec![
+        (
+            "direct",
+            curl_args(&["--noproxy", "*", "--cacert", &ca_arg]),
+        ),
+        (
+            "tunnel",
+            curl_args(&["--noproxy", "example.invalid", "--cacert", &ca_arg]),
+        ),
+        (
+            "transparent",
+            curl_args(&["--noproxy", "*", "--cacert", &ca_arg]),
+        ),
+        ("interception", curl_args(&["--noproxy", "example.invalid"])),
+    ];
+    // WARDCELL_BENCH_ONLY=tunnel,interception: direct and those (for profiling one).
+    let only = std::env::var("WARDCELL_BENCH_ONLY").unwrap_or_default();
+    let variants: Vec<_> = variants
+        .into_iter()
+        .filter(|(name, _)| only.is_empty() || *name == "direct" || only.contains(name))
+        .collect();
+    let command = |i: usize| -> Command {
+        let (name, argv) = &variants[i];
+        let mut c = match *name {
+            "direct" => Command::new(&argv[0]),
+            _ => {
+                let mut c = Command::new(&wardcell);
+                c.arg("run");
+                if *name == "interception" {
+                    c.args(["--zone", "ic"]);
+                }
+                c.arg("--").arg(&argv[0]);
+                c
+            }
+        };
+        c.args(&argv[1..]);
+        base(&mut c);
+        c
+    };
+    if serve_only {
+        for (i, (name, _)) in variants.iter().enumerate() {
+            println!("{name}: {:?}", command(i));
+        }
+        println!("serving on port {port} until stdin ends");
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        let _ = std::fs::remove_dir_all(&home);
+        return;
+    }
+    let run = |i: usize| curl_time(command(i), size);
+    let n = variants.len();
+    for i in 0..n {
+        run(i); // warm-up
+    }
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); n];
+    for round in 0..rounds {
+        let mut t = vec![0.0; n];
+        for k in 0..n {
+            let i = (round + k) % n;
+            t[i] = run(i);
+        }
+        for i in 0..n {
+            ratios[i].push(t[i] / t[0]);
+            times[i].push(t[i]);
+        }
+    }
+    println!(
+        "egress-bench: {} MiB per transfer, {rounds} rounds (+1 warm-up), curl -> local HTTPS server",
+        size >> 20,
+    );
+    for i in 0..n {
+        let secs = median(times[i].clone());
+        let per: Vec<String> = ratios[i].iter().map(|r| format!("{r:.2}")).collect();
+        println!(
+            "{:<13} median {:>6.3} s {:>6.2} GB/s   time / direct: median {:.2}x   per round: {}{}",
+            variants[i].0,
+            secs,
+            size as f64 / secs / 1e9,
+            median(ratios[i].clone()),
+            per.join(" "),
+            match variants[i].0 {
+                "direct" => "",
+                "interception" => "   (target at most 2.00x)",
+                _ => "   (target at most 1.11x)",
+            }
+        );
+    }
+
+    if !only.is_empty() && !only.contains("pipe") {
+        let _ = std::fs::remove_dir_all(&home);
+        return;
+    }
+    let mut c = Command::new(&wardcell);
+    c.args(["run", "--"])
+        .arg(&here)
+        .args(["--pipe-inside", &rounds.to_string()]);
+    base(&mut c);
+    c.env("WARDCELL_BENCH_MIB", (size >> 20).to_string());
+    let out = c.stdin(Stdio::null()).output().expect("spawn");
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&home);
+    println!("load average before: {load_before}; after: {}", loadavg());
+}
