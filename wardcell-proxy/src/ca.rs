@@ -17,7 +17,7 @@ use rcgen::{
 };
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::ServerConfig;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 use crate::allow::Host;
 use crate::error::Error;
@@ -148,4 +148,30 @@ fn subtree(host: &Host) -> GeneralSubtree {
             GeneralSubtree::IpAddress(CidrSubnet::V6(ip.octets(), [0xff; 16]))
         }
     }
+}
+/// What interception needs, made before the proxy confines itself.
+pub struct Interceptor {
+    pub ca: Ca,
+    pub upstream: Arc<ClientConfig>,
+}
+
+/// The client configuration for upstream servers: the system roots, loaded now.
+pub fn upstream_config(provider: Arc<CryptoProvider>) -> Result<Arc<ClientConfig>, Error> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = match found.errors.first() {
+            Some(e) => e.to_string(),
+            None => "none found".into(),
+        };
+        return Err(Error::Roots(why));
+    }
+    let mut cfg = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Roots(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
 }

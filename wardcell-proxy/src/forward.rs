@@ -8,28 +8,24 @@
 
 #![forbid(unsafe_code)]
 
-use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::{Body as HttpBody, Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::request;
-use hyper::{Request, Response, StatusCode, Uri};
+use hyper::{Request, Response, Uri};
 use hyper_util::rt::TokioIo;
 
 use wardcell_common::protocol::ProxyEvent;
 
 use crate::allow::Target;
+use crate::answer::{bad_gateway, Body};
 use crate::control::Events;
-use crate::front::Ctx;
-
-/// Every response body the proxy sends.
-pub type Body = UnsyncBoxBody<Bytes, hyper::Error>;
+use crate::ctx::Ctx;
 
 /// Hop-by-hop headers (RFC 9110 7.6.1) plus the obsolete ones clients still send.
 const HOP_BY_HOP: &[&str] = &[
@@ -41,21 +37,6 @@ const HOP_BY_HOP: &[&str] = &[
     "upgrade",
     "proxy-connection",
 ];
-
-/// A short plain-text response from the proxy itself.
-pub fn text(status: StatusCode, msg: String) -> Response<Body> {
-    let mut r = Response::new(
-        Full::new(Bytes::from(msg))
-            .map_err(|n: Infallible| match n {})
-            .boxed_unsync(),
-    );
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    r
-}
 
 /// Remove hop-by-hop headers, the ones `Connection` names, and every `Proxy-*` header.
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
@@ -220,13 +201,6 @@ pub async fn plain(req: Request<Incoming>, target: Target, ctx: Arc<Ctx>) -> Res
         Ok(resp) => relay_response(resp, tally),
         Err(e) => bad_gateway(&target, &e),
     }
-}
-
-pub fn bad_gateway(target: &Target, e: &dyn std::fmt::Display) -> Response<Body> {
-    text(
-        StatusCode::BAD_GATEWAY,
-        format!("wardcell: {}:{}: {e}\n", target.host, target.port),
-    )
 }
 
 #[cfg(test)]

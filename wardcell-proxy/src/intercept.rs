@@ -20,9 +20,8 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, RootCertStore};
+use rustls::ClientConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
@@ -31,38 +30,10 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use wardcell_common::protocol::ProxyEvent;
 
 use crate::allow::{Host, Target};
-use crate::ca::Ca;
+use crate::answer::{bad_gateway, text, Body};
+use crate::ctx::{Ctx, HEADER_TIMEOUT};
 use crate::dns;
-use crate::error::Error;
-use crate::forward::{self, text, Body, Counted, Direction, Tally};
-use crate::front::{Ctx, HEADER_TIMEOUT};
-
-/// What interception needs, made before the proxy confines itself.
-pub struct Interceptor {
-    pub ca: Ca,
-    pub upstream: Arc<ClientConfig>,
-}
-
-/// The client configuration for upstream servers: the system roots, loaded now.
-pub fn upstream_config(provider: Arc<CryptoProvider>) -> Result<Arc<ClientConfig>, Error> {
-    let found = rustls_native_certs::load_native_certs();
-    let mut roots = RootCertStore::empty();
-    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
-    if added == 0 {
-        let why = match found.errors.first() {
-            Some(e) => e.to_string(),
-            None => "none found".into(),
-        };
-        return Err(Error::Roots(why));
-    }
-    let mut cfg = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Roots(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(cfg))
-}
+use crate::forward::{self, Counted, Direction, Tally};
 
 /// One intercepted tunnel's way upstream: the checked address, and one connection
 /// reused while it stays open (requests on a client connection come one at a time).
@@ -211,7 +182,7 @@ async fn request(req: Request<Incoming>, up: &Upstream, ctx: &Ctx) -> Response<B
             Err(why) => {
                 // Nothing was sent: audited as refused, with the reason (e.g. an untrusted
                 // certificate), never as a connection that carried the credential.
-                let resp = forward::bad_gateway(&up.target, &why);
+                let resp = bad_gateway(&up.target, &why);
                 ctx.events.send(ProxyEvent::Denied {
                     host: up.target.host.to_string(),
                     port: up.target.port,
@@ -231,7 +202,7 @@ async fn request(req: Request<Incoming>, up: &Upstream, ctx: &Ctx) -> Response<B
     drop(sender);
     match sent.await {
         Ok(resp) => forward::relay_response(resp, tally),
-        Err(e) => forward::bad_gateway(&up.target, &e),
+        Err(e) => bad_gateway(&up.target, &e),
     }
 }
 

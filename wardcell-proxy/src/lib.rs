@@ -5,10 +5,12 @@
 #![deny(unsafe_code)]
 
 pub mod allow;
+pub mod answer;
 pub mod ca;
 pub mod confine;
 pub mod control;
 pub mod credentials;
+pub mod ctx;
 pub mod denials;
 pub mod dns;
 pub mod error;

@@ -29,12 +29,12 @@ use wardcell_common::plan::ProxySpec;
 use wardcell_common::protocol::ProxyEvent;
 
 use wardcell_proxy::allow::AllowList;
-use wardcell_proxy::ca::Ca;
+use wardcell_proxy::ca::{self, Ca, Interceptor};
 use wardcell_proxy::control::{self, Ended, Events, Sockets};
 use wardcell_proxy::credentials::Credentials;
+use wardcell_proxy::ctx::Ctx;
 use wardcell_proxy::error::Error;
-use wardcell_proxy::front::{self, Ctx};
-use wardcell_proxy::intercept::{self, Interceptor};
+use wardcell_proxy::front;
 use wardcell_proxy::names::Names;
 use wardcell_proxy::{confine, nameserver, sys, transparent};
 
@@ -143,7 +143,7 @@ fn prepare(spec: &ProxySpec) -> Result<(Prepared, Option<String>), Error> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let hosts = creds.hosts();
         let ca = Ca::mint(&spec.run_id, &spec.zone, &hosts, provider.clone())?;
-        let upstream = intercept::upstream_config(provider)?;
+        let upstream = ca::upstream_config(provider)?;
         Some(Interceptor { ca, upstream })
     };
     let ca_pem = intercept.as_ref().map(|i| i.ca.pem().to_string());

@@ -23,8 +23,8 @@ use tokio::sync::Semaphore;
 use wardcell_common::protocol::ProxyEvent;
 
 use crate::allow::Host;
+use crate::ctx::Ctx;
 use crate::dns;
-use crate::front::Ctx;
 use crate::names::Names;
 
 /// The TTL given with every answer, in seconds.

@@ -40,8 +40,8 @@ use tokio::net::{TcpListener, TcpStream};
 use wardcell_common::protocol::ProxyEvent;
 
 use crate::allow::{AllowList, Host, Target};
+use crate::ctx::Ctx;
 use crate::dns;
-use crate::front::Ctx;
 use crate::names::Names;
 use crate::nameserver::canonical;
 use crate::sniff::{sniff, Sniffed, MAX_SNIFF};
@@ -285,7 +285,7 @@ async fn forbid(mut client: TcpStream, http: bool, reason: &str) {
     if http {
         let body = format!(
             "wardcell: refused: {reason}\n{}",
-            crate::front::where_to_ask("HOST:PORT")
+            crate::ctx::where_to_ask("HOST:PORT")
         );
         let head = format!(
             "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",

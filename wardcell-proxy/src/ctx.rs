@@ -1,0 +1,140 @@
+//! What every connection of the proxy shares, read-only: the zone, its allow-list and
+//! credentials, the interception it may do, the event channel, and the connection
+//! slots; and the one path from an allowed target to a dialed connection (`Ctx::admit`),
+//! with the refusals it answers.
+
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::{Response, StatusCode};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+
+use wardcell_common::protocol::ProxyEvent;
+
+use crate::allow::{AllowList, Target};
+use crate::answer::{bad_gateway, text, Body};
+use crate::ca::Interceptor;
+use crate::control::Events;
+use crate::credentials::Credentials;
+use crate::dns::{self, Unreachable};
+
+/// Connections served at once (client connections and tunnels each hold one slot).
+const MAX_CONNECTIONS: usize = 256;
+/// Why a connection over [`MAX_CONNECTIONS`] is refused.
+pub const BUSY: &str =
+    "the proxy already serves 256 connections, the most it serves at once; try again when some have ended";
+/// A client has this long to send a request head.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Everything a connection needs, shared read-only.
+pub struct Ctx {
+    pub zone: String,
+    pub allow: AllowList,
+    pub creds: Credentials,
+    /// Present exactly when some credential is configured.
+    pub intercept: Option<Interceptor>,
+    pub events: Events,
+    slots: Arc<Semaphore>,
+}
+
+impl Ctx {
+    pub fn new(
+        zone: String,
+        allow: AllowList,
+        creds: Credentials,
+        intercept: Option<Interceptor>,
+        events: Events,
+    ) -> Ctx {
+        Ctx {
+            zone,
+            allow,
+            creds,
+            intercept,
+            events,
+            slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+        }
+    }
+
+    /// One of the connection slots, or `None` when all [`MAX_CONNECTIONS`] are taken.
+    pub fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
+    }
+
+    /// A connection refused because every slot is taken: a `proxy.denied` event (host
+    /// `-` when the destination is not known yet), throttled and counted as every
+    /// refusal is.
+    pub fn refuse_busy(&self, host: &str, port: u16) {
+        self.events.send(ProxyEvent::Denied {
+            host: host.to_string(),
+            port,
+            reason: BUSY.into(),
+        });
+    }
+
+    /// The allow-list, the address policy and the dial, in that order. The stream
+    /// returned is connected to the address that was checked.
+    pub async fn admit(&self, t: &Target) -> Result<(TcpStream, SocketAddr), Response<Body>> {
+        let Some(rule) = self.allow.find(t) else {
+            return Err(self.deny(t, "not in the allow list".into()));
+        };
+        let addrs = match dns::resolve(t, rule).await {
+            Ok(a) => a,
+            Err(u @ Unreachable::Refused(_)) => return Err(self.deny(t, u.to_string())),
+            Err(u) => return Err(self.unreachable(t, u)),
+        };
+        dns::dial(&addrs).await.map_err(|u| self.unreachable(t, u))
+    }
+
+    /// 403 and a `proxy.denied` event.
+    pub fn deny(&self, t: &Target, reason: String) -> Response<Body> {
+        let body = format!(
+            "wardcell: {}:{} is not allowed in zone {}: {reason}\n{}",
+            t.host,
+            t.port,
+            self.zone,
+            where_to_ask(&t.host.authority(t.port, 0))
+        );
+        self.events.send(ProxyEvent::Denied {
+            host: t.host.to_string(),
+            port: t.port,
+            reason,
+        });
+        text(StatusCode::FORBIDDEN, body)
+    }
+
+    /// 502 for an allowed target that cannot be reached; audited as denied, with why.
+    fn unreachable(&self, t: &Target, u: Unreachable) -> Response<Body> {
+        let reason = u.to_string();
+        let resp = bad_gateway(t, &reason);
+        self.events.send(ProxyEvent::Denied {
+            host: t.host.to_string(),
+            port: t.port,
+            reason,
+        });
+        resp
+    }
+}
+
+/// The second line of a refusal's body: where the sandbox finds out more.
+pub fn where_to_ask(target: &str) -> String {
+    format!(
+        "wardcell: `wardcell zone why {target}` says which rule refused it and which zones this run may enter allow it; `wardcell zone denials` lists this sandbox's recent refusals\n"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_busy_answer_names_the_limit() {
+        assert!(
+            BUSY.contains(&format!("{MAX_CONNECTIONS} connections")),
+            "{BUSY}"
+        );
+    }
+}
