@@ -9,6 +9,10 @@
 //! broker and shim beside it): every build and bwrap then take turns, round by round, so
 //! a change is measured against its base under the same load.
 //!
+//! An argument ending `.toml` names a configuration instead: this build again, run with
+//! `--config FILE`, so that what a configuration costs is measured against the default
+//! in the same rounds (as `limits`: `processes = "none"` against the built-in bound).
+//!
 //! `WARDCELL_BENCH_BLOCK=N` runs each of them N times in a row per round instead of
 //! once: back-to-back starts, as an agent running one command after another makes them,
 //! where what a run leaves the kernel to finish after it has returned falls on the next
@@ -68,19 +72,33 @@ fn main() {
         .filter(|&b| b > 0)
         .unwrap_or(1);
     let here = std::env::current_exe().unwrap();
-    let mut builds: Vec<PathBuf> = vec![here.parent().unwrap().to_path_buf()];
-    builds.extend(args.map(PathBuf::from));
-    for dir in &builds {
+    let here = here.parent().unwrap().to_path_buf();
+    // Each variant: a build's directory, and the configuration it runs with (a FILE.toml
+    // argument: this build with `--config FILE`; none: the user's own, or the built-in).
+    let mut builds: Vec<(PathBuf, Option<PathBuf>)> = vec![(here.clone(), None)];
+    builds.extend(args.map(PathBuf::from).map(|a| {
+        if a.extension().is_some_and(|e| e == "toml") {
+            (here.clone(), Some(a))
+        } else {
+            (a, None)
+        }
+    }));
+    for (dir, config) in &builds {
         assert!(
             dir.join("wardcell").is_file(),
             "build the workspace first: {} is missing",
             dir.join("wardcell").display()
         );
+        assert!(config.as_ref().is_none_or(|c| c.is_file()), "{config:?} is missing");
     }
 
-    let run_wc = |dir: &PathBuf| {
+    let run_wc = |(dir, config): &(PathBuf, Option<PathBuf>)| {
         let mut c = Command::new(dir.join("wardcell"));
-        c.args(["run", "--", "/bin/true"]).current_dir("/usr");
+        c.arg("run");
+        if let Some(config) = config {
+            c.arg("--config").arg(config);
+        }
+        c.args(["--", "/bin/true"]).current_dir("/usr");
         c
     };
     let run_bw = |ipc: bool| {
@@ -106,15 +124,15 @@ fn main() {
     };
     // WARDCELL_BENCH_AS_LINKED=1 leaves them as they are, to see the difference.
     if std::env::var_os("WARDCELL_BENCH_AS_LINKED").is_none() {
-        for dir in &builds {
+        for (dir, _) in &builds {
             for name in ["wardcell", "wardcell-broker", "wardcell-shim"] {
                 recache(&dir.join(name));
             }
         }
     }
     // Warm each up once (page cache, dynamic loader).
-    for dir in &builds {
-        time(&mut run_wc(dir));
+    for variant in &builds {
+        time(&mut run_wc(variant));
     }
     time(&mut run_bw(true));
     time(&mut run_bw(false));
@@ -150,17 +168,25 @@ fn main() {
     } else {
         println!("rounds: {rounds}, each a block of {block} runs in a row");
     }
-    for (i, dir) in builds.iter().enumerate() {
+    let m0 = ms(median(&mut wc[0]));
+    let mut before = m0;
+    for (i, (dir, config)) in builds.iter().enumerate() {
         let mw = median(&mut wc[i]);
-        let label = if i == 0 {
-            "wardcell run -- /bin/true".to_string()
-        } else {
-            format!("  {}", dir.display())
+        let label = match (i, config) {
+            (0, _) => "wardcell run -- /bin/true".to_string(),
+            (_, Some(c)) => format!("  --config {}", c.display()),
+            (_, None) => format!("  {}", dir.display()),
         };
         println!("{label:<28} median {:>8.2} ms", ms(mw));
         if i > 0 {
             println!("  ratio to bwrap: {:.2}", ms(mw) / ms(mb));
+            println!(
+                "  ratio to the first: {:.3}, to the one before: {:.3}",
+                ms(mw) / m0,
+                ms(mw) / before
+            );
         }
+        before = ms(mw);
     }
     println!(
         "bwrap (user,mnt,net,pid,ipc,/proc,/dev) median {:>8.2} ms",
@@ -170,7 +196,6 @@ fn main() {
         "bwrap without the IPC namespace   median {:>8.2} ms",
         ms(mb_no_ipc)
     );
-    let m0 = ms(median(&mut wc[0]));
     println!("ratio wardcell/bwrap: {:.2}", m0 / ms(mb));
     println!(
         "ratio wardcell/bwrap without the IPC namespace: {:.2}",
