@@ -89,7 +89,10 @@ fn main() {
             "build the workspace first: {} is missing",
             dir.join("wardcell").display()
         );
-        assert!(config.as_ref().is_none_or(|c| c.is_file()), "{config:?} is missing");
+        assert!(
+            config.as_ref().is_none_or(|c| c.is_file()),
+            "{config:?} is missing"
+        );
     }
 
     let run_wc = |(dir, config): &(PathBuf, Option<PathBuf>)| {
