@@ -42,9 +42,14 @@ pub fn client_on_path(
     if first == Some(true) {
         return;
     }
-    match path {
-        Some(i) if env[i].1.is_empty() => env[i].1 = dir.to_string(),
-        Some(i) => env[i].1 = format!("{dir}:{}", env[i].1),
+    prepend_path(env, dir);
+}
+
+/// Put `dir` first on `PATH` (which is `dir` alone when unset or empty).
+fn prepend_path(env: &mut Vec<(String, String)>, dir: &str) {
+    match env.iter_mut().find(|(k, _)| k == "PATH") {
+        Some((_, v)) if v.is_empty() => *v = dir.to_string(),
+        Some((_, v)) => *v = format!("{dir}:{v}"),
         None => env.push(("PATH".into(), dir.to_string())),
     }
 }
@@ -75,13 +80,8 @@ pub fn sandbox_tools_first(
     }) else {
         return;
     };
-    let Some(dir) = dir.to_str() else {
-        return;
-    };
-    match env.iter_mut().find(|(k, _)| k == "PATH") {
-        Some((_, v)) if v.is_empty() => *v = dir.to_string(),
-        Some((_, v)) => *v = format!("{dir}:{v}"),
-        None => env.push(("PATH".into(), dir.to_string())),
+    if let Some(dir) = dir.to_str() {
+        prepend_path(env, dir);
     }
 }
 

@@ -268,14 +268,20 @@ impl Fixture {
         self.cmd_of(client, args).output().expect("spawn").into()
     }
 
-    fn cmd_of(&self, client: &Path, args: &[&str]) -> Command {
-        let mut c = Command::new(client);
-        c.args(args)
-            .current_dir(&self.proj)
+    /// Where every wardcell command of a test runs: in the project, with a minimal
+    /// environment and no stdin.
+    fn surroundings(&self, c: &mut Command) {
+        c.current_dir(&self.proj)
             .env_clear()
             .env("PATH", format!("{}:/usr/bin:/bin", self.bin.display()))
             .env("HOME", &self.home)
             .stdin(Stdio::null());
+    }
+
+    fn cmd_of(&self, client: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new(client);
+        c.args(args);
+        self.surroundings(&mut c);
         if let Some((uid, gid)) = self.who.ids() {
             // std drops supplementary groups when root sets a uid.
             c.uid(uid).gid(gid);
@@ -306,13 +312,8 @@ impl Fixture {
                 "--".to_string(),
             ]);
         }
-        c.arg(self.bin.join("wardcell"))
-            .args(args)
-            .current_dir(&self.proj)
-            .env_clear()
-            .env("PATH", format!("{}:/usr/bin:/bin", self.bin.display()))
-            .env("HOME", &self.home)
-            .stdin(Stdio::null());
+        c.arg(self.bin.join("wardcell")).args(args);
+        self.surroundings(&mut c);
         c
     }
 
