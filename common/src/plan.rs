@@ -65,6 +65,16 @@ impl Plan {
                 .map(|z| (Some(z.name.as_str()), &z.profile)),
         }
     }
+
+    /// Every profile a sandbox of this run may be built from: each zone's, and the one
+    /// `run --profile` names.
+    pub fn profiles(&self) -> impl Iterator<Item = &ProfilePlan> {
+        let start = match &self.start {
+            Start::Profile(p) => Some(p),
+            Start::Zone(_) => None,
+        };
+        self.zones.iter().map(|z| &z.profile).chain(start)
+    }
 }
 
 /// Entries `wardcell run` (or `policy show`) adds to the start profile for one run.
@@ -133,12 +143,8 @@ impl Plan {
     /// One line for each `write` path a profile of this plan names that does not exist
     /// here (left out of the sandbox), each profile once.
     pub fn missing_writes(&self) -> Vec<String> {
-        let start = match &self.start {
-            Start::Profile(p) => Some(p),
-            Start::Zone(_) => None,
-        };
         let mut out: Vec<String> = Vec::new();
-        for p in self.zones.iter().map(|z| &z.profile).chain(start) {
+        for p in self.profiles() {
             for s in p.skipped.iter().filter(|s| s.rule == "write") {
                 let line = format!(
                     "warning: profile '{}' writes {:?}, which {}: it is left out of the sandbox; create it first if the sandbox should write there",

@@ -62,7 +62,7 @@ use nix::unistd::Pid;
 use serde_json::json;
 
 use wardcell_common::paths;
-use wardcell_common::plan::{Plan, ProfilePlan, Start};
+use wardcell_common::plan::{Plan, ProfilePlan};
 use wardcell_common::protocol::{self, Launch, ShimReport};
 use wardcell_common::terminal;
 use wardcell_common::text::shown;
@@ -142,33 +142,48 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     let run_id = runid::new_run_id(random);
     trace::set_run(&run_id);
     tracing::debug!(writer = writer.map(|p| p.as_raw()), "broker started");
-    // 1. The first sandbox's namespaces and shim, started at once: the kernel and the
-    //    other core build them while the client's plan writer resolves the plan and this
-    //    thread prepares everything else.
+    // 1. Steps 2 and 3 (the plan, then the run's directories and log) in a thread of
+    //    their own, while this one starts the first sandbox: clone3 builds the new
+    //    namespaces in the calling thread, most of a millisecond the plan no longer waits
+    //    behind. This thread spawns (the shim's death signal follows the thread that
+    //    started it) and joins the other before any signal is taken over.
+    let shim = BrokerError::helper("wardcell-shim").and_then(|shim| {
+        CString::new(shim.as_os_str().as_encoded_bytes())
+            .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))
+    });
+    let planner = std::thread::Builder::new()
+        .name("plan".into())
+        .stack_size(PLAN_STACK)
+        .spawn({
+            // Without a shim the run is not started (below), but the plan is still taken:
+            // the writer then ends as usual, and this one line is the only one.
+            let (run_id, shim) = (run_id.clone(), shim.as_ref().cloned().unwrap_or_default());
+            move || take_and_prepare(writer, run_id, shim)
+        })
+        .map_err(|e| BrokerError::Launch(format!("starting a thread: {e}")))?;
     // Signals whoever started us ignores: the command starts ignoring them too, as after
     // an exec, and they are not forwarded (or taken over) either.
     let ignored = sys::ignored_signals();
-    let started = (|| {
-        let shim = BrokerError::helper("wardcell-shim")?;
-        let shim = CString::new(shim.as_os_str().as_encoded_bytes())
-            .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))?;
-        let terminal = Terminal::for_stdio()?;
-        let spawned = sandbox::spawn(&shim, terminal.stdio(), ignored)?;
-        Ok((shim, terminal, spawned))
-    })();
-
-    // 2. The plan.
-    // `Err(None)`: the writer closed fd 3 without a plan.
-    let plan = match take_plan() {
-        Ok(Some(plan)) => Ok(plan),
-        Ok(None) => Err(None),
-        Err(e) => Err(Some(e)),
-    };
-    let (mut plan, (shim, terminal, spawned)) = match (plan, started) {
-        (Ok(plan), Ok(started)) => (plan, started),
-        (Ok(_), Err(e)) => return Err(e),
+    let started = shim
+        .and_then(|shim| Ok((shim, Terminal::for_stdio()?)))
+        .and_then(|(shim, terminal)| {
+            let spawned = sandbox::spawn(&shim, terminal.stdio(), ignored)?;
+            Ok((terminal, spawned))
+        });
+    let prepared = planner
+        .join()
+        .unwrap_or_else(|_| Err(Some(BrokerError::Launch("reading the plan failed".into()))));
+    let (run, (terminal, spawned)) = match (prepared, started) {
+        (Ok(run), Ok(started)) => (Arc::new(run), started),
+        // No sandbox, so no run: neither its directory nor an empty log stays.
+        (Ok(run), Err(e)) => {
+            let log = paths::runs_dir(&run.plan.dirs).join(format!("{}.jsonl", run.id));
+            let _ = fs::remove_file(log);
+            let _ = fs::remove_dir_all(&run.dir);
+            return Err(e);
+        }
         (Err(why), started) => {
-            if let Ok((_, _, spawned)) = started {
+            if let Ok((_, spawned)) = started {
                 spawned.abandon();
             }
             return match (why, writer) {
@@ -179,22 +194,26 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
             };
         }
     };
-
-    trace_plan(&mut plan, writer);
-
-    // 3. Directories, audit log.
-    let prepared = prepare_run(&mut plan, &run_id);
-    let (run_id, run_dir, audit) = match prepared {
-        Ok(p) => p,
-        Err(e) => {
-            spawned.abandon();
-            return Err(e);
-        }
-    };
-    let run = Arc::new(Run::new(plan, run_id, run_dir.clone(), shim, audit));
+    let run_dir = run.dir.clone();
     let result = run_first_sandbox(&run, spawned, terminal, writer, ignored);
     let _ = fs::remove_dir_all(&run_dir);
     result
+}
+
+/// The plan thread's stack (the plan is decoded there; the main thread's is the default 8 MiB).
+const PLAN_STACK: usize = 1024 * 1024;
+
+/// Steps 2 and 3: the plan from fd 3, then the run's directories and audit log, and the
+/// run. `Err(None)`: the writer closed fd 3 without a plan.
+fn take_and_prepare(
+    writer: Option<Pid>,
+    run_id: String,
+    shim: CString,
+) -> Result<Run, Option<BrokerError>> {
+    let mut plan = take_plan().map_err(Some)?.ok_or(None)?;
+    trace_plan(&mut plan, writer);
+    let (run_id, run_dir, audit) = prepare_run(&mut plan, &run_id).map_err(Some)?;
+    Ok(Run::new(plan, run_id, run_dir, shim, audit))
 }
 
 /// `wardcell run -v` turns tracing on here; the plan writer's own lines are printed now
@@ -320,12 +339,7 @@ fn record_identities(plan: &mut Plan) {
     plan.identities = Default::default();
     let host_env: Vec<(String, String)> = std::env::vars().collect();
     let mut paths: Vec<PathBuf> = spec::host_paths(&host_env);
-    let profiles = plan.zones.iter().map(|z| &z.profile);
-    let start = match &plan.start {
-        Start::Profile(p) => Some(p),
-        Start::Zone(_) => None,
-    };
-    for p in profiles.chain(start) {
+    for p in plan.profiles() {
         paths.extend(p.paths().cloned());
     }
     paths.extend(plan.dirs.config.iter().cloned());
@@ -333,12 +347,15 @@ fn record_identities(plan: &mut Plan) {
     paths.push(plan.dirs.runtime.clone());
     paths.extend(plan.credential_files());
     paths.extend(plan.client.iter().cloned());
-    // The CA certificates the shim makes a bundle of, where they really are.
-    paths.extend(
-        spec::ca_files(&host_env, &|p| p.exists())
-            .into_iter()
-            .filter_map(|p| fs::canonicalize(p).ok()),
-    );
+    // The CA certificates the shim makes a bundle of, where they really are: only a
+    // sandbox with network gets a bundle (spec::build_with).
+    if plan.profiles().any(|p| p.network.enabled()) {
+        paths.extend(
+            spec::ca_files(&host_env, &|p| p.exists())
+                .into_iter()
+                .filter_map(|p| fs::canonicalize(p).ok()),
+        );
+    }
     for path in paths {
         match fs::symlink_metadata(&path) {
             Ok(m) if !m.file_type().is_symlink() => {

@@ -211,15 +211,8 @@ impl Run {
 /// The run's directory is watched when a sandbox may write it: a snapshot of what can make
 /// git run code there, taken before any sandbox runs code.
 fn git_watch(plan: &Plan) -> Option<gitguard::Watch> {
-    let start = match &plan.start {
-        wardcell_common::plan::Start::Profile(p) => Some(p),
-        wardcell_common::plan::Start::Zone(_) => None,
-    };
     let writable = plan
-        .zones
-        .iter()
-        .map(|z| &z.profile)
-        .chain(start)
+        .profiles()
         .any(|p| p.write.iter().any(|w| plan.cwd.starts_with(w)));
     gitguard::watch(&plan.cwd, writable)
 }

@@ -110,11 +110,7 @@ fn symlink_in_writable_tree(
 /// not the link's (a `~/.config/wardcell` linked into a project would otherwise stay
 /// writable there).
 pub fn resolve_own_paths(plan: &mut Plan) -> Result<(), String> {
-    let start = match &plan.start {
-        wardcell_common::plan::Start::Profile(p) => Some(p),
-        wardcell_common::plan::Start::Zone(_) => None,
-    };
-    let profiles: Vec<&ProfilePlan> = plan.zones.iter().map(|z| &z.profile).chain(start).collect();
+    let profiles: Vec<&ProfilePlan> = plan.profiles().collect();
     let real = |p: &Path| -> Result<PathBuf, String> {
         for profile in &profiles {
             if let Some((link, w)) = symlink_in_writable_tree(p, &profile.write, &is_symlink) {

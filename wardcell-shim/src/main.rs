@@ -131,6 +131,11 @@ fn main() {
         std::process::exit(1);
     }
     let mut control = greet_broker(sys::control_socket());
+    // The bounding set emptied while the broker prepares the spec, for init and the
+    // command alike (caps.rs): off the path to the command's start.
+    if let Err(e) = caps::drop_bounding_set() {
+        setup_failed(&mut control, "capabilities", e);
+    }
     // The filter does not depend on the spec: compile it while the broker prepares it.
     let filter = seccomp::policy();
     // Nor do the filesystems of the view that are not the host's (mounts.rs), nor

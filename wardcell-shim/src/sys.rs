@@ -374,10 +374,22 @@ pub fn drop_bounding_set() -> Result<u32, (u32, io::Error)> {
     Ok(64)
 }
 
-/// Whether `cap` is still in the bounding set (an error counts as held).
-pub fn in_bounding_set(cap: u32) -> bool {
-    // SAFETY: prctl with integer arguments only.
-    unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) != 0 }
+/// The first capability still in the bounding set, reading every one this kernel knows
+/// (up to the first it refuses with EINVAL); any other error counts as held.
+pub fn first_in_bounding_set() -> Option<u32> {
+    for cap in 0..64u32 {
+        // SAFETY: prctl with integer arguments only.
+        let r = unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) };
+        match r {
+            0 => {}
+            1 => return Some(cap),
+            _ if cap > 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) => {
+                return None
+            }
+            _ => return Some(cap),
+        }
+    }
+    None
 }
 
 /// PR_CAP_AMBIENT_CLEAR_ALL.
