@@ -167,22 +167,29 @@ fn main() {
             format!("bringing loopback up: {e}"),
         );
     }
+    // With network, the listeners go to the broker before the command's process exists
+    // (its reports must come after them), and one sysctl is written by name for them:
+    // the host's tree goes first there.
+    let mut host_attached = true;
     if let Some(port) = spec.proxy_port {
+        if let Err(f) = mounts::let_host_go() {
+            setup_failed(&mut control, f.step, f.message);
+        }
+        host_attached = false;
         if let Err(e) = net::hand_over(&mut control, port, &spec.egress_ports) {
             setup_failed(&mut control, "network", e);
         }
     }
-    // The broker says when: it has audited the run's start and, with network, started
-    // the proxy, whose CA the command's bundle then carries.
-    if let Err(e) = await_proceed(&mut control, &view) {
-        setup_failed(&mut control, "start", e);
-    }
-
-    tracing::debug!("view built; starting the command");
-
-    // 3. The command. With a pty, its session is init's: the command's process group
-    //    then has its parent in the same session, so it is not orphaned and Ctrl-Z
-    //    (SIGTSTP from the terminal) stops it, as under a shell.
+    // 3. The command's process, at once. It confines itself (below, exec_command) while
+    //    init detaches the host's tree, waits for the broker's Proceed (the broker has
+    //    audited the run's start and, with network, started the proxy, whose CA the
+    //    command's bundle then carries), writes that bundle and sets the PID namespace's
+    //    pid_max; only then does init say go, and the command looks up a name (its working
+    //    directory, the program) and execs. Until go, the host's tree still hangs on the
+    //    view's root: nothing on either side looks a name up before it is detached.
+    //    With a pty, the command's session is init's: its process group then has its
+    //    parent in the same session, so it is not orphaned and Ctrl-Z (SIGTSTP from the
+    //    terminal) stops it, as under a shell.
     if spec.controlling_tty {
         if let Err(e) = nix::unistd::setsid()
             .map_err(std::io::Error::from)
@@ -191,15 +198,36 @@ fn main() {
             setup_failed(&mut control, "terminal", format!("TIOCSCTTY: {e}"));
         }
     }
+    let (wait_go, go) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => setup_failed(&mut control, "fork", format!("pipe: {e}")),
+    };
     let child = match sys::fork() {
-        Ok(sys::Forked::Child) => exec_command(&spec, &view, &filter, &mut control, inherited),
-        Ok(sys::Forked::Parent(pid)) => {
-            // The host's detached tree is freed now, beside the command's start.
-            drop(view.host);
-            Pid::from_raw(pid)
+        Ok(sys::Forked::Child) => {
+            drop(go);
+            exec_command(&spec, &view, &filter, &mut control, inherited, wait_go)
         }
+        Ok(sys::Forked::Parent(pid)) => Pid::from_raw(pid),
         Err(e) => setup_failed(&mut control, "fork", e.to_string()),
     };
+    drop(wait_go);
+    let detached = match host_attached {
+        true => mounts::let_host_go(),
+        false => Ok(()),
+    };
+    let ready = detached
+        .map_err(|f| (f.step, f.message))
+        .and_then(|()| await_proceed(&mut control, &view).map_err(|e| ("start", e)))
+        .and_then(|()| set_pid_max(spec.pid_max).map_err(|e| ("rlimit", e)));
+    if let Err((step, message)) = ready {
+        let _ = kill(child, Signal::SIGKILL);
+        setup_failed(&mut control, step, message);
+    }
+    // A command that failed its own steps has reported why and exited: no one reads.
+    let _ = nix::unistd::write(&go, b"g");
+    drop(go);
+    // The host's detached tree is freed now, beside the command's start.
+    drop(view.host);
 
     // 4. Init.
     if let Err(e) = become_init() {
@@ -216,6 +244,31 @@ fn main() {
         ShimReport::Signaled { signal } => 128 + signal,
         _ => 1,
     })
+}
+
+#[cfg(target_os = "linux")]
+/// For root, the profile's processes limit as the PID namespace's pid_max: no PID, so no
+/// process, past it. Init writes it (it still holds CAP_SYS_ADMIN in the namespace's
+/// owner; the command never does) before the command may exec.
+fn set_pid_max(pid_max: Option<u64>) -> Result<(), String> {
+    match pid_max {
+        Some(n) => std::fs::write("/proc/sys/kernel/pid_max", n.to_string())
+            .map_err(|e| format!("setting the processes limit (pid_max {n}): {e}")),
+        None => Ok(()),
+    }
+}
+
+#[cfg(target_os = "linux")]
+/// Whether init said go (one byte) rather than ending without it.
+fn go_said(wait_go: std::os::fd::OwnedFd) -> bool {
+    let mut b = [0u8; 1];
+    loop {
+        match nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&wait_go), &mut b) {
+            Ok(1) => return true,
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return false,
+        }
+    }
 }
 
 #[cfg(target_os = "linux")]
@@ -349,6 +402,7 @@ fn exec_command(
     filter: &Result<seccompiler::BpfProgram, String>,
     control: &mut UnixStream,
     ignored: u64,
+    wait_go: std::os::fd::OwnedFd,
 ) -> ! {
     // a. Its own session; with a pty (init's session, see step 3), its own process
     //    group in the terminal's foreground (SIGTTOU blocked: until then it is in the
@@ -366,16 +420,6 @@ fn exec_command(
     } else if let Err(e) = nix::unistd::setsid() {
         setup_failed(control, "setsid", e.to_string());
     }
-    if let Err(e) = std::env::set_current_dir(&spec.cwd) {
-        setup_failed(
-            control,
-            "cwd",
-            format!(
-                "cannot enter the working directory {}: {e}",
-                spec.cwd.display()
-            ),
-        );
-    }
     // b. The caller's soft open-file limit back (wardcell ran with the hard one).
     if let Some(soft) = spec.open_files {
         use nix::sys::resource::{getrlimit, setrlimit, Resource};
@@ -391,19 +435,8 @@ fn exec_command(
     }
     //    The profile's processes limit, where no cgroup holds it: in this user namespace
     //    it counts the sandbox's processes only (Linux 5.14 and later), the command
-    //    cannot raise it (that needs CAP_SYS_RESOURCE in the host's namespace).
-    //    Or, for root (exempt from RLIMIT_NPROC), the PID namespace's pid_max: no PID,
-    //    so no process, past it (this process still holds CAP_SYS_ADMIN in the
-    //    namespace's owner; the command will not).
-    if let Some(n) = spec.pid_max {
-        if let Err(e) = std::fs::write("/proc/sys/kernel/pid_max", n.to_string()) {
-            setup_failed(
-                control,
-                "rlimit",
-                format!("setting the processes limit (pid_max {n}): {e}"),
-            );
-        }
-    }
+    //    cannot raise it (that needs CAP_SYS_RESOURCE in the host's namespace). (For
+    //    root, exempt from RLIMIT_NPROC, init sets the PID namespace's pid_max instead.)
     //    A hard limit the caller already has below it stays (it is counted here too).
     if let Some(n) = spec.processes {
         use nix::sys::resource::{getrlimit, setrlimit, Resource};
@@ -436,11 +469,27 @@ fn exec_command(
         ),
         Err(e) => setup_failed(control, "landlock", e),
     }
-    // e. Seccomp, last before exec: from here on the syscall surface is the sandbox's.
+    // e. Init's go (main, step 3): the host's tree is gone from the view, the broker said
+    //    proceed. Then, and only then, the first name: the working directory.
+    if !go_said(wait_go) {
+        // Init failed a step of its own, reported it, and is ending the sandbox.
+        std::process::exit(1);
+    }
+    if let Err(e) = std::env::set_current_dir(&spec.cwd) {
+        setup_failed(
+            control,
+            "cwd",
+            format!(
+                "cannot enter the working directory {}: {e}",
+                spec.cwd.display()
+            ),
+        );
+    }
+    // f. Seccomp, last before exec: from here on the syscall surface is the sandbox's.
     if let Err(e) = seccomp::install(filter) {
         setup_failed(control, "seccomp", e);
     }
-    // f. Nothing but 0, 1 and 2 survives exec (the control socket is close-on-exec too).
+    // g. Nothing but 0, 1 and 2 survives exec (the control socket is close-on-exec too).
     if let Err(e) = sys::cloexec_from(3) {
         setup_failed(control, "descriptors", e.to_string());
     }
@@ -449,7 +498,7 @@ fn exec_command(
     for fd in (0..3).filter(|fd| sys::closed_at_start() & (1 << fd) != 0) {
         let _ = nix::unistd::close(fd);
     }
-    // g. The dispositions a plain exec by the caller would give (the shim's own ignored
+    // h. The dispositions a plain exec by the caller would give (the shim's own ignored
     //    SIGPIPE must not leak: `yes | head -1` ends by SIGPIPE), and the signals init
     //    blocked are the command's again.
     //    Init set exactly SIGPIPE ignored (step 1) and nothing since: change what differs.

@@ -482,14 +482,22 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
             .map_err(|e| fail(format!("entering the root: {e}")))?;
     }
     nix::unistd::pivot_root(".", ".").map_err(|e| fail(format!("pivot_root: {e}")))?;
-    nix::mount::umount2(".", MntFlags::MNT_DETACH)
-        .map_err(|e| fail(format!("detaching the host's tree: {e}")))?;
-    nix::unistd::chdir("/").map_err(|e| fail(format!("chdir /: {e}")))?;
     drop(covers);
     view.host = host.into_values().collect();
     view.host.extend(held_dev.into_iter().map(|(_, f)| f));
     view.host.push(stage);
     Ok(view)
+}
+
+/// After [`setup`]: detach the host's tree, which `pivot_root` left stacked on the
+/// sandbox's root, and enter that root. Until then a name looked up from `/` may reach
+/// the host's tree: nothing is looked up by name between the two (main.rs, step 3).
+/// Detaching waits for an RCU grace period, so init does it while the command's process
+/// confines itself.
+pub fn let_host_go() -> Result<()> {
+    nix::mount::umount2(".", MntFlags::MNT_DETACH)
+        .map_err(|e| fail(format!("detaching the host's tree: {e}")))?;
+    nix::unistd::chdir("/").map_err(|e| fail(format!("chdir /: {e}")))
 }
 
 /// Whether the view's root is a tree the profile writes (it names `/` for writing).
