@@ -335,12 +335,67 @@ impl Fixture {
     }
 }
 
-/// Assert that the `wardcell-probe heartbeat` writing `beat` has stopped: its counter
-/// does not move in 300 ms.
+/// Wait until `cond` holds, looking every 10 ms; panic naming `what` if it does not
+/// within `secs` seconds. Tests wait on what they need to have happened, never for a
+/// fixed time: generous deadlines cost nothing when all is well.
+#[track_caller]
+pub fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(Instant::now() < deadline, "waited {secs} s for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The live processes that hold `file` open (a descriptor of theirs is it), found
+/// through /proc/PID/fd (readable to root for every process).
+pub fn holders(file: &Path) -> Vec<Proc> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(want) = fs::metadata(file) else {
+        return Vec::new();
+    };
+    let is_it = |m: fs::Metadata| m.dev() == want.dev() && m.ino() == want.ino();
+    let mut found = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let Ok(fds) = fs::read_dir(e.path().join("fd")) else {
+            continue;
+        };
+        if fds
+            .flatten()
+            .any(|fd| fs::metadata(fd.path()).is_ok_and(is_it))
+        {
+            found.extend(proc_now(pid).map(|(p, _)| p));
+        }
+    }
+    found
+}
+
+/// Assert that the `wardcell-probe heartbeat` writing `beat` has ended: within 10 s no
+/// live process holds the file open (the probe holds it from its first beat to its
+/// end). Then its counter must not move over five beats: a backstop in case the writer
+/// could not be seen (its /proc unreadable to a test run as another user than root);
+/// an absence cannot be waited for.
 #[track_caller]
 pub fn assert_heartbeat_stopped(beat: &Path, why: &str) {
+    let mut left = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        left = holders(beat);
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        left,
+        Vec::<Proc>::new(),
+        "{why}: its writer is alive after 10 s"
+    );
     let a = fs::read_to_string(beat).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(100));
     assert_eq!(a, fs::read_to_string(beat).unwrap(), "{why}");
 }
 
@@ -821,6 +876,22 @@ impl Shell {
             self.type_in("jobs\n");
             std::thread::sleep(Duration::from_millis(300));
         }
+    }
+
+    /// Wait (20 s at most) until a job of the shell's, not the shell, is the terminal's
+    /// foreground (after `fg`: the job may read it now).
+    #[track_caller]
+    pub fn wait_for_job_in_foreground(&self) {
+        wait_until(20, "a job in the terminal's foreground", || {
+            // SAFETY: tcgetpgrp on a descriptor we own (the master's is its slave's).
+            let pgrp = unsafe { libc::tcgetpgrp(self.master.as_raw_fd()) };
+            pgrp > 0 && pgrp != self.pid
+        });
+    }
+
+    /// The shell's pid (its descendants are what it runs).
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
     }
 
     pub fn type_in(&mut self, text: &str) {

@@ -294,9 +294,18 @@ both!(two_requests_at_once_are_answered_each_on_its_own, |fx| {
     ]);
     cmd.env("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/bus");
     let a = Watched::spawn(&fx, cmd, "a");
-    waiting(&fx, 1);
-    // One second apart, so that "newest first" has an order to show.
-    std::thread::sleep(Duration::from_millis(1100));
+    let first = id_of(&waiting(&fx, 1)[0]);
+    // Queued in a later second (the queue's times are in seconds), so that "newest
+    // first" has an order to show.
+    let record: Value = serde_json::from_str(
+        &fs::read_to_string(queue(&fx).join(format!("{first}.request"))).unwrap(),
+    )
+    .unwrap();
+    let queued = record["queued"].as_u64().expect("a queued time");
+    wardcell_tests::wait_until(5, "the next second", || {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        now.unwrap().as_secs() > queued
+    });
     let b = start(&fx, "wardcell zone enter push -- touch b; echo rc=$?", "b");
     let list = waiting(&fx, 2);
     assert_eq!(list[0]["command"][1], "b", "newest first: {list:?}");
@@ -357,6 +366,7 @@ both!(
         .unwrap();
         assert_eq!(answer["approved"], true);
         assert_eq!(answer["approver"], "ana");
+        // Half a second for a late start to show (it must not: an absence, not a wait).
         std::thread::sleep(Duration::from_millis(500));
         fx.write(&fx.proj.join("done"), "");
         let (out, _) = run.finish(30);

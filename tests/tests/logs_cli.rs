@@ -25,6 +25,7 @@ both!(
     |fx| {
         fx.test_config("");
         fx.sh("exit 3").expect_code(3);
+        // A run that lasts at least 300 ms: its duration is checked below.
         fx.sh("sleep 0.3").ok();
         // doctor's trial run writes a log too (its own status does not matter here).
         let _ = fx.run(&["doctor"]);

@@ -10,7 +10,7 @@ use std::fs;
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
-use wardcell_tests::{both, Fixture, Watched};
+use wardcell_tests::{both, wait_until, Fixture, Watched};
 
 /// Processes on the host now.
 fn host_processes() -> usize {
@@ -48,18 +48,30 @@ fn fork_loop(fx: &Fixture, bound: u64, ask: u64) -> (usize, usize) {
     let probe = fx.bin.join("wardcell-probe");
     let before = host_processes();
     let ask = ask.to_string();
+    // The loop holds its children until `sampled` exists.
+    let sampled = fx.proj.join("sampled");
     let run = Watched::spawn(
         fx,
-        fx.cmd(&["run", "--", probe.to_str().unwrap(), "fork-loop", &ask]),
+        fx.cmd(&[
+            "run",
+            "--",
+            probe.to_str().unwrap(),
+            "fork-loop",
+            &ask,
+            sampled.to_str().unwrap(),
+        ]),
         "fork",
     );
-    // Sample the host while it runs (Watched::finish samples the run's own tree).
+    // Sample the host while it forks (Watched::finish samples the run's own tree), until
+    // it says how many it forked, and once more while it holds them all.
+    let printed = fx.dir.join("fork.out");
     let mut most = 0;
-    let until = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < until {
+    wait_until(30, "the fork loop to end", || {
         most = most.max(host_processes());
-        std::thread::sleep(Duration::from_millis(2));
-    }
+        fs::read_to_string(&printed).is_ok_and(|o| o.contains("forked"))
+    });
+    most = most.max(host_processes());
+    fx.write(&sampled, "");
     let (out, tree) = run.finish(30);
     out.ok();
     assert!(
@@ -232,6 +244,7 @@ both!(time_ends_what_ignores_sigterm_and_entered_zones_too, |fx| {
     fx.config(&format!(
         "[zones.agent]\nprofile = \"dev\"\ndefault = true\n\n[zones.short]\nprofile = \"short\"\nenter_from = [\"agent\"]\n\n[profiles.dev]\nextends = \"developer-readonly\"\nread = [\"{bin}\"]\n\n[profiles.short]\nextends = \"dev\"\nlimits = {{ time = \"1s\" }}\n"
     ));
+    // (`sleep 30`: a command that would run past the 1 s limit.)
     let out =
         fx.sh("wardcell zone enter short -- sh -c 'trap \"\" TERM; sleep 30'; echo \"status $?\"");
     out.ok();

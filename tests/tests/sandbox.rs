@@ -6,7 +6,7 @@ use std::io::Read;
 use std::net::{TcpListener, UdpSocket};
 use std::time::{Duration, Instant};
 
-use wardcell_tests::{both, Fixture, Out};
+use wardcell_tests::{both, wait_until, Fixture, Out};
 
 fn status_field<'a>(out: &'a str, field: &str) -> &'a str {
     out.lines()
@@ -646,16 +646,33 @@ both!(the_sandbox_dies_with_the_broker, |fx| {
         ])
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !beat.exists() {
-        assert!(Instant::now() < deadline, "the heartbeat never started");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(10, "the heartbeat to start", || beat.exists());
     child.kill().unwrap(); // SIGKILL to the broker
     child.wait().unwrap();
-    std::thread::sleep(Duration::from_millis(200));
     wardcell_tests::assert_heartbeat_stopped(&beat, "the sandboxed process outlived the broker");
 });
+
+// The harness's check that a heartbeat has stopped sees its writer: a probe run on the
+// host is found holding the file while it beats, and the check passes once it is killed.
+#[test]
+fn a_heartbeats_writer_is_seen_until_it_ends() {
+    let fx = Fixture::new("heartbeat_writer", wardcell_tests::As::Invoker);
+    let beat = fx.dir.join("beat");
+    let mut probe = std::process::Command::new(fx.bin.join("wardcell-probe"))
+        .arg("heartbeat")
+        .arg(&beat)
+        .spawn()
+        .unwrap();
+    wait_until(10, "the heartbeat to start", || beat.exists());
+    let pids: Vec<u32> = wardcell_tests::holders(&beat)
+        .iter()
+        .map(|p| p.pid)
+        .collect();
+    assert_eq!(pids, [probe.id()]);
+    probe.kill().unwrap();
+    probe.wait().unwrap();
+    wardcell_tests::assert_heartbeat_stopped(&beat, "the probe outlived its kill");
+}
 
 both!(interactive_shell_gets_a_terminal, |fx| {
     // A real pty on the host side, as a person's terminal would be.
@@ -858,19 +875,18 @@ both!(git_hooks_stay_read_only_in_a_writable_project, |fx| {
 // not left a zombie for the length of the run.
 both!(the_plan_writer_does_not_outlive_the_start, |fx| {
     let ready = fx.proj.join("ready");
-    let script = format!("touch {}; sleep 2", ready.display());
+    let done = fx.proj.join("done");
+    // The command runs until the broker's children have been looked at.
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.02; done",
+        ready.display(),
+        done.display()
+    );
     let mut run = fx
         .cmd(&["run", "--", "/bin/sh", "-c", &script])
         .spawn()
         .expect("spawn wardcell");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !ready.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the command never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_until(10, "the command to start", || ready.exists());
     let broker = run.id();
     let children =
         std::fs::read_to_string(format!("/proc/{broker}/task/{broker}/children")).unwrap();
@@ -888,6 +904,7 @@ both!(the_plan_writer_does_not_outlive_the_start, |fx| {
         ["wardcell-shim"],
         "the broker's children: {children}"
     );
+    fx.write(&done, "");
     assert!(run.wait().unwrap().success());
 });
 
@@ -967,6 +984,7 @@ both!(ctrl_z_stops_the_command_as_under_a_shell, |fx| {
     }
     // The command stays stopped once it could go on.
     std::fs::write(&go, "").unwrap();
+    // What is tested is that FINISHED does not come: an absence, given half a second.
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         !sh.seen().contains("FINISHED\r\n"),

@@ -48,7 +48,8 @@ both!(a_backgrounded_run_reading_the_terminal_is_stopped, |fx| {
     sh.wait_for_stopped();
     // `fg`: now the command reads what is typed.
     sh.type_in("fg\n");
-    std::thread::sleep(Duration::from_millis(500));
+    // Typed once the run has the terminal again, not while the shell reads.
+    sh.wait_for_job_in_foreground();
     sh.type_in("second\n");
     let out = fx.proj.join("out.txt");
     let until = Instant::now() + Duration::from_secs(20);
@@ -70,6 +71,8 @@ both!(stdout_alone_on_a_terminal_still_gets_a_pty, |fx| {
     // Before, fd 1 was the caller's terminal: read back through it, the command took the
     // line typed next. Now it is a pty of the command's own, where nothing is typed.
     sh.type_in(
+        // (`sleep 2; kill`: the window in which a command reading its stdout would take
+        // the line typed next; nothing comes to show that it did not.)
         "wardcell run -- /bin/sh -c 'test -t 0 || echo IN-NOT\"\"-TTY; test -t 1 && echo OUT\"\"-TTY; (sleep 2; kill $$) & read x <&1; echo \"got:$x\"' < /dev/null\n",
     );
     sh.wait_for("OUT-TTY");
@@ -87,17 +90,24 @@ both!(
         zones_config(&fx);
         let mut sh = Shell::start(&fx);
         // Inside the run, a shell with job control starts an entry in the background. What
-        // the user types while the shell sleeps wakes the entry's client, which is stopped
-        // (SIGTTIN) before it reads; the shell then reads the line. Before, the entered
-        // command held the terminal itself and took the line.
+        // the user types while the shell waits (for `go`) wakes the entry's client, which
+        // is stopped (SIGTTIN) before it reads; the shell then reads the line. Before, the
+        // entered command held the terminal itself and took the line.
         sh.type_in(concat!(
         "wardcell run -- /bin/sh -c '",
         "set -m; wardcell zone enter build -- /bin/sh -c \"echo ENTE\\\"\\\"RED; read x; echo got:\\$x\" & ",
-        "sleep 2; read y; echo \"shell:$y\"; jobs; kill -KILL %1; echo RUN-\"\"DONE'\n"
+        "while [ ! -e go ]; do sleep 0.02; done; read y; echo \"shell:$y\"; jobs; kill -KILL %1; echo RUN-\"\"DONE'\n"
     ));
         sh.wait_for("ENTERED");
-        std::thread::sleep(Duration::from_millis(300));
         sh.type_in("secret\n");
+        // The entry's client (a `wardcell` under the user's shell) stops; then the run's
+        // shell may read.
+        wardcell_tests::wait_until(20, "the entry's client to stop", || {
+            wardcell_tests::descendants(sh.pid())
+                .iter()
+                .any(|p| p.comm == "wardcell" && state(p.pid) == Some('T'))
+        });
+        fx.write(&fx.proj.join("go"), "");
         sh.wait_for("shell:secret");
         sh.wait_for("Stopped");
         let seen = sh.seen();
@@ -113,6 +123,7 @@ both!(
     |fx| {
         zones_config(&fx);
         let mut sh = Shell::start(&fx);
+        // (`sleep 2; kill`: the window for the entered command to take the line, as above.)
         sh.type_in(concat!(
         "wardcell run -- /bin/sh -c '",
         "wardcell zone enter build -- /bin/sh -c \"test -t 1 && echo OUT-\\\"\\\"TTY; (sleep 2; kill \\$\\$) & read x <&1; echo got:\\$x\" < /dev/null; ",

@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::PathBuf;
 
-use wardcell_tests::{both, Fixture, Out};
+use wardcell_tests::{both, Fixture, Out, Watched};
 
 /// The spec's zones (agent, push, build, release) with every profile able to run the
 /// staged binaries; `push` may also write `pushed/` in the project.
@@ -331,12 +331,14 @@ both!(
     a_second_concurrent_enter_is_refused_while_list_still_works,
     |fx| {
         zones_config(&fx, "");
+        // The first entry runs until it reads a line, which comes once the second has
+        // been refused (fd 3 keeps the script's stdout; the pipe is the first's stdin).
         let out = inside(
             &fx,
-            "wardcell zone enter push -- sh -c 'touch pushed/started; sleep 2' & \
-         while [ ! -e pushed/started ]; do sleep 0.02; done; \
-         wardcell zone enter push -- true; echo second-rc=$?; \
-         wardcell zone list >/dev/null; echo list-rc=$?; wait",
+            "exec 3>&1; { while [ ! -e pushed/started ]; do sleep 0.02; done; \
+         wardcell zone enter push -- true >&3; echo second-rc=$? >&3; \
+         wardcell zone list >/dev/null; echo list-rc=$? >&3; echo done; } \
+         | wardcell zone enter push -- sh -c 'touch pushed/started; read x'",
         );
         assert!(out.stdout.contains("second-rc=1"), "{out:?}");
         assert!(out.stdout.contains("list-rc=0"), "{out:?}");
@@ -351,17 +353,30 @@ both!(
 both!(the_caller_going_away_ends_the_command, |fx| {
     zones_config(&fx, "");
     let probe = fx.bin.join("wardcell-probe");
-    let out = inside(
+    // The run goes on (until `go`) once the caller is killed: its end must not be what
+    // ends the entered command.
+    let run = Watched::spawn(
         &fx,
-        &format!(
-            "wardcell zone enter push -- {} heartbeat pushed/beat & pid=$!; \
-             while [ ! -e pushed/beat ]; do sleep 0.02; done; kill -9 $pid; sleep 0.5; echo killed",
-            probe.display()
-        ),
+        fx.cmd(&[
+            "run",
+            "--",
+            "/bin/sh",
+            "-c",
+            &format!(
+                "wardcell zone enter push -- {} heartbeat pushed/beat & pid=$!; \
+                 while [ ! -e pushed/beat ]; do sleep 0.02; done; kill -9 $pid; \
+                 while [ ! -e go ]; do sleep 0.02; done; echo killed",
+                probe.display()
+            ),
+        ]),
+        "caller",
     );
-    assert!(out.stdout.contains("killed"), "{out:?}");
     let beat = fx.proj.join("pushed/beat");
+    wardcell_tests::wait_until(10, "the heartbeat to start", || beat.exists());
     wardcell_tests::assert_heartbeat_stopped(&beat, "the entered command outlived its caller");
+    fx.write(&fx.proj.join("go"), "");
+    let (out, _) = run.finish(30);
+    assert!(out.stdout.contains("killed"), "{out:?}");
     let (_, log) = last_log(&fx);
     assert!(log.contains("the caller went away"), "{log}");
 });
@@ -374,7 +389,7 @@ both!(
         let out = inside(
         &fx,
         &format!(
-            "{p} connect-silent \"$WARDCELL_ZONE_SOCKET\" & {p} connect-many \"$WARDCELL_ZONE_SOCKET\" 5; wait",
+            "{p} connect-silent \"$WARDCELL_ZONE_SOCKET\" | {{ read connected; {p} connect-many \"$WARDCELL_ZONE_SOCKET\" 5; cat; }}",
             p = probe.display()
         ),
     );
@@ -395,7 +410,8 @@ both!(
             log.contains(r#""reason":"the connection sent no request within 5 s""#),
             "{log}"
         );
-        // 1 silent + 4 from connect-many: the last of them is the fifth and is told why.
+        // 1 silent (connected first) + 4 from connect-many: the last of them is the fifth
+        // and is told why.
         assert!(
             out.stdout.contains("already serves 4 connections"),
             "{out:?}"
@@ -563,6 +579,7 @@ both!(
             "--",
             "/bin/sh",
             "-c",
+            // (`sleep 10`: the time the run would go on unaudited; it must end first.)
             "echo started; while [ ! -e go ]; do sleep 0.02; done; wardcell zone enter push -- touch pushed/entered; echo rc=$?; sleep 10; echo went-on",
         ])
         .stdout(std::process::Stdio::piped())
@@ -758,7 +775,8 @@ both!(
     every_entry_allowed_as_the_run_ends_has_its_completion,
     |fx| {
         zones_config(&fx, "");
-        // Entries asked for just as the top-level command ends, at varying moments: an
+        // Entries asked for just as the top-level command ends, at varying moments (the
+        // `sleep 0.00N` is that moment: what is tested is a race, not a wait): an
         // entry whose decision was written must have its completion written too, before
         // the run's end (the run's end waits for an entry from before its decision).
         for i in 0..25 {
@@ -913,13 +931,16 @@ both!(stdio_that_is_a_directory_or_o_path_is_refused, |fx| {
 both!(a_fifth_caller_is_told_why_and_audited, |fx| {
     zones_config(&fx, "");
     let probe = fx.bin.join("wardcell-probe");
-    // Four silent connections fill the supervisor; each later request is told why, with
-    // the supervisor's message (not "Broken pipe"), and audited.
+    // Four silent connections fill the supervisor (each has connected once it says so:
+    // the supervisor counts in the order of connection); each later request is told
+    // why, with the supervisor's message (not "Broken pipe"), and audited.
     let out = inside(
         &fx,
         &format!(
-            "for i in 1 2 3 4; do {p} connect-silent \"$WARDCELL_ZONE_SOCKET\" >/dev/null & done; sleep 0.5; \
-             for i in 1 2 3; do wardcell zone list; echo list-rc=$?; wardcell zone enter push -- true; echo enter-rc=$?; done; wait",
+            "for i in 1 2 3 4; do {p} connect-silent \"$WARDCELL_ZONE_SOCKET\" & done | {{ \
+             for i in 1 2 3 4; do read connected; done; exec 4<&0 </dev/null; \
+             for i in 1 2 3; do wardcell zone list; echo list-rc=$?; wardcell zone enter push -- true; echo enter-rc=$?; done; \
+             cat <&4 >/dev/null; }}",
             p = probe.display()
         ),
     );
@@ -942,11 +963,15 @@ both!(a_fifth_caller_is_told_why_and_audited, |fx| {
 });
 
 both!(a_retry_right_after_a_killed_caller_is_not_refused, |fx| {
-    // The plugin takes a second: the first caller is killed while its entry waits for it.
+    // The plugin answers a second after it is asked (the window is the point: the first
+    // caller is killed while its entry waits for it).
     let plugin = fx.dir.join("approve.sh");
     fx.write(
         &plugin,
-        "#!/bin/sh\nread req\nsleep 1\necho '{\"approved\": true}'\n",
+        &format!(
+            "#!/bin/sh\nread req\ntouch {}\nsleep 1\necho '{{\"approved\": true}}'\n",
+            fx.proj.join("asked").display()
+        ),
     );
     fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     zones_config(
@@ -963,7 +988,7 @@ both!(a_retry_right_after_a_killed_caller_is_not_refused, |fx| {
     // The entry's slot is released once its caller is gone, before a retry is refused.
     let out = inside(
         &fx,
-        "wardcell zone enter push -- true & pid=$!; sleep 0.3; kill -9 $pid; \
+        "wardcell zone enter push -- true & pid=$!; while [ ! -e asked ]; do sleep 0.02; done; kill -9 $pid; \
          wardcell zone enter push -- echo retried; echo retry-rc=$?",
     );
     assert!(out.stdout.contains("retried\nretry-rc=0"), "{out:?}");

@@ -269,6 +269,7 @@ mod tests {
         let req = serde_json::json!({});
         let p = Plugin::start(Some(&sh("sleep 100")), &req, &[]).unwrap();
         let t = std::thread::spawn(move || {
+            // Meant to come while `answer` waits; before it would be seen as well.
             std::thread::sleep(Duration::from_millis(100));
             drop(gone);
         });

@@ -618,6 +618,7 @@ fn a_tunnel_full_of_tiny_segments_still_delivers_everything() {
     const WRITES: usize = 20_000;
     // The upstream keeps its connection open until the client has had every byte: bytes
     // left behind in the proxy would not be pushed along by the upstream's end of file.
+    let (written, all_written) = std::sync::mpsc::channel();
     let server = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
         s.set_nodelay(true).unwrap();
@@ -625,6 +626,7 @@ fn a_tunnel_full_of_tiny_segments_still_delivers_everything() {
             s.write_all(format!("{:06}\n", i % 1_000_000).as_bytes())
                 .unwrap();
         }
+        let _ = written.send(());
         let mut done = [0u8; 5];
         s.read_exact(&mut done).unwrap();
         assert_eq!(&done, b"done\n");
@@ -632,8 +634,9 @@ fn a_tunnel_full_of_tiny_segments_still_delivers_everything() {
     let mut p = Proxy::start(spec(&[format!("127.0.0.1:{upstream}")], vec![]), &[]);
     let (mut s, head) = raw_connect(p.port, &format!("127.0.0.1:{upstream}"));
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    // Let the upstream's segments pile up in the proxy before reading any.
-    std::thread::sleep(Duration::from_millis(500));
+    // Let the upstream's segments pile up in the proxy before reading any: until the
+    // upstream has written them all (or, with the buffers on the way full, for 10 s).
+    let _ = all_written.recv_timeout(Duration::from_secs(10));
     let want: Vec<u8> = (0..WRITES)
         .flat_map(|i| format!("{:06}\n", i).into_bytes())
         .collect();

@@ -276,6 +276,7 @@ fn main() {
             // Connect, send nothing, and report how long until the other side closes.
             let start = std::time::Instant::now();
             let mut s = std::os::unix::net::UnixStream::connect(a(1)).expect("connect");
+            println!("connected");
             let mut sink = Vec::new();
             let _ = s.read_to_end(&mut sink);
             println!("closed after {} ms", start.elapsed().as_millis());
@@ -296,9 +297,10 @@ fn main() {
             // Open N connections that stay silent; print what the last one is told.
             let n = num(2) as usize;
             let mut held = Vec::new();
+            // The supervisor accepts in the order of connection, one at a time: once
+            // connect returns, the connection is counted before any made later.
             for _ in 0..n {
                 held.push(std::os::unix::net::UnixStream::connect(a(1)).expect("connect"));
-                std::thread::sleep(std::time::Duration::from_millis(50));
             }
             let last = held.last_mut().expect("at least one");
             last.set_read_timeout(Some(std::time::Duration::from_secs(2)))
@@ -364,6 +366,8 @@ fn main() {
             // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
             unsafe { libc::signal(libc::SIGINT, on_int as *const () as libc::sighandler_t) };
             println!("started");
+            // The window in which a forwarded SIGINT would arrive: what is tested is that
+            // none does, and an absence cannot be waited for.
             std::thread::sleep(std::time::Duration::from_secs(1));
             let caught = CAUGHT.load(std::sync::atomic::Ordering::SeqCst);
             println!("{}", if caught { "caught" } else { "not caught" });
@@ -415,8 +419,9 @@ fn main() {
         }
         "fork-loop" => {
             // Start up to N children that wait, until a fork fails; print how many
-            // started and the errno that stopped it, hold them a moment (for the host's
-            // count to be sampled), then end them.
+            // started and the errno that stopped it; with a second argument, hold them
+            // until that file exists (the test has sampled the host's count: 60 s at
+            // most); then end them.
             let mut kids = Vec::new();
             let mut failed = 0;
             while kids.len() < num(1) as usize {
@@ -435,7 +440,13 @@ fn main() {
             }
             println!("forked {} errno {failed}", kids.len());
             let _ = std::io::stdout().flush();
-            std::thread::sleep(std::time::Duration::from_millis(500));
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while !a(2).is_empty()
+                && !std::path::Path::new(&a(2)).exists()
+                && std::time::Instant::now() < until
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
             for pid in &kids {
                 // SAFETY: a child of ours.
                 unsafe { libc::kill(*pid, libc::SIGKILL) };
@@ -458,10 +469,14 @@ fn main() {
             std::process::exit(0)
         }
         "heartbeat" => {
-            // Write a counter to a file until killed.
+            // Write a counter to a file every 20 ms until killed, holding the file open
+            // all along: a test sees the writer in /proc until it has ended. (Fixed
+            // width, written in place: a reader never finds it empty.)
+            use std::os::unix::fs::FileExt;
+            let beat = std::fs::File::create(a(1)).expect("create the heartbeat file");
             let mut n = 0u64;
             loop {
-                let _ = std::fs::write(a(1), n.to_string());
+                let _ = beat.write_all_at(format!("{n:020}").as_bytes(), 0);
                 n += 1;
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }

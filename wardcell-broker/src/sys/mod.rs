@@ -139,7 +139,18 @@ mod tests {
 
         // A child that has already exited when it is watched is readable at once.
         let mut quick = std::process::Command::new("true").spawn().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        // SAFETY: siginfo_t is plain data; all zeroes is a valid value to overwrite.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid writes one siginfo_t; WNOWAIT leaves the child unreaped.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                quick.id() as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        assert_eq!(r, 0, "waiting for `true` to exit");
         let p = Process::of_child(quick.id() as libc::pid_t).unwrap();
         assert!(exited(&p, 0));
         quick.wait().unwrap();

@@ -500,6 +500,8 @@ where
     if s.write_all(answer).await.is_err() || s.flush().await.is_err() {
         return;
     }
+    // The event comes a moment after the head, in a write of its own: a stream that
+    // trickles is what the tests need.
     tokio::time::sleep(Duration::from_millis(50)).await;
     if s.write_all(&piece(b"data: one\n\n")).await.is_err() || s.flush().await.is_err() {
         return;
