@@ -670,3 +670,49 @@ both!(a_proxy_death_that_cannot_be_audited_ends_the_run, |fx| {
     let text = fs::read_to_string(&log).unwrap();
     assert!(!text.contains("proxy.died"), "{text}");
 });
+
+// The shim's first step, the sandbox's own mount and network namespaces, refused by the
+// kernel (inside a user namespace whose `user.max_net_namespaces` is 0): one line that
+// names the step, status 1, the command never ran, no run directory and no log left.
+both!(
+    namespaces_the_shim_cannot_make_refuse_the_run_in_words,
+    |fx| {
+        let marker = fx.proj.join("ran");
+        let rt = fx.dir.join("rt");
+        fs::create_dir_all(&rt).unwrap();
+        fs::set_permissions(&rt, fs::Permissions::from_mode(0o700)).unwrap();
+        fx.own(&rt);
+        let mut c = Command::new("unshare");
+        c.args([
+            "-Ur",
+            "/bin/sh",
+            "-c",
+            r#"echo 0 > /proc/sys/user/max_net_namespaces && exec "$0" run -- /usr/bin/touch "$1""#,
+        ])
+        .arg(fx.bin.join("wardcell"))
+        .arg(&marker)
+        .current_dir(&fx.proj)
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", fx.bin.display()))
+        .env("HOME", &fx.home)
+        .env("XDG_RUNTIME_DIR", &rt)
+        .stdin(std::process::Stdio::null());
+        if let Some((uid, gid)) = fx.who.ids() {
+            std::os::unix::process::CommandExt::uid(&mut c, uid);
+            std::os::unix::process::CommandExt::gid(&mut c, gid);
+        }
+        let out: Out = c.output().expect("unshare").into();
+        out.expect_code(1);
+        assert!(!marker.exists(), "the command ran: {out:#?}");
+        assert_eq!(out.stderr.lines().count(), 1, "{out:#?}");
+        assert!(
+            out.stderr
+                .starts_with("error: could not start the sandbox: ")
+                && out
+                    .stderr
+                    .contains("making the sandbox's mount and network namespaces failed"),
+            "{out:#?}"
+        );
+        assert!(run_dirs(&rt).is_empty(), "{:?}", run_dirs(&rt));
+    }
+);
