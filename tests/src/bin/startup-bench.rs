@@ -18,6 +18,11 @@
 //! where what a run leaves the kernel to finish after it has returned falls on the next
 //! start of the same program rather than on the other one's.
 //!
+//! Last, the CPU time of whole runs (every process's user and system time, counted from
+//! outside as each is reaped) against bwrap's, idle, then again with a busy loop on every
+//! CPU that this benchmark starts itself (`WARDCELL_BENCH_LOAD=0` skips that pass): with
+//! no core spare, a run that needs more CPU than bwrap's is slower than it.
+//!
 //! Every build's binaries are first written back, dropped from the page cache and read
 //! back whole, so that they are cached as an installed program's are (bwrap's, here).
 //! A freshly linked binary's cached pages come from the linker's many small writes,
@@ -29,16 +34,72 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn time(cmd: &mut Command) -> Duration {
+/// One run: its wall time, and the CPU time of every process of it (user and system,
+/// counted from outside: each process's time reaches us as its parent reaps it).
+#[derive(Clone, Copy)]
+struct Sample {
+    wall: Duration,
+    cpu: Duration,
+}
+
+fn children_cpu() -> Duration {
+    // SAFETY: getrusage writes into the zeroed struct we pass and reads nothing else.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+fn time(cmd: &mut Command) -> Sample {
+    let cpu0 = children_cpu();
     let start = Instant::now();
     let status = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .status()
         .expect("spawn");
-    let took = start.elapsed();
+    let wall = start.elapsed();
     assert!(status.success(), "{cmd:?} failed: {status}");
-    took
+    Sample {
+        wall,
+        cpu: children_cpu() - cpu0,
+    }
+}
+
+/// The medians of wall and CPU time.
+fn medians(v: &[Sample]) -> (f64, f64) {
+    let mut wall: Vec<Duration> = v.iter().map(|s| s.wall).collect();
+    let mut cpu: Vec<Duration> = v.iter().map(|s| s.cpu).collect();
+    (ms(median(&mut wall)), ms(median(&mut cpu)))
+}
+
+/// With `WARDCELL_BENCH_LOAD` unset or not 0: a busy loop on every CPU while the rounds
+/// run again, so that no core is spare (the processes end with the guard).
+struct Load(Vec<std::process::Child>);
+
+impl Load {
+    fn start() -> Load {
+        let me = std::env::current_exe().unwrap();
+        Load(
+            (0..num_cpus())
+                .map(|_| {
+                    Command::new(&me)
+                        .arg("--spin")
+                        .spawn()
+                        .expect("spawn a spinner")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 fn median(v: &mut [Duration]) -> Duration {
@@ -64,6 +125,12 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--spin") {
+        let mut x = 0u64;
+        loop {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+    }
     let mut args = std::env::args().skip(1);
     let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(40);
     let block: usize = std::env::var("WARDCELL_BENCH_BLOCK")
@@ -139,31 +206,41 @@ fn main() {
     }
     time(&mut run_bw(true));
     time(&mut run_bw(false));
-    let mut wc: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); builds.len()];
-    let mut bw = Vec::with_capacity(rounds);
-    let mut bw_no_ipc = Vec::with_capacity(rounds);
-    for round in 0..rounds {
-        // Every other round in reverse order, so no build always follows bwrap.
-        let mut order: Vec<usize> = (0..builds.len()).collect();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for i in order {
-            for _ in 0..block {
-                wc[i].push(time(&mut run_wc(&builds[i])));
+    let measure = |rounds: usize| {
+        let mut wc: Vec<Vec<Sample>> = vec![Vec::with_capacity(rounds); builds.len()];
+        let mut bw = Vec::with_capacity(rounds);
+        let mut bw_no_ipc = Vec::with_capacity(rounds);
+        for round in 0..rounds {
+            // Every other round in reverse order, so no build always follows bwrap.
+            let mut order: Vec<usize> = (0..builds.len()).collect();
+            if round % 2 == 1 {
+                order.reverse();
             }
-        }
-        for ipc in [round % 2 == 0, round % 2 == 1] {
-            for _ in 0..block {
-                let took = time(&mut run_bw(ipc));
-                if ipc {
-                    bw.push(took);
-                } else {
-                    bw_no_ipc.push(took);
+            for i in order {
+                for _ in 0..block {
+                    wc[i].push(time(&mut run_wc(&builds[i])));
+                }
+            }
+            for ipc in [round % 2 == 0, round % 2 == 1] {
+                for _ in 0..block {
+                    let took = time(&mut run_bw(ipc));
+                    if ipc {
+                        bw.push(took);
+                    } else {
+                        bw_no_ipc.push(took);
+                    }
                 }
             }
         }
-    }
+        (wc, bw, bw_no_ipc)
+    };
+    let (samples, bw_samples, bw_no_ipc) = measure(rounds);
+    let mut wc: Vec<Vec<Duration>> = samples
+        .iter()
+        .map(|v| v.iter().map(|s| s.wall).collect())
+        .collect();
+    let mut bw: Vec<Duration> = bw_samples.iter().map(|s| s.wall).collect();
+    let mut bw_no_ipc: Vec<Duration> = bw_no_ipc.iter().map(|s| s.wall).collect();
     let mb = median(&mut bw);
     let mb_no_ipc = median(&mut bw_no_ipc);
     if block == 1 {
@@ -204,4 +281,31 @@ fn main() {
         "ratio wardcell/bwrap without the IPC namespace: {:.2}",
         m0 / ms(mb_no_ipc)
     );
+
+    // The CPU time of whole runs (every process, from outside), idle and with no core
+    // spare: a run that costs more CPU than bwrap's is slower than it on a busy machine.
+    let cpu_line = |label: &str, w: &[Sample], b: &[Sample]| {
+        let ((ww, wcpu), (bwall, bcpu)) = (medians(w), medians(b));
+        println!(
+            "{label}: wardcell wall {ww:.2} ms, CPU {wcpu:.2} ms; bwrap wall {bwall:.2} ms, CPU {bcpu:.2} ms; ratio wall {:.2}, CPU {:.2}",
+            ww / bwall,
+            wcpu / bcpu
+        );
+    };
+    cpu_line("idle", &samples[0], &bw_samples);
+    if std::env::var("WARDCELL_BENCH_LOAD").as_deref() != Ok("0") {
+        let load = Load::start();
+        let loaded_rounds = (rounds / 2).max(20);
+        let (samples, bw_samples, _) = measure(loaded_rounds);
+        drop(load);
+        cpu_line(
+            &format!("loaded ({} busy loops, {loaded_rounds} rounds)", num_cpus()),
+            &samples[0],
+            &bw_samples,
+        );
+    }
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
 }
