@@ -43,8 +43,9 @@ struct Sample {
 }
 
 fn children_cpu() -> Duration {
-    // SAFETY: getrusage writes into the zeroed struct we pass and reads nothing else.
+    // SAFETY: rusage is plain integers, for which all zeroes is a valid value.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct we pass and reads nothing else.
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(u.ru_utime) + tv(u.ru_stime)
