@@ -22,11 +22,6 @@ use crate::plan::{Plan, ProxySpec, SandboxSpec};
 /// Bumped whenever any message below changes shape.
 pub const PROTOCOL_VERSION: u32 = 4;
 
-/// The shim's exit status when it could not make the sandbox's mount and network
-/// namespaces, its first step, before it greets the broker (the broker says which step
-/// failed from it: `sys::spawn::Step::Namespaces`, 200 + 9).
-pub const SHIM_EXIT_NAMESPACES: i32 = 209;
-
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
 

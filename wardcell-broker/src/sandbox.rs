@@ -189,15 +189,31 @@ pub fn complete<T>(
         supervisor: None,
     };
 
-    // Its number, its limits, its spec: built while the shim makes the sandbox's mount
-    // and network namespaces (its first step).
+    // What its processes carry: how its supervisor will recognise them.
     let number = run.next_number();
-    let name = format!("s{number}");
-    let cgroup = format!("wardcell-{}-{name}", run.id);
+    let mark = peer::mark(running.pid, &run.id, number)
+        .map_err(|e| BrokerError::Sandbox(format!("reading the sandbox's {}: {e}", peer::MARK)))?;
+
+    // Its limits: its cgroup, if one needs it, with the shim in it before the command.
+    let cgroup = format!("wardcell-{}-s{number}", run.id);
     let limits = limits::Enforced::prepare(&req.profile.limits, &req.profile.name, &cgroup)
         .map_err(BrokerError::Refused)?;
-    // In a zone, its supervisor's socket (made below, once the mark is known).
-    let socket = req.supervise.map(|_| run.dir.join(format!("{name}.sock")));
+    limits.join(running.pid).map_err(BrokerError::Sandbox)?;
+
+    // A supervisor, in a zone.
+    let name = format!("s{number}");
+    let supervisor = match req.supervise {
+        Some(supervise) => {
+            let s = supervise(&name, mark.clone())
+                .map_err(|e| BrokerError::Sandbox(format!("starting the zone supervisor: {e}")))?;
+            abort.supervisor = Some(s.clone());
+            Some(s)
+        }
+        None => None,
+    };
+
+    // The spec.
+    let socket = supervisor.as_ref().map(|s| s.path().to_path_buf());
     let request = spec::Request {
         plan: &run.plan,
         profile: req.profile,
@@ -213,45 +229,20 @@ pub fn complete<T>(
     let mut spec = spec::build(&request, &|p| p.exists()).map_err(BrokerError::Refused)?;
     spec.trace = wardcell_common::trace::spec(&run.id);
     (spec.processes, spec.pid_max) = (limits.nproc(), limits.pid_max());
-
-    // The shim's Hello: it has made those namespaces, or it exited, its status saying at
-    // which step. Only then is its mark (what every process of the sandbox carries: how
-    // its supervisor recognises them) the sandbox's own.
-    let mut control = running
-        .control
-        .try_clone()
-        .map_err(|e| BrokerError::Sandbox(e.to_string()))?;
-    let gone = || BrokerError::Sandbox(child_failure(&running));
-    protocol::send_hello(&mut control).map_err(|_| gone())?;
-    protocol::expect_hello(&mut control).map_err(|e| match e {
-        // Closed, or reset (our Hello unread): it exited, its status says at which step.
-        protocol::FrameError::Closed | protocol::FrameError::Io(_) => gone(),
-        other => BrokerError::Shim(other),
-    })?;
-    let mark = peer::mark(running.pid, &run.id, number)
-        .map_err(|e| BrokerError::Sandbox(format!("reading the sandbox's {}: {e}", peer::MARK)))?;
-    // Its cgroup, if one needs it, with the shim in it before the command.
-    limits.join(running.pid).map_err(BrokerError::Sandbox)?;
-    // A supervisor, in a zone, at the socket the spec names.
-    let supervisor = match req.supervise {
-        Some(supervise) => {
-            let s = supervise(&name, mark.clone())
-                .map_err(|e| BrokerError::Sandbox(format!("starting the zone supervisor: {e}")))?;
-            abort.supervisor = Some(s.clone());
-            if Some(s.path()) != socket.as_deref() {
-                return Err(BrokerError::Sandbox(format!(
-                    "the zone supervisor listens at {}, not where the spec says",
-                    s.path().display()
-                )));
-            }
-            Some(s)
-        }
-        None => None,
-    };
     peer::stamp(&mut spec, &mark);
     tracing::debug!(zone = req.zone, profile = %req.profile.name, "sandbox spec sent");
 
     // Hand it over.
+    let mut control = running
+        .control
+        .try_clone()
+        .map_err(|e| BrokerError::Sandbox(e.to_string()))?;
+    protocol::send_hello(&mut control)?;
+    protocol::expect_hello(&mut control).map_err(|e| match e {
+        // The child died before exec: its exit status says at which step.
+        protocol::FrameError::Closed => BrokerError::Sandbox(child_failure(&running)),
+        other => BrokerError::Shim(other),
+    })?;
     protocol::write_frame(&mut control, &ShimRequest::Start(Box::new(spec.clone())))?;
 
     // While the shim builds the mounts. `before_proceed` first: the first sandbox's caller

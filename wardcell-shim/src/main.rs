@@ -116,15 +116,6 @@ fn main() {
         std::process::exit(1);
     }
 
-    // 0b. The sandbox's own mount and network namespaces, owned by its user namespace,
-    //     before anything else (the broker leaves them to us: made here, on the other
-    //     core, while it prepares the spec). Until now this process saw the host's
-    //     mounts and network, and it has done nothing with them. The broker reads the
-    //     sandbox's network namespace, its mark, only after our Hello.
-    if sys::unshare_mounts_and_network().is_err() {
-        std::process::exit(protocol::SHIM_EXIT_NAMESPACES);
-    }
-
     // 1. A clean signal state, then the spec. What the caller ignored, the command will
     //    ignore; init itself needs SIGCHLD at its default to reap.
     let inherited = sys::ignored_signals();

@@ -56,12 +56,6 @@ pub fn change_dispositions(now: u64, ignored: u64) {
     }
 }
 
-/// unshare(CLONE_NEWNS | CLONE_NEWNET): the sandbox's own mount and network namespaces.
-pub fn unshare_mounts_and_network() -> io::Result<()> {
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS | nix::sched::CloneFlags::CLONE_NEWNET)
-        .map_err(io::Error::from)
-}
-
 /// Which side of a fork we are on.
 pub enum Forked {
     Parent(libc::pid_t),

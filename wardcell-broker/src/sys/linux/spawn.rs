@@ -1,6 +1,5 @@
-//! Starting a sandbox: clone3 into new user, PID and IPC namespaces, then exec the shim
-//! with just the capabilities it needs to build the sandbox (its first step makes the
-//! mount and network namespaces).
+//! Starting a sandbox: clone3 into new user, mount, network, PID and IPC namespaces, then exec
+//! the shim with just the capabilities it needs to build the sandbox.
 //!
 //! Between clone3 and execve the child runs in a copy of the broker that may hold other
 //! threads' locks, so it makes only raw system calls on buffers prepared beforehand:
@@ -26,9 +25,6 @@ pub enum Step {
     AmbientCapabilities = 6,
     Descriptors = 7,
     Exec = 8,
-    /// The shim's first step: its own mount and network namespaces (exit status
-    /// `wardcell_common::protocol::SHIM_EXIT_NAMESPACES`).
-    Namespaces = 9,
 }
 
 impl Step {
@@ -43,7 +39,6 @@ impl Step {
             AmbientCapabilities,
             Descriptors,
             Exec,
-            Namespaces,
         ]
         .into_iter()
         .find(|s| CHILD_EXIT_BASE + *s as i32 == code)
@@ -59,7 +54,6 @@ impl Step {
             Step::AmbientCapabilities => "raising ambient capabilities for the shim",
             Step::Descriptors => "arranging the sandbox's descriptors",
             Step::Exec => "executing wardcell-shim",
-            Step::Namespaces => "making the sandbox's mount and network namespaces",
         }
     }
 }
@@ -130,12 +124,12 @@ pub fn spawn_sandbox(
 
     let mut pidfd: libc::c_int = -1;
     let mut args = CloneArgs {
-        // The mount and network namespaces are the shim's first step (unshare, with the
-        // capabilities it holds in the new user namespace): made there, on the other
-        // core, while this thread goes on; a network namespace alone takes most of a
-        // millisecond. The sandbox's mark is read only once the shim has greeted.
-        flags: (libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_PIDFD)
-            as u64,
+        flags: (libc::CLONE_NEWUSER
+            | libc::CLONE_NEWNS
+            | libc::CLONE_NEWNET
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_PIDFD) as u64,
         pidfd: &mut pidfd as *mut libc::c_int as u64,
         child_tid: 0,
         parent_tid: 0,
