@@ -196,7 +196,10 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     };
     let run_dir = run.dir.clone();
     let result = run_first_sandbox(&run, spawned, terminal, writer, ignored);
-    let _ = fs::remove_dir_all(&run_dir);
+    // Empty by now (each supervisor removed its socket): one rmdir, or all that is left.
+    if fs::remove_dir(&run_dir).is_err() {
+        let _ = fs::remove_dir_all(&run_dir);
+    }
     result
 }
 
