@@ -393,7 +393,13 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
         ca_certificates,
         host: Vec::new(),
     };
+    let mut last = LastDir::default();
     for (path, op) in ops {
+        // A tree mounted at the held directory, or above it, would cover it; any other
+        // step may change it: let it go. (The sort puts those first, so this is a guard.)
+        if !matches!(op, Op::Tree { .. }) || last.path.starts_with(&path) {
+            last = LastDir::default();
+        }
         match op {
             Op::Tmp => {
                 attach(&root, &path, tmp.as_fd(), Kind::Dir, None, &ours)?;
@@ -419,7 +425,15 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
                     fail(format!("restricting the mount of {}: {e}", path.display()))
                 })?;
                 let kind = ids(&path).map(|i| i.kind).unwrap_or(Kind::Dir);
-                attach(&root, &path, tree.as_fd(), kind, ids(&path), &ours)?;
+                attach_via(
+                    &mut last,
+                    &root,
+                    &path,
+                    tree.as_fd(),
+                    kind,
+                    ids(&path),
+                    &ours,
+                )?;
                 if writable {
                     view.write.push(tree);
                 } else {
@@ -658,16 +672,65 @@ fn attach(
     id: Option<Identity>,
     ours: &[u64],
 ) -> Result<()> {
+    attach_via(&mut LastDir::default(), root, path, mnt, kind, id, ours)
+}
+
+/// The directory the last [`attach_via`] mounted in, and whether it is one of our own
+/// filesystems: the next sibling is mounted there without opening it again (the steps
+/// are sorted, so siblings come one after another, each after everything mounted on
+/// its ancestors).
+#[derive(Default)]
+struct LastDir {
+    path: PathBuf,
+    dir: Option<(OwnedFd, bool)>,
+}
+
+/// [`attach`], reusing `last` when `path`'s directory is the one it holds.
+fn attach_via(
+    last: &mut LastDir,
+    root: &OwnedFd,
+    path: &Path,
+    mnt: BorrowedFd<'_>,
+    kind: Kind,
+    id: Option<Identity>,
+    ours: &[u64],
+) -> Result<()> {
     use std::os::fd::AsRawFd;
     let (parent, name) = split(path)?;
-    let dir = make_dirs(root, parent, ours)?.ok_or_else(|| {
-        fail(format!(
-            "{} does not exist in the sandbox's view to mount on",
-            parent.display()
-        ))
-    })?;
-    let mine = ours.contains(&dev_of(dir.as_fd())?);
-    let target = match sys::open_nofollow(Some(dir.as_fd()), Path::new(name)) {
+    if last.dir.is_none() || last.path != parent {
+        let dir = make_dirs(root, parent, ours)?.ok_or_else(|| {
+            fail(format!(
+                "{} does not exist in the sandbox's view to mount on",
+                parent.display()
+            ))
+        })?;
+        let mine = ours.contains(&dev_of(dir.as_fd())?);
+        let owned = match dir {
+            Dir::Owned(f) => f,
+            Dir::Root(f) => clone_fd(f)?,
+        };
+        *last = LastDir {
+            path: parent.to_path_buf(),
+            dir: Some((owned, mine)),
+        };
+    }
+    let Some((dir, mine)) = &last.dir else {
+        unreachable!("set above");
+    };
+    let (dir, mine) = (dir.as_fd(), *mine);
+    // In a filesystem of our own the mount point is new: made first, opened after.
+    if mine {
+        let made = if kind == Kind::Dir {
+            nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), name, Mode::from_bits_truncate(0o755))
+        } else {
+            create_file(dir, name)
+        };
+        match made {
+            Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+            Err(e) => return Err(fail(format!("creating {}: {e}", path.display()))),
+        }
+    }
+    let target = match sys::open_nofollow(Some(dir), Path::new(name)) {
         Ok(t) => {
             if let (Some(was), false) = (id, mine) {
                 identity::verify(path, was, identity_of(t.as_fd())).map_err(|message| Failure {
@@ -678,25 +741,10 @@ fn attach(
             t
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            if !mine {
-                return Err(fail(format!(
-                    "{} does not exist in the sandbox's view to mount on",
-                    path.display()
-                )));
-            }
-            if kind == Kind::Dir {
-                nix::sys::stat::mkdirat(
-                    Some(dir.as_fd().as_raw_fd()),
-                    name,
-                    Mode::from_bits_truncate(0o755),
-                )
-                .map_err(|e| fail(format!("creating {}: {e}", path.display())))?;
-            } else {
-                create_file(dir.as_fd(), name)
-                    .map_err(|e| fail(format!("creating {}: {e}", path.display())))?;
-            }
-            sys::open_nofollow(Some(dir.as_fd()), Path::new(name))
-                .map_err(|e| fail(format!("opening {}: {e}", path.display())))?
+            return Err(fail(format!(
+                "{} does not exist in the sandbox's view to mount on",
+                path.display()
+            )));
         }
         Err(e) => return Err(changed(path, e)),
     };
