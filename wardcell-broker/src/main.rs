@@ -31,32 +31,28 @@
 
 mod approval;
 mod chain;
-mod error;
 mod peer;
 // macOS: no proxy yet; a sandbox with network is refused there (proxy_macos.rs).
 #[cfg_attr(target_os = "macos", path = "proxy_macos.rs")]
 mod proxy;
 mod relay;
 mod run;
-mod runid;
 mod sandbox;
 mod spec;
 mod supervisor;
 #[allow(unsafe_code)]
 mod sys;
 
+// Host plumbing that decides nothing (wardcell-host; docs/AUDITING.md).
+use wardcell_host::{error, messages, rundir, runid, signals};
+
 use std::ffi::CString;
 use std::fs;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use nix::fcntl::{Flock, FlockArg};
-use nix::sys::signal::Signal;
-use nix::sys::termios;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use serde_json::json;
@@ -64,7 +60,6 @@ use serde_json::json;
 use wardcell_common::paths;
 use wardcell_common::plan::{Plan, ProfilePlan, Start};
 use wardcell_common::protocol::{self, Launch, ShimReport};
-use wardcell_common::terminal;
 use wardcell_common::text::shown;
 use wardcell_common::trace;
 
@@ -73,17 +68,7 @@ use crate::supervisor::Supervisor;
 use error::BrokerError;
 use relay::Outcome;
 use wardcell_common::auditlog::AuditLog;
-
-/// Signals the broker passes to the sandbox.
-const FORWARDED: &[Signal] = &[
-    Signal::SIGINT,
-    Signal::SIGTERM,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
-    Signal::SIGCONT,
-];
+use wardcell_host::terminal::Terminal;
 
 fn main() {
     // 0. Tracing, when WARDCELL_LOG asks (a plan from `run -v` turns it on later).
@@ -152,8 +137,8 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
         let shim = BrokerError::helper("wardcell-shim")?;
         let shim = CString::new(shim.as_os_str().as_encoded_bytes())
             .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))?;
-        let terminal = Terminal::for_stdio()?;
-        let spawned = sandbox::spawn(&shim, terminal.stdio(), ignored)?;
+        let terminal = Terminal::for_stdio(sys::copy_winsize)?;
+        let spawned = sandbox::spawn(&shim, terminal.stdio(sys::closed_at_start()), ignored)?;
         Ok((shim, terminal, spawned))
     })();
 
@@ -228,65 +213,14 @@ fn exit_status_of(writer: Pid) -> i32 {
     }
 }
 
-/// Lock `dir` for as long as this broker lives: a run directory whose lock can be taken
-/// belongs to a broker that is gone (killed, so it could not clean up).
-fn hold_run_lock(dir: &Path) -> Result<(), BrokerError> {
-    let f = fs::File::open(dir).map_err(|e| BrokerError::Dir {
-        path: dir.to_path_buf(),
-        what: e.to_string(),
-    })?;
-    let lock =
-        Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| BrokerError::Dir {
-            path: dir.to_path_buf(),
-            what: format!("cannot lock it: {e}"),
-        })?;
-    // Held until the process exits; the kernel releases it however we end.
-    std::mem::forget(lock);
-    Ok(())
-}
-
-/// Remove the directories of runs whose brokers are gone.
-fn sweep_stale_runs(runtime: &Path, ours: &Path) {
-    let Ok(entries) = fs::read_dir(runtime) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let path = e.path();
-        let is_run = e
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.len() == 25 && n.as_bytes()[16] == b'-');
-        if !is_run || path == ours || !e.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let Ok(f) = fs::File::open(&path) else {
-            continue;
-        };
-        if let Ok(lock) = Flock::lock(f, FlockArg::LockExclusiveNonblock) {
-            let _ = fs::remove_dir_all(&path);
-            wardcell_common::limits::sweep(&e.file_name().to_string_lossy());
-            drop(lock);
-        }
-    }
-}
-
 /// The run id, its runtime directory (0700) and its audit log; wardcell's own
 /// directories exist afterwards, so that every sandbox can mask them.
 fn prepare_run(plan: &mut Plan, run_id: &str) -> Result<(String, PathBuf, AuditLog), BrokerError> {
     let run_id = run_id.to_string();
-    prepare_own_dirs(plan)?;
+    rundir::prepare_own_dirs(plan)?;
     spec::resolve_own_paths(plan).map_err(BrokerError::Refused)?;
     record_identities(plan);
-    // Made under a name the sweep ignores, locked, then moved into place: another
-    // broker's sweep never sees it unlocked.
-    let run_dir = plan.dirs.runtime.join(&run_id);
-    let making = plan.dirs.runtime.join(format!(".{run_id}"));
-    make_private_dir(&making)?;
-    hold_run_lock(&making)?;
-    fs::rename(&making, &run_dir).map_err(|e| BrokerError::Dir {
-        path: run_dir.clone(),
-        what: format!("cannot create it: {e}"),
-    })?;
+    let run_dir = rundir::make_run_dir(&plan.dirs.runtime, &run_id)?;
     let log_path = paths::runs_dir(&plan.dirs).join(format!("{run_id}.jsonl"));
     let audit = AuditLog::create(
         log_path.clone(),
@@ -364,43 +298,6 @@ fn take_plan() -> Result<Option<Plan>, BrokerError> {
     }
 }
 
-/// Create `dir` (and missing parents) as 0700; an existing one must be ours and private.
-fn make_private_dir(dir: &Path) -> Result<(), BrokerError> {
-    let fail = |what: String| BrokerError::Dir {
-        path: dir.to_path_buf(),
-        what,
-    };
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| fail(format!("cannot create it: {e}")))?;
-    let meta = fs::symlink_metadata(dir).map_err(|e| fail(e.to_string()))?;
-    // SAFETY-free: getuid via nix.
-    if !meta.is_dir() || meta.uid() != nix::unistd::getuid().as_raw() {
-        return Err(fail(
-            "exists but is not a directory you own; remove it and try again".into(),
-        ));
-    }
-    if meta.permissions().mode() & 0o077 != 0 {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(|e| fail(format!("cannot make it private: {e}")))?;
-    }
-    Ok(())
-}
-
-/// wardcell's directories must exist so that every sandbox can mask them.
-fn prepare_own_dirs(plan: &Plan) -> Result<(), BrokerError> {
-    make_private_dir(&plan.dirs.runtime)?;
-    make_private_dir(&plan.dirs.state.join("runs"))?;
-    if let Some(user_config) = plan.dirs.config.first() {
-        if !user_config.exists() {
-            make_private_dir(user_config)?;
-        }
-    }
-    Ok(())
-}
-
 fn start_profile(plan: &Plan) -> Result<(Option<&str>, &ProfilePlan), BrokerError> {
     plan.start_profile()
         .ok_or_else(|| BrokerError::Launch("the plan has no zone to start in".into()))
@@ -409,24 +306,8 @@ fn start_profile(plan: &Plan) -> Result<(Option<&str>, &ProfilePlan), BrokerErro
 /// Forwarded signals (and SIGWINCH with a pty, and SIGCHLD) taken over and read from a
 /// descriptor (sys::Signals).
 fn take_signals(pty: bool, ignored: u64) -> Result<sys::Signals, BrokerError> {
-    sys::Signals::take(&signals_to_take(pty, ignored))
+    sys::Signals::take(&signals::to_take(pty, ignored))
         .map_err(|e| BrokerError::Sandbox(e.to_string()))
-}
-
-/// Which signals the broker takes: one this process was started ignoring stays ignored
-/// and is never forwarded (a blocked signal is queued even when ignored, so taking it
-/// would forward it or not depending on when it came).
-fn signals_to_take(pty: bool, ignored: u64) -> Vec<Signal> {
-    let mut take: Vec<Signal> = FORWARDED
-        .iter()
-        .copied()
-        .filter(|&s| ignored & (1 << (s as i32 - 1)) == 0)
-        .collect();
-    take.push(Signal::SIGCHLD);
-    if pty {
-        take.push(Signal::SIGWINCH);
-    }
-    take
 }
 
 fn run_first_sandbox(
@@ -483,13 +364,13 @@ fn start_first(
     let before_proceed = || {
         logged = true;
         log_started().map_err(|e| audit_failed().unwrap_or(BrokerError::Audit(e.to_string())))?;
-        let signals = take_signals(terminal.pty.is_some(), ignored)?;
+        let signals = take_signals(terminal.has_pty(), ignored)?;
         // The plan writer exits right after sending the plan. Reaped here if it has, else
         // on the SIGCHLD the relay now reads: never a zombie for the whole run.
         if let Some(writer) = writer {
             let _ = waitpid(writer, Some(WaitPidFlag::WNOHANG));
         }
-        sweep_stale_runs(&run.plan.dirs.runtime, &run.dir);
+        rundir::sweep_stale_runs(&run.plan.dirs.runtime, &run.dir);
         Ok(signals)
     };
     // In a zone, its supervisor: the chain is that zone alone.
@@ -508,9 +389,9 @@ fn start_first(
             argv: &plan.command,
             cwd: plan.cwd.clone(),
             env: run.host_env.clone(),
-            stdio: terminal.stdio(),
+            stdio: terminal.stdio(sys::closed_at_start()),
             ignored,
-            pty: terminal.pty.is_some(),
+            pty: terminal.has_pty(),
             authenticated: zone
                 .and_then(|z| plan.zones.iter().find(|p| p.name == z))
                 .is_some_and(|z| z.authenticated),
@@ -539,14 +420,8 @@ fn relay_first(
     terminal: Terminal,
     writer: Option<Pid>,
 ) -> relay::Ended {
-    let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
-    let master = terminal.pty.map(|(master, _)| master);
-    let output = terminal::output_fd(terminal.ttys).map(|fd| match fd {
-        0 => stdin.as_fd(),
-        1 => stdout.as_fd(),
-        _ => stderr.as_fd(),
-    });
-    let input = (terminal.ttys & 1 != 0).then(|| stdin.as_fd());
+    let std = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    let pty = terminal.relay(&std, sys::copy_winsize);
     let name = sb.name.clone();
     let deadline = sb.deadline();
     let mut warned = false;
@@ -563,10 +438,7 @@ fn relay_first(
             );
             if !partial.is_empty() && !warned {
                 warned = true;
-                wardcell_common::eprintln_line!(
-                    "warning: this kernel lacks {}; the sandbox runs without it (see `wardcell doctor`)",
-                    shown(&partial.join(", "))
-                );
+                wardcell_common::eprintln_line!("{}", messages::kernel_lacks(partial));
             }
         }
     };
@@ -575,15 +447,7 @@ fn relay_first(
         relay::Watch {
             signals: Some(signals),
             reap: writer,
-            pty: master
-                .as_ref()
-                .zip(output)
-                .map(|(m, output)| relay::PtyRelay {
-                    master: m,
-                    input,
-                    output,
-                    saved: input.and_then(terminal::raw_mode),
-                }),
+            pty,
             caller: None,
             deadline,
         },
@@ -611,11 +475,7 @@ fn finish_first(
     let (code, message) = sb.ended(run, &ended);
     run.end_entries();
     for line in run.check_git(&name) {
-        wardcell_common::eprintln_line!(
-            "warning: {} appeared during this run and runs code the next time git runs in {}; inspect it before you use git there",
-            shown(&line),
-            shown(&run.plan.cwd.display().to_string())
-        );
+        wardcell_common::eprintln_line!("{}", messages::git_code_appeared(&line, &run.plan.cwd));
     }
     if let Some(line) = run.refusals() {
         wardcell_common::eprintln_line!("{line}");
@@ -640,47 +500,10 @@ fn finish_first(
     }
 }
 
-/// The first sandbox's stdio: the broker's own, with a new pty (master, slave) in place
-/// of each that is a terminal (`ttys`): the command never holds the caller's terminal.
-struct Terminal {
-    pty: Option<(OwnedFd, OwnedFd)>,
-    ttys: u8,
-}
-
-impl Terminal {
-    fn for_stdio() -> Result<Terminal, BrokerError> {
-        let ttys = terminal::std_ttys();
-        let Some(tty) = terminal::output_fd(ttys) else {
-            return Ok(Terminal { pty: None, ttys });
-        };
-        // The caller's settings and window size. Without a terminal stdin, the caller's is
-        // never raw: it does the output processing (`\n` to `\r\n`), not the pty.
-        let pty = terminal::with_std(tty, |tty| {
-            let mut attrs = termios::tcgetattr(tty)?;
-            if ttys & 1 == 0 {
-                attrs.output_flags.remove(termios::OutputFlags::OPOST);
-            }
-            let (master, slave) = terminal::open_pty(&attrs)?;
-            let _ = sys::copy_winsize(tty, master.as_fd());
-            Ok((master, slave))
-        })
-        .map_err(|e: nix::Error| BrokerError::Sandbox(format!("opening a pty: {e}")))?;
-        Ok(Terminal {
-            pty: Some(pty),
-            ttys,
-        })
-    }
-
-    /// Descriptors 0, 1, 2 of the sandbox (terminal::stdio_for).
-    fn stdio(&self) -> [std::os::fd::RawFd; 3] {
-        let slave = self.pty.as_ref().map(|(_, s)| s.as_raw_fd());
-        terminal::stdio_for(slave, self.ttys, sys::closed_at_start())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn identities_are_the_brokers_own_whatever_the_plan_brought() {
@@ -699,19 +522,5 @@ mod tests {
         let root = Identity::of(&fs::symlink_metadata("/").unwrap());
         assert_eq!(plan.identities.get(Path::new("/")), Some(root));
         assert_eq!(plan.identities.get(Path::new("/nonexistent-forged")), None);
-    }
-
-    #[test]
-    fn signals_the_broker_takes() {
-        let all = signals_to_take(false, 0);
-        assert_eq!(&all[..FORWARDED.len()], FORWARDED);
-        assert_eq!(all[FORWARDED.len()..], [Signal::SIGCHLD]);
-        // With a pty, the window size too.
-        assert_eq!(signals_to_take(true, 0).last(), Some(&Signal::SIGWINCH));
-        // One it was started ignoring (nohup: SIGHUP) is neither taken nor forwarded.
-        let hup = 1 << (Signal::SIGHUP as i32 - 1);
-        let taken = signals_to_take(false, hup);
-        assert!(!taken.contains(&Signal::SIGHUP), "{taken:?}");
-        assert!(taken.contains(&Signal::SIGINT), "{taken:?}");
     }
 }

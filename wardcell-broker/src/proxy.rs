@@ -16,10 +16,10 @@ use serde_json::json;
 use wardcell_common::plan::{ProfilePlan, ProxySpec, SandboxSpec};
 use wardcell_common::protocol::{self, ProxyEvent, ProxyRequest, ShimReport};
 
-use crate::error::BrokerError;
 use crate::run::Run;
 use crate::sys;
 use crate::sys::fds::recv_fds;
+use wardcell_host::error::BrokerError;
 
 /// A running proxy; dropping it ends it, after its last events are in the log.
 ///
@@ -65,8 +65,8 @@ pub fn hand_over(
     match protocol::read_frame::<ShimReport>(control)? {
         ShimReport::Listener => {}
         ShimReport::SetupFailed { step, message } => {
-            return Err(BrokerError::Refused(format!(
-                "could not start the sandbox: {step}: {message}; `wardcell doctor` checks what this machine supports"
+            return Err(BrokerError::Refused(wardcell_host::messages::setup_failed(
+                &step, &message,
             )))
         }
         other => {
@@ -194,18 +194,9 @@ fn died(run: &Run, zone: &str, status: io::Result<std::process::ExitStatus>) {
         "proxy.died",
         json!({"zone": zone, "exit_status": code, "signal": signal}),
     );
-    let how = match (code, signal) {
-        (Some(c), _) => format!("exited with status {c}"),
-        (_, Some(s)) => format!("killed by signal {s}"),
-        _ => "ended".to_string(),
-    };
-    // `run --profile` has no zone: its proxy is started as zone "-".
-    let whose = match zone {
-        "-" => "the sandbox's proxy".to_string(),
-        z => format!("the proxy of zone '{z}'"),
-    };
     wardcell_common::eprintln_line!(
-        "error: {whose} died ({how}); connections from its sandbox now fail; start the run again to get its network back"
+        "{}",
+        wardcell_host::messages::proxy_died(zone, code, signal)
     );
 }
 

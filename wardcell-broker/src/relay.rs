@@ -1,12 +1,11 @@
 //! Waiting for a sandbox: signals forwarded, a pty relayed, reports read, status returned.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags};
 use nix::sys::signal::Signal;
-use nix::sys::termios::Termios;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
@@ -30,52 +29,8 @@ impl Running {
     }
 }
 
-/// How a sandbox ended.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// The command ran and ended: its exit status (128+N for signal N).
-    Finished(i32),
-    /// Exec of the command failed with this errno.
-    ExecFailed(i32),
-    /// Building the sandbox failed at `step`.
-    SetupFailed { step: String, message: String },
-    /// The shim died before exec with this status (see sys::spawn::failed_step).
-    ChildFailed(i32),
-}
-
-/// The caller's terminal when the sandbox got a pty: the master, the terminal read
-/// (stdin, when it is one) and the one written (wardcell_common::terminal::output_fd);
-/// `saved`, the settings of `input` before raw mode (entered only in the foreground).
-pub struct PtyRelay<'a> {
-    pub master: &'a OwnedFd,
-    pub input: Option<BorrowedFd<'a>>,
-    pub output: BorrowedFd<'a>,
-    pub saved: Option<Termios>,
-}
-
-/// The command stopped (Ctrl-Z): do as a stopped job does under the user's shell. Give
-/// the terminal back as it was and stop (SIGTSTP: a shell without job control, which
-/// ignores it, or an orphaned group, which never gets it, resumes at once); when continued
-/// (`fg`), take the terminal again and continue the command.
-fn suspend(p: &mut PtyRelay<'_>, run: &Running) {
-    // What the pty echoed before the stop (`^Z`) shows before the shell's prompt.
-    terminal::drain(p.master.as_fd(), p.output, 0);
-    if let (Some(input), Some(saved)) = (p.input, p.saved.take()) {
-        terminal::restore(input, &saved);
-    }
-    let _ = nix::sys::signal::raise(Signal::SIGTSTP);
-    resume(p);
-    let _ = run.process.signal(libc::SIGCONT);
-}
-
-/// Continued (`fg`, or after a stop of our own): raw mode again if in the foreground now,
-/// and the window size, which may have changed meanwhile.
-fn resume(p: &mut PtyRelay<'_>) {
-    if let (Some(input), None) = (p.input, &p.saved) {
-        p.saved = terminal::raw_mode(input);
-    }
-    let _ = sys::copy_winsize(p.output, p.master.as_fd());
-}
+pub use wardcell_host::messages::Outcome;
+pub use wardcell_host::terminal::PtyRelay;
 
 /// Signals that end a run: forwarded, then SIGCONT (a stopped command would never see
 /// them), then, if the sandbox is still there after [`GRACE`], SIGKILL.
@@ -91,6 +46,7 @@ pub struct Watch<'a> {
     pub signals: Option<&'a sys::Signals>,
     /// A child of the broker to reap when it exits (the client's plan writer), on SIGCHLD.
     pub reap: Option<Pid>,
+    /// The first sandbox's pty, relayed to the caller's terminal.
     pub pty: Option<PtyRelay<'a>>,
     /// The `zone enter` connection: when the caller goes away, the sandbox is ended.
     pub caller: Option<BorrowedFd<'a>>,
@@ -123,8 +79,6 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
     let mut open = Open {
         control: true,
         caller: caller.is_some(),
-        stdin: pty.as_ref().is_some_and(|p| p.input.is_some()),
-        master: pty.is_some(),
     };
     let mut caller_gone = false;
     let mut bad_report: Option<String> = None;
@@ -164,7 +118,10 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
                 Ok(r) => {
                     on_report(&r);
                     if let (ShimReport::Stopped { .. }, Some(p)) = (&r, pty.as_mut()) {
-                        suspend(p, run);
+                        // Ctrl-Z: this process stops as the command did, and when it
+                        // is continued, continues the command.
+                        p.suspend();
+                        let _ = run.process.signal(libc::SIGCONT);
                     }
                     let last = matches!(r, ShimReport::Exited { .. } | ShimReport::Signaled { .. });
                     reports.push(r);
@@ -187,12 +144,13 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
                 }
             }
         }
-        if let Some(p) = &pty {
-            if stdin_ready && !relay_input(p, run, &mut buf, &mut kill_at) {
-                open.stdin = false;
+        if let Some(p) = pty.as_mut() {
+            // The caller's terminal hung up: the command gets the hangup a terminal gives.
+            if stdin_ready && !p.relay_input(&mut buf) {
+                end(run, libc::SIGHUP, &mut kill_at);
             }
-            if master_ready && !terminal::relay_once(p.master.as_fd(), p.output, &mut buf) {
-                open.master = false;
+            if master_ready {
+                p.relay_output(&mut buf);
             }
         }
         if child_ready {
@@ -205,13 +163,8 @@ pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&Shim
     // entered from it (`zone enter`) still holds it; on macOS one the command left behind
     // may. So the drain stops once the pty stays quiet: what such a process writes later
     // is not relayed (entries are killed when the run's first sandbox ends).
-    if let Some(p) = &pty {
-        if open.master {
-            terminal::drain(p.master.as_fd(), p.output, 200);
-        }
-        if let (Some(input), Some(saved)) = (p.input, &p.saved) {
-            terminal::restore(input, saved);
-        }
+    if let Some(p) = pty.as_mut() {
+        p.finish();
     }
     if open.control {
         read_remaining(&mut run.control, on_report, &mut reports, &mut bad_report);
@@ -247,8 +200,6 @@ fn read_remaining(
 struct Open {
     control: bool,
     caller: bool,
-    stdin: bool,
-    master: bool,
 }
 
 /// Poll once (until the grace's end, if one runs): which are ready, in the order child,
@@ -274,8 +225,8 @@ fn poll_ready(
         signals.map(|s| s.as_fd()),
         open.control.then(|| run.control.as_fd()),
         caller.filter(|_| open.caller),
-        pty.and_then(|p| p.input).filter(|_| open.stdin),
-        pty.map(|p| p.master.as_fd()).filter(|_| open.master),
+        pty.and_then(|p| p.input()),
+        pty.and_then(|p| p.master()),
     ];
     for (i, fd) in watched.into_iter().enumerate() {
         if let Some(fd) = fd {
@@ -303,7 +254,7 @@ fn on_signals(
     while let Some(sig) = signals.next() {
         if sig == Signal::SIGWINCH as i32 {
             if let Some(p) = &pty {
-                let _ = sys::copy_winsize(p.output, p.master.as_fd());
+                p.window_changed();
             }
         } else if sig == Signal::SIGCHLD as i32 {
             // Never forwarded. The sandbox's own end is watched through its process.
@@ -313,7 +264,7 @@ fn on_signals(
         } else {
             if sig == libc::SIGCONT {
                 if let Some(p) = pty.as_mut() {
-                    resume(p);
+                    p.resume();
                 }
             }
             if ENDING.contains(&sig) {
@@ -330,23 +281,6 @@ fn end(run: &Running, sig: i32, kill_at: &mut Option<Instant>) {
     let _ = run.process.signal(sig);
     let _ = run.process.signal(libc::SIGCONT);
     kill_at.get_or_insert_with(|| Instant::now() + GRACE);
-}
-
-/// Relay what the caller typed; false once the terminal hung up (in raw mode, a read
-/// returns at least one byte otherwise): then the command gets the hangup a terminal
-/// gives.
-fn relay_input(
-    p: &PtyRelay<'_>,
-    run: &Running,
-    buf: &mut [u8],
-    kill_at: &mut Option<Instant>,
-) -> bool {
-    let Some(input) = p.input else { return false };
-    if terminal::relay_once(input, p.master.as_fd(), buf) {
-        return true;
-    }
-    end(run, libc::SIGHUP, kill_at);
-    false
 }
 
 /// What the reports and the shim's own exit status add up to.
@@ -386,42 +320,6 @@ pub fn outcome(
         }
         Some(WaitStatus::Signaled(_, sig, _)) => Outcome::Finished(128 + sig as i32),
         _ => Outcome::Finished(1),
-    }
-}
-
-/// How a sandbox ended: the exit status, and the one-line error when it did not run.
-pub fn describe(outcome: &Outcome, program: &str) -> (i32, Option<String>) {
-    match outcome {
-        Outcome::Finished(code) => (*code, None),
-        Outcome::ExecFailed(errno) => {
-            let (code, why) = match *errno {
-                libc::ENOENT => (
-                    127,
-                    "command not found in the sandbox; check its name and that the profile can read where it is installed".to_string(),
-                ),
-                libc::EACCES => (
-                    126,
-                    "permission denied: it is not executable, or the profile does not let the sandbox run it".to_string(),
-                ),
-                other => (126, std::io::Error::from_raw_os_error(other).to_string()),
-            };
-            (code, Some(format!("`{program}`: {why}")))
-        }
-        Outcome::SetupFailed { step, message } => (
-            1,
-            Some(format!(
-                "could not start the sandbox: {step}: {message}; `wardcell doctor` checks what this machine supports"
-            )),
-        ),
-        Outcome::ChildFailed(code) => {
-            let what = sys::spawn::failed_step(*code).unwrap_or("starting the shim");
-            (
-                1,
-                Some(format!(
-                    "could not start the sandbox: {what} failed; `wardcell doctor` checks what this machine supports"
-                )),
-            )
-        }
     }
 }
 

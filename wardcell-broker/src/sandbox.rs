@@ -14,11 +14,11 @@ use wardcell_common::limits;
 use wardcell_common::plan::{ProfilePlan, SandboxSpec};
 use wardcell_common::protocol::{self, ShimRequest};
 
-use crate::error::BrokerError;
 use crate::proxy::{self, Proxy};
 use crate::relay::Running;
 use crate::run::Run;
 use crate::{peer, spec, sys};
+use wardcell_host::error::BrokerError;
 
 /// What serves a sandbox's zone socket (its zone's supervisor, supervisor.rs), as the
 /// sandbox's life needs it: bound before the spec names its socket, serving once the
@@ -102,9 +102,11 @@ impl Sandbox {
         }
         match self.limits.ended_by_time(ended.timed_out) {
             Some((code, message)) => (code, Some(message)),
-            None => {
-                crate::relay::describe(&ended.outcome, self.spec.argv.first().map_or("", |a| a))
-            }
+            None => wardcell_host::messages::describe(
+                &ended.outcome,
+                self.spec.argv.first().map_or("", |a| a),
+                crate::sys::spawn::failed_step,
+            ),
         }
     }
 }

@@ -386,11 +386,10 @@ impl Supervisor {
             cwd: asked.peer.cwd(),
         };
         let request = approval::request(plan, &entry);
-        let plugin =
-            match approval::Plugin::start(plan.approval.as_deref(), &request, &self.run.host_env) {
-                Ok(p) => p,
-                Err(refusal) => return (refusal, None),
-            };
+        let plugin = match approval::start(plan.approval.as_deref(), &request, &self.run.host_env) {
+            Ok(p) => p,
+            Err(refusal) => return (refusal, None),
+        };
         let held = self.run.entry();
         if let Some(h) = &held {
             h.attach(plugin.process());

@@ -53,6 +53,20 @@ pub(crate) fn cerr(ret: libc::c_long) -> io::Result<libc::c_long> {
     }
 }
 
+/// Start `cmd` as a helper (`for_helper`: it dies with the thread starting it), with the
+/// `Process` watching it; killed and reaped when it cannot be watched.
+pub fn spawn_helper(cmd: &mut std::process::Command) -> io::Result<(std::process::Child, Process)> {
+    let mut child = for_helper(cmd).spawn()?;
+    match Process::of_child(child.id() as libc::pid_t) {
+        Ok(process) => Ok((child, process)),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
+    }
+}
+
 /// The descriptor on which the client hands over the plan.
 pub const LAUNCH_FD: RawFd = 3;
 

@@ -7,9 +7,6 @@ pub mod spawn;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-use nix::sys::signal::{SigSet, Signal};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
-
 use super::{cerr, LAUNCH_FD};
 
 /// recvmsg's flag that makes received descriptors close-on-exec as they arrive.
@@ -43,39 +40,8 @@ impl AsFd for Process {
     }
 }
 
-/// Signals blocked in this thread (and so in every thread it starts afterwards) and read
-/// from a signalfd.
-pub struct Signals(SignalFd);
-
-impl Signals {
-    /// Must be called before the broker starts a thread.
-    pub fn take(signals: &[Signal]) -> io::Result<Signals> {
-        let mut mask = SigSet::empty();
-        for &s in signals {
-            mask.add(s);
-        }
-        mask.thread_block()
-            .and_then(|()| {
-                SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-            })
-            .map(Signals)
-            .map_err(|e| io::Error::other(format!("signalfd: {e}")))
-    }
-
-    /// The next signal taken, if one is waiting.
-    pub fn next(&self) -> Option<i32> {
-        match self.0.read_signal() {
-            Ok(Some(info)) => Some(info.ssi_signo as i32),
-            _ => None,
-        }
-    }
-}
-
-impl AsFd for Signals {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.0.as_fd()
-    }
-}
+/// Signals blocked in this thread and read from a signalfd (no `unsafe` needed).
+pub use wardcell_host::signals::Signals;
 
 /// Whether `pid` is a child of this process (peeked at, never reaped).
 pub fn is_child(pid: libc::pid_t) -> bool {
@@ -90,7 +56,8 @@ pub fn is_child(pid: libc::pid_t) -> bool {
 
 /// Wake the thread blocked in `accept` on a listener that is being stopped.
 pub fn wake_listener(listener: BorrowedFd<'_>, _path: &std::path::Path) {
-    let _ = nix::sys::socket::shutdown(listener.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+    // SAFETY: integer arguments; shutting down a socket we hold open.
+    let _ = unsafe { libc::shutdown(listener.as_raw_fd(), libc::SHUT_RDWR) };
 }
 
 /// Whether `fd` is an `O_PATH` descriptor (a handle on a path, not an open file).

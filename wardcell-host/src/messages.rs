@@ -1,0 +1,93 @@
+//! The words of what the broker tells its user: it decides and returns typed outcomes;
+//! this module only renders them (docs/OUTPUT.md and spec/zones.md give the lines).
+
+use wardcell_common::text::shown;
+
+/// How a sandbox ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The command ran and ended: its exit status (128+N for signal N).
+    Finished(i32),
+    /// Exec of the command failed with this errno.
+    ExecFailed(i32),
+    /// Building the sandbox failed at `step`.
+    SetupFailed { step: String, message: String },
+    /// The shim died before exec with this status (see the broker's sys::spawn).
+    ChildFailed(i32),
+}
+
+/// How a sandbox ended: the exit status, and the one-line error when it did not run.
+/// `failed_step` names the step of the shim that an exit status stands for.
+pub fn describe(
+    outcome: &Outcome,
+    program: &str,
+    failed_step: fn(i32) -> Option<&'static str>,
+) -> (i32, Option<String>) {
+    match outcome {
+        Outcome::Finished(code) => (*code, None),
+        Outcome::ExecFailed(errno) => {
+            let (code, why) = match *errno {
+                libc::ENOENT => (
+                    127,
+                    "command not found in the sandbox; check its name and that the profile can read where it is installed".to_string(),
+                ),
+                libc::EACCES => (
+                    126,
+                    "permission denied: it is not executable, or the profile does not let the sandbox run it".to_string(),
+                ),
+                other => (126, std::io::Error::from_raw_os_error(other).to_string()),
+            };
+            (code, Some(format!("`{program}`: {why}")))
+        }
+        Outcome::SetupFailed { step, message } => (1, Some(setup_failed(step, message))),
+        Outcome::ChildFailed(code) => {
+            let what = failed_step(*code).unwrap_or("starting the shim");
+            (
+                1,
+                Some(format!(
+                    "could not start the sandbox: {what} failed; `wardcell doctor` checks what this machine supports"
+                )),
+            )
+        }
+    }
+}
+
+/// The shim reported that building the sandbox failed at `step`.
+pub fn setup_failed(step: &str, message: &str) -> String {
+    format!(
+        "could not start the sandbox: {step}: {message}; `wardcell doctor` checks what this machine supports"
+    )
+}
+
+/// The warning when the kernel lacks parts of the confinement (said once a run).
+pub fn kernel_lacks(partial: &[String]) -> String {
+    format!(
+        "warning: this kernel lacks {}; the sandbox runs without it (see `wardcell doctor`)",
+        shown(&partial.join(", "))
+    )
+}
+
+/// The warning for a file that appeared in the run's repository and runs code in git.
+pub fn git_code_appeared(what: &str, cwd: &std::path::Path) -> String {
+    format!(
+        "warning: {} appeared during this run and runs code the next time git runs in {}; inspect it before you use git there",
+        shown(what),
+        shown(&cwd.display().to_string())
+    )
+}
+
+/// The error when a zone's proxy died during the run (`zone` "-" for `run --profile`).
+pub fn proxy_died(zone: &str, code: Option<i32>, signal: Option<i32>) -> String {
+    let how = match (code, signal) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (_, Some(s)) => format!("killed by signal {s}"),
+        _ => "ended".to_string(),
+    };
+    let whose = match zone {
+        "-" => "the sandbox's proxy".to_string(),
+        z => format!("the proxy of zone '{z}'"),
+    };
+    format!(
+        "error: {whose} died ({how}); connections from its sandbox now fail; start the run again to get its network back"
+    )
+}
