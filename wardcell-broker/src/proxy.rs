@@ -5,12 +5,12 @@
 //! resolves them itself from the sources the plan names.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use nix::sys::wait::WaitStatus;
 use serde_json::json;
 
 use wardcell_common::plan::{ProfilePlan, ProxySpec, SandboxSpec};
@@ -28,7 +28,7 @@ use wardcell_host::error::BrokerError;
 /// stderr. The sandbox's listener died with the proxy, so its connections are refused.
 pub struct Proxy {
     /// To kill it without racing the reap (a pidfd cannot name a reused pid).
-    pidfd: OwnedFd,
+    process: sys::Process,
     /// Our side of its control socket, to say "the sandbox has ended" (end of file).
     control: UnixStream,
     /// Set before the end of file, so that its exit is not taken for a death.
@@ -45,7 +45,7 @@ impl Drop for Proxy {
         self.retiring.store(true, Ordering::SeqCst);
         let _ = self.control.shutdown(std::net::Shutdown::Write);
         if self.reaped.recv_timeout(DRAIN).is_err() {
-            let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL);
+            let _ = self.process.signal(libc::SIGKILL);
             let _ = self.reaped.recv_timeout(DRAIN);
         }
     }
@@ -96,12 +96,12 @@ fn start(
     };
     let (mut ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
     let child = sys::spawn_with_control(&path, theirs.as_raw_fd()).map_err(|e| fail("exec", &e))?;
-    // Until the event thread owns it, the child is killed and reaped on any failure.
-    let mut child = Reap(Some(child));
+    // Killed and reaped on any failure, and by the event thread at the end.
+    let (_, mut child) = sys::watch(child).map_err(|e| fail("pidfd", &e))?;
     drop(theirs);
     let (done, reaped) = std::sync::mpsc::channel();
-    let pid = child.0.as_ref().expect("just spawned").id();
-    let pidfd = sys::pidfd_open(pid as libc::pid_t).map_err(|e| fail("pidfd", &e))?;
+    let pid = child.pid();
+    let process = child.watch().try_clone().map_err(|e| fail("pidfd", &e))?;
     let control = ours.try_clone().map_err(|e| fail("control socket", &e))?;
     let retiring = Arc::new(AtomicBool::new(false));
 
@@ -146,18 +146,17 @@ fn start(
     let run = run.clone();
     let zone = zone.to_string();
     let proxy = Proxy {
-        pidfd,
+        process,
         control,
         retiring: retiring.clone(),
         reaped,
     };
-    let mut child = child.0.take().expect("owned until here");
     tracing::debug!(zone, pid, intercepts = ca_pem.is_some(), "proxy ready");
     std::thread::Builder::new()
         .name(format!("proxy-events-{zone}"))
         .spawn(move || {
             if !audit_events(&run, &zone, ours) {
-                let _ = child.kill();
+                let _ = child.signal(libc::SIGKILL);
             }
             let status = child.wait();
             if !retiring.load(Ordering::SeqCst) {
@@ -169,24 +168,12 @@ fn start(
     Ok((proxy, ca_pem))
 }
 
-/// A child killed and reaped when dropped, unless taken.
-struct Reap(Option<Child>);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// The proxy ended while its sandbox runs: audited, and one line on stderr.
-fn died(run: &Run, zone: &str, status: io::Result<std::process::ExitStatus>) {
-    use std::os::unix::process::ExitStatusExt;
-    let (code, signal) = match &status {
-        Ok(s) => (s.code(), s.signal()),
-        Err(_) => (None, None),
+fn died(run: &Run, zone: &str, status: Option<WaitStatus>) {
+    let (code, signal) = match status {
+        Some(WaitStatus::Exited(_, c)) => (Some(c), None),
+        Some(WaitStatus::Signaled(_, s, _)) => (None, Some(s as i32)),
+        _ => (None, None),
     };
     // Unwritable, it ends the run as every other event does (PROTOCOL 8).
     let _ = run.record(

@@ -117,7 +117,7 @@ impl Run {
     /// The first sandbox is complete: from now on a failed log write ends it. A write
     /// that failed before this ends it at once.
     pub fn set_first(&self, running: &Running) {
-        if let Ok(p) = running.process.try_clone() {
+        if let Ok(p) = running.process.watch().try_clone() {
             let _ = self.first.set(p);
         }
         if self.audit.failure().is_some() {

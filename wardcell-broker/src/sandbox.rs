@@ -7,9 +7,6 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use nix::sys::wait::waitpid;
-use nix::unistd::Pid;
-
 use wardcell_common::limits;
 use wardcell_common::plan::{ProfilePlan, SandboxSpec};
 use wardcell_common::protocol::{self, ShimRequest};
@@ -77,12 +74,14 @@ impl Sandbox {
 
     /// The run's first sandbox has ended, and the broker with it once the entries still
     /// running end: as [`Sandbox::retire`], the supervisor's thread left to the exit
-    /// (stopped first this way, its `stop` then does nothing).
+    /// (stopped first this way, its `stop` then does nothing). Its shim, if not reaped yet, is left to end with the broker: never waited for
+    /// while its namespaces are torn down.
     pub fn retire_first(&mut self) {
         if let Some(s) = &self.supervisor {
             s.stop_at_exit();
         }
         self.retire();
+        self.running.process.detach();
     }
 
     /// When its time limit ends, counted from now (its command starts).
@@ -111,18 +110,14 @@ impl Sandbox {
     }
 }
 
-/// Kills and reaps a half-started sandbox unless disarmed.
-struct Abort<'a> {
-    running: Option<&'a Running>,
+/// Stops a half-started sandbox's supervisor unless disarmed (its shim is killed and
+/// reaped as its `sys::Child` is dropped).
+struct Abort {
     supervisor: Option<Arc<dyn Served>>,
 }
 
-impl Drop for Abort<'_> {
+impl Drop for Abort {
     fn drop(&mut self) {
-        if let Some(r) = self.running {
-            let _ = r.process.signal(libc::SIGKILL);
-            let _ = waitpid(Pid::from_raw(r.pid), None);
-        }
         if let Some(s) = &self.supervisor {
             s.stop();
         }
@@ -130,16 +125,14 @@ impl Drop for Abort<'_> {
 }
 
 /// A sandbox whose namespaces exist and whose shim is starting, not yet given its spec.
+/// Dropped, its shim is killed and reaped.
 pub struct Spawned {
     running: Running,
 }
 
 impl Spawned {
     /// Kill and reap it: it will not be completed.
-    pub fn abandon(self) {
-        let _ = self.running.process.signal(libc::SIGKILL);
-        let _ = waitpid(Pid::from_raw(self.running.pid), None);
-    }
+    pub fn abandon(self) {}
 }
 
 /// Step 1: new namespaces and the shim. Returns at once; the kernel (and the other core)
@@ -151,8 +144,7 @@ pub fn spawn(shim: &CString, stdio: [RawFd; 3], ignored: u64) -> Result<Spawned,
         .map_err(|e| BrokerError::Sandbox(sys::spawn::explain_spawn_error(&e)))?;
     Ok(Spawned {
         running: Running {
-            pid: spawned.pid,
-            process: spawned.process,
+            process: sys::Child::new(spawned.pid, spawned.process),
             control: ours,
         },
     })
@@ -185,22 +177,21 @@ pub fn complete<T>(
     req: Request<'_>,
     before_proceed: impl FnOnce() -> Result<T, BrokerError>,
 ) -> Result<(Sandbox, T), BrokerError> {
-    let running = spawned.running;
-    let mut abort = Abort {
-        running: Some(&running),
-        supervisor: None,
-    };
+    let mut running = spawned.running;
+    let mut abort = Abort { supervisor: None };
 
     // What its processes carry: how its supervisor will recognise them.
     let number = run.next_number();
-    let mark = peer::mark(running.pid, &run.id, number)
+    let mark = peer::mark(running.process.pid(), &run.id, number)
         .map_err(|e| BrokerError::Sandbox(format!("reading the sandbox's {}: {e}", peer::MARK)))?;
 
     // Its limits: its cgroup, if one needs it, with the shim in it before the command.
     let cgroup = format!("wardcell-{}-s{number}", run.id);
     let limits = limits::Enforced::prepare(&req.profile.limits, &req.profile.name, &cgroup)
         .map_err(BrokerError::Refused)?;
-    limits.join(running.pid).map_err(BrokerError::Sandbox)?;
+    limits
+        .join(running.process.pid())
+        .map_err(BrokerError::Sandbox)?;
 
     // A supervisor, in a zone.
     let name = format!("s{number}");
@@ -242,7 +233,7 @@ pub fn complete<T>(
     protocol::send_hello(&mut control)?;
     protocol::expect_hello(&mut control).map_err(|e| match e {
         // The child died before exec: its exit status says at which step.
-        protocol::FrameError::Closed => BrokerError::Sandbox(child_failure(&running)),
+        protocol::FrameError::Closed => BrokerError::Sandbox(child_failure(&mut running)),
         other => BrokerError::Shim(other),
     })?;
     protocol::write_frame(&mut control, &ShimRequest::Start(Box::new(spec.clone())))?;
@@ -279,7 +270,6 @@ pub fn complete<T>(
         proceed?;
     }
 
-    abort.running = None;
     abort.supervisor = None;
     drop(abort);
     let sandbox = Sandbox {
@@ -293,9 +283,9 @@ pub fn complete<T>(
     Ok((sandbox, made))
 }
 
-fn child_failure(running: &Running) -> String {
+fn child_failure(running: &mut Running) -> String {
     use nix::sys::wait::WaitStatus;
-    match waitpid(Pid::from_raw(running.pid), None) {
+    match running.process.wait().ok_or(nix::errno::Errno::ECHILD) {
         Ok(WaitStatus::Exited(_, code)) => sys::spawn::failed_step(code)
             .map(|s| format!("{s} failed"))
             .unwrap_or_else(|| format!("the shim exited with status {code}")),

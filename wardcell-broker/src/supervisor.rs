@@ -458,7 +458,7 @@ impl Supervisor {
                 return;
             }
         };
-        entry.attach(&sb.running.process);
+        entry.attach(sb.running.process.watch());
         let _ = protocol::write_frame(conn, &ZoneResponse::Started);
         let (ended, described) = self.wait_entered(conn, &mut sb, target);
         if ended.caller_gone || self.run.is_ending() {

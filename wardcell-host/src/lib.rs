@@ -15,9 +15,11 @@
 pub mod error;
 pub mod messages;
 pub mod plugin;
+pub mod process;
 pub mod rundir;
 pub mod runid;
 pub mod signals;
 pub mod terminal;
+pub mod wait;
 
 pub use error::BrokerError;

@@ -12,13 +12,14 @@
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 use serde_json::Value;
 use wardcell_common::trace;
@@ -27,25 +28,24 @@ use wardcell_common::approval::Answer;
 use wardcell_common::approval::{parse_answer, MAX_ANSWER};
 use wardcell_common::helper;
 
-/// A started plugin; dropping it kills its process group and reaps it. `P` watches its
-/// process: readable once it has exited (the broker's `sys::Process`).
-pub struct Plugin<P: AsFd> {
-    child: Child,
-    process: P,
+use crate::process::{self, Watched};
+
+/// A started plugin; dropping it kills its process group and reaps it.
+pub struct Plugin<W: Watched> {
+    process: process::Child<W>,
     stdout: ChildStdout,
-    reaped: bool,
 }
 
-impl<P: AsFd> Drop for Plugin<P> {
+impl<W: Watched> Drop for Plugin<W> {
     fn drop(&mut self) {
-        if !self.reaped {
+        // Its group first; then `process` is killed and reaped as it is dropped.
+        if !self.process.is_reaped() {
             self.end();
-            let _ = self.child.wait();
         }
     }
 }
 
-impl<P: AsFd> Plugin<P> {
+impl<W: Watched> Plugin<W> {
     /// Start `plugin` with `request` on its stdin. `host_env` is the environment `wardcell
     /// run` started in; the plugin gets only the helper variables of it. `spawn` starts
     /// the command as a helper of the broker (dying with the thread that starts it) and
@@ -54,8 +54,8 @@ impl<P: AsFd> Plugin<P> {
         plugin: Option<&[String]>,
         request: &Value,
         host_env: &[(String, String)],
-        spawn: impl FnOnce(&mut Command) -> io::Result<(Child, P)>,
-    ) -> Result<Plugin<P>, Answer> {
+        spawn: impl FnOnce(&mut Command) -> io::Result<(Child, process::Child<W>)>,
+    ) -> Result<Plugin<W>, Answer> {
         let Some((prog, args)) = plugin.and_then(|p| p.split_first()) else {
             return Err(Answer::refusal(
                 "no approval plugin is configured ([approval] plugin in zones.toml)",
@@ -81,12 +81,7 @@ impl<P: AsFd> Plugin<P> {
         })?;
         let mut stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
-        let plugin = Plugin {
-            child,
-            process,
-            stdout,
-            reaped: false,
-        };
+        let plugin = Plugin { process, stdout };
         // Its stdout is drained as it comes, and read to what is there once it exits.
         fcntl(
             plugin.stdout.as_raw_fd(),
@@ -103,14 +98,14 @@ impl<P: AsFd> Plugin<P> {
     }
 
     /// The process: SIGKILL through it ends the wait in [`Plugin::answer`].
-    pub fn process(&self) -> &P {
-        &self.process
+    pub fn process(&self) -> &W {
+        self.process.watch()
     }
 
     /// Kill its process group. Safe while the plugin is not reaped: its process ID, which
     /// is the group's ID, cannot be reused before then.
     fn end(&self) {
-        let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
+        let _ = killpg(Pid::from_raw(self.process.pid()), Signal::SIGKILL);
     }
 
     /// Wait for the answer: until the plugin exits, the caller's connection `caller` shows
@@ -133,7 +128,7 @@ impl<P: AsFd> Plugin<P> {
                 }
             };
             let mut fds = vec![
-                PollFd::new(self.process.as_fd(), PollFlags::POLLIN),
+                PollFd::new(self.process.watch().as_fd(), PollFlags::POLLIN),
                 PollFd::new(caller, PollFlags::POLLIN),
             ];
             if stdout_open {
@@ -165,11 +160,14 @@ impl<P: AsFd> Plugin<P> {
             if exited {
                 // Its children may still hold stdout: what is there now is the answer.
                 self.end();
-                self.reaped = true;
-                return match self.child.wait() {
-                    Ok(status) if status.success() => parse_answer(&out),
-                    Ok(status) => Answer::refusal(format!("the approval plugin failed ({status})")),
-                    Err(e) => Answer::refusal(format!("the approval plugin failed: {e}")),
+                return match self.process.wait().map(exit_status) {
+                    Some(status) if status.success() => parse_answer(&out),
+                    Some(status) => {
+                        Answer::refusal(format!("the approval plugin failed ({status})"))
+                    }
+                    None => {
+                        Answer::refusal("the approval plugin failed: it could not be waited for")
+                    }
                 };
             }
         }
@@ -197,5 +195,14 @@ impl<P: AsFd> Plugin<P> {
                 }
             }
         }
+    }
+}
+
+/// A status as std shows it ("exit status: 3", "signal: 9 (SIGKILL)").
+fn exit_status(status: WaitStatus) -> ExitStatus {
+    match status {
+        WaitStatus::Exited(_, code) => ExitStatus::from_raw((code & 0xff) << 8),
+        WaitStatus::Signaled(_, sig, core) => ExitStatus::from_raw(sig as i32 | (core as i32) << 7),
+        _ => ExitStatus::from_raw(0xff << 8),
     }
 }

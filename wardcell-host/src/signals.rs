@@ -74,6 +74,12 @@ mod linux {
             self.0.as_fd()
         }
     }
+
+    impl crate::wait::Taken for Signals {
+        fn next(&self) -> Option<i32> {
+            Signals::next(self)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@
 //! - `random_bytes`, `is_child`, `for_helper`, `wake_listener`, `is_path_only` and
 //!   `MSG_CMSG_CLOEXEC` (what `fds` needs of the platform).
 //!
-//! Linux only: `spawn_with_control`, `pidfd_open` and `pidfd_send_signal`, for the proxy
+//! Linux only: `spawn_with_control` and `pidfd_send_signal`, for the proxy
 //! (macOS has none yet: proxy_macos.rs).
 
 /// What macOS says about a peer: the audit token's effective uid and pid, and Seatbelt's
@@ -53,18 +53,27 @@ pub(crate) fn cerr(ret: libc::c_long) -> io::Result<libc::c_long> {
     }
 }
 
-/// Start `cmd` as a helper (`for_helper`: it dies with the thread starting it), with the
-/// `Process` watching it; killed and reaped when it cannot be watched.
-pub fn spawn_helper(cmd: &mut std::process::Command) -> io::Result<(std::process::Child, Process)> {
-    let mut child = for_helper(cmd).spawn()?;
-    match Process::of_child(child.id() as libc::pid_t) {
-        Ok(process) => Ok((child, process)),
+/// The broker's one process type: a child by its pid and its `Process`, killed and
+/// reaped when dropped unreaped (wardcell_host::process).
+pub type Child = wardcell_host::process::Child<Process>;
+
+/// Watch `child`, a child of ours just started and not reaped; killed and reaped when it
+/// cannot be watched.
+pub fn watch(mut child: std::process::Child) -> io::Result<(std::process::Child, Child)> {
+    let pid = child.id() as libc::pid_t;
+    match Process::of_child(pid) {
+        Ok(process) => Ok((child, Child::new(pid, process))),
         Err(e) => {
             let _ = child.kill();
             let _ = child.wait();
             Err(e)
         }
     }
+}
+
+/// Start `cmd` as a helper (`for_helper`: it dies with the thread starting it), watched.
+pub fn spawn_helper(cmd: &mut std::process::Command) -> io::Result<(std::process::Child, Child)> {
+    watch(for_helper(cmd).spawn()?)
 }
 
 /// The descriptor on which the client hands over the plan.
@@ -157,6 +166,53 @@ mod tests {
         let p = Process::of_child(quick.id() as libc::pid_t).unwrap();
         assert!(exited(&p, 0));
         quick.wait().unwrap();
+    }
+
+    /// The one process type (`Child`): dropped unreaped, its process is killed and
+    /// reaped; reaped through it, or detached, it is left alone.
+    #[test]
+    fn a_child_dropped_unreaped_is_killed_and_reaped() {
+        use nix::sys::wait::{waitpid, WaitStatus};
+        use nix::unistd::Pid;
+        let spawn = || {
+            std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .unwrap()
+        };
+        let (_, child) = watch(spawn()).unwrap();
+        let (pid, p) = (child.pid(), child.watch().try_clone().unwrap());
+        drop(child);
+        assert!(exited(&p, 0));
+        assert_eq!(
+            waitpid(Pid::from_raw(pid), None),
+            Err(nix::errno::Errno::ECHILD)
+        );
+
+        let (_, mut child) = watch(spawn()).unwrap();
+        child.signal(libc::SIGTERM).unwrap();
+        let status = child.wait();
+        assert!(
+            matches!(
+                status,
+                Some(WaitStatus::Signaled(
+                    _,
+                    nix::sys::signal::Signal::SIGTERM,
+                    _
+                ))
+            ),
+            "{status:?}"
+        );
+        assert!(child.is_reaped());
+        assert_eq!(child.wait(), None);
+
+        let (_, mut child) = watch(spawn()).unwrap();
+        let (pid, p) = (child.pid(), child.watch().try_clone().unwrap());
+        child.detach();
+        drop(child);
+        assert!(!exited(&p, 50), "a detached child is left running");
+        p.signal(libc::SIGKILL).unwrap();
+        assert!(waitpid(Pid::from_raw(pid), None).is_ok());
     }
 
     #[test]

@@ -121,7 +121,7 @@ pub fn spawn_with_control(
 }
 
 /// pidfd_open(2) for a child of ours that has not been reaped (so `pid` is still its).
-pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
     // SAFETY: integer arguments; the kernel returns a new descriptor (close-on-exec) or -1.
     let fd = cerr(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
     // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
@@ -141,5 +141,11 @@ pub fn for_helper(cmd: &mut std::process::Command) -> &mut std::process::Command
             }
             Ok(())
         })
+    }
+}
+
+impl wardcell_host::process::Watched for Process {
+    fn signal(&self, sig: i32) -> io::Result<()> {
+        Process::signal(self, sig)
     }
 }
