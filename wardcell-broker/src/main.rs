@@ -38,6 +38,7 @@ mod proxy;
 mod relay;
 mod run;
 mod sandbox;
+mod session;
 mod spec;
 mod supervisor;
 #[allow(unsafe_code)]

@@ -39,6 +39,7 @@ use crate::peer::{self, Peer};
 use crate::relay::{self, Outcome};
 use crate::run::{Entry, Run};
 use crate::sandbox;
+use crate::session::{Event, Session};
 use crate::sys;
 use crate::sys::fds::{recv_fds, unfit_stdio};
 
@@ -199,6 +200,8 @@ impl Supervisor {
         let Some(peer) = self.verified(&conn) else {
             return;
         };
+        let mut session = Session::new(false);
+        self.step(&mut session, Event::PeerVerified);
         // 2. The request, within the deadline.
         let deadline = Instant::now() + REQUEST_DEADLINE;
         let request = (|| {
@@ -215,6 +218,15 @@ impl Supervisor {
             Err(protocol::FrameError::Io(e)) => return self.closed(&peer, &late(&e, "request")),
             Err(e) => return self.closed(&peer, &e.to_string()),
         };
+        let asked = match &request {
+            ZoneRequest::List => Event::List,
+            ZoneRequest::Why => Event::Why,
+            ZoneRequest::Enter { .. } => Event::Enter,
+        };
+        // A message out of turn (PROTOCOL 6.3) closes the connection.
+        if let Err(why) = session.on(Event::Hello).and_then(|()| session.on(asked)) {
+            return self.closed(&peer, &why);
+        }
         // 3. Answer.
         match request {
             ZoneRequest::List => {
@@ -273,7 +285,15 @@ impl Supervisor {
                 let fds =
                     [0, 1, 2].map(|fd| (closed & (1 << fd) == 0).then(|| fds.next()).flatten());
                 let _ = conn.set_read_timeout(None);
-                self.enter(&mut conn, &peer, &zone, &argv, env, fds);
+                if let Err(why) = session.on(Event::Descriptors) {
+                    return self.closed(&peer, &why);
+                }
+                let asked = Asked {
+                    peer: &peer,
+                    target: &zone,
+                    argv: &argv,
+                };
+                self.enter(&mut conn, &mut session, asked, env, fds);
             }
         }
     }
@@ -281,20 +301,30 @@ impl Supervisor {
     fn enter(
         &self,
         conn: &mut UnixStream,
-        peer: &Peer,
-        target: &str,
-        argv: &[String],
+        session: &mut Session,
+        asked: Asked<'_>,
         env: Vec<(String, String)>,
         stdio: [Option<OwnedFd>; 3],
     ) {
-        let asked = Asked { peer, target, argv };
         match self.admit(conn, &asked, &stdio) {
             // Every guard of the refused entry is dropped by now: the caller's next
             // request is not refused as busy.
             Err(message) => {
+                self.step(session, Event::Refused);
                 let _ = protocol::write_frame(conn, &ZoneResponse::Refused { message });
             }
-            Ok(admitted) => self.run_entered(conn, &asked, admitted, env, stdio),
+            Ok(admitted) => {
+                self.step(session, Event::Admitted);
+                self.run_entered(conn, session, &asked, admitted, env, stdio)
+            }
+        }
+    }
+
+    /// One of the supervisor's own steps in the connection's state table (a step out of
+    /// turn is a bug: it is logged).
+    fn step(&self, session: &mut Session, event: Event) {
+        if let Err(why) = session.on(event) {
+            tracing::error!(zone = self.zone, "{why}");
         }
     }
 
@@ -411,6 +441,7 @@ impl Supervisor {
     fn run_entered(
         &self,
         conn: &mut UnixStream,
+        session: &mut Session,
         asked: &Asked<'_>,
         admitted: Admitted<'_>,
         env: Vec<(String, String)>,
@@ -454,14 +485,19 @@ impl Supervisor {
                 let message = e.to_string();
                 completed(Value::Null, &format!("not started: {message}"));
                 drop((entry, slot));
+                self.step(session, Event::StartFailed);
                 let _ = protocol::write_frame(conn, &ZoneResponse::Failed { message, code: 1 });
                 return;
             }
         };
         entry.attach(sb.running.process.watch());
+        self.step(session, Event::Started);
         let _ = protocol::write_frame(conn, &ZoneResponse::Started);
         let (ended, described) = self.wait_entered(conn, &mut sb, target);
-        if ended.caller_gone || self.run.is_ending() {
+        // What the caller sent while its sandbox ran (readable: gone) is fatal to the
+        // connection: the sandbox was ended, and the connection closes without a reply.
+        let spoke = ended.caller_gone && session.on(Event::Spoke).is_err();
+        if spoke || self.run.is_ending() {
             let how = if ended.caller_gone {
                 "the caller went away; the command's sandbox was ended"
             } else {
@@ -470,6 +506,7 @@ impl Supervisor {
             completed(Value::Null, how);
             return;
         }
+        self.step(session, Event::Ended);
         let response = match described {
             (code, None) => ZoneResponse::Exited { code },
             (code, Some(message)) => ZoneResponse::Failed { message, code },
@@ -647,6 +684,8 @@ impl Supervisor {
         let Some(peer) = self.verified(&conn) else {
             return;
         };
+        // Then `Hello` and `Refused`, nothing read (PROTOCOL 6.3).
+        self.step(&mut Session::new(true), Event::PeerVerified);
         let reason =
             format!("this sandbox's supervisor already serves {MAX_CONNECTIONS} connections");
         let _ = protocol::send_hello(&mut conn);
