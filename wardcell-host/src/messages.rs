@@ -91,3 +91,41 @@ pub fn proxy_died(zone: &str, code: Option<i32>, signal: Option<i32>) -> String 
         "error: {whose} died ({how}); connections from its sandbox now fail; start the run again to get its network back"
     )
 }
+
+/// What the shim was doing at step `step` between clone3 and exec (the broker's
+/// sys::spawn::Step), when it failed there.
+pub fn shim_step(step: i32) -> Option<&'static str> {
+    Some(match step {
+        1 => "denying setgroups in the new user namespace",
+        2 => "writing the user namespace's uid map",
+        3 => "writing the user namespace's gid map",
+        4 => "tying the sandbox's life to the broker's",
+        5 => "passing mount capabilities to the shim",
+        6 => "raising ambient capabilities for the shim",
+        7 => "arranging the sandbox's descriptors",
+        8 => "executing wardcell-shim",
+        _ => return None,
+    })
+}
+
+/// Why creating a sandbox's namespaces failed: the error, and what on this machine
+/// forbids them when that can be told (for `doctor` and for a failed spawn).
+pub fn spawn_failed(e: &std::io::Error) -> String {
+    let hint = match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            if std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+                .is_ok_and(|v| v.trim() == "1")
+            {
+                "; AppArmor restricts unprivileged user namespaces here (sysctl kernel.apparmor_restrict_unprivileged_userns=1): install wardcell's AppArmor profile or ask your administrator"
+            } else {
+                "; unprivileged user namespaces are disabled (check sysctl user.max_user_namespaces and kernel.unprivileged_userns_clone)"
+            }
+        }
+        Some(libc::ENOSPC) => {
+            "; the user namespace limit is reached (sysctl user.max_user_namespaces)"
+        }
+        Some(libc::ENOSYS) => "; this kernel has no clone3 (Linux 5.3 or newer is required)",
+        _ => "",
+    };
+    format!("creating the sandbox's namespaces failed: {e}{hint}")
+}
