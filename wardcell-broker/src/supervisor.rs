@@ -16,12 +16,10 @@
 //! (`wardcell_common::auditlog`, `Rate`): past it they are counted, and an allowed entry
 //! that is not written is refused.
 
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -42,6 +40,7 @@ use crate::sandbox;
 use crate::session::{Event, Session};
 use crate::sys;
 use crate::sys::fds::{recv_fds, unfit_stdio};
+use wardcell_host::listener::{caller_gone, late, Deadline, Handler, Listener};
 
 /// A connection must send its whole request within this.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
@@ -54,13 +53,11 @@ pub struct Supervisor {
     chain: Vec<String>,
     /// What every process of its sandbox carries (peer.rs).
     mark: peer::Mark,
-    path: PathBuf,
-    listener: UnixListener,
-    stopped: AtomicBool,
+    /// Its socket (wardcell_host::listener).
+    listener: Listener,
     /// The one entry a sandbox runs at a time: its caller's connection, while it runs.
     entering: Mutex<Option<UnixStream>>,
     released: Condvar,
-    active: AtomicUsize,
 }
 
 impl Supervisor {
@@ -75,26 +72,15 @@ impl Supervisor {
     ) -> io::Result<Arc<Supervisor>> {
         let path = run.dir.join(format!("{name}.sock"));
         // sockaddr_un's path holds the terminating NUL too (108 bytes on Linux, 104 on macOS).
-        let most = sys::SUN_PATH_LEN - 1;
-        if path.as_os_str().len() > most {
-            return Err(io::Error::other(format!(
-                "its socket path {} is longer than the {most} bytes a Unix socket path may have; set XDG_RUNTIME_DIR to a shorter directory",
-                path.display()
-            )));
-        }
-        let listener = UnixListener::bind(&path)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        let listener = Listener::bind(path, sys::SUN_PATH_LEN - 1, sys::wake_listener)?;
         let s = Arc::new(Supervisor {
             run,
             zone: zone.to_string(),
             chain,
             mark,
-            path,
             listener,
-            stopped: AtomicBool::new(false),
             entering: Mutex::new(None),
             released: Condvar::new(),
-            active: AtomicUsize::new(0),
         });
         Ok(s)
     }
@@ -104,60 +90,35 @@ impl Supervisor {
     pub fn serve_in_background(self: &Arc<Self>) -> io::Result<()> {
         let server = self.clone();
         let name = self
-            .path
+            .listener
+            .path()
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
         std::thread::Builder::new()
             .name(format!("supervisor-{name}"))
-            .spawn(move || server.serve())?;
+            .spawn(move || {
+                let me = server.clone();
+                let handle: Handler = Arc::new(move |conn| me.handle(conn));
+                server
+                    .listener
+                    .serve(MAX_CONNECTIONS, handle, &|conn| server.refuse_busy(conn));
+            })?;
         Ok(())
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.listener.path()
     }
 
     /// Stop accepting and remove the socket; the thread serving it ends.
     pub fn stop(&self) {
-        if !self.stopped.swap(true, Ordering::SeqCst) {
-            sys::wake_listener(self.listener.as_fd(), &self.path);
-            let _ = std::fs::remove_file(&self.path);
-        }
+        self.listener.stop()
     }
 
-    /// Stop accepting and remove the socket, for a broker that ends soon: the thread
-    /// serving it is left asleep (nothing can connect to a removed socket, and one that
-    /// connected before is dropped unanswered), not woken to end a moment before the
-    /// process does, on the path of every run's end.
+    /// As [`Supervisor::stop`], for a broker that ends soon (Listener::stop_at_exit).
     pub fn stop_at_exit(&self) {
-        if !self.stopped.swap(true, Ordering::SeqCst) {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-
-    fn serve(self: Arc<Self>) {
-        for conn in self.listener.incoming() {
-            if self.stopped.load(Ordering::SeqCst) {
-                break;
-            }
-            let Ok(conn) = conn else { continue };
-            if self.active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-                self.active.fetch_sub(1, Ordering::SeqCst);
-                self.refuse_busy(conn);
-                continue;
-            }
-            let me = self.clone();
-            let spawned = std::thread::Builder::new()
-                .name("supervisor-conn".into())
-                .spawn(move || {
-                    me.handle(conn);
-                    me.active.fetch_sub(1, Ordering::SeqCst);
-                });
-            if spawned.is_err() {
-                self.active.fetch_sub(1, Ordering::SeqCst);
-            }
-        }
+        self.listener.stop_at_exit()
     }
 
     fn audit(&self, category: &str, event: &str, fields: Value) -> io::Result<()> {
@@ -215,7 +176,9 @@ impl Supervisor {
         })();
         let request = match request {
             Ok(r) => r,
-            Err(protocol::FrameError::Io(e)) => return self.closed(&peer, &late(&e, "request")),
+            Err(protocol::FrameError::Io(e)) => {
+                return self.closed(&peer, &late(&e, "request", REQUEST_DEADLINE))
+            }
             Err(e) => return self.closed(&peer, &e.to_string()),
         };
         let asked = match &request {
@@ -245,20 +208,7 @@ impl Supervisor {
                     },
                 );
             }
-            ZoneRequest::Why => {
-                let plan = &self.run.plan;
-                let sockets = envrules::host_socket_dirs(&self.run.host_env);
-                let rules = |z: &ZonePlan| Rules::of(plan, &z.profile, Some(&z.name), &sockets);
-                let Some(current) = plan.zones.iter().find(|z| z.name == self.zone) else {
-                    return self.closed(&peer, "its zone is not in the plan");
-                };
-                let enterable = chain::enterable(&plan.zones, &self.chain);
-                let answer = ZoneResponse::Rules {
-                    current: Box::new(rules(current)),
-                    enterable: enterable.into_iter().map(rules).collect(),
-                };
-                let _ = protocol::write_frame(&mut conn, &answer);
-            }
+            ZoneRequest::Why => self.why(&mut conn, &peer),
             ZoneRequest::Enter {
                 zone,
                 argv,
@@ -278,7 +228,9 @@ impl Supervisor {
                 ));
                 let fds = match recv_fds(conn.as_raw_fd(), 3 - closed.count_ones() as usize) {
                     Ok(f) => f,
-                    Err(e) => return self.closed(&peer, &late(&e, "descriptors")),
+                    Err(e) => {
+                        return self.closed(&peer, &late(&e, "descriptors", REQUEST_DEADLINE))
+                    }
                 };
                 // Those the caller has closed stay closed in the command (None).
                 let mut fds = fds.into_iter();
@@ -296,6 +248,22 @@ impl Supervisor {
                 self.enter(&mut conn, &mut session, asked, env, fds);
             }
         }
+    }
+
+    /// `zone why`: the rules of this sandbox's zone and of each it may enter.
+    fn why(&self, conn: &mut UnixStream, peer: &Peer) {
+        let plan = &self.run.plan;
+        let sockets = envrules::host_socket_dirs(&self.run.host_env);
+        let rules = |z: &ZonePlan| Rules::of(plan, &z.profile, Some(&z.name), &sockets);
+        let Some(current) = plan.zones.iter().find(|z| z.name == self.zone) else {
+            return self.closed(peer, "its zone is not in the plan");
+        };
+        let enterable = chain::enterable(&plan.zones, &self.chain);
+        let answer = ZoneResponse::Rules {
+            current: Box::new(rules(current)),
+            enterable: enterable.into_iter().map(rules).collect(),
+        };
+        let _ = protocol::write_frame(conn, &answer);
     }
 
     fn enter(
@@ -696,43 +664,5 @@ impl Supervisor {
             },
         );
         self.closed(&peer, &reason);
-    }
-}
-
-/// A caller sends nothing after its request: a readable connection means it is gone.
-fn caller_gone(conn: &UnixStream) -> bool {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let mut fds = [PollFd::new(conn.as_fd(), PollFlags::POLLIN)];
-    poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
-}
-
-/// Why a read failed, in words: one that timed out ran into the request deadline.
-fn late(e: &io::Error, what: &str) -> String {
-    match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => format!(
-            "the connection sent no {what} within {} s",
-            REQUEST_DEADLINE.as_secs()
-        ),
-        _ => e.to_string(),
-    }
-}
-
-/// Reads that give up at a fixed instant, however the bytes trickle in.
-struct Deadline<'a> {
-    conn: &'a UnixStream,
-    until: Instant,
-}
-
-impl Read for Deadline<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "no request within 5 seconds",
-            ));
-        }
-        self.conn.set_read_timeout(Some(left))?;
-        (&*self.conn).read(buf)
     }
 }

@@ -13,9 +13,11 @@
 #![deny(unsafe_code)]
 
 pub mod error;
+pub mod listener;
 pub mod messages;
 pub mod plugin;
 pub mod process;
+pub mod proxy;
 pub mod rundir;
 pub mod runid;
 pub mod signals;

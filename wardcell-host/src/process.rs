@@ -12,6 +12,11 @@ use nix::unistd::Pid;
 /// child has exited.
 pub trait Watched: AsFd {
     fn signal(&self, sig: i32) -> io::Result<()>;
+
+    /// Another watch of the same child.
+    fn try_clone(&self) -> io::Result<Self>
+    where
+        Self: Sized;
 }
 
 /// A child of this process that has not been reaped, or was reaped through this value.

@@ -148,4 +148,8 @@ impl wardcell_host::process::Watched for Process {
     fn signal(&self, sig: i32) -> io::Result<()> {
         Process::signal(self, sig)
     }
+
+    fn try_clone(&self) -> io::Result<Process> {
+        Process::try_clone(self)
+    }
 }

@@ -229,6 +229,10 @@ impl wardcell_host::process::Watched for Process {
     fn signal(&self, sig: i32) -> io::Result<()> {
         Process::signal(self, sig)
     }
+
+    fn try_clone(&self) -> io::Result<Process> {
+        Process::try_clone(self)
+    }
 }
 
 impl wardcell_host::wait::Taken for Signals {
