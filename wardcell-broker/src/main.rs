@@ -45,7 +45,7 @@ mod supervisor;
 mod sys;
 
 // Host plumbing that decides nothing (wardcell-host; docs/AUDITING.md).
-use wardcell_host::{error, messages, rundir, runid, signals};
+use wardcell_host::{error, launch, messages, rundir, runid, signals};
 
 use std::ffi::CString;
 use std::fs;
@@ -54,7 +54,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use serde_json::json;
 
@@ -76,36 +76,19 @@ fn main() {
     if let Some(level) = trace::from_env() {
         trace::install("wardcell-broker", level);
     }
-    let mut args = std::env::args().skip(1);
-    let writer = match (args.next().as_deref(), args.next(), args.next()) {
-        (Some("--version"), None, None) => {
+    let writer = match launch::args(std::env::args().skip(1)) {
+        Ok(launch::Args::Version) => {
             println!("wardcell-broker {}", env!("CARGO_PKG_VERSION"));
             return;
         }
-        // The plan is already waiting on fd 3 (`wardcell doctor`'s trial run).
-        (Some("--plan"), None, None) => None,
-        // The plan is on its way from the client's plan writer (`wardcell run`).
-        (Some("--plan-writer"), Some(pid), None) => match pid.parse::<i32>() {
-            // Only a child of this process (the client forked it before exec) can be the
-            // writer; peek without reaping it.
-            Ok(pid) if sys::is_child(pid) => Some(Pid::from_raw(pid)),
-            _ => {
-                wardcell_common::eprintln_line!(
-                    "error: {}",
-                    BrokerError::Launch(format!(
-                        "--plan-writer {pid:?} is not a child of this process"
-                    ))
-                );
-                std::process::exit(1)
-            }
-        },
-        _ => {
-            wardcell_common::eprintln_line!(
-                "error: {}",
-                BrokerError::Launch("expected --plan-writer PID or --plan".into())
-            );
-            std::process::exit(1)
-        }
+        Ok(launch::Args::Plan) => None,
+        // Only a child of this process (the client forked it before exec) can be the
+        // writer; peek without reaping it.
+        Ok(launch::Args::Writer(pid)) if sys::is_child(pid) => Some(Pid::from_raw(pid)),
+        Ok(launch::Args::Writer(pid)) => fail(BrokerError::Launch(format!(
+            "--plan-writer \"{pid}\" is not a child of this process"
+        ))),
+        Err(e) => fail(e),
     };
     let code = match run(writer) {
         Ok(code) => code,
@@ -159,14 +142,14 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
             }
             return match (why, writer) {
                 // The writer said why (or printed help): end as it did, quietly.
-                (None, Some(writer)) => Ok(exit_status_of(writer)),
+                (None, Some(writer)) => Ok(launch::exit_status_of(writer)),
                 (None, None) => Err(BrokerError::Launch("no plan on fd 3".into())),
                 (Some(e), _) => Err(e),
             };
         }
     };
 
-    trace_plan(&mut plan, writer);
+    launch::trace_plan(&mut plan, writer);
 
     // 3. Directories, audit log.
     let prepared = prepare_run(&mut plan, &run_id);
@@ -183,35 +166,10 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     result
 }
 
-/// `wardcell run -v` turns tracing on here; the plan writer's own lines are printed now
-/// that the run id exists (escaped and bounded by `trace::line` and the plan writer).
-fn trace_plan(plan: &mut Plan, writer: Option<Pid>) {
-    let Some(asked) = plan.trace.take() else {
-        return;
-    };
-    if let Ok(Some(level)) = trace::parse(&asked.level) {
-        trace::install("wardcell-broker", level);
-    }
-    if trace::level().is_some() {
-        let pid = writer.map_or(0, |p| p.as_raw() as u32);
-        for l in asked.lines.iter().take(trace::MAX_HELD + 1) {
-            wardcell_common::eprintln_line!("{}", trace::line("wardcell", pid, trace::run(), l));
-        }
-    }
-    tracing::debug!(
-        zones = plan.zones.len(),
-        command = ?plan.command,
-        "plan received"
-    );
-}
-
-/// How the plan writer ended, as an exit status for this process (128+N for signal N).
-fn exit_status_of(writer: Pid) -> i32 {
-    match waitpid(writer, None) {
-        Ok(WaitStatus::Exited(_, code)) => code,
-        Ok(WaitStatus::Signaled(_, sig, _)) => 128 + sig as i32,
-        _ => 1,
-    }
+/// The launch was wrong: one line, status 1.
+fn fail(e: BrokerError) -> ! {
+    wardcell_common::eprintln_line!("error: {e}");
+    std::process::exit(1)
 }
 
 /// The run id, its runtime directory (0700) and its audit log; wardcell's own

@@ -390,7 +390,7 @@ impl Supervisor {
         };
         let held = self.run.entry();
         if let Some(h) = &held {
-            h.attach(plugin.process());
+            self.run.attach(h, plugin.process());
         }
         let answer = plugin.answer(
             zone.approval_timeout_secs.map(Duration::from_secs),
@@ -458,7 +458,7 @@ impl Supervisor {
                 return;
             }
         };
-        entry.attach(sb.running.process.watch());
+        self.run.attach(&entry, sb.running.process.watch());
         self.step(session, Event::Started);
         let _ = protocol::write_frame(conn, &ZoneResponse::Started);
         let (ended, described) = self.wait_entered(conn, &mut sb, target);

@@ -12,7 +12,9 @@
 
 #![deny(unsafe_code)]
 
+pub mod entries;
 pub mod error;
+pub mod launch;
 pub mod listener;
 pub mod messages;
 pub mod plugin;
