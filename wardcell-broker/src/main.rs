@@ -58,7 +58,6 @@ use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use serde_json::json;
 
-use wardcell_common::paths;
 use wardcell_common::plan::{Plan, ProfilePlan, Start};
 use wardcell_common::protocol::{self, Launch, ShimReport};
 use wardcell_common::text::shown;
@@ -137,9 +136,8 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
         (Ok(plan), Ok(started)) => (plan, started),
         (Ok(_), Err(e)) => return Err(e),
         (Err(why), started) => {
-            if let Ok((_, _, spawned)) = started {
-                spawned.abandon();
-            }
+            // The sandbox started for it is killed and reaped.
+            drop(started);
             return match (why, writer) {
                 // The writer said why (or printed help): end as it did, quietly.
                 (None, Some(writer)) => Ok(launch::exit_status_of(writer)),
@@ -152,14 +150,8 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     launch::trace_plan(&mut plan, writer);
 
     // 3. Directories, audit log.
-    let prepared = prepare_run(&mut plan, &run_id);
-    let (run_id, run_dir, audit) = match prepared {
-        Ok(p) => p,
-        Err(e) => {
-            spawned.abandon();
-            return Err(e);
-        }
-    };
+    // On failure, `spawned` is killed and reaped as it is dropped.
+    let (run_id, run_dir, audit) = prepare_run(&mut plan, &run_id)?;
     let run = Arc::new(Run::new(plan, run_id, run_dir.clone(), shim, audit));
     let result = run_first_sandbox(&run, spawned, terminal, writer, ignored);
     let _ = fs::remove_dir_all(&run_dir);
@@ -180,25 +172,7 @@ fn prepare_run(plan: &mut Plan, run_id: &str) -> Result<(String, PathBuf, AuditL
     spec::resolve_own_paths(plan).map_err(BrokerError::Refused)?;
     record_identities(plan);
     let run_dir = rundir::make_run_dir(&plan.dirs.runtime, &run_id)?;
-    let log_path = paths::runs_dir(&plan.dirs).join(format!("{run_id}.jsonl"));
-    let audit = AuditLog::create(
-        log_path.clone(),
-        &run_id,
-        plan.audit.syslog,
-        plan.audit.max_log_kib,
-    )
-    .map_err(|e| {
-        // No run without its log: nor its directory (test
-        // `a_full_state_disk_refuses_the_run_and_leaves_nothing`).
-        let _ = fs::remove_dir_all(&run_dir);
-        BrokerError::Dir {
-            path: log_path,
-            what: format!(
-                "cannot create the run's audit log: {}",
-                wardcell_common::auditlog::cause(&e)
-            ),
-        }
-    })?;
+    let audit = rundir::open_log(plan, &run_id, &run_dir)?;
     Ok((run_id, run_dir, audit))
 }
 
@@ -294,13 +268,7 @@ fn start_first(
     ignored: u64,
 ) -> Result<(sandbox::Sandbox, sys::Signals), BrokerError> {
     let plan = &run.plan;
-    let (zone, profile) = match start_profile(plan) {
-        Ok(x) => x,
-        Err(e) => {
-            spawned.abandon();
-            return Err(e);
-        }
-    };
+    let (zone, profile) = start_profile(plan)?;
     let log_started = || {
         run.record(
             "run",

@@ -130,11 +130,6 @@ pub struct Spawned {
     running: Running,
 }
 
-impl Spawned {
-    /// Kill and reap it: it will not be completed.
-    pub fn abandon(self) {}
-}
-
 /// Step 1: new namespaces and the shim. Returns at once; the kernel (and the other core)
 /// builds the namespaces and execs the shim while the caller prepares the rest.
 pub fn spawn(shim: &CString, stdio: [RawFd; 3], ignored: u64) -> Result<Spawned, BrokerError> {

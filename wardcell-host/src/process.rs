@@ -74,6 +74,23 @@ impl<W: Watched> Child<W> {
     }
 }
 
+/// Watch `child`, a child of ours just started and not reaped, with `of_child` (the
+/// broker's `sys::Process::of_child`); killed and reaped when it cannot be watched.
+pub fn watch<W: Watched>(
+    mut child: std::process::Child,
+    of_child: fn(libc::pid_t) -> io::Result<W>,
+) -> io::Result<(std::process::Child, Child<W>)> {
+    let pid = child.id() as libc::pid_t;
+    match of_child(pid) {
+        Ok(watch) => Ok((child, Child::new(pid, watch))),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
+    }
+}
+
 impl<W: Watched> Drop for Child<W> {
     fn drop(&mut self) {
         if !self.reaped {

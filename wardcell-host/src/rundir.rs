@@ -8,6 +8,8 @@ use std::path::Path;
 
 use nix::fcntl::{Flock, FlockArg};
 
+use wardcell_common::auditlog::AuditLog;
+use wardcell_common::paths;
 use wardcell_common::plan::Plan;
 
 use crate::error::BrokerError;
@@ -103,4 +105,26 @@ pub fn sweep_stale_runs(runtime: &Path, ours: &Path) {
             drop(lock);
         }
     }
+}
+
+/// The run's audit log, created; when it cannot be, the run's directory is removed: no
+/// run without its log (test `a_full_state_disk_refuses_the_run_and_leaves_nothing`).
+pub fn open_log(plan: &Plan, run_id: &str, run_dir: &Path) -> Result<AuditLog, BrokerError> {
+    let log_path = paths::runs_dir(&plan.dirs).join(format!("{run_id}.jsonl"));
+    AuditLog::create(
+        log_path.clone(),
+        run_id,
+        plan.audit.syslog,
+        plan.audit.max_log_kib,
+    )
+    .map_err(|e| {
+        let _ = fs::remove_dir_all(run_dir);
+        BrokerError::Dir {
+            path: log_path,
+            what: format!(
+                "cannot create the run's audit log: {}",
+                wardcell_common::auditlog::cause(&e)
+            ),
+        }
+    })
 }

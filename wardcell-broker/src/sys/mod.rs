@@ -57,18 +57,9 @@ pub(crate) fn cerr(ret: libc::c_long) -> io::Result<libc::c_long> {
 /// reaped when dropped unreaped (wardcell_host::process).
 pub type Child = wardcell_host::process::Child<Process>;
 
-/// Watch `child`, a child of ours just started and not reaped; killed and reaped when it
-/// cannot be watched.
-pub fn watch(mut child: std::process::Child) -> io::Result<(std::process::Child, Child)> {
-    let pid = child.id() as libc::pid_t;
-    match Process::of_child(pid) {
-        Ok(process) => Ok((child, Child::new(pid, process))),
-        Err(e) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            Err(e)
-        }
-    }
+/// Watch `child`, a child of ours just started (wardcell_host::process::watch).
+pub fn watch(child: std::process::Child) -> io::Result<(std::process::Child, Child)> {
+    wardcell_host::process::watch(child, Process::of_child)
 }
 
 /// Start `cmd` as a helper (`for_helper`: it dies with the thread starting it), watched.
