@@ -59,7 +59,7 @@ use nix::unistd::Pid;
 use serde_json::json;
 
 use wardcell_common::plan::{Plan, ProfilePlan, Start};
-use wardcell_common::protocol::{self, Launch, ShimReport};
+use wardcell_common::protocol::{self, Launch};
 use wardcell_common::text::shown;
 use wardcell_common::trace;
 
@@ -339,7 +339,8 @@ fn start_first(
 }
 
 /// The first sandbox, waited for: signals forwarded, its pty relayed to the caller's
-/// terminal, its confinement audited (and a kernel that lacks a part of it said once).
+/// terminal, its confinement audited (and a kernel that lacks a part of it said once),
+/// a bad report audited.
 fn relay_first(
     run: &Run,
     sb: &mut sandbox::Sandbox,
@@ -349,37 +350,14 @@ fn relay_first(
 ) -> relay::Ended {
     let std = (std::io::stdin(), std::io::stdout(), std::io::stderr());
     let pty = terminal.relay(&std, sys::copy_winsize);
-    let name = sb.name.clone();
-    let deadline = sb.deadline();
-    let mut warned = false;
-    let mut on_report = |r: &ShimReport| {
-        if let ShimReport::Confined {
-            landlock_abi,
-            partial,
-        } = r
-        {
-            let _ = run.record(
-                "sandbox",
-                "sandbox.confined",
-                json!({"sandbox": name, "landlock_abi": landlock_abi, "missing": partial}),
-            );
-            if !partial.is_empty() && !warned {
-                warned = true;
-                wardcell_common::eprintln_line!("{}", messages::kernel_lacks(partial));
-            }
-        }
+    let watch = relay::Watch {
+        signals: Some(signals),
+        reap: writer,
+        pty,
+        caller: None,
+        deadline: sb.deadline(),
     };
-    relay::wait(
-        &mut sb.running,
-        relay::Watch {
-            signals: Some(signals),
-            reap: writer,
-            pty,
-            caller: None,
-            deadline,
-        },
-        &mut on_report,
-    )
+    sb.wait(run, watch, None, true)
 }
 
 /// The run's end: the first sandbox retired, what it ended with audited, entered
@@ -392,13 +370,6 @@ fn finish_first(
 ) -> Result<i32, BrokerError> {
     let name = sb.name.clone();
     sb.retire_first();
-    if let Some(why) = &ended.bad_report {
-        let _ = run.record(
-            "sandbox",
-            "sandbox.bad_report",
-            json!({"sandbox": name, "reason": why}),
-        );
-    }
     let (code, message) = sb.ended(run, &ended);
     run.end_entries();
     for line in run.check_git(&name) {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use wardcell_common::limits;
 use wardcell_common::plan::{ProfilePlan, SandboxSpec};
-use wardcell_common::protocol::{self, ShimRequest};
+use wardcell_common::protocol::{self, ShimReport, ShimRequest};
 
 use crate::proxy::{self, Proxy};
 use crate::relay::Running;
@@ -82,6 +82,44 @@ impl Sandbox {
         }
         self.retire();
         self.running.process.detach();
+    }
+
+    /// Wait for it (relay::wait): its confinement audited (with `warn`, a kernel that
+    /// lacks a part of it said once on stderr), a report that is none audited.
+    pub fn wait(
+        &mut self,
+        run: &Run,
+        watch: crate::relay::Watch<'_>,
+        zone: Option<&str>,
+        warn: bool,
+    ) -> crate::relay::Ended {
+        let name = self.name.clone();
+        let mut warned = !warn;
+        let ended = crate::relay::wait(&mut self.running, watch, &mut |r| {
+            if let ShimReport::Confined {
+                landlock_abi,
+                partial,
+            } = r
+            {
+                let mut fields = serde_json::json!({"sandbox": name, "landlock_abi": landlock_abi, "missing": partial});
+                if let Some(zone) = zone {
+                    fields["zone"] = zone.into();
+                }
+                let _ = run.record("sandbox", "sandbox.confined", fields);
+                if !partial.is_empty() && !warned {
+                    warned = true;
+                    wardcell_common::eprintln_line!(
+                        "{}",
+                        wardcell_host::messages::kernel_lacks(partial)
+                    );
+                }
+            }
+        });
+        if let Some(why) = &ended.bad_report {
+            let fields = serde_json::json!({"sandbox": name, "reason": why});
+            let _ = run.record("sandbox", "sandbox.bad_report", fields);
+        }
+        ended
     }
 
     /// When its time limit ends, counted from now (its command starts).

@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 use wardcell_common::auditlog::Rate;
 use wardcell_common::envrules;
 use wardcell_common::plan::ZonePlan;
-use wardcell_common::protocol::{self, ShimReport, ZoneEntry, ZoneRequest, ZoneResponse};
+use wardcell_common::protocol::{self, ZoneEntry, ZoneRequest, ZoneResponse};
 use wardcell_common::why::Rules;
 
 use crate::approval;
@@ -506,35 +506,12 @@ impl Supervisor {
         target: &str,
     ) -> (relay::Ended, (i32, Option<String>)) {
         let sb_name = sb.name.clone();
-        let deadline = sb.deadline();
-        let ended = relay::wait(
-            &mut sb.running,
-            relay::Watch {
-                caller: Some(conn.as_fd()),
-                deadline,
-                ..Default::default()
-            },
-            &mut |r| {
-                if let ShimReport::Confined {
-                    landlock_abi,
-                    partial,
-                } = r
-                {
-                    let _ = self.run.record(
-                        "sandbox",
-                        "sandbox.confined",
-                        json!({"sandbox": sb_name, "zone": target, "landlock_abi": landlock_abi, "missing": partial}),
-                    );
-                }
-            },
-        );
-        if let Some(why) = &ended.bad_report {
-            let _ = self.audit(
-                "sandbox",
-                "sandbox.bad_report",
-                json!({"sandbox": sb_name, "reason": why}),
-            );
-        }
+        let watch = relay::Watch {
+            caller: Some(conn.as_fd()),
+            deadline: sb.deadline(),
+            ..Default::default()
+        };
+        let ended = sb.wait(&self.run, watch, Some(target), false);
         sb.retire();
         let described = sb.ended(&self.run, &ended);
         self.run.check_git(&sb_name);
