@@ -48,14 +48,7 @@ impl Run {
     /// The line for the run's end when its proxies refused anything: how many, and the
     /// command that shows them.
     pub fn refusals(&self) -> Option<String> {
-        let n = self.refused.load(Ordering::Relaxed);
-        (n > 0).then(|| {
-            format!(
-                "wardcell: {n} connection{} refused in this run; `wardcell logs show {} --category proxy` shows which and why",
-                if n == 1 { " was" } else { "s were" },
-                self.id
-            )
-        })
+        wardcell_host::messages::refusals(self.refused.load(Ordering::Relaxed), &self.id)
     }
 
     /// The next sandbox's number in this run.

@@ -16,6 +16,7 @@ use crate::relay::Running;
 use crate::run::Run;
 use crate::{peer, spec, sys};
 use wardcell_host::error::BrokerError;
+use wardcell_host::messages;
 
 /// What serves a sandbox's zone socket (its zone's supervisor, supervisor.rs), as the
 /// sandbox's life needs it: bound before the spec names its socket, serving once the
@@ -188,9 +189,7 @@ pub fn start(run: &Arc<Run>, req: Request<'_>) -> Result<Sandbox, BrokerError> {
     // Git in the new sandbox would run what a sandbox of this run planted in the
     // repository: no entry while it is there.
     if let Some(first) = run.git_now().first() {
-        return Err(BrokerError::Refused(format!(
-            "{first} appeared during this run and git would run it in the new sandbox; remove it, then enter again"
-        )));
+        return Err(BrokerError::Refused(messages::git_code_blocks_entry(first)));
     }
     let spawned = spawn(&run.shim, req.stdio, req.ignored)?;
     complete(run, spawned, req, || Ok(())).map(|(sandbox, ())| sandbox)
@@ -317,11 +316,5 @@ pub fn complete<T>(
 }
 
 fn child_failure(running: &mut Running) -> String {
-    use nix::sys::wait::WaitStatus;
-    match running.process.wait().ok_or(nix::errno::Errno::ECHILD) {
-        Ok(WaitStatus::Exited(_, code)) => sys::spawn::failed_step(code)
-            .map(|s| format!("{s} failed"))
-            .unwrap_or_else(|| format!("the shim exited with status {code}")),
-        other => format!("the shim ended before it started: {other:?}"),
-    }
+    messages::shim_failed(running.process.wait(), sys::spawn::failed_step)
 }

@@ -129,3 +129,33 @@ pub fn spawn_failed(e: &std::io::Error) -> String {
     };
     format!("creating the sandbox's namespaces failed: {e}{hint}")
 }
+
+/// An entry refused because the run's repository now holds `what`, which git would run.
+pub fn git_code_blocks_entry(what: &str) -> String {
+    format!("{what} appeared during this run and git would run it in the new sandbox; remove it, then enter again")
+}
+
+/// The shim ended before it started the command: why, from its status (`None`: it could
+/// not be waited for).
+pub fn shim_failed(
+    status: Option<nix::sys::wait::WaitStatus>,
+    failed_step: fn(i32) -> Option<&'static str>,
+) -> String {
+    use nix::sys::wait::WaitStatus;
+    match status.ok_or(nix::errno::Errno::ECHILD) {
+        Ok(WaitStatus::Exited(_, code)) => failed_step(code)
+            .map(|s| format!("{s} failed"))
+            .unwrap_or_else(|| format!("the shim exited with status {code}")),
+        other => format!("the shim ended before it started: {other:?}"),
+    }
+}
+
+/// The line at the run's end when its proxies refused `n` connections.
+pub fn refusals(n: u64, run_id: &str) -> Option<String> {
+    (n > 0).then(|| {
+        format!(
+            "wardcell: {n} connection{} refused in this run; `wardcell logs show {run_id} --category proxy` shows which and why",
+            if n == 1 { " was" } else { "s were" },
+        )
+    })
+}

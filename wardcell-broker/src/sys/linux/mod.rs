@@ -99,25 +99,8 @@ pub fn spawn_with_control(
     path: &std::path::Path,
     control: RawFd,
 ) -> io::Result<std::process::Child> {
-    use std::os::unix::process::CommandExt;
     let mut cmd = std::process::Command::new(path);
-    cmd.stdin(std::process::Stdio::null());
-    // SAFETY: the closure runs in the child between fork and exec and makes only
-    // async-signal-safe calls (dup2, fcntl, prctl) on integers captured by value.
-    unsafe {
-        cmd.pre_exec(move || {
-            let ok = if control == LAUNCH_FD {
-                libc::fcntl(LAUNCH_FD, libc::F_SETFD, 0) == 0
-            } else {
-                libc::dup2(control, LAUNCH_FD) == LAUNCH_FD
-            };
-            if !ok || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn()
+    helper(cmd.stdin(std::process::Stdio::null()), Some(control)).spawn()
 }
 
 /// pidfd_open(2) for a child of ours that has not been reaped (so `pid` is still its).
@@ -131,12 +114,22 @@ fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
 /// Ready `cmd` to start a helper (the approval plugin): it is killed when the thread
 /// starting it exits (a helper must not outlive the broker thread waiting for it).
 pub fn for_helper(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    helper(cmd, None)
+}
+
+/// [`for_helper`], with `control`, when given, as the helper's fd 3.
+fn helper(cmd: &mut std::process::Command, control: Option<RawFd>) -> &mut std::process::Command {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the child between fork and exec and makes one
-    // async-signal-safe call (prctl) with integer arguments.
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // async-signal-safe calls (dup2, fcntl, prctl) on integers captured by value.
     unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+        cmd.pre_exec(move || {
+            let placed = match control {
+                None => true,
+                Some(LAUNCH_FD) => libc::fcntl(LAUNCH_FD, libc::F_SETFD, 0) == 0,
+                Some(fd) => libc::dup2(fd, LAUNCH_FD) == LAUNCH_FD,
+            };
+            if !placed || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
             Ok(())
