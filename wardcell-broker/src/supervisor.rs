@@ -20,7 +20,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -40,7 +40,7 @@ use crate::sandbox;
 use crate::session::{Event, Session};
 use crate::sys;
 use crate::sys::fds::{recv_fds, unfit_stdio};
-use wardcell_host::listener::{caller_gone, late, Deadline, Handler, Listener};
+use wardcell_host::listener::{late, Deadline, Handler, Held, Listener, Slot};
 
 /// A connection must send its whole request within this.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
@@ -56,8 +56,7 @@ pub struct Supervisor {
     /// Its socket (wardcell_host::listener).
     listener: Listener,
     /// The one entry a sandbox runs at a time: its caller's connection, while it runs.
-    entering: Mutex<Option<UnixStream>>,
-    released: Condvar,
+    entering: Slot,
 }
 
 impl Supervisor {
@@ -79,46 +78,9 @@ impl Supervisor {
             chain,
             mark,
             listener,
-            entering: Mutex::new(None),
-            released: Condvar::new(),
+            entering: Slot::default(),
         });
         Ok(s)
-    }
-
-    /// Start answering on the socket, in a thread of its own. Until then connections wait
-    /// in the listen backlog; the broker starts it once the sandbox has its spec.
-    pub fn serve_in_background(self: &Arc<Self>) -> io::Result<()> {
-        let server = self.clone();
-        let name = self
-            .listener
-            .path()
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        std::thread::Builder::new()
-            .name(format!("supervisor-{name}"))
-            .spawn(move || {
-                let me = server.clone();
-                let handle: Handler = Arc::new(move |conn| me.handle(conn));
-                server
-                    .listener
-                    .serve(MAX_CONNECTIONS, handle, &|conn| server.refuse_busy(conn));
-            })?;
-        Ok(())
-    }
-
-    pub fn path(&self) -> &Path {
-        self.listener.path()
-    }
-
-    /// Stop accepting and remove the socket; the thread serving it ends.
-    pub fn stop(&self) {
-        self.listener.stop()
-    }
-
-    /// As [`Supervisor::stop`], for a broker that ends soon (Listener::stop_at_exit).
-    pub fn stop_at_exit(&self) {
-        self.listener.stop_at_exit()
     }
 
     fn audit(&self, category: &str, event: &str, fields: Value) -> io::Result<()> {
@@ -317,7 +279,7 @@ impl Supervisor {
             }
         }
         // b. One entry at a time per sandbox.
-        let Some(slot) = self.take_slot(conn) else {
+        let Some(slot) = self.entering.take(conn, REQUEST_DEADLINE) else {
             let reason = "this sandbox is already running a `wardcell zone enter`";
             deny(reason, None);
             return Err(format!("{reason}; wait for it to finish, then try again"));
@@ -520,17 +482,30 @@ impl Supervisor {
 }
 
 impl sandbox::Served for Supervisor {
-    fn path(&self) -> &Path {
-        Supervisor::path(self)
-    }
+    /// Start answering on the socket, in a thread of its own. Until then connections wait
+    /// in the listen backlog; the broker starts it once the sandbox has its spec.
     fn serve_in_background(self: Arc<Self>) -> io::Result<()> {
-        Supervisor::serve_in_background(&self)
+        let name = self.path().file_stem().unwrap_or_default();
+        let name = format!("supervisor-{}", name.to_string_lossy());
+        std::thread::Builder::new().name(name).spawn(move || {
+            let me = self.clone();
+            let handle: Handler = Arc::new(move |conn| me.handle(conn));
+            let busy = |conn| self.refuse_busy(conn);
+            self.listener.serve(MAX_CONNECTIONS, handle, &busy);
+        })?;
+        Ok(())
     }
+
+    fn path(&self) -> &Path {
+        self.listener.path()
+    }
+
     fn stop(&self) {
-        Supervisor::stop(self)
+        self.listener.stop()
     }
+
     fn stop_at_exit(&self) {
-        Supervisor::stop_at_exit(self)
+        self.listener.stop_at_exit()
     }
 }
 
@@ -568,60 +543,11 @@ impl Asked<'_> {
 /// chain check returned), and the guards that the next caller and the run's end wait on.
 struct Admitted<'s> {
     zone: &'s ZonePlan,
-    slot: Slot<'s>,
+    slot: Held<'s>,
     entry: Entry<'s>,
 }
 
-/// Holds the sandbox's one entry slot. Released before the caller is answered (so that
-/// its next request is not refused), exactly once.
-struct Slot<'a> {
-    sup: &'a Supervisor,
-    held: std::cell::Cell<bool>,
-}
-
-impl Slot<'_> {
-    fn release(&self) {
-        if self.held.replace(false) {
-            *self.sup.holder() = None;
-            self.sup.released.notify_all();
-        }
-    }
-}
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        self.release();
-    }
-}
-
 impl Supervisor {
-    fn holder(&self) -> MutexGuard<'_, Option<UnixStream>> {
-        self.entering.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The entry slot for `conn`; `None` while another caller's entry runs. An entry
-    /// whose caller is gone is being ended: wait for its slot rather than refuse.
-    fn take_slot(&self, conn: &UnixStream) -> Option<Slot<'_>> {
-        let until = Instant::now() + REQUEST_DEADLINE;
-        let mut holder = self.holder();
-        while let Some(h) = holder.as_ref() {
-            let left = until.saturating_duration_since(Instant::now());
-            if !caller_gone(h) || left.is_zero() {
-                return None;
-            }
-            holder = self
-                .released
-                .wait_timeout(holder, left.min(Duration::from_millis(50)))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        *holder = Some(conn.try_clone().ok()?);
-        Some(Slot {
-            sup: self,
-            held: std::cell::Cell::new(true),
-        })
-    }
-
     /// The fifth connection: told why, closed, and audited (a verified peer's; anyone
     /// else's is refused without a word, as always).
     fn refuse_busy(&self, mut conn: UnixStream) {

@@ -132,3 +132,47 @@ pub fn caller_gone(conn: &UnixStream) -> bool {
     let mut fds = [PollFd::new(conn.as_fd(), PollFlags::POLLIN)];
     poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
 }
+
+/// One slot that callers take in turn, held with the holder's connection: a sandbox's
+/// one `zone enter` at a time (the broker decides that there is one).
+#[derive(Default)]
+pub struct Slot {
+    holder: std::sync::Mutex<Option<UnixStream>>,
+    released: std::sync::Condvar,
+}
+
+impl Slot {
+    fn holder(&self) -> std::sync::MutexGuard<'_, Option<UnixStream>> {
+        self.holder.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The slot for `conn`; `None` while another caller holds it. A holder whose caller
+    /// is gone is being ended: its release is waited for (up to `within`), not refused.
+    pub fn take(&self, conn: &UnixStream, within: Duration) -> Option<Held<'_>> {
+        let until = Instant::now() + within;
+        let mut holder = self.holder();
+        while let Some(h) = holder.as_ref() {
+            let left = until.saturating_duration_since(Instant::now());
+            if !caller_gone(h) || left.is_zero() {
+                return None;
+            }
+            holder = self
+                .released
+                .wait_timeout(holder, left.min(Duration::from_millis(50)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        *holder = Some(conn.try_clone().ok()?);
+        Some(Held(self))
+    }
+}
+
+/// The slot, held; released when dropped.
+pub struct Held<'a>(&'a Slot);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        *self.0.holder() = None;
+        self.0.released.notify_all();
+    }
+}
