@@ -107,3 +107,66 @@ impl<W: Watched> Drop for Entry<'_, W> {
         self.entries.done.notify_all();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::{AsFd, BorrowedFd};
+    use std::os::unix::net::UnixStream;
+    use std::sync::Arc;
+
+    /// A process stand-in that counts the signals it is sent (the bookkeeping is what is
+    /// tested here; the broker's sys tests signal real processes).
+    struct Counted(Arc<std::sync::atomic::AtomicUsize>, UnixStream);
+
+    impl AsFd for Counted {
+        fn as_fd(&self) -> BorrowedFd<'_> {
+            self.1.as_fd()
+        }
+    }
+
+    impl Watched for Counted {
+        fn signal(&self, _: i32) -> std::io::Result<()> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        fn try_clone(&self) -> std::io::Result<Counted> {
+            Ok(Counted(self.0.clone(), self.1.try_clone()?))
+        }
+    }
+
+    #[test]
+    fn entries_are_killed_and_waited_for_and_none_start_after() {
+        let entries = Entries::<Counted>::default();
+        let kills = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let p = Counted(kills.clone(), UnixStream::pair().unwrap().0);
+        let started = entries.reserve().unwrap();
+        started.attach(&p);
+        let deciding = entries.reserve().unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(100));
+                drop(started);
+                drop(deciding);
+            });
+            let t = Instant::now();
+            entries.end(Duration::from_secs(5));
+            // Waited for both, the one still deciding too.
+            assert!(t.elapsed() >= Duration::from_millis(100));
+            assert!(t.elapsed() < Duration::from_secs(5));
+        });
+        assert_eq!(kills.load(Ordering::SeqCst), 1);
+        assert!(entries.is_ending());
+        assert!(entries.reserve().is_none());
+    }
+
+    #[test]
+    fn a_process_attached_once_ending_is_killed_at_once() {
+        let entries = Entries::<Counted>::default();
+        let kills = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let e = entries.reserve().unwrap();
+        entries.kill();
+        e.attach(&Counted(kills.clone(), UnixStream::pair().unwrap().0));
+        assert_eq!(kills.load(Ordering::SeqCst), 1);
+    }
+}

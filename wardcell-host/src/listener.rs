@@ -176,3 +176,45 @@ impl Drop for Held<'_> {
         self.0.released.notify_all();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slot_is_taken_in_turn_and_waited_for_while_its_caller_is_gone() {
+        let slot = Slot::default();
+        let (a, a_peer) = UnixStream::pair().unwrap();
+        let (b, _b_peer) = UnixStream::pair().unwrap();
+        let held = slot.take(&a, Duration::from_secs(5)).expect("free");
+        // A caller still there holds it: the next is refused at once.
+        let t = Instant::now();
+        assert!(slot.take(&b, Duration::from_secs(5)).is_none());
+        assert!(t.elapsed() < Duration::from_secs(1));
+        // Its caller gone, the next waits for the release instead.
+        drop(a_peer);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(200));
+                drop(held);
+            });
+            assert!(slot.take(&b, Duration::from_secs(5)).is_some());
+        });
+        // Released again when dropped.
+        assert!(slot.take(&a, Duration::ZERO).is_some());
+    }
+
+    #[test]
+    fn a_read_past_the_deadline_says_so() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let mut r = Deadline {
+            conn: &a,
+            until: Instant::now() + Duration::from_millis(100),
+        };
+        let e = r.read(&mut [0u8; 4]).unwrap_err();
+        assert_eq!(
+            late(&e, "request", Duration::from_secs(5)),
+            "the connection sent no request within 5 s"
+        );
+    }
+}
