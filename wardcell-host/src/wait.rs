@@ -63,7 +63,6 @@ pub struct Waited {
     pub timed_out: bool,
 }
 
-/// Relay until the sandbox ends.
 /// Relay until the sandbox ends: `shim` is its shim, `control` the socket its reports
 /// come on.
 pub fn wait<W: Watched>(
@@ -126,31 +125,21 @@ pub fn wait<W: Watched>(
             on_signals(signals, shim.watch(), pty.as_mut(), reap, &mut kill_at);
         }
         if control_ready {
-            match protocol::read_frame::<ShimReport>(control) {
-                Ok(r) => {
-                    on_report(&r);
-                    if let (ShimReport::Stopped { .. }, Some(p)) = (&r, pty.as_mut()) {
-                        // Ctrl-Z: this process stops as the command did, and when it
-                        // is continued, continues the command.
-                        p.suspend();
-                        let _ = shim.signal(libc::SIGCONT);
-                    }
-                    let last = matches!(r, ShimReport::Exited { .. } | ShimReport::Signaled { .. });
-                    reports.push(r);
-                    // The command's status is known and there is no pty output to
-                    // drain: finish now rather than wait for the namespaces to be torn
-                    // down. What is left of the sandbox is being killed by its init's
-                    // exit, and dies with the broker in any case.
-                    if last && pty.is_none() {
-                        open.control = false;
-                        break None;
-                    }
+            match read_report(shim, control, pty.as_mut(), on_report, &mut reports) {
+                // The command's status is known and there is no pty output to drain:
+                // finish now rather than wait for the namespaces to be torn down. What is
+                // left of the sandbox is being killed by its init's exit, and dies with
+                // the broker in any case.
+                Ok(Some(true)) if pty.is_none() => {
+                    open.control = false;
+                    break None;
                 }
-                Err(FrameError::Closed) => open.control = false,
+                Ok(Some(_)) => {}
+                Ok(None) => open.control = false,
                 // Not a report: the shim is not speaking the protocol, and nothing it
                 // says after can be believed. The sandbox is ended (PROTOCOL 4.2).
                 Err(e) => {
-                    bad_report = Some(e.to_string());
+                    bad_report = Some(e);
                     open.control = false;
                     let _ = shim.signal(libc::SIGKILL);
                 }
@@ -187,6 +176,34 @@ pub fn wait<W: Watched>(
         caller_gone,
         bad_report,
         timed_out,
+    }
+}
+
+/// One report from the shim, handed to `on_report` and kept (Ctrl-Z relayed as a stop
+/// of this process): `Some(true)` when it is the command's end, `None` when the control
+/// socket closed, `Err` when what came is no report.
+fn read_report<W: Watched>(
+    shim: &Child<W>,
+    control: &mut UnixStream,
+    pty: Option<&mut PtyRelay<'_>>,
+    on_report: &mut dyn FnMut(&ShimReport),
+    reports: &mut Vec<ShimReport>,
+) -> Result<Option<bool>, String> {
+    match protocol::read_frame::<ShimReport>(control) {
+        Ok(r) => {
+            on_report(&r);
+            if let (ShimReport::Stopped { .. }, Some(p)) = (&r, pty) {
+                // Ctrl-Z: this process stops as the command did, and when it is
+                // continued, continues the command.
+                p.suspend();
+                let _ = shim.signal(libc::SIGCONT);
+            }
+            let last = matches!(r, ShimReport::Exited { .. } | ShimReport::Signaled { .. });
+            reports.push(r);
+            Ok(Some(last))
+        }
+        Err(FrameError::Closed) => Ok(None),
+        Err(e) => Err(e.to_string()),
     }
 }
 
