@@ -25,6 +25,10 @@
 //! kqueue) and in `peer` (a sandbox's processes recognised by their network namespace,
 //! or by their Seatbelt identity). macOS has no proxy yet: a sandbox with network is
 //! refused there (proxy_macos.rs). README, "macOS".
+//!
+//! What is done here that decides nothing (the terminal relay, waiting, helper processes,
+//! run directories, the words of messages) is wardcell-host's: docs/AUDITING.md says
+//! what its API promises.
 
 // `unsafe` only in `sys`, where every use says why it is sound.
 #![deny(unsafe_code)]

@@ -11,13 +11,18 @@
 //! - `spawn`: starting a sandbox's shim (Linux: clone3 into new namespaces; macOS: a
 //!   plain child, no namespaces);
 //! - `peer`: who is on the other end of a supervisor's socket;
-//! - `Process`: a child to watch (readable once it has exited) and signal;
-//! - `Signals`: the signals the broker forwards, read from a descriptor;
+//! - `Process`: a child to watch (readable once it has exited) and signal: the watch of
+//!   the broker's one process type, [`Child`] (wardcell_host::process::Child);
+//! - `Signals`: the signals the broker forwards, read from a descriptor (on Linux, a
+//!   signalfd: wardcell_host::signals, no `unsafe` needed);
 //! - `random_bytes`, `is_child`, `for_helper`, `wake_listener`, `is_path_only` and
 //!   `MSG_CMSG_CLOEXEC` (what `fds` needs of the platform).
 //!
 //! Linux only: `spawn_with_control` and `pidfd_send_signal`, for the proxy
 //! (macOS has none yet: proxy_macos.rs).
+//!
+//! wardcell-host has no `unsafe`: what it needs of these is passed to it (the window
+//! size, the process watch, descriptors sent, the listener's wake-up).
 
 /// What macOS says about a peer: the audit token's effective uid and pid, and Seatbelt's
 /// answers for that process: may it look up this sandbox's identity name (`own`), and

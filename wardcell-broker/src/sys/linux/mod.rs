@@ -1,5 +1,5 @@
-//! The broker's Linux system calls: pidfds, signalfd, clone3 (spawn.rs), and the
-//! peer's credentials, pidfd and namespace (peer.rs).
+//! The broker's Linux system calls: pidfds, clone3 (spawn.rs), helpers' pre-exec, and
+//! the peer's credentials, pidfd and namespace (peer.rs).
 
 pub mod peer;
 pub mod spawn;
