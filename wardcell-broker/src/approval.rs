@@ -7,209 +7,33 @@
 //! killed. It is also killed with its group when the caller goes away, when the zone's
 //! `approval_timeout` passes, and when the run ends (the supervisor tracks its process like
 //! an entered sandbox's).
+//!
+//! The plugin's process is run by wardcell_host::plugin; what the broker decides with its
+//! answer is in supervisor.rs (`Supervisor::admit`).
 
-use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant};
-
-use nix::fcntl::{fcntl, FcntlArg, OFlag};
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use serde_json::Value;
-use wardcell_common::trace;
 
-use wardcell_common::approval::{parse_answer, MAX_ANSWER};
 pub use wardcell_common::approval::{request, Answer, Entry};
-use wardcell_common::helper;
+pub use wardcell_host::plugin::Plugin;
 
 use crate::sys;
 
-/// A started plugin; dropping it kills its process group and reaps it.
-pub struct Plugin {
-    child: Child,
-    process: sys::Process,
-    stdout: ChildStdout,
-    reaped: bool,
-}
-
-impl Drop for Plugin {
-    fn drop(&mut self) {
-        if !self.reaped {
-            self.end();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-impl Plugin {
-    /// Start `plugin` with `request` on its stdin. `host_env` is the environment `wardcell
-    /// run` started in; the plugin gets only the helper variables of it.
-    pub fn start(
-        plugin: Option<&[String]>,
-        request: &Value,
-        host_env: &[(String, String)],
-    ) -> Result<Plugin, Answer> {
-        let Some((prog, args)) = plugin.and_then(|p| p.split_first()) else {
-            return Err(Answer::refusal(
-                "no approval plugin is configured ([approval] plugin in zones.toml)",
-            ));
-        };
-        tracing::debug!(plugin = %prog, "asking the approval plugin");
-        let mut cmd = Command::new(prog);
-        cmd.args(args)
-            .current_dir(helper::HELPER_CWD)
-            .env_clear()
-            .envs(helper::helper_env(host_env.iter().map(|(k, v)| (k, v))))
-            .process_group(0)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        // A tracing run traces its plugin too, to the same stderr.
-        if let Some(level) = trace::level() {
-            cmd.env(trace::VAR, trace::name(level))
-                .stderr(Stdio::inherit());
-        }
-        let started = sys::for_helper(&mut cmd).spawn().and_then(|mut child| {
-            match sys::Process::of_child(child.id() as libc::pid_t) {
-                Ok(process) => Ok((child, process)),
-                Err(e) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    Err(e)
-                }
-            }
-        });
-        let (mut child, process) = started.map_err(|e| {
-            Answer::refusal(format!("the approval plugin could not be started: {e}"))
-        })?;
-        let mut stdin = child.stdin.take().expect("piped");
-        let stdout = child.stdout.take().expect("piped");
-        let plugin = Plugin {
-            child,
-            process,
-            stdout,
-            reaped: false,
-        };
-        // Its stdout is drained as it comes, and read to what is there once it exits.
-        fcntl(
-            plugin.stdout.as_raw_fd(),
-            FcntlArg::F_SETFL(OFlag::O_NONBLOCK),
-        )
-        .map_err(|e| Answer::refusal(format!("the approval plugin could not be started: {e}")))?;
-        // A plugin that does not read its stdin must not block the supervisor: written
-        // from a thread of its own, which ends when the plugin's group is killed.
-        let input = format!("{request}\n");
-        std::thread::spawn(move || {
-            let _ = stdin.write_all(input.as_bytes());
-        });
-        Ok(plugin)
-    }
-
-    /// The process: SIGKILL through it ends the wait in [`Plugin::answer`].
-    pub fn process(&self) -> &sys::Process {
-        &self.process
-    }
-
-    /// Kill its process group. Safe while the plugin is not reaped: its process ID, which
-    /// is the group's ID, cannot be reused before then.
-    fn end(&self) {
-        let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
-    }
-
-    /// Wait for the answer: until the plugin exits, the caller's connection `caller` shows
-    /// it is gone, or `timeout` (None: as long as it takes) passes.
-    pub fn answer(mut self, timeout: Option<Duration>, caller: BorrowedFd<'_>) -> Answer {
-        let until = timeout.map(|t| Instant::now() + t);
-        let mut out = Vec::new();
-        let mut stdout_open = true;
-        loop {
-            let wait = match until {
-                None => PollTimeout::NONE,
-                Some(until) => {
-                    let left = until.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Answer::refusal(
-                            "the approval plugin did not answer within the zone's approval_timeout",
-                        );
-                    }
-                    PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX)
-                }
-            };
-            let mut fds = vec![
-                PollFd::new(self.process.as_fd(), PollFlags::POLLIN),
-                PollFd::new(caller, PollFlags::POLLIN),
-            ];
-            if stdout_open {
-                fds.push(PollFd::new(self.stdout.as_fd(), PollFlags::POLLIN));
-            }
-            match poll(&mut fds, wait) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => return Answer::refusal(format!("waiting for the approval plugin: {e}")),
-            }
-            let ready = |i: usize| {
-                fds.get(i)
-                    .and_then(|f| f.revents())
-                    .is_some_and(|r| !r.is_empty())
-            };
-            let (exited, caller_gone, readable) = (ready(0), ready(1), ready(2));
-            drop(fds);
-            if caller_gone {
-                // The caller sends nothing after its request: readable means gone.
-                return Answer::refusal(
-                    "the caller went away before the approval plugin answered; the plugin was ended",
-                );
-            }
-            if readable || exited {
-                match self.drain(&mut out) {
-                    Ok(open) => stdout_open = open,
-                    Err(refusal) => return refusal,
-                }
-            }
-            if exited {
-                // Its children may still hold stdout: what is there now is the answer.
-                self.end();
-                self.reaped = true;
-                return match self.child.wait() {
-                    Ok(status) if status.success() => parse_answer(&out),
-                    Ok(status) => Answer::refusal(format!("the approval plugin failed ({status})")),
-                    Err(e) => Answer::refusal(format!("the approval plugin failed: {e}")),
-                };
-            }
-        }
-    }
-
-    /// Read what its stdout holds now; false once it is closed.
-    fn drain(&mut self, out: &mut Vec<u8>) -> Result<bool, Answer> {
-        let mut buf = [0u8; 4096];
-        loop {
-            match self.stdout.read(&mut buf) {
-                Ok(0) => return Ok(false),
-                Ok(n) if out.len() + n > MAX_ANSWER => {
-                    return Err(Answer::refusal(format!(
-                        "the approval plugin's answer is longer than {} KiB",
-                        MAX_ANSWER / 1024
-                    )))
-                }
-                Ok(n) => out.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    return Err(Answer::refusal(format!(
-                        "reading the approval plugin's answer failed: {e}"
-                    )))
-                }
-            }
-        }
-    }
+/// Start `plugin` with `request` on its stdin (wardcell_host::plugin::Plugin::start), as
+/// a helper of this thread, watched by its `sys::Process`.
+pub fn start(
+    plugin: Option<&[String]>,
+    request: &Value,
+    host_env: &[(String, String)],
+) -> Result<Plugin<sys::Process>, Answer> {
+    Plugin::start(plugin, request, host_env, sys::spawn_helper)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
     use std::os::unix::net::UnixStream;
+    use std::time::{Duration, Instant};
 
     fn sh(script: &str) -> Vec<String> {
         vec!["/bin/sh".into(), "-c".into(), script.into()]
@@ -218,7 +42,7 @@ mod tests {
     fn ask(plugin: Option<&[String]>, timeout: Option<Duration>) -> Answer {
         let (caller, _keep) = UnixStream::pair().unwrap();
         let req = serde_json::json!({"target": "push"});
-        match Plugin::start(plugin, &req, &[]) {
+        match start(plugin, &req, &[]) {
             Ok(p) => p.answer(timeout, caller.as_fd()),
             Err(refusal) => refusal,
         }
@@ -267,7 +91,7 @@ mod tests {
     fn a_caller_that_goes_away_ends_the_wait() {
         let (caller, gone) = UnixStream::pair().unwrap();
         let req = serde_json::json!({});
-        let p = Plugin::start(Some(&sh("sleep 100")), &req, &[]).unwrap();
+        let p = start(Some(&sh("sleep 100")), &req, &[]).unwrap();
         let t = std::thread::spawn(move || {
             // Meant to come while `answer` waits; before it would be seen as well.
             std::thread::sleep(Duration::from_millis(100));

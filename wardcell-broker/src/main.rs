@@ -25,46 +25,46 @@
 //! kqueue) and in `peer` (a sandbox's processes recognised by their network namespace,
 //! or by their Seatbelt identity). macOS has no proxy yet: a sandbox with network is
 //! refused there (proxy_macos.rs). README, "macOS".
+//!
+//! What is done here that decides nothing (the terminal relay, waiting, helper processes,
+//! run directories, the words of messages) is wardcell-host's: docs/AUDITING.md says
+//! what its API promises.
 
 // `unsafe` only in `sys`, where every use says why it is sound.
 #![deny(unsafe_code)]
 
 mod approval;
 mod chain;
-mod error;
 mod peer;
 // macOS: no proxy yet; a sandbox with network is refused there (proxy_macos.rs).
 #[cfg_attr(target_os = "macos", path = "proxy_macos.rs")]
 mod proxy;
 mod relay;
 mod run;
-mod runid;
 mod sandbox;
+mod session;
 mod spec;
 mod supervisor;
 #[allow(unsafe_code)]
 mod sys;
 
+// Host plumbing that decides nothing (wardcell-host; docs/AUDITING.md).
+use wardcell_host::{error, launch, messages, rundir, runid, signals};
+
 use std::ffi::CString;
 use std::fs;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use nix::fcntl::{Flock, FlockArg};
-use nix::sys::signal::Signal;
-use nix::sys::termios;
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use serde_json::json;
 
 use wardcell_common::paths;
 use wardcell_common::plan::{Plan, ProfilePlan};
-use wardcell_common::protocol::{self, Launch, ShimReport};
-use wardcell_common::terminal;
+use wardcell_common::protocol::{self, Launch};
 use wardcell_common::text::shown;
 use wardcell_common::trace;
 
@@ -73,53 +73,26 @@ use crate::supervisor::Supervisor;
 use error::BrokerError;
 use relay::Outcome;
 use wardcell_common::auditlog::AuditLog;
-
-/// Signals the broker passes to the sandbox.
-const FORWARDED: &[Signal] = &[
-    Signal::SIGINT,
-    Signal::SIGTERM,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
-    Signal::SIGCONT,
-];
+use wardcell_host::terminal::Terminal;
 
 fn main() {
     // 0. Tracing, when WARDCELL_LOG asks (a plan from `run -v` turns it on later).
     if let Some(level) = trace::from_env() {
         trace::install("wardcell-broker", level);
     }
-    let mut args = std::env::args().skip(1);
-    let writer = match (args.next().as_deref(), args.next(), args.next()) {
-        (Some("--version"), None, None) => {
+    let writer = match launch::args(std::env::args().skip(1)) {
+        Ok(launch::Args::Version) => {
             println!("wardcell-broker {}", env!("CARGO_PKG_VERSION"));
             return;
         }
-        // The plan is already waiting on fd 3 (`wardcell doctor`'s trial run).
-        (Some("--plan"), None, None) => None,
-        // The plan is on its way from the client's plan writer (`wardcell run`).
-        (Some("--plan-writer"), Some(pid), None) => match pid.parse::<i32>() {
-            // Only a child of this process (the client forked it before exec) can be the
-            // writer; peek without reaping it.
-            Ok(pid) if sys::is_child(pid) => Some(Pid::from_raw(pid)),
-            _ => {
-                wardcell_common::eprintln_line!(
-                    "error: {}",
-                    BrokerError::Launch(format!(
-                        "--plan-writer {pid:?} is not a child of this process"
-                    ))
-                );
-                std::process::exit(1)
-            }
-        },
-        _ => {
-            wardcell_common::eprintln_line!(
-                "error: {}",
-                BrokerError::Launch("expected --plan-writer PID or --plan".into())
-            );
-            std::process::exit(1)
-        }
+        Ok(launch::Args::Plan) => None,
+        // Only a child of this process (the client forked it before exec) can be the
+        // writer; peek without reaping it.
+        Ok(launch::Args::Writer(pid)) if sys::is_child(pid) => Some(Pid::from_raw(pid)),
+        Ok(launch::Args::Writer(pid)) => fail(BrokerError::Launch(format!(
+            "--plan-writer \"{pid}\" is not a child of this process"
+        ))),
+        Err(e) => fail(e),
     };
     let code = match run(writer) {
         Ok(code) => code,
@@ -165,9 +138,9 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     // an exec, and they are not forwarded (or taken over) either.
     let ignored = sys::ignored_signals();
     let started = shim
-        .and_then(|shim| Ok((shim, Terminal::for_stdio()?)))
+        .and_then(|shim| Ok((shim, Terminal::for_stdio(sys::copy_winsize)?)))
         .and_then(|(shim, terminal)| {
-            let spawned = sandbox::spawn(&shim, terminal.stdio(), ignored)?;
+            let spawned = sandbox::spawn(&shim, terminal.stdio(sys::closed_at_start()), ignored)?;
             Ok((terminal, spawned))
         });
     let prepared = planner
@@ -183,12 +156,11 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
             return Err(e);
         }
         (Err(why), started) => {
-            if let Ok((_, spawned)) = started {
-                spawned.abandon();
-            }
+            // The sandbox started for it is killed and reaped.
+            drop(started);
             return match (why, writer) {
                 // The writer said why (or printed help): end as it did, quietly.
-                (None, Some(writer)) => Ok(exit_status_of(writer)),
+                (None, Some(writer)) => Ok(launch::exit_status_of(writer)),
                 (None, None) => Err(BrokerError::Launch("no plan on fd 3".into())),
                 (Some(e), _) => Err(e),
             };
@@ -214,120 +186,26 @@ fn take_and_prepare(
     shim: CString,
 ) -> Result<Run, Option<BrokerError>> {
     let mut plan = take_plan().map_err(Some)?.ok_or(None)?;
-    trace_plan(&mut plan, writer);
+    launch::trace_plan(&mut plan, writer);
     let (run_id, run_dir, audit) = prepare_run(&mut plan, &run_id).map_err(Some)?;
     Ok(Run::new(plan, run_id, run_dir, shim, audit))
 }
 
-/// `wardcell run -v` turns tracing on here; the plan writer's own lines are printed now
-/// that the run id exists (escaped and bounded by `trace::line` and the plan writer).
-fn trace_plan(plan: &mut Plan, writer: Option<Pid>) {
-    let Some(asked) = plan.trace.take() else {
-        return;
-    };
-    if let Ok(Some(level)) = trace::parse(&asked.level) {
-        trace::install("wardcell-broker", level);
-    }
-    if trace::level().is_some() {
-        let pid = writer.map_or(0, |p| p.as_raw() as u32);
-        for l in asked.lines.iter().take(trace::MAX_HELD + 1) {
-            wardcell_common::eprintln_line!("{}", trace::line("wardcell", pid, trace::run(), l));
-        }
-    }
-    tracing::debug!(
-        zones = plan.zones.len(),
-        command = ?plan.command,
-        "plan received"
-    );
-}
-
-/// How the plan writer ended, as an exit status for this process (128+N for signal N).
-fn exit_status_of(writer: Pid) -> i32 {
-    match waitpid(writer, None) {
-        Ok(WaitStatus::Exited(_, code)) => code,
-        Ok(WaitStatus::Signaled(_, sig, _)) => 128 + sig as i32,
-        _ => 1,
-    }
-}
-
-/// Lock `dir` for as long as this broker lives: a run directory whose lock can be taken
-/// belongs to a broker that is gone (killed, so it could not clean up).
-fn hold_run_lock(dir: &Path) -> Result<(), BrokerError> {
-    let f = fs::File::open(dir).map_err(|e| BrokerError::Dir {
-        path: dir.to_path_buf(),
-        what: e.to_string(),
-    })?;
-    let lock =
-        Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| BrokerError::Dir {
-            path: dir.to_path_buf(),
-            what: format!("cannot lock it: {e}"),
-        })?;
-    // Held until the process exits; the kernel releases it however we end.
-    std::mem::forget(lock);
-    Ok(())
-}
-
-/// Remove the directories of runs whose brokers are gone.
-fn sweep_stale_runs(runtime: &Path, ours: &Path) {
-    let Ok(entries) = fs::read_dir(runtime) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let path = e.path();
-        let is_run = e
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.len() == 25 && n.as_bytes()[16] == b'-');
-        if !is_run || path == ours || !e.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let Ok(f) = fs::File::open(&path) else {
-            continue;
-        };
-        if let Ok(lock) = Flock::lock(f, FlockArg::LockExclusiveNonblock) {
-            let _ = fs::remove_dir_all(&path);
-            wardcell_common::limits::sweep(&e.file_name().to_string_lossy());
-            drop(lock);
-        }
-    }
+/// The launch was wrong: one line, status 1.
+fn fail(e: BrokerError) -> ! {
+    wardcell_common::eprintln_line!("error: {e}");
+    std::process::exit(1)
 }
 
 /// The run id, its runtime directory (0700) and its audit log; wardcell's own
 /// directories exist afterwards, so that every sandbox can mask them.
 fn prepare_run(plan: &mut Plan, run_id: &str) -> Result<(String, PathBuf, AuditLog), BrokerError> {
     let run_id = run_id.to_string();
-    prepare_own_dirs(plan)?;
+    rundir::prepare_own_dirs(plan)?;
     spec::resolve_own_paths(plan).map_err(BrokerError::Refused)?;
     record_identities(plan);
-    // Made under a name the sweep ignores, locked, then moved into place: another
-    // broker's sweep never sees it unlocked.
-    let run_dir = plan.dirs.runtime.join(&run_id);
-    let making = plan.dirs.runtime.join(format!(".{run_id}"));
-    make_private_dir(&making)?;
-    hold_run_lock(&making)?;
-    fs::rename(&making, &run_dir).map_err(|e| BrokerError::Dir {
-        path: run_dir.clone(),
-        what: format!("cannot create it: {e}"),
-    })?;
-    let log_path = paths::runs_dir(&plan.dirs).join(format!("{run_id}.jsonl"));
-    let audit = AuditLog::create(
-        log_path.clone(),
-        &run_id,
-        plan.audit.syslog,
-        plan.audit.max_log_kib,
-    )
-    .map_err(|e| {
-        // No run without its log: nor its directory (test
-        // `a_full_state_disk_refuses_the_run_and_leaves_nothing`).
-        let _ = fs::remove_dir_all(&run_dir);
-        BrokerError::Dir {
-            path: log_path,
-            what: format!(
-                "cannot create the run's audit log: {}",
-                wardcell_common::auditlog::cause(&e)
-            ),
-        }
-    })?;
+    let run_dir = rundir::make_run_dir(&plan.dirs.runtime, &run_id)?;
+    let audit = rundir::open_log(plan, &run_id, &run_dir)?;
     Ok((run_id, run_dir, audit))
 }
 
@@ -384,43 +262,6 @@ fn take_plan() -> Result<Option<Plan>, BrokerError> {
     }
 }
 
-/// Create `dir` (and missing parents) as 0700; an existing one must be ours and private.
-fn make_private_dir(dir: &Path) -> Result<(), BrokerError> {
-    let fail = |what: String| BrokerError::Dir {
-        path: dir.to_path_buf(),
-        what,
-    };
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| fail(format!("cannot create it: {e}")))?;
-    let meta = fs::symlink_metadata(dir).map_err(|e| fail(e.to_string()))?;
-    // SAFETY-free: getuid via nix.
-    if !meta.is_dir() || meta.uid() != nix::unistd::getuid().as_raw() {
-        return Err(fail(
-            "exists but is not a directory you own; remove it and try again".into(),
-        ));
-    }
-    if meta.permissions().mode() & 0o077 != 0 {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(|e| fail(format!("cannot make it private: {e}")))?;
-    }
-    Ok(())
-}
-
-/// wardcell's directories must exist so that every sandbox can mask them.
-fn prepare_own_dirs(plan: &Plan) -> Result<(), BrokerError> {
-    make_private_dir(&plan.dirs.runtime)?;
-    make_private_dir(&plan.dirs.state.join("runs"))?;
-    if let Some(user_config) = plan.dirs.config.first() {
-        if !user_config.exists() {
-            make_private_dir(user_config)?;
-        }
-    }
-    Ok(())
-}
-
 fn start_profile(plan: &Plan) -> Result<(Option<&str>, &ProfilePlan), BrokerError> {
     plan.start_profile()
         .ok_or_else(|| BrokerError::Launch("the plan has no zone to start in".into()))
@@ -429,24 +270,8 @@ fn start_profile(plan: &Plan) -> Result<(Option<&str>, &ProfilePlan), BrokerErro
 /// Forwarded signals (and SIGWINCH with a pty, and SIGCHLD) taken over and read from a
 /// descriptor (sys::Signals).
 fn take_signals(pty: bool, ignored: u64) -> Result<sys::Signals, BrokerError> {
-    sys::Signals::take(&signals_to_take(pty, ignored))
+    sys::Signals::take(&signals::to_take(pty, ignored))
         .map_err(|e| BrokerError::Sandbox(e.to_string()))
-}
-
-/// Which signals the broker takes: one this process was started ignoring stays ignored
-/// and is never forwarded (a blocked signal is queued even when ignored, so taking it
-/// would forward it or not depending on when it came).
-fn signals_to_take(pty: bool, ignored: u64) -> Vec<Signal> {
-    let mut take: Vec<Signal> = FORWARDED
-        .iter()
-        .copied()
-        .filter(|&s| ignored & (1 << (s as i32 - 1)) == 0)
-        .collect();
-    take.push(Signal::SIGCHLD);
-    if pty {
-        take.push(Signal::SIGWINCH);
-    }
-    take
 }
 
 fn run_first_sandbox(
@@ -474,13 +299,7 @@ fn start_first(
     ignored: u64,
 ) -> Result<(sandbox::Sandbox, sys::Signals), BrokerError> {
     let plan = &run.plan;
-    let (zone, profile) = match start_profile(plan) {
-        Ok(x) => x,
-        Err(e) => {
-            spawned.abandon();
-            return Err(e);
-        }
-    };
+    let (zone, profile) = start_profile(plan)?;
     let log_started = || {
         run.record(
             "run",
@@ -503,13 +322,13 @@ fn start_first(
     let before_proceed = || {
         logged = true;
         log_started().map_err(|e| audit_failed().unwrap_or(BrokerError::Audit(e.to_string())))?;
-        let signals = take_signals(terminal.pty.is_some(), ignored)?;
+        let signals = take_signals(terminal.has_pty(), ignored)?;
         // The plan writer exits right after sending the plan. Reaped here if it has, else
         // on the SIGCHLD the relay now reads: never a zombie for the whole run.
         if let Some(writer) = writer {
             let _ = waitpid(writer, Some(WaitPidFlag::WNOHANG));
         }
-        sweep_stale_runs(&run.plan.dirs.runtime, &run.dir);
+        rundir::sweep_stale_runs(&run.plan.dirs.runtime, &run.dir);
         Ok(signals)
     };
     // In a zone, its supervisor: the chain is that zone alone.
@@ -528,9 +347,9 @@ fn start_first(
             argv: &plan.command,
             cwd: plan.cwd.clone(),
             env: run.host_env.clone(),
-            stdio: terminal.stdio(),
+            stdio: terminal.stdio(sys::closed_at_start()),
             ignored,
-            pty: terminal.pty.is_some(),
+            pty: terminal.has_pty(),
             authenticated: zone
                 .and_then(|z| plan.zones.iter().find(|p| p.name == z))
                 .is_some_and(|z| z.authenticated),
@@ -551,7 +370,8 @@ fn start_first(
 }
 
 /// The first sandbox, waited for: signals forwarded, its pty relayed to the caller's
-/// terminal, its confinement audited (and a kernel that lacks a part of it said once).
+/// terminal, its confinement audited (and a kernel that lacks a part of it said once),
+/// a bad report audited.
 fn relay_first(
     run: &Run,
     sb: &mut sandbox::Sandbox,
@@ -559,56 +379,16 @@ fn relay_first(
     terminal: Terminal,
     writer: Option<Pid>,
 ) -> relay::Ended {
-    let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
-    let master = terminal.pty.map(|(master, _)| master);
-    let output = terminal::output_fd(terminal.ttys).map(|fd| match fd {
-        0 => stdin.as_fd(),
-        1 => stdout.as_fd(),
-        _ => stderr.as_fd(),
-    });
-    let input = (terminal.ttys & 1 != 0).then(|| stdin.as_fd());
-    let name = sb.name.clone();
-    let deadline = sb.deadline();
-    let mut warned = false;
-    let mut on_report = |r: &ShimReport| {
-        if let ShimReport::Confined {
-            landlock_abi,
-            partial,
-        } = r
-        {
-            let _ = run.record(
-                "sandbox",
-                "sandbox.confined",
-                json!({"sandbox": name, "landlock_abi": landlock_abi, "missing": partial}),
-            );
-            if !partial.is_empty() && !warned {
-                warned = true;
-                wardcell_common::eprintln_line!(
-                    "warning: this kernel lacks {}; the sandbox runs without it (see `wardcell doctor`)",
-                    shown(&partial.join(", "))
-                );
-            }
-        }
+    let std = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    let pty = terminal.relay(&std, sys::copy_winsize);
+    let watch = relay::Watch {
+        signals: Some(signals),
+        reap: writer,
+        pty,
+        caller: None,
+        deadline: sb.deadline(),
     };
-    relay::wait(
-        &mut sb.running,
-        relay::Watch {
-            signals: Some(signals),
-            reap: writer,
-            pty: master
-                .as_ref()
-                .zip(output)
-                .map(|(m, output)| relay::PtyRelay {
-                    master: m,
-                    input,
-                    output,
-                    saved: input.and_then(terminal::raw_mode),
-                }),
-            caller: None,
-            deadline,
-        },
-        &mut on_report,
-    )
+    sb.wait(run, watch, None, true)
 }
 
 /// The run's end: the first sandbox retired, what it ended with audited, entered
@@ -621,21 +401,10 @@ fn finish_first(
 ) -> Result<i32, BrokerError> {
     let name = sb.name.clone();
     sb.retire_first();
-    if let Some(why) = &ended.bad_report {
-        let _ = run.record(
-            "sandbox",
-            "sandbox.bad_report",
-            json!({"sandbox": name, "reason": why}),
-        );
-    }
     let (code, message) = sb.ended(run, &ended);
     run.end_entries();
     for line in run.check_git(&name) {
-        wardcell_common::eprintln_line!(
-            "warning: {} appeared during this run and runs code the next time git runs in {}; inspect it before you use git there",
-            shown(&line),
-            shown(&run.plan.cwd.display().to_string())
-        );
+        wardcell_common::eprintln_line!("{}", messages::git_code_appeared(&line, &run.plan.cwd));
     }
     if let Some(line) = run.refusals() {
         wardcell_common::eprintln_line!("{line}");
@@ -660,47 +429,10 @@ fn finish_first(
     }
 }
 
-/// The first sandbox's stdio: the broker's own, with a new pty (master, slave) in place
-/// of each that is a terminal (`ttys`): the command never holds the caller's terminal.
-struct Terminal {
-    pty: Option<(OwnedFd, OwnedFd)>,
-    ttys: u8,
-}
-
-impl Terminal {
-    fn for_stdio() -> Result<Terminal, BrokerError> {
-        let ttys = terminal::std_ttys();
-        let Some(tty) = terminal::output_fd(ttys) else {
-            return Ok(Terminal { pty: None, ttys });
-        };
-        // The caller's settings and window size. Without a terminal stdin, the caller's is
-        // never raw: it does the output processing (`\n` to `\r\n`), not the pty.
-        let pty = terminal::with_std(tty, |tty| {
-            let mut attrs = termios::tcgetattr(tty)?;
-            if ttys & 1 == 0 {
-                attrs.output_flags.remove(termios::OutputFlags::OPOST);
-            }
-            let (master, slave) = terminal::open_pty(&attrs)?;
-            let _ = sys::copy_winsize(tty, master.as_fd());
-            Ok((master, slave))
-        })
-        .map_err(|e: nix::Error| BrokerError::Sandbox(format!("opening a pty: {e}")))?;
-        Ok(Terminal {
-            pty: Some(pty),
-            ttys,
-        })
-    }
-
-    /// Descriptors 0, 1, 2 of the sandbox (terminal::stdio_for).
-    fn stdio(&self) -> [std::os::fd::RawFd; 3] {
-        let slave = self.pty.as_ref().map(|(_, s)| s.as_raw_fd());
-        terminal::stdio_for(slave, self.ttys, sys::closed_at_start())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn identities_are_the_brokers_own_whatever_the_plan_brought() {
@@ -719,19 +451,5 @@ mod tests {
         let root = Identity::of(&fs::symlink_metadata("/").unwrap());
         assert_eq!(plan.identities.get(Path::new("/")), Some(root));
         assert_eq!(plan.identities.get(Path::new("/nonexistent-forged")), None);
-    }
-
-    #[test]
-    fn signals_the_broker_takes() {
-        let all = signals_to_take(false, 0);
-        assert_eq!(&all[..FORWARDED.len()], FORWARDED);
-        assert_eq!(all[FORWARDED.len()..], [Signal::SIGCHLD]);
-        // With a pty, the window size too.
-        assert_eq!(signals_to_take(true, 0).last(), Some(&Signal::SIGWINCH));
-        // One it was started ignoring (nohup: SIGHUP) is neither taken nor forwarded.
-        let hup = 1 << (Signal::SIGHUP as i32 - 1);
-        let taken = signals_to_take(false, hup);
-        assert!(!taken.contains(&Signal::SIGHUP), "{taken:?}");
-        assert!(taken.contains(&Signal::SIGINT), "{taken:?}");
     }
 }

@@ -99,11 +99,11 @@ mod tests {
     #[test]
     fn every_identity_the_broker_makes_is_one_the_shim_accepts() {
         use wardcell_common::seatbelt::{identity_name, is_identity};
-        let run = crate::runid::new_run_id([0xff; 4]);
+        let run = wardcell_host::runid::new_run_id([0xff; 4]);
         let a = identity_name(&run, u32::MAX, &[0xff; 16]);
         assert!(is_identity(&a), "{a}");
         assert!(is_identity(&identity_name(&run, 1, &[0; 16])));
-        let other_run = crate::runid::new_run_id([0; 4]);
+        let other_run = wardcell_host::runid::new_run_id([0; 4]);
         assert_ne!(a, identity_name(&other_run, u32::MAX, &[0xff; 16]));
         assert_ne!(a, identity_name(&run, 1, &[0xff; 16]));
         assert_ne!(a, identity_name(&run, u32::MAX, &[0xfe; 16]));

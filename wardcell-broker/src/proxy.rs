@@ -5,51 +5,27 @@
 //! resolves them itself from the sources the plan names.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::process::Child;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use nix::sys::wait::WaitStatus;
 use serde_json::json;
 
 use wardcell_common::plan::{ProfilePlan, ProxySpec, SandboxSpec};
-use wardcell_common::protocol::{self, ProxyEvent, ProxyRequest, ShimReport};
+use wardcell_common::protocol::{self, ProxyEvent, ShimReport};
 
-use crate::error::BrokerError;
 use crate::run::Run;
 use crate::sys;
 use crate::sys::fds::recv_fds;
+use wardcell_host::error::BrokerError;
+use wardcell_host::proxy::{Hooks, StartError};
 
-/// A running proxy; dropping it ends it, after its last events are in the log.
-///
-/// Its event thread owns the process: when the event stream ends, the thread reaps it at
-/// once, and unless the proxy was being retired, writes `proxy.died` and says so on
-/// stderr. The sandbox's listener died with the proxy, so its connections are refused.
-pub struct Proxy {
-    /// To kill it without racing the reap (a pidfd cannot name a reused pid).
-    pidfd: OwnedFd,
-    /// Our side of its control socket, to say "the sandbox has ended" (end of file).
-    control: UnixStream,
-    /// Set before the end of file, so that its exit is not taken for a death.
-    retiring: Arc<AtomicBool>,
-    /// Told when the proxy's event stream has ended and it is reaped.
-    reaped: std::sync::mpsc::Receiver<()>,
-}
-
-/// How long a proxy may take to finish its connections once its sandbox has ended.
-const DRAIN: std::time::Duration = std::time::Duration::from_secs(3);
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.retiring.store(true, Ordering::SeqCst);
-        let _ = self.control.shutdown(std::net::Shutdown::Write);
-        if self.reaped.recv_timeout(DRAIN).is_err() {
-            let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL);
-            let _ = self.reaped.recv_timeout(DRAIN);
-        }
-    }
-}
+/// A running proxy (wardcell_host::proxy): dropping it ends it, after its last events
+/// are in the log. Unless it was being retired, its death is audited and said on stderr;
+/// the sandbox's listener died with it, so its connections are refused.
+pub type Proxy = wardcell_host::proxy::Proxy<sys::Process>;
 
 /// With network: the shim's listener, from inside the sandbox's network namespace, goes
 /// to the zone's proxy (started here); the command starts once the proxy serves. Returns
@@ -65,8 +41,8 @@ pub fn hand_over(
     match protocol::read_frame::<ShimReport>(control)? {
         ShimReport::Listener => {}
         ShimReport::SetupFailed { step, message } => {
-            return Err(BrokerError::Refused(format!(
-                "could not start the sandbox: {step}: {message}; `wardcell doctor` checks what this machine supports"
+            return Err(BrokerError::Refused(wardcell_host::messages::setup_failed(
+                &step, &message,
             )))
         }
         other => {
@@ -91,20 +67,6 @@ fn start(
     listeners: Vec<OwnedFd>,
 ) -> Result<(Proxy, Option<String>), BrokerError> {
     let path = BrokerError::helper("wardcell-proxy")?;
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        BrokerError::Sandbox(format!("starting zone '{zone}''s proxy: {what}: {e}"))
-    };
-    let (mut ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
-    let child = sys::spawn_with_control(&path, theirs.as_raw_fd()).map_err(|e| fail("exec", &e))?;
-    // Until the event thread owns it, the child is killed and reaped on any failure.
-    let mut child = Reap(Some(child));
-    drop(theirs);
-    let (done, reaped) = std::sync::mpsc::channel();
-    let pid = child.0.as_ref().expect("just spawned").id();
-    let pidfd = sys::pidfd_open(pid as libc::pid_t).map_err(|e| fail("pidfd", &e))?;
-    let control = ours.try_clone().map_err(|e| fail("control socket", &e))?;
-    let retiring = Arc::new(AtomicBool::new(false));
-
     // Only an authenticated zone's proxy gets credentials, and only its profile's.
     let credentials = if authenticated {
         run.plan
@@ -124,69 +86,37 @@ fn start(
         credentials,
         trace: wardcell_common::trace::spec(&run.id),
     };
-    protocol::send_hello(&mut ours).map_err(|e| fail("hello", &e))?;
-    protocol::expect_hello(&mut ours).map_err(|e| fail("hello", &e))?;
-    let raw: Vec<_> = listeners.iter().map(|l| l.as_raw_fd()).collect();
-    sys::fds::send_fds(ours.as_raw_fd(), &raw).map_err(|e| fail("listeners", &e))?;
-    drop(listeners);
-    protocol::write_frame(&mut ours, &ProxyRequest::Start(Box::new(spec)))
-        .map_err(|e| fail("spec", &e))?;
-    let ca_pem = match protocol::read_frame::<ProxyEvent>(&mut ours) {
-        Ok(ProxyEvent::Ready { ca_pem }) => ca_pem,
-        Ok(ProxyEvent::Failed { message }) => {
-            return Err(BrokerError::Refused(format!(
-                "zone '{zone}''s proxy cannot start: {message}"
-            )))
-        }
-        Ok(other) => return Err(fail("answer out of turn", &format!("{other:?}"))),
-        Err(e) => return Err(fail("no answer", &e)),
-    };
-
     // Its events, into the run's log, until it is gone; then it is reaped.
-    let run = run.clone();
-    let zone = zone.to_string();
-    let proxy = Proxy {
-        pidfd,
-        control,
-        retiring: retiring.clone(),
-        reaped,
+    let (r, z) = (run.clone(), zone.to_string());
+    let (r2, z2) = (run.clone(), zone.to_string());
+    let hooks = Hooks {
+        events: move |events| audit_events(&r, &z, events),
+        died: move |status| died(&r2, &z2, status),
     };
-    let mut child = child.0.take().expect("owned until here");
-    tracing::debug!(zone, pid, intercepts = ca_pem.is_some(), "proxy ready");
-    std::thread::Builder::new()
-        .name(format!("proxy-events-{zone}"))
-        .spawn(move || {
-            if !audit_events(&run, &zone, ours) {
-                let _ = child.kill();
-            }
-            let status = child.wait();
-            if !retiring.load(Ordering::SeqCst) {
-                died(&run, &zone, status);
-            }
-            let _ = done.send(());
-        })
-        .map_err(|e| fail("event thread", &e))?;
-    Ok((proxy, ca_pem))
-}
-
-/// A child killed and reaped when dropped, unless taken.
-struct Reap(Option<Child>);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
+    let spawn = |fd| sys::spawn_with_control(&path, fd).and_then(sys::watch);
+    let started = wardcell_host::proxy::start(
+        |fd| spawn(fd).map(|(_, child)| child),
+        sys::fds::send_fds,
+        listeners,
+        spec,
+        hooks,
+    );
+    started.map_err(|e| match e {
+        StartError::Failed(message) => {
+            BrokerError::Refused(format!("zone '{zone}''s proxy cannot start: {message}"))
         }
-    }
+        StartError::Step(what, e) => {
+            BrokerError::Sandbox(format!("starting zone '{zone}''s proxy: {what}: {e}"))
+        }
+    })
 }
 
 /// The proxy ended while its sandbox runs: audited, and one line on stderr.
-fn died(run: &Run, zone: &str, status: io::Result<std::process::ExitStatus>) {
-    use std::os::unix::process::ExitStatusExt;
-    let (code, signal) = match &status {
-        Ok(s) => (s.code(), s.signal()),
-        Err(_) => (None, None),
+fn died(run: &Run, zone: &str, status: Option<WaitStatus>) {
+    let (code, signal) = match status {
+        Some(WaitStatus::Exited(_, c)) => (Some(c), None),
+        Some(WaitStatus::Signaled(_, s, _)) => (None, Some(s as i32)),
+        _ => (None, None),
     };
     // Unwritable, it ends the run as every other event does (PROTOCOL 8).
     let _ = run.record(
@@ -194,18 +124,9 @@ fn died(run: &Run, zone: &str, status: io::Result<std::process::ExitStatus>) {
         "proxy.died",
         json!({"zone": zone, "exit_status": code, "signal": signal}),
     );
-    let how = match (code, signal) {
-        (Some(c), _) => format!("exited with status {c}"),
-        (_, Some(s)) => format!("killed by signal {s}"),
-        _ => "ended".to_string(),
-    };
-    // `run --profile` has no zone: its proxy is started as zone "-".
-    let whose = match zone {
-        "-" => "the sandbox's proxy".to_string(),
-        z => format!("the proxy of zone '{z}'"),
-    };
     wardcell_common::eprintln_line!(
-        "error: {whose} died ({how}); connections from its sandbox now fail; start the run again to get its network back"
+        "{}",
+        wardcell_host::messages::proxy_died(zone, code, signal)
     );
 }
 

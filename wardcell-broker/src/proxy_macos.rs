@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use wardcell_common::plan::{ProfilePlan, SandboxSpec};
 
-use crate::error::network_refusal;
-use crate::error::BrokerError;
 use crate::run::Run;
+use wardcell_host::error::network_refusal;
+use wardcell_host::error::BrokerError;
 
 /// Never made here.
 pub enum Proxy {}

@@ -1,102 +1,31 @@
-//! Waiting for a sandbox: signals forwarded, a pty relayed, reports read, status returned.
+//! Waiting for a sandbox (wardcell_host::wait: signals forwarded, a pty relayed, reports
+//! read), and what its reports and status add up to ([`outcome`]): what the shim
+//! reports is untrusted, and at most its exit status is relayed.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::time::{Duration, Instant};
 
-use nix::poll::{poll, PollFd, PollFlags};
-use nix::sys::signal::Signal;
-use nix::sys::termios::Termios;
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::Pid;
+use nix::sys::wait::WaitStatus;
 
-use wardcell_common::protocol::{self, FrameError, ShimReport};
-use wardcell_common::terminal;
+use wardcell_common::protocol::ShimReport;
+pub use wardcell_host::wait::Watch;
 
 use crate::sys;
 
 /// A sandbox that is running.
 pub struct Running {
-    pub pid: libc::pid_t,
-    /// Readable once the shim (on macOS, the command it became) has exited.
-    pub process: sys::Process,
+    /// The shim (on macOS, the command it became): killed and reaped if dropped unreaped.
+    pub process: sys::Child,
     pub control: UnixStream,
 }
 
 impl Running {
     /// Wait for the shim to be gone (after [`wait`] returned early on its report).
-    pub fn reap(&self) {
-        let _ = waitpid(Pid::from_raw(self.pid), None);
+    pub fn reap(&mut self) {
+        let _ = self.process.wait();
     }
 }
 
-/// How a sandbox ended.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// The command ran and ended: its exit status (128+N for signal N).
-    Finished(i32),
-    /// Exec of the command failed with this errno.
-    ExecFailed(i32),
-    /// Building the sandbox failed at `step`.
-    SetupFailed { step: String, message: String },
-    /// The shim died before exec with this status (see sys::spawn::failed_step).
-    ChildFailed(i32),
-}
-
-/// The caller's terminal when the sandbox got a pty: the master, the terminal read
-/// (stdin, when it is one) and the one written (wardcell_common::terminal::output_fd);
-/// `saved`, the settings of `input` before raw mode (entered only in the foreground).
-pub struct PtyRelay<'a> {
-    pub master: &'a OwnedFd,
-    pub input: Option<BorrowedFd<'a>>,
-    pub output: BorrowedFd<'a>,
-    pub saved: Option<Termios>,
-}
-
-/// The command stopped (Ctrl-Z): do as a stopped job does under the user's shell. Give
-/// the terminal back as it was and stop (SIGTSTP: a shell without job control, which
-/// ignores it, or an orphaned group, which never gets it, resumes at once); when continued
-/// (`fg`), take the terminal again and continue the command.
-fn suspend(p: &mut PtyRelay<'_>, run: &Running) {
-    // What the pty echoed before the stop (`^Z`) shows before the shell's prompt.
-    terminal::drain(p.master.as_fd(), p.output, 0);
-    if let (Some(input), Some(saved)) = (p.input, p.saved.take()) {
-        terminal::restore(input, &saved);
-    }
-    let _ = nix::sys::signal::raise(Signal::SIGTSTP);
-    resume(p);
-    let _ = run.process.signal(libc::SIGCONT);
-}
-
-/// Continued (`fg`, or after a stop of our own): raw mode again if in the foreground now,
-/// and the window size, which may have changed meanwhile.
-fn resume(p: &mut PtyRelay<'_>) {
-    if let (Some(input), None) = (p.input, &p.saved) {
-        p.saved = terminal::raw_mode(input);
-    }
-    let _ = sys::copy_winsize(p.output, p.master.as_fd());
-}
-
-/// Signals that end a run: forwarded, then SIGCONT (a stopped command would never see
-/// them), then, if the sandbox is still there after [`GRACE`], SIGKILL.
-const ENDING: &[i32] = &[libc::SIGTERM, libc::SIGHUP, libc::SIGINT];
-
-/// How long a sandbox has to end after an ending signal (README, on the terminal).
-pub const GRACE: Duration = Duration::from_secs(5);
-
-/// What to watch besides the sandbox itself.
-#[derive(Default)]
-pub struct Watch<'a> {
-    /// Signals the broker forwards (and SIGWINCH when a pty is relayed, and SIGCHLD).
-    pub signals: Option<&'a sys::Signals>,
-    /// A child of the broker to reap when it exits (the client's plan writer), on SIGCHLD.
-    pub reap: Option<Pid>,
-    pub pty: Option<PtyRelay<'a>>,
-    /// The `zone enter` connection: when the caller goes away, the sandbox is ended.
-    pub caller: Option<BorrowedFd<'a>>,
-    /// The time limit's end: then the sandbox is ended as by SIGTERM to `wardcell run`.
-    pub deadline: Option<Instant>,
-}
+pub use wardcell_host::messages::Outcome;
 
 /// How the wait ended.
 pub struct Ended {
@@ -110,243 +39,15 @@ pub struct Ended {
     pub timed_out: bool,
 }
 
-/// Relay until the sandbox ends.
+/// Relay until the sandbox ends (wardcell_host::wait::wait); how it ended.
 pub fn wait(run: &mut Running, watch: Watch<'_>, on_report: &mut dyn FnMut(&ShimReport)) -> Ended {
-    let Watch {
-        signals,
-        mut pty,
-        caller,
-        reap,
-        mut deadline,
-    } = watch;
-    let mut reports: Vec<ShimReport> = Vec::new();
-    let mut open = Open {
-        control: true,
-        caller: caller.is_some(),
-        stdin: pty.as_ref().is_some_and(|p| p.input.is_some()),
-        master: pty.is_some(),
-    };
-    let mut caller_gone = false;
-    let mut bad_report: Option<String> = None;
-    let mut kill_at: Option<Instant> = None;
-    let mut timed_out = false;
-    let mut buf = vec![0u8; 16 * 1024];
-    let status = loop {
-        let wake = kill_at.into_iter().chain(deadline).min();
-        let [child_ready, sig_ready, control_ready, caller_ready, stdin_ready, master_ready] =
-            match poll_ready(run, signals, caller, pty.as_ref(), &open, wake) {
-                Ok(r) => r,
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(_) => break None,
-            };
-        if kill_at.is_some_and(|t| Instant::now() >= t) {
-            // The grace is over: the sandbox ends now, whatever it does with signals.
-            kill_at = None;
-            let _ = run.process.signal(libc::SIGKILL);
-        }
-        if deadline.is_some_and(|t| Instant::now() >= t) {
-            deadline = None;
-            timed_out = true;
-            end(run, libc::SIGTERM, &mut kill_at);
-        }
-        if caller_ready {
-            // The caller sends nothing after its request: readable means gone (or
-            // misbehaving, which ends the entry the same way).
-            open.caller = false;
-            caller_gone = true;
-            let _ = run.process.signal(libc::SIGKILL);
-        }
-        if let (true, Some(signals)) = (sig_ready, signals) {
-            on_signals(signals, run, pty.as_mut(), reap, &mut kill_at);
-        }
-        if control_ready {
-            match protocol::read_frame::<ShimReport>(&mut run.control) {
-                Ok(r) => {
-                    on_report(&r);
-                    if let (ShimReport::Stopped { .. }, Some(p)) = (&r, pty.as_mut()) {
-                        suspend(p, run);
-                    }
-                    let last = matches!(r, ShimReport::Exited { .. } | ShimReport::Signaled { .. });
-                    reports.push(r);
-                    // The command's status is known and there is no pty output to
-                    // drain: finish now rather than wait for the namespaces to be torn
-                    // down. What is left of the sandbox is being killed by its init's
-                    // exit, and dies with the broker in any case.
-                    if last && pty.is_none() {
-                        open.control = false;
-                        break None;
-                    }
-                }
-                Err(FrameError::Closed) => open.control = false,
-                // Not a report: the shim is not speaking the protocol, and nothing it
-                // says after can be believed. The sandbox is ended (PROTOCOL 4.2).
-                Err(e) => {
-                    bad_report = Some(e.to_string());
-                    open.control = false;
-                    let _ = run.process.signal(libc::SIGKILL);
-                }
-            }
-        }
-        if let Some(p) = &pty {
-            if stdin_ready && !relay_input(p, run, &mut buf, &mut kill_at) {
-                open.stdin = false;
-            }
-            if master_ready && !terminal::relay_once(p.master.as_fd(), p.output, &mut buf) {
-                open.master = false;
-            }
-        }
-        if child_ready {
-            break waitpid(Pid::from_raw(run.pid), None).ok();
-        }
-    };
-
-    // The shim is gone: what its sandbox wrote is all there will be. On Linux every
-    // process of that sandbox is gone with it, and the pty ends at once unless a sandbox
-    // entered from it (`zone enter`) still holds it; on macOS one the command left behind
-    // may. So the drain stops once the pty stays quiet: what such a process writes later
-    // is not relayed (entries are killed when the run's first sandbox ends).
-    if let Some(p) = &pty {
-        if open.master {
-            terminal::drain(p.master.as_fd(), p.output, 200);
-        }
-        if let (Some(input), Some(saved)) = (p.input, &p.saved) {
-            terminal::restore(input, saved);
-        }
-    }
-    if open.control {
-        read_remaining(&mut run.control, on_report, &mut reports, &mut bad_report);
-    }
+    let w = wardcell_host::wait::wait(&mut run.process, &mut run.control, watch, on_report);
     Ended {
-        outcome: outcome(&reports, status, sys::spawn::failed_step),
-        caller_gone,
-        bad_report,
-        timed_out,
+        outcome: outcome(&w.reports, w.status, sys::spawn::failed_step),
+        caller_gone: w.caller_gone,
+        bad_report: w.bad_report,
+        timed_out: w.timed_out,
     }
-}
-
-/// The shim is gone: its reports until the control socket closes.
-fn read_remaining(
-    control: &mut UnixStream,
-    on_report: &mut dyn FnMut(&ShimReport),
-    reports: &mut Vec<ShimReport>,
-    bad_report: &mut Option<String>,
-) {
-    loop {
-        match protocol::read_frame::<ShimReport>(control) {
-            Ok(r) => {
-                on_report(&r);
-                reports.push(r);
-            }
-            Err(FrameError::Closed) => return,
-            Err(e) => return *bad_report = Some(e.to_string()),
-        }
-    }
-}
-
-/// Which of the optional descriptors [`wait`] still watches.
-struct Open {
-    control: bool,
-    caller: bool,
-    stdin: bool,
-    master: bool,
-}
-
-/// Poll once (until the grace's end, if one runs): which are ready, in the order child,
-/// signals, control, caller, stdin, master.
-fn poll_ready(
-    run: &Running,
-    signals: Option<&sys::Signals>,
-    caller: Option<BorrowedFd<'_>>,
-    pty: Option<&PtyRelay<'_>>,
-    open: &Open,
-    kill_at: Option<Instant>,
-) -> nix::Result<[bool; 6]> {
-    let mut fds = vec![PollFd::new(run.process.as_fd(), PollFlags::POLLIN)];
-    let mut idx = [
-        0,
-        usize::MAX,
-        usize::MAX,
-        usize::MAX,
-        usize::MAX,
-        usize::MAX,
-    ];
-    let watched = [
-        signals.map(|s| s.as_fd()),
-        open.control.then(|| run.control.as_fd()),
-        caller.filter(|_| open.caller),
-        pty.and_then(|p| p.input).filter(|_| open.stdin),
-        pty.map(|p| p.master.as_fd()).filter(|_| open.master),
-    ];
-    for (i, fd) in watched.into_iter().enumerate() {
-        if let Some(fd) = fd {
-            idx[i + 1] = fds.len();
-            fds.push(PollFd::new(fd, PollFlags::POLLIN));
-        }
-    }
-    poll(&mut fds, terminal::timeout_until(kill_at))?;
-    Ok(idx.map(|i| {
-        fds.get(i)
-            .and_then(|f| f.revents())
-            .is_some_and(|r| !r.is_empty())
-    }))
-}
-
-/// Handle the signals taken: forward them (an ending one with SIGCONT and the grace),
-/// copy the window size, reap the plan writer.
-fn on_signals(
-    signals: &sys::Signals,
-    run: &Running,
-    mut pty: Option<&mut PtyRelay<'_>>,
-    reap: Option<Pid>,
-    kill_at: &mut Option<Instant>,
-) {
-    while let Some(sig) = signals.next() {
-        if sig == Signal::SIGWINCH as i32 {
-            if let Some(p) = &pty {
-                let _ = sys::copy_winsize(p.output, p.master.as_fd());
-            }
-        } else if sig == Signal::SIGCHLD as i32 {
-            // Never forwarded. The sandbox's own end is watched through its process.
-            if let Some(pid) = reap {
-                let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
-            }
-        } else {
-            if sig == libc::SIGCONT {
-                if let Some(p) = pty.as_mut() {
-                    resume(p);
-                }
-            }
-            if ENDING.contains(&sig) {
-                end(run, sig, kill_at);
-            } else {
-                let _ = run.process.signal(sig);
-            }
-        }
-    }
-}
-
-/// Send `sig`, then SIGCONT, and start the grace (if it is not running already).
-fn end(run: &Running, sig: i32, kill_at: &mut Option<Instant>) {
-    let _ = run.process.signal(sig);
-    let _ = run.process.signal(libc::SIGCONT);
-    kill_at.get_or_insert_with(|| Instant::now() + GRACE);
-}
-
-/// Relay what the caller typed; false once the terminal hung up (in raw mode, a read
-/// returns at least one byte otherwise): then the command gets the hangup a terminal
-/// gives.
-fn relay_input(
-    p: &PtyRelay<'_>,
-    run: &Running,
-    buf: &mut [u8],
-    kill_at: &mut Option<Instant>,
-) -> bool {
-    let Some(input) = p.input else { return false };
-    if terminal::relay_once(input, p.master.as_fd(), buf) {
-        return true;
-    }
-    end(run, libc::SIGHUP, kill_at);
-    false
 }
 
 /// What the reports and the shim's own exit status add up to.
@@ -389,45 +90,12 @@ pub fn outcome(
     }
 }
 
-/// How a sandbox ended: the exit status, and the one-line error when it did not run.
-pub fn describe(outcome: &Outcome, program: &str) -> (i32, Option<String>) {
-    match outcome {
-        Outcome::Finished(code) => (*code, None),
-        Outcome::ExecFailed(errno) => {
-            let (code, why) = match *errno {
-                libc::ENOENT => (
-                    127,
-                    "command not found in the sandbox; check its name and that the profile can read where it is installed".to_string(),
-                ),
-                libc::EACCES => (
-                    126,
-                    "permission denied: it is not executable, or the profile does not let the sandbox run it".to_string(),
-                ),
-                other => (126, std::io::Error::from_raw_os_error(other).to_string()),
-            };
-            (code, Some(format!("`{program}`: {why}")))
-        }
-        Outcome::SetupFailed { step, message } => (
-            1,
-            Some(format!(
-                "could not start the sandbox: {step}: {message}; `wardcell doctor` checks what this machine supports"
-            )),
-        ),
-        Outcome::ChildFailed(code) => {
-            let what = sys::spawn::failed_step(*code).unwrap_or("starting the shim");
-            (
-                1,
-                Some(format!(
-                    "could not start the sandbox: {what} failed; `wardcell doctor` checks what this machine supports"
-                )),
-            )
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::sys::signal::Signal;
+    use nix::unistd::Pid;
+    use std::time::Instant;
 
     fn linux_steps(code: i32) -> Option<&'static str> {
         (201..=208).contains(&code).then_some("a step")
@@ -448,8 +116,7 @@ mod tests {
         let pid = child.id() as libc::pid_t;
         let (ours, mut theirs) = UnixStream::pair().unwrap();
         let mut running = Running {
-            pid,
-            process: sys::Process::of_child(pid).unwrap(),
+            process: sys::Child::new(pid, sys::Process::of_child(pid).unwrap()),
             control: ours,
         };
         // A frame whose length says 3 bytes of a message no report starts with.

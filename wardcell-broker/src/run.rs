@@ -5,12 +5,14 @@
 use std::ffi::CString;
 use std::io;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use wardcell_common::auditlog::{AuditLog, Rate};
 use wardcell_common::gitguard;
 use wardcell_common::plan::Plan;
+
+use wardcell_host::entries::Entries;
 
 use crate::relay::Running;
 use crate::sys;
@@ -33,9 +35,7 @@ pub struct Run {
     /// An entry is reserved before its decision is written, and has its process once
     /// started: the run's end waits for reserved ones too, so that every entry allowed
     /// has its completion written.
-    entries: Mutex<Vec<(u32, Option<sys::Process>)>>,
-    entries_done: Condvar,
-    ending: AtomicBool,
+    entries: Entries<sys::Process>,
     /// The run's repository, where code-running files may appear (see gitguard), and
     /// what was found there so far.
     git_watch: Option<gitguard::Watch>,
@@ -48,14 +48,7 @@ impl Run {
     /// The line for the run's end when its proxies refused anything: how many, and the
     /// command that shows them.
     pub fn refusals(&self) -> Option<String> {
-        let n = self.refused.load(Ordering::Relaxed);
-        (n > 0).then(|| {
-            format!(
-                "wardcell: {n} connection{} refused in this run; `wardcell logs show {} --category proxy` shows which and why",
-                if n == 1 { " was" } else { "s were" },
-                self.id
-            )
-        })
+        wardcell_host::messages::refusals(self.refused.load(Ordering::Relaxed), &self.id)
     }
 
     /// The next sandbox's number in this run.
@@ -77,9 +70,7 @@ impl Run {
             host_env,
             next_sandbox: AtomicU32::new(1),
             refused: AtomicU64::new(0),
-            entries: Mutex::new(Vec::new()),
-            entries_done: Condvar::new(),
-            ending: AtomicBool::new(false),
+            entries: Entries::default(),
             git_watch,
             git_found: Mutex::new(Vec::new()),
             first: OnceLock::new(),
@@ -117,7 +108,7 @@ impl Run {
     /// The first sandbox is complete: from now on a failed log write ends it. A write
     /// that failed before this ends it at once.
     pub fn set_first(&self, running: &Running) {
-        if let Ok(p) = running.process.try_clone() {
+        if let Ok(p) = running.process.watch().try_clone() {
             let _ = self.first.set(p);
         }
         if self.audit.failure().is_some() {
@@ -126,13 +117,18 @@ impl Run {
     }
 
     fn end_unaudited(&self) {
-        self.ending.store(true, Ordering::SeqCst);
+        self.entries.kill();
         if let Some(p) = self.first.get() {
             let _ = p.signal(libc::SIGKILL);
         }
-        let e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        for p in e.iter().filter_map(|(_, p)| p.as_ref()) {
-            let _ = p.signal(libc::SIGKILL);
+    }
+
+    /// `entry` has started `process`: the run's end can now end it (at once, if the run
+    /// is ending already, or its log has failed).
+    pub fn attach(&self, entry: &Entry<'_>, process: &sys::Process) {
+        entry.attach(process);
+        if self.audit.failure().is_some() {
+            self.end_unaudited();
         }
     }
 
@@ -169,42 +165,18 @@ impl Run {
     /// An entry about to be decided and started; `None` once the run is ending. Until the
     /// [`Entry`] is dropped, the run's end waits for it.
     pub fn entry(&self) -> Option<Entry<'_>> {
-        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        // Checked under the lock [`Run::end_entries`] takes after setting `ending`: a
-        // reservation made here is one it sees.
-        if self.is_ending() {
-            return None;
-        }
-        let key = self.next_sandbox.fetch_add(1, Ordering::Relaxed) | 0x8000_0000;
-        e.push((key, None));
-        Some(Entry { run: self, key })
+        self.entries.reserve()
     }
 
     /// Whether the run is ending (an entry ended now was ended by that).
     pub fn is_ending(&self) -> bool {
-        self.ending.load(Ordering::SeqCst)
+        self.entries.is_ending()
     }
 
     /// The top-level command has ended: end every entered sandbox still running and wait
     /// (a little) until each one's completion is audited.
     pub fn end_entries(&self) {
-        self.ending.store(true, Ordering::SeqCst);
-        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        for p in e.iter().filter_map(|(_, p)| p.as_ref()) {
-            let _ = p.signal(libc::SIGKILL);
-        }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        while !e.is_empty() {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            e = self
-                .entries_done
-                .wait_timeout(e, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
+        self.entries.end(std::time::Duration::from_secs(2));
     }
 }
 
@@ -219,38 +191,4 @@ fn git_watch(plan: &Plan) -> Option<gitguard::Watch> {
 
 /// An entered sandbox (or an approval plugin) the run's end waits for, from its
 /// decision until it is dropped, once its completion is audited.
-pub struct Entry<'a> {
-    run: &'a Run,
-    key: u32,
-}
-
-impl Entry<'_> {
-    /// It has started `process`: the run's end can now end it (at once, if the run is
-    /// ending already).
-    pub fn attach(&self, process: &sys::Process) {
-        let Ok(p) = process.try_clone() else {
-            let _ = process.signal(libc::SIGKILL);
-            return;
-        };
-        let run = self.run;
-        let mut e = run.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if run.is_ending() {
-            let _ = p.signal(libc::SIGKILL);
-        }
-        if let Some(slot) = e.iter_mut().find(|(k, _)| *k == self.key) {
-            slot.1 = Some(p);
-        }
-        drop(e);
-        if run.audit.failure().is_some() {
-            run.end_unaudited();
-        }
-    }
-}
-
-impl Drop for Entry<'_> {
-    fn drop(&mut self) {
-        let mut e = self.run.entries.lock().unwrap_or_else(|p| p.into_inner());
-        e.retain(|(k, _)| *k != self.key);
-        self.run.entries_done.notify_all();
-    }
-}
+pub type Entry<'a> = wardcell_host::entries::Entry<'a, sys::Process>;

@@ -7,18 +7,16 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use nix::sys::wait::waitpid;
-use nix::unistd::Pid;
-
 use wardcell_common::limits;
 use wardcell_common::plan::{ProfilePlan, SandboxSpec};
-use wardcell_common::protocol::{self, ShimRequest};
+use wardcell_common::protocol::{self, ShimReport, ShimRequest};
 
-use crate::error::BrokerError;
 use crate::proxy::{self, Proxy};
 use crate::relay::Running;
 use crate::run::Run;
 use crate::{peer, spec, sys};
+use wardcell_host::error::BrokerError;
+use wardcell_host::messages;
 
 /// What serves a sandbox's zone socket (its zone's supervisor, supervisor.rs), as the
 /// sandbox's life needs it: bound before the spec names its socket, serving once the
@@ -77,12 +75,52 @@ impl Sandbox {
 
     /// The run's first sandbox has ended, and the broker with it once the entries still
     /// running end: as [`Sandbox::retire`], the supervisor's thread left to the exit
-    /// (stopped first this way, its `stop` then does nothing).
+    /// (stopped first this way, its `stop` then does nothing). Its shim, if not reaped yet, is left to end with the broker: never waited for
+    /// while its namespaces are torn down.
     pub fn retire_first(&mut self) {
         if let Some(s) = &self.supervisor {
             s.stop_at_exit();
         }
         self.retire();
+        self.running.process.detach();
+    }
+
+    /// Wait for it (relay::wait): its confinement audited (with `warn`, a kernel that
+    /// lacks a part of it said once on stderr), a report that is none audited.
+    pub fn wait(
+        &mut self,
+        run: &Run,
+        watch: crate::relay::Watch<'_>,
+        zone: Option<&str>,
+        warn: bool,
+    ) -> crate::relay::Ended {
+        let name = self.name.clone();
+        let mut warned = !warn;
+        let ended = crate::relay::wait(&mut self.running, watch, &mut |r| {
+            if let ShimReport::Confined {
+                landlock_abi,
+                partial,
+            } = r
+            {
+                let mut fields = serde_json::json!({"sandbox": name, "landlock_abi": landlock_abi, "missing": partial});
+                if let Some(zone) = zone {
+                    fields["zone"] = zone.into();
+                }
+                let _ = run.record("sandbox", "sandbox.confined", fields);
+                if !partial.is_empty() && !warned {
+                    warned = true;
+                    wardcell_common::eprintln_line!(
+                        "{}",
+                        wardcell_host::messages::kernel_lacks(partial)
+                    );
+                }
+            }
+        });
+        if let Some(why) = &ended.bad_report {
+            let fields = serde_json::json!({"sandbox": name, "reason": why});
+            let _ = run.record("sandbox", "sandbox.bad_report", fields);
+        }
+        ended
     }
 
     /// When its time limit ends, counted from now (its command starts).
@@ -102,25 +140,23 @@ impl Sandbox {
         }
         match self.limits.ended_by_time(ended.timed_out) {
             Some((code, message)) => (code, Some(message)),
-            None => {
-                crate::relay::describe(&ended.outcome, self.spec.argv.first().map_or("", |a| a))
-            }
+            None => wardcell_host::messages::describe(
+                &ended.outcome,
+                self.spec.argv.first().map_or("", |a| a),
+                crate::sys::spawn::failed_step,
+            ),
         }
     }
 }
 
-/// Kills and reaps a half-started sandbox unless disarmed.
-struct Abort<'a> {
-    running: Option<&'a Running>,
+/// Stops a half-started sandbox's supervisor unless disarmed (its shim is killed and
+/// reaped as its `sys::Child` is dropped).
+struct Abort {
     supervisor: Option<Arc<dyn Served>>,
 }
 
-impl Drop for Abort<'_> {
+impl Drop for Abort {
     fn drop(&mut self) {
-        if let Some(r) = self.running {
-            let _ = r.process.signal(libc::SIGKILL);
-            let _ = waitpid(Pid::from_raw(r.pid), None);
-        }
         if let Some(s) = &self.supervisor {
             s.stop();
         }
@@ -128,16 +164,9 @@ impl Drop for Abort<'_> {
 }
 
 /// A sandbox whose namespaces exist and whose shim is starting, not yet given its spec.
+/// Dropped, its shim is killed and reaped.
 pub struct Spawned {
     running: Running,
-}
-
-impl Spawned {
-    /// Kill and reap it: it will not be completed.
-    pub fn abandon(self) {
-        let _ = self.running.process.signal(libc::SIGKILL);
-        let _ = waitpid(Pid::from_raw(self.running.pid), None);
-    }
 }
 
 /// Step 1: new namespaces and the shim. Returns at once; the kernel (and the other core)
@@ -149,8 +178,7 @@ pub fn spawn(shim: &CString, stdio: [RawFd; 3], ignored: u64) -> Result<Spawned,
         .map_err(|e| BrokerError::Sandbox(sys::spawn::explain_spawn_error(&e)))?;
     Ok(Spawned {
         running: Running {
-            pid: spawned.pid,
-            process: spawned.process,
+            process: sys::Child::new(spawned.pid, spawned.process),
             control: ours,
         },
     })
@@ -161,9 +189,7 @@ pub fn start(run: &Arc<Run>, req: Request<'_>) -> Result<Sandbox, BrokerError> {
     // Git in the new sandbox would run what a sandbox of this run planted in the
     // repository: no entry while it is there.
     if let Some(first) = run.git_now().first() {
-        return Err(BrokerError::Refused(format!(
-            "{first} appeared during this run and git would run it in the new sandbox; remove it, then enter again"
-        )));
+        return Err(BrokerError::Refused(messages::git_code_blocks_entry(first)));
     }
     let spawned = spawn(&run.shim, req.stdio, req.ignored)?;
     complete(run, spawned, req, || Ok(())).map(|(sandbox, ())| sandbox)
@@ -183,22 +209,21 @@ pub fn complete<T>(
     req: Request<'_>,
     before_proceed: impl FnOnce() -> Result<T, BrokerError>,
 ) -> Result<(Sandbox, T), BrokerError> {
-    let running = spawned.running;
-    let mut abort = Abort {
-        running: Some(&running),
-        supervisor: None,
-    };
+    let mut running = spawned.running;
+    let mut abort = Abort { supervisor: None };
 
     // What its processes carry: how its supervisor will recognise them.
     let number = run.next_number();
-    let mark = peer::mark(running.pid, &run.id, number)
+    let mark = peer::mark(running.process.pid(), &run.id, number)
         .map_err(|e| BrokerError::Sandbox(format!("reading the sandbox's {}: {e}", peer::MARK)))?;
 
     // Its limits: its cgroup, if one needs it, with the shim in it before the command.
     let cgroup = format!("wardcell-{}-s{number}", run.id);
     let limits = limits::Enforced::prepare(&req.profile.limits, &req.profile.name, &cgroup)
         .map_err(BrokerError::Refused)?;
-    limits.join(running.pid).map_err(BrokerError::Sandbox)?;
+    limits
+        .join(running.process.pid())
+        .map_err(BrokerError::Sandbox)?;
 
     // A supervisor, in a zone.
     let name = format!("s{number}");
@@ -240,7 +265,7 @@ pub fn complete<T>(
     protocol::send_hello(&mut control)?;
     protocol::expect_hello(&mut control).map_err(|e| match e {
         // The child died before exec: its exit status says at which step.
-        protocol::FrameError::Closed => BrokerError::Sandbox(child_failure(&running)),
+        protocol::FrameError::Closed => BrokerError::Sandbox(child_failure(&mut running)),
         other => BrokerError::Shim(other),
     })?;
     protocol::write_frame(&mut control, &ShimRequest::Start(Box::new(spec.clone())))?;
@@ -277,7 +302,6 @@ pub fn complete<T>(
         proceed?;
     }
 
-    abort.running = None;
     abort.supervisor = None;
     drop(abort);
     let sandbox = Sandbox {
@@ -291,12 +315,6 @@ pub fn complete<T>(
     Ok((sandbox, made))
 }
 
-fn child_failure(running: &Running) -> String {
-    use nix::sys::wait::WaitStatus;
-    match waitpid(Pid::from_raw(running.pid), None) {
-        Ok(WaitStatus::Exited(_, code)) => sys::spawn::failed_step(code)
-            .map(|s| format!("{s} failed"))
-            .unwrap_or_else(|| format!("the shim exited with status {code}")),
-        other => format!("the shim ended before it started: {other:?}"),
-    }
+fn child_failure(running: &mut Running) -> String {
+    messages::shim_failed(running.process.wait(), sys::spawn::failed_step)
 }

@@ -16,13 +16,11 @@
 //! (`wardcell_common::auditlog`, `Rate`): past it they are counted, and an allowed entry
 //! that is not written is refused.
 
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -30,7 +28,7 @@ use serde_json::{json, Value};
 use wardcell_common::auditlog::Rate;
 use wardcell_common::envrules;
 use wardcell_common::plan::ZonePlan;
-use wardcell_common::protocol::{self, ShimReport, ZoneEntry, ZoneRequest, ZoneResponse};
+use wardcell_common::protocol::{self, ZoneEntry, ZoneRequest, ZoneResponse};
 use wardcell_common::why::Rules;
 
 use crate::approval;
@@ -39,8 +37,10 @@ use crate::peer::{self, Peer};
 use crate::relay::{self, Outcome};
 use crate::run::{Entry, Run};
 use crate::sandbox;
+use crate::session::{Event, Session};
 use crate::sys;
 use crate::sys::fds::{recv_fds, unfit_stdio};
+use wardcell_host::listener::{late, Deadline, Handler, Held, Listener, Slot};
 
 /// A connection must send its whole request within this.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
@@ -53,13 +53,10 @@ pub struct Supervisor {
     chain: Vec<String>,
     /// What every process of its sandbox carries (peer.rs).
     mark: peer::Mark,
-    path: PathBuf,
-    listener: UnixListener,
-    stopped: AtomicBool,
+    /// Its socket (wardcell_host::listener).
+    listener: Listener,
     /// The one entry a sandbox runs at a time: its caller's connection, while it runs.
-    entering: Mutex<Option<UnixStream>>,
-    released: Condvar,
-    active: AtomicUsize,
+    entering: Slot,
 }
 
 impl Supervisor {
@@ -74,89 +71,16 @@ impl Supervisor {
     ) -> io::Result<Arc<Supervisor>> {
         let path = run.dir.join(format!("{name}.sock"));
         // sockaddr_un's path holds the terminating NUL too (108 bytes on Linux, 104 on macOS).
-        let most = sys::SUN_PATH_LEN - 1;
-        if path.as_os_str().len() > most {
-            return Err(io::Error::other(format!(
-                "its socket path {} is longer than the {most} bytes a Unix socket path may have; set XDG_RUNTIME_DIR to a shorter directory",
-                path.display()
-            )));
-        }
-        let listener = UnixListener::bind(&path)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        let listener = Listener::bind(path, sys::SUN_PATH_LEN - 1, sys::wake_listener)?;
         let s = Arc::new(Supervisor {
             run,
             zone: zone.to_string(),
             chain,
             mark,
-            path,
             listener,
-            stopped: AtomicBool::new(false),
-            entering: Mutex::new(None),
-            released: Condvar::new(),
-            active: AtomicUsize::new(0),
+            entering: Slot::default(),
         });
         Ok(s)
-    }
-
-    /// Start answering on the socket, in a thread of its own. Until then connections wait
-    /// in the listen backlog; the broker starts it once the sandbox has its spec.
-    pub fn serve_in_background(self: &Arc<Self>) -> io::Result<()> {
-        let server = self.clone();
-        let name = self
-            .path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        std::thread::Builder::new()
-            .name(format!("supervisor-{name}"))
-            .spawn(move || server.serve())?;
-        Ok(())
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Stop accepting and remove the socket; the thread serving it ends.
-    pub fn stop(&self) {
-        if !self.stopped.swap(true, Ordering::SeqCst) {
-            sys::wake_listener(self.listener.as_fd(), &self.path);
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-
-    /// Stop accepting and remove the socket, for a broker that ends soon: the thread
-    /// serving it is left asleep (nothing can connect to a removed socket, and one that
-    /// connected before is dropped unanswered), not woken to end a moment before the
-    /// process does, on the path of every run's end.
-    pub fn stop_at_exit(&self) {
-        if !self.stopped.swap(true, Ordering::SeqCst) {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-
-    fn serve(self: Arc<Self>) {
-        for conn in self.listener.incoming() {
-            if self.stopped.load(Ordering::SeqCst) {
-                break;
-            }
-            let Ok(conn) = conn else { continue };
-            if self.active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-                self.active.fetch_sub(1, Ordering::SeqCst);
-                self.refuse_busy(conn);
-                continue;
-            }
-            let me = self.clone();
-            let spawned = std::thread::Builder::new()
-                .name("supervisor-conn".into())
-                .spawn(move || {
-                    me.handle(conn);
-                    me.active.fetch_sub(1, Ordering::SeqCst);
-                });
-            if spawned.is_err() {
-                self.active.fetch_sub(1, Ordering::SeqCst);
-            }
-        }
     }
 
     fn audit(&self, category: &str, event: &str, fields: Value) -> io::Result<()> {
@@ -199,6 +123,8 @@ impl Supervisor {
         let Some(peer) = self.verified(&conn) else {
             return;
         };
+        let mut session = Session::new(false);
+        self.step(&mut session, Event::PeerVerified);
         // 2. The request, within the deadline.
         let deadline = Instant::now() + REQUEST_DEADLINE;
         let request = (|| {
@@ -212,9 +138,20 @@ impl Supervisor {
         })();
         let request = match request {
             Ok(r) => r,
-            Err(protocol::FrameError::Io(e)) => return self.closed(&peer, &late(&e, "request")),
+            Err(protocol::FrameError::Io(e)) => {
+                return self.closed(&peer, &late(&e, "request", REQUEST_DEADLINE))
+            }
             Err(e) => return self.closed(&peer, &e.to_string()),
         };
+        let asked = match &request {
+            ZoneRequest::List => Event::List,
+            ZoneRequest::Why => Event::Why,
+            ZoneRequest::Enter { .. } => Event::Enter,
+        };
+        // A message out of turn (PROTOCOL 6.3) closes the connection.
+        if let Err(why) = session.on(Event::Hello).and_then(|()| session.on(asked)) {
+            return self.closed(&peer, &why);
+        }
         // 3. Answer.
         match request {
             ZoneRequest::List => {
@@ -233,20 +170,7 @@ impl Supervisor {
                     },
                 );
             }
-            ZoneRequest::Why => {
-                let plan = &self.run.plan;
-                let sockets = envrules::host_socket_dirs(&self.run.host_env);
-                let rules = |z: &ZonePlan| Rules::of(plan, &z.profile, Some(&z.name), &sockets);
-                let Some(current) = plan.zones.iter().find(|z| z.name == self.zone) else {
-                    return self.closed(&peer, "its zone is not in the plan");
-                };
-                let enterable = chain::enterable(&plan.zones, &self.chain);
-                let answer = ZoneResponse::Rules {
-                    current: Box::new(rules(current)),
-                    enterable: enterable.into_iter().map(rules).collect(),
-                };
-                let _ = protocol::write_frame(&mut conn, &answer);
-            }
+            ZoneRequest::Why => self.why(&mut conn, &peer),
             ZoneRequest::Enter {
                 zone,
                 argv,
@@ -266,35 +190,71 @@ impl Supervisor {
                 ));
                 let fds = match recv_fds(conn.as_raw_fd(), 3 - closed.count_ones() as usize) {
                     Ok(f) => f,
-                    Err(e) => return self.closed(&peer, &late(&e, "descriptors")),
+                    Err(e) => {
+                        return self.closed(&peer, &late(&e, "descriptors", REQUEST_DEADLINE))
+                    }
                 };
                 // Those the caller has closed stay closed in the command (None).
                 let mut fds = fds.into_iter();
                 let fds =
                     [0, 1, 2].map(|fd| (closed & (1 << fd) == 0).then(|| fds.next()).flatten());
                 let _ = conn.set_read_timeout(None);
-                self.enter(&mut conn, &peer, &zone, &argv, env, fds);
+                if let Err(why) = session.on(Event::Descriptors) {
+                    return self.closed(&peer, &why);
+                }
+                let asked = Asked {
+                    peer: &peer,
+                    target: &zone,
+                    argv: &argv,
+                };
+                self.enter(&mut conn, &mut session, asked, env, fds);
             }
         }
+    }
+
+    /// `zone why`: the rules of this sandbox's zone and of each it may enter.
+    fn why(&self, conn: &mut UnixStream, peer: &Peer) {
+        let plan = &self.run.plan;
+        let sockets = envrules::host_socket_dirs(&self.run.host_env);
+        let rules = |z: &ZonePlan| Rules::of(plan, &z.profile, Some(&z.name), &sockets);
+        let Some(current) = plan.zones.iter().find(|z| z.name == self.zone) else {
+            return self.closed(peer, "its zone is not in the plan");
+        };
+        let enterable = chain::enterable(&plan.zones, &self.chain);
+        let answer = ZoneResponse::Rules {
+            current: Box::new(rules(current)),
+            enterable: enterable.into_iter().map(rules).collect(),
+        };
+        let _ = protocol::write_frame(conn, &answer);
     }
 
     fn enter(
         &self,
         conn: &mut UnixStream,
-        peer: &Peer,
-        target: &str,
-        argv: &[String],
+        session: &mut Session,
+        asked: Asked<'_>,
         env: Vec<(String, String)>,
         stdio: [Option<OwnedFd>; 3],
     ) {
-        let asked = Asked { peer, target, argv };
         match self.admit(conn, &asked, &stdio) {
             // Every guard of the refused entry is dropped by now: the caller's next
             // request is not refused as busy.
             Err(message) => {
+                self.step(session, Event::Refused);
                 let _ = protocol::write_frame(conn, &ZoneResponse::Refused { message });
             }
-            Ok(admitted) => self.run_entered(conn, &asked, admitted, env, stdio),
+            Ok(admitted) => {
+                self.step(session, Event::Admitted);
+                self.run_entered(conn, session, &asked, admitted, env, stdio)
+            }
+        }
+    }
+
+    /// One of the supervisor's own steps in the connection's state table (a step out of
+    /// turn is a bug: it is logged).
+    fn step(&self, session: &mut Session, event: Event) {
+        if let Err(why) = session.on(event) {
+            tracing::error!(zone = self.zone, "{why}");
         }
     }
 
@@ -319,7 +279,7 @@ impl Supervisor {
             }
         }
         // b. One entry at a time per sandbox.
-        let Some(slot) = self.take_slot(conn) else {
+        let Some(slot) = self.entering.take(conn, REQUEST_DEADLINE) else {
             let reason = "this sandbox is already running a `wardcell zone enter`";
             deny(reason, None);
             return Err(format!("{reason}; wait for it to finish, then try again"));
@@ -386,14 +346,13 @@ impl Supervisor {
             cwd: asked.peer.cwd(),
         };
         let request = approval::request(plan, &entry);
-        let plugin =
-            match approval::Plugin::start(plan.approval.as_deref(), &request, &self.run.host_env) {
-                Ok(p) => p,
-                Err(refusal) => return (refusal, None),
-            };
+        let plugin = match approval::start(plan.approval.as_deref(), &request, &self.run.host_env) {
+            Ok(p) => p,
+            Err(refusal) => return (refusal, None),
+        };
         let held = self.run.entry();
         if let Some(h) = &held {
-            h.attach(plugin.process());
+            self.run.attach(h, plugin.process());
         }
         let answer = plugin.answer(
             zone.approval_timeout_secs.map(Duration::from_secs),
@@ -412,6 +371,7 @@ impl Supervisor {
     fn run_entered(
         &self,
         conn: &mut UnixStream,
+        session: &mut Session,
         asked: &Asked<'_>,
         admitted: Admitted<'_>,
         env: Vec<(String, String)>,
@@ -455,14 +415,19 @@ impl Supervisor {
                 let message = e.to_string();
                 completed(Value::Null, &format!("not started: {message}"));
                 drop((entry, slot));
+                self.step(session, Event::StartFailed);
                 let _ = protocol::write_frame(conn, &ZoneResponse::Failed { message, code: 1 });
                 return;
             }
         };
-        entry.attach(&sb.running.process);
+        self.run.attach(&entry, sb.running.process.watch());
+        self.step(session, Event::Started);
         let _ = protocol::write_frame(conn, &ZoneResponse::Started);
         let (ended, described) = self.wait_entered(conn, &mut sb, target);
-        if ended.caller_gone || self.run.is_ending() {
+        // What the caller sent while its sandbox ran (readable: gone) is fatal to the
+        // connection: the sandbox was ended, and the connection closes without a reply.
+        let spoke = ended.caller_gone && session.on(Event::Spoke).is_err();
+        if spoke || self.run.is_ending() {
             let how = if ended.caller_gone {
                 "the caller went away; the command's sandbox was ended"
             } else {
@@ -471,6 +436,7 @@ impl Supervisor {
             completed(Value::Null, how);
             return;
         }
+        self.step(session, Event::Ended);
         let response = match described {
             (code, None) => ZoneResponse::Exited { code },
             (code, Some(message)) => ZoneResponse::Failed { message, code },
@@ -502,35 +468,12 @@ impl Supervisor {
         target: &str,
     ) -> (relay::Ended, (i32, Option<String>)) {
         let sb_name = sb.name.clone();
-        let deadline = sb.deadline();
-        let ended = relay::wait(
-            &mut sb.running,
-            relay::Watch {
-                caller: Some(conn.as_fd()),
-                deadline,
-                ..Default::default()
-            },
-            &mut |r| {
-                if let ShimReport::Confined {
-                    landlock_abi,
-                    partial,
-                } = r
-                {
-                    let _ = self.run.record(
-                        "sandbox",
-                        "sandbox.confined",
-                        json!({"sandbox": sb_name, "zone": target, "landlock_abi": landlock_abi, "missing": partial}),
-                    );
-                }
-            },
-        );
-        if let Some(why) = &ended.bad_report {
-            let _ = self.audit(
-                "sandbox",
-                "sandbox.bad_report",
-                json!({"sandbox": sb_name, "reason": why}),
-            );
-        }
+        let watch = relay::Watch {
+            caller: Some(conn.as_fd()),
+            deadline: sb.deadline(),
+            ..Default::default()
+        };
+        let ended = sb.wait(&self.run, watch, Some(target), false);
         sb.retire();
         let described = sb.ended(&self.run, &ended);
         self.run.check_git(&sb_name);
@@ -539,17 +482,30 @@ impl Supervisor {
 }
 
 impl sandbox::Served for Supervisor {
-    fn path(&self) -> &Path {
-        Supervisor::path(self)
-    }
+    /// Start answering on the socket, in a thread of its own. Until then connections wait
+    /// in the listen backlog; the broker starts it once the sandbox has its spec.
     fn serve_in_background(self: Arc<Self>) -> io::Result<()> {
-        Supervisor::serve_in_background(&self)
+        let name = self.path().file_stem().unwrap_or_default();
+        let name = format!("supervisor-{}", name.to_string_lossy());
+        std::thread::Builder::new().name(name).spawn(move || {
+            let me = self.clone();
+            let handle: Handler = Arc::new(move |conn| me.handle(conn));
+            let busy = |conn| self.refuse_busy(conn);
+            self.listener.serve(MAX_CONNECTIONS, handle, &busy);
+        })?;
+        Ok(())
     }
+
+    fn path(&self) -> &Path {
+        self.listener.path()
+    }
+
     fn stop(&self) {
-        Supervisor::stop(self)
+        self.listener.stop()
     }
+
     fn stop_at_exit(&self) {
-        Supervisor::stop_at_exit(self)
+        self.listener.stop_at_exit()
     }
 }
 
@@ -587,60 +543,11 @@ impl Asked<'_> {
 /// chain check returned), and the guards that the next caller and the run's end wait on.
 struct Admitted<'s> {
     zone: &'s ZonePlan,
-    slot: Slot<'s>,
+    slot: Held<'s>,
     entry: Entry<'s>,
 }
 
-/// Holds the sandbox's one entry slot. Released before the caller is answered (so that
-/// its next request is not refused), exactly once.
-struct Slot<'a> {
-    sup: &'a Supervisor,
-    held: std::cell::Cell<bool>,
-}
-
-impl Slot<'_> {
-    fn release(&self) {
-        if self.held.replace(false) {
-            *self.sup.holder() = None;
-            self.sup.released.notify_all();
-        }
-    }
-}
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        self.release();
-    }
-}
-
 impl Supervisor {
-    fn holder(&self) -> MutexGuard<'_, Option<UnixStream>> {
-        self.entering.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The entry slot for `conn`; `None` while another caller's entry runs. An entry
-    /// whose caller is gone is being ended: wait for its slot rather than refuse.
-    fn take_slot(&self, conn: &UnixStream) -> Option<Slot<'_>> {
-        let until = Instant::now() + REQUEST_DEADLINE;
-        let mut holder = self.holder();
-        while let Some(h) = holder.as_ref() {
-            let left = until.saturating_duration_since(Instant::now());
-            if !caller_gone(h) || left.is_zero() {
-                return None;
-            }
-            holder = self
-                .released
-                .wait_timeout(holder, left.min(Duration::from_millis(50)))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        *holder = Some(conn.try_clone().ok()?);
-        Some(Slot {
-            sup: self,
-            held: std::cell::Cell::new(true),
-        })
-    }
-
     /// The fifth connection: told why, closed, and audited (a verified peer's; anyone
     /// else's is refused without a word, as always).
     fn refuse_busy(&self, mut conn: UnixStream) {
@@ -648,6 +555,8 @@ impl Supervisor {
         let Some(peer) = self.verified(&conn) else {
             return;
         };
+        // Then `Hello` and `Refused`, nothing read (PROTOCOL 6.3).
+        self.step(&mut Session::new(true), Event::PeerVerified);
         let reason =
             format!("this sandbox's supervisor already serves {MAX_CONNECTIONS} connections");
         let _ = protocol::send_hello(&mut conn);
@@ -658,43 +567,5 @@ impl Supervisor {
             },
         );
         self.closed(&peer, &reason);
-    }
-}
-
-/// A caller sends nothing after its request: a readable connection means it is gone.
-fn caller_gone(conn: &UnixStream) -> bool {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let mut fds = [PollFd::new(conn.as_fd(), PollFlags::POLLIN)];
-    poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
-}
-
-/// Why a read failed, in words: one that timed out ran into the request deadline.
-fn late(e: &io::Error, what: &str) -> String {
-    match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => format!(
-            "the connection sent no {what} within {} s",
-            REQUEST_DEADLINE.as_secs()
-        ),
-        _ => e.to_string(),
-    }
-}
-
-/// Reads that give up at a fixed instant, however the bytes trickle in.
-struct Deadline<'a> {
-    conn: &'a UnixStream,
-    until: Instant,
-}
-
-impl Read for Deadline<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "no request within 5 seconds",
-            ));
-        }
-        self.conn.set_read_timeout(Some(left))?;
-        (&*self.conn).read(buf)
     }
 }

@@ -94,13 +94,40 @@ pub fn unfit_stdio(fd: BorrowedFd<'_>) -> Option<&'static str> {
 }
 
 /// Send `fds` with a 1-byte message ('F') by SCM_RIGHTS (to a proxy: Linux only so far).
+/// At most 12 descriptors, as [`recv_fds`] takes.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub fn send_fds(sock: RawFd, fds: &[RawFd]) -> io::Result<()> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    let iov = [io::IoSlice::new(b"F")];
-    let cmsg = [ControlMessage::ScmRights(fds)];
-    sendmsg::<()>(sock, &iov, &cmsg, MsgFlags::empty(), None).map_err(io::Error::from)?;
-    Ok(())
+    let len = std::mem::size_of_val(fds);
+    let mut space = [0u64; 8];
+    // SAFETY: CMSG_SPACE is arithmetic.
+    if fds.is_empty() || unsafe { libc::CMSG_SPACE(len as u32) } as usize > 64 {
+        return Err(io::Error::other(
+            "between 1 and 12 descriptors are sent at once",
+        ));
+    }
+    let mut byte = *b"F";
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: msghdr is plain old data; the pointers set below outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = space.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is arithmetic; checked above to fit in `space`.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(len as u32) } as _;
+    // SAFETY: msg_control points at `space`, large enough for one header and `fds`
+    // (checked above): CMSG_FIRSTHDR is inside it and CMSG_DATA has room for `len` bytes.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(len as u32) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(c), len);
+    }
+    // SAFETY: sendmsg reads the buffers `msg` points at, all alive and initialised.
+    cerr(unsafe { libc::sendmsg(sock, &msg, 0) } as libc::c_long).map(drop)
 }
 
 /// `stdio` as this process's descriptors 0, 1 and 2 (closed where -1) and `control` as
@@ -156,5 +183,33 @@ pub unsafe fn dispositions_for_exec(ignored: u64) {
             // and installs no handler.
             unsafe { libc::signal(sig, to) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn descriptors_sent_arrive_and_a_wrong_count_is_refused() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (p, q) = UnixStream::pair().unwrap();
+        send_fds(a.as_raw_fd(), &[p.as_raw_fd(), q.as_raw_fd()]).unwrap();
+        let got = recv_fds(b.as_raw_fd(), 2).unwrap();
+        assert_eq!(got.len(), 2);
+        // What arrived is the same socket: a byte written to it reaches `q`.
+        let mut sent = UnixStream::from(got.into_iter().next().unwrap());
+        io::Write::write_all(&mut sent, b"x").unwrap();
+        let mut byte = [0u8; 1];
+        io::Read::read_exact(&mut &q, &mut byte).unwrap();
+        assert_eq!(&byte, b"x");
+        send_fds(a.as_raw_fd(), &[p.as_raw_fd()]).unwrap();
+        let e = recv_fds(b.as_raw_fd(), 2).unwrap_err();
+        assert!(
+            e.to_string().contains("expected 2 descriptors, 1 arrived"),
+            "{e}"
+        );
+        assert!(send_fds(a.as_raw_fd(), &[p.as_raw_fd(); 13]).is_err());
     }
 }

@@ -11,13 +11,18 @@
 //! - `spawn`: starting a sandbox's shim (Linux: clone3 into new namespaces; macOS: a
 //!   plain child, no namespaces);
 //! - `peer`: who is on the other end of a supervisor's socket;
-//! - `Process`: a child to watch (readable once it has exited) and signal;
-//! - `Signals`: the signals the broker forwards, read from a descriptor;
+//! - `Process`: a child to watch (readable once it has exited) and signal: the watch of
+//!   the broker's one process type, [`Child`] (wardcell_host::process::Child);
+//! - `Signals`: the signals the broker forwards, read from a descriptor (on Linux, a
+//!   signalfd: wardcell_host::signals, no `unsafe` needed);
 //! - `random_bytes`, `is_child`, `for_helper`, `wake_listener`, `is_path_only` and
 //!   `MSG_CMSG_CLOEXEC` (what `fds` needs of the platform).
 //!
-//! Linux only: `spawn_with_control`, `pidfd_open` and `pidfd_send_signal`, for the proxy
+//! Linux only: `spawn_with_control` and `pidfd_send_signal`, for the proxy
 //! (macOS has none yet: proxy_macos.rs).
+//!
+//! wardcell-host has no `unsafe`: what it needs of these is passed to it (the window
+//! size, the process watch, descriptors sent, the listener's wake-up).
 
 /// What macOS says about a peer: the audit token's effective uid and pid, and Seatbelt's
 /// answers for that process: may it look up this sandbox's identity name (`own`), and
@@ -51,6 +56,20 @@ pub(crate) fn cerr(ret: libc::c_long) -> io::Result<libc::c_long> {
     } else {
         Ok(ret)
     }
+}
+
+/// The broker's one process type: a child by its pid and its `Process`, killed and
+/// reaped when dropped unreaped (wardcell_host::process).
+pub type Child = wardcell_host::process::Child<Process>;
+
+/// Watch `child`, a child of ours just started (wardcell_host::process::watch).
+pub fn watch(child: std::process::Child) -> io::Result<(std::process::Child, Child)> {
+    wardcell_host::process::watch(child, Process::of_child)
+}
+
+/// Start `cmd` as a helper (`for_helper`: it dies with the thread starting it), watched.
+pub fn spawn_helper(cmd: &mut std::process::Command) -> io::Result<(std::process::Child, Child)> {
+    watch(for_helper(cmd).spawn()?)
 }
 
 /// The descriptor on which the client hands over the plan.
@@ -154,6 +173,53 @@ mod tests {
         let p = Process::of_child(quick.id() as libc::pid_t).unwrap();
         assert!(exited(&p, 0));
         quick.wait().unwrap();
+    }
+
+    /// The one process type (`Child`): dropped unreaped, its process is killed and
+    /// reaped; reaped through it, or detached, it is left alone.
+    #[test]
+    fn a_child_dropped_unreaped_is_killed_and_reaped() {
+        use nix::sys::wait::{waitpid, WaitStatus};
+        use nix::unistd::Pid;
+        let spawn = || {
+            std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .unwrap()
+        };
+        let (_, child) = watch(spawn()).unwrap();
+        let (pid, p) = (child.pid(), child.watch().try_clone().unwrap());
+        drop(child);
+        assert!(exited(&p, 0));
+        assert_eq!(
+            waitpid(Pid::from_raw(pid), None),
+            Err(nix::errno::Errno::ECHILD)
+        );
+
+        let (_, mut child) = watch(spawn()).unwrap();
+        child.signal(libc::SIGTERM).unwrap();
+        let status = child.wait();
+        assert!(
+            matches!(
+                status,
+                Some(WaitStatus::Signaled(
+                    _,
+                    nix::sys::signal::Signal::SIGTERM,
+                    _
+                ))
+            ),
+            "{status:?}"
+        );
+        assert!(child.is_reaped());
+        assert_eq!(child.wait(), None);
+
+        let (_, mut child) = watch(spawn()).unwrap();
+        let (pid, p) = (child.pid(), child.watch().try_clone().unwrap());
+        child.detach();
+        drop(child);
+        assert!(!exited(&p, 50), "a detached child is left running");
+        p.signal(libc::SIGKILL).unwrap();
+        assert!(waitpid(Pid::from_raw(pid), None).is_ok());
     }
 
     #[test]

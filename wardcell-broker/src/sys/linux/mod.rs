@@ -1,14 +1,11 @@
-//! The broker's Linux system calls: pidfds, signalfd, clone3 (spawn.rs), and the
-//! peer's credentials, pidfd and namespace (peer.rs).
+//! The broker's Linux system calls: pidfds, clone3 (spawn.rs), helpers' pre-exec, and
+//! the peer's credentials, pidfd and namespace (peer.rs).
 
 pub mod peer;
 pub mod spawn;
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-
-use nix::sys::signal::{SigSet, Signal};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::{cerr, LAUNCH_FD};
 
@@ -43,39 +40,8 @@ impl AsFd for Process {
     }
 }
 
-/// Signals blocked in this thread (and so in every thread it starts afterwards) and read
-/// from a signalfd.
-pub struct Signals(SignalFd);
-
-impl Signals {
-    /// Must be called before the broker starts a thread.
-    pub fn take(signals: &[Signal]) -> io::Result<Signals> {
-        let mut mask = SigSet::empty();
-        for &s in signals {
-            mask.add(s);
-        }
-        mask.thread_block()
-            .and_then(|()| {
-                SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-            })
-            .map(Signals)
-            .map_err(|e| io::Error::other(format!("signalfd: {e}")))
-    }
-
-    /// The next signal taken, if one is waiting.
-    pub fn next(&self) -> Option<i32> {
-        match self.0.read_signal() {
-            Ok(Some(info)) => Some(info.ssi_signo as i32),
-            _ => None,
-        }
-    }
-}
-
-impl AsFd for Signals {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.0.as_fd()
-    }
-}
+/// Signals blocked in this thread and read from a signalfd (no `unsafe` needed).
+pub use wardcell_host::signals::Signals;
 
 /// Whether `pid` is a child of this process (peeked at, never reaped).
 pub fn is_child(pid: libc::pid_t) -> bool {
@@ -90,7 +56,8 @@ pub fn is_child(pid: libc::pid_t) -> bool {
 
 /// Wake the thread blocked in `accept` on a listener that is being stopped.
 pub fn wake_listener(listener: BorrowedFd<'_>, _path: &std::path::Path) {
-    let _ = nix::sys::socket::shutdown(listener.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+    // SAFETY: integer arguments; shutting down a socket we hold open.
+    let _ = unsafe { libc::shutdown(listener.as_raw_fd(), libc::SHUT_RDWR) };
 }
 
 /// Whether `fd` is an `O_PATH` descriptor (a handle on a path, not an open file).
@@ -132,29 +99,12 @@ pub fn spawn_with_control(
     path: &std::path::Path,
     control: RawFd,
 ) -> io::Result<std::process::Child> {
-    use std::os::unix::process::CommandExt;
     let mut cmd = std::process::Command::new(path);
-    cmd.stdin(std::process::Stdio::null());
-    // SAFETY: the closure runs in the child between fork and exec and makes only
-    // async-signal-safe calls (dup2, fcntl, prctl) on integers captured by value.
-    unsafe {
-        cmd.pre_exec(move || {
-            let ok = if control == LAUNCH_FD {
-                libc::fcntl(LAUNCH_FD, libc::F_SETFD, 0) == 0
-            } else {
-                libc::dup2(control, LAUNCH_FD) == LAUNCH_FD
-            };
-            if !ok || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn()
+    helper(cmd.stdin(std::process::Stdio::null()), Some(control)).spawn()
 }
 
 /// pidfd_open(2) for a child of ours that has not been reaped (so `pid` is still its).
-pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
     // SAFETY: integer arguments; the kernel returns a new descriptor (close-on-exec) or -1.
     let fd = cerr(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
     // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
@@ -164,15 +114,35 @@ pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
 /// Ready `cmd` to start a helper (the approval plugin): it is killed when the thread
 /// starting it exits (a helper must not outlive the broker thread waiting for it).
 pub fn for_helper(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    helper(cmd, None)
+}
+
+/// [`for_helper`], with `control`, when given, as the helper's fd 3.
+fn helper(cmd: &mut std::process::Command, control: Option<RawFd>) -> &mut std::process::Command {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the child between fork and exec and makes one
-    // async-signal-safe call (prctl) with integer arguments.
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // async-signal-safe calls (dup2, fcntl, prctl) on integers captured by value.
     unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+        cmd.pre_exec(move || {
+            let placed = match control {
+                None => true,
+                Some(LAUNCH_FD) => libc::fcntl(LAUNCH_FD, libc::F_SETFD, 0) == 0,
+                Some(fd) => libc::dup2(fd, LAUNCH_FD) == LAUNCH_FD,
+            };
+            if !placed || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
             Ok(())
         })
+    }
+}
+
+impl wardcell_host::process::Watched for Process {
+    fn signal(&self, sig: i32) -> io::Result<()> {
+        Process::signal(self, sig)
+    }
+
+    fn try_clone(&self) -> io::Result<Process> {
+        Process::try_clone(self)
     }
 }

@@ -13,7 +13,8 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 /// Exit status of a child that failed before exec: this plus the failed [`Step`].
 pub const CHILD_EXIT_BASE: i32 = 200;
 
-/// The steps between clone3 and exec, numbered for the exit status.
+/// The steps between clone3 and exec, numbered for the exit status (named in words by
+/// wardcell_host::messages::shim_step).
 #[derive(Clone, Copy, Debug)]
 #[repr(i32)]
 pub enum Step {
@@ -25,37 +26,6 @@ pub enum Step {
     AmbientCapabilities = 6,
     Descriptors = 7,
     Exec = 8,
-}
-
-impl Step {
-    pub fn from_exit(code: i32) -> Option<Step> {
-        use Step::*;
-        [
-            Setgroups,
-            UidMap,
-            GidMap,
-            DeathSignal,
-            Capabilities,
-            AmbientCapabilities,
-            Descriptors,
-            Exec,
-        ]
-        .into_iter()
-        .find(|s| CHILD_EXIT_BASE + *s as i32 == code)
-    }
-
-    pub fn describe(self) -> &'static str {
-        match self {
-            Step::Setgroups => "denying setgroups in the new user namespace",
-            Step::UidMap => "writing the user namespace's uid map",
-            Step::GidMap => "writing the user namespace's gid map",
-            Step::DeathSignal => "tying the sandbox's life to the broker's",
-            Step::Capabilities => "passing mount capabilities to the shim",
-            Step::AmbientCapabilities => "raising ambient capabilities for the shim",
-            Step::Descriptors => "arranging the sandbox's descriptors",
-            Step::Exec => "executing wardcell-shim",
-        }
-    }
 }
 
 /// Capabilities the shim needs inside its namespace, and drops before the command runs:
@@ -298,27 +268,46 @@ unsafe fn child_setup(
 
 /// What the shim's exit status `code` says failed before it ran, if it died there.
 pub fn failed_step(code: i32) -> Option<&'static str> {
-    Step::from_exit(code).map(Step::describe)
+    wardcell_host::messages::shim_step(code - CHILD_EXIT_BASE)
 }
 
-/// Whether the kernel lets this user create the namespaces a sandbox needs, and if not,
-/// why, in words for `doctor` and for a failed spawn.
+/// Why creating the namespaces failed, in words (wardcell_host::messages::spawn_failed).
 pub fn explain_spawn_error(e: &io::Error) -> String {
-    let hint = match e.raw_os_error() {
-        Some(libc::EPERM) | Some(libc::EACCES) => {
-            if std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
-                .is_ok_and(|v| v.trim() == "1")
-            {
-                "; AppArmor restricts unprivileged user namespaces here (sysctl kernel.apparmor_restrict_unprivileged_userns=1): install wardcell's AppArmor profile or ask your administrator"
-            } else {
-                "; unprivileged user namespaces are disabled (check sysctl user.max_user_namespaces and kernel.unprivileged_userns_clone)"
-            }
+    wardcell_host::messages::spawn_failed(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every step the child can fail at has its words, and nothing else does.
+    #[test]
+    fn each_failed_step_is_named() {
+        use Step::*;
+        let steps = [
+            Setgroups,
+            UidMap,
+            GidMap,
+            DeathSignal,
+            Capabilities,
+            AmbientCapabilities,
+            Descriptors,
+            Exec,
+        ];
+        let named: Vec<_> = steps
+            .iter()
+            .map(|s| failed_step(CHILD_EXIT_BASE + *s as i32).expect("named"))
+            .collect();
+        let mut unique = named.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), steps.len(), "{named:?}");
+        assert_eq!(
+            failed_step(Exec as i32 + CHILD_EXIT_BASE),
+            Some("executing wardcell-shim")
+        );
+        for code in [0, 1, CHILD_EXIT_BASE, CHILD_EXIT_BASE + 9, 127] {
+            assert_eq!(failed_step(code), None, "{code}");
         }
-        Some(libc::ENOSPC) => {
-            "; the user namespace limit is reached (sysctl user.max_user_namespaces)"
-        }
-        Some(libc::ENOSYS) => "; this kernel has no clone3 (Linux 5.3 or newer is required)",
-        _ => "",
-    };
-    format!("creating the sandbox's namespaces failed: {e}{hint}")
+    }
 }

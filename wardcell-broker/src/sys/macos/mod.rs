@@ -224,3 +224,19 @@ pub fn is_path_only(fd: BorrowedFd<'_>) -> io::Result<bool> {
     nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_GETFL)?;
     Ok(false)
 }
+
+impl wardcell_host::process::Watched for Process {
+    fn signal(&self, sig: i32) -> io::Result<()> {
+        Process::signal(self, sig)
+    }
+
+    fn try_clone(&self) -> io::Result<Process> {
+        Process::try_clone(self)
+    }
+}
+
+impl wardcell_host::wait::Taken for Signals {
+    fn next(&self) -> Option<i32> {
+        Signals::next(self)
+    }
+}

@@ -1,0 +1,161 @@
+//! The words of what the broker tells its user: it decides and returns typed outcomes;
+//! this module only renders them (docs/OUTPUT.md and spec/zones.md give the lines).
+
+use wardcell_common::text::shown;
+
+/// How a sandbox ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The command ran and ended: its exit status (128+N for signal N).
+    Finished(i32),
+    /// Exec of the command failed with this errno.
+    ExecFailed(i32),
+    /// Building the sandbox failed at `step`.
+    SetupFailed { step: String, message: String },
+    /// The shim died before exec with this status (see the broker's sys::spawn).
+    ChildFailed(i32),
+}
+
+/// How a sandbox ended: the exit status, and the one-line error when it did not run.
+/// `failed_step` names the step of the shim that an exit status stands for.
+pub fn describe(
+    outcome: &Outcome,
+    program: &str,
+    failed_step: fn(i32) -> Option<&'static str>,
+) -> (i32, Option<String>) {
+    match outcome {
+        Outcome::Finished(code) => (*code, None),
+        Outcome::ExecFailed(errno) => {
+            let (code, why) = match *errno {
+                libc::ENOENT => (
+                    127,
+                    "command not found in the sandbox; check its name and that the profile can read where it is installed".to_string(),
+                ),
+                libc::EACCES => (
+                    126,
+                    "permission denied: it is not executable, or the profile does not let the sandbox run it".to_string(),
+                ),
+                other => (126, std::io::Error::from_raw_os_error(other).to_string()),
+            };
+            (code, Some(format!("`{program}`: {why}")))
+        }
+        Outcome::SetupFailed { step, message } => (1, Some(setup_failed(step, message))),
+        Outcome::ChildFailed(code) => {
+            let what = failed_step(*code).unwrap_or("starting the shim");
+            (
+                1,
+                Some(format!(
+                    "could not start the sandbox: {what} failed; `wardcell doctor` checks what this machine supports"
+                )),
+            )
+        }
+    }
+}
+
+/// The shim reported that building the sandbox failed at `step`.
+pub fn setup_failed(step: &str, message: &str) -> String {
+    format!(
+        "could not start the sandbox: {step}: {message}; `wardcell doctor` checks what this machine supports"
+    )
+}
+
+/// The warning when the kernel lacks parts of the confinement (said once a run).
+pub fn kernel_lacks(partial: &[String]) -> String {
+    format!(
+        "warning: this kernel lacks {}; the sandbox runs without it (see `wardcell doctor`)",
+        shown(&partial.join(", "))
+    )
+}
+
+/// The warning for a file that appeared in the run's repository and runs code in git.
+pub fn git_code_appeared(what: &str, cwd: &std::path::Path) -> String {
+    format!(
+        "warning: {} appeared during this run and runs code the next time git runs in {}; inspect it before you use git there",
+        shown(what),
+        shown(&cwd.display().to_string())
+    )
+}
+
+/// The error when a zone's proxy died during the run (`zone` "-" for `run --profile`).
+pub fn proxy_died(zone: &str, code: Option<i32>, signal: Option<i32>) -> String {
+    let how = match (code, signal) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (_, Some(s)) => format!("killed by signal {s}"),
+        _ => "ended".to_string(),
+    };
+    let whose = match zone {
+        "-" => "the sandbox's proxy".to_string(),
+        z => format!("the proxy of zone '{z}'"),
+    };
+    format!(
+        "error: {whose} died ({how}); connections from its sandbox now fail; start the run again to get its network back"
+    )
+}
+
+/// What the shim was doing at step `step` between clone3 and exec (the broker's
+/// sys::spawn::Step), when it failed there.
+pub fn shim_step(step: i32) -> Option<&'static str> {
+    Some(match step {
+        1 => "denying setgroups in the new user namespace",
+        2 => "writing the user namespace's uid map",
+        3 => "writing the user namespace's gid map",
+        4 => "tying the sandbox's life to the broker's",
+        5 => "passing mount capabilities to the shim",
+        6 => "raising ambient capabilities for the shim",
+        7 => "arranging the sandbox's descriptors",
+        8 => "executing wardcell-shim",
+        _ => return None,
+    })
+}
+
+/// Why creating a sandbox's namespaces failed: the error, and what on this machine
+/// forbids them when that can be told (for `doctor` and for a failed spawn).
+pub fn spawn_failed(e: &std::io::Error) -> String {
+    let hint = match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            if std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+                .is_ok_and(|v| v.trim() == "1")
+            {
+                "; AppArmor restricts unprivileged user namespaces here (sysctl kernel.apparmor_restrict_unprivileged_userns=1): install wardcell's AppArmor profile or ask your administrator"
+            } else {
+                "; unprivileged user namespaces are disabled (check sysctl user.max_user_namespaces and kernel.unprivileged_userns_clone)"
+            }
+        }
+        Some(libc::ENOSPC) => {
+            "; the user namespace limit is reached (sysctl user.max_user_namespaces)"
+        }
+        Some(libc::ENOSYS) => "; this kernel has no clone3 (Linux 5.3 or newer is required)",
+        _ => "",
+    };
+    format!("creating the sandbox's namespaces failed: {e}{hint}")
+}
+
+/// An entry refused because the run's repository now holds `what`, which git would run.
+pub fn git_code_blocks_entry(what: &str) -> String {
+    format!("{what} appeared during this run and git would run it in the new sandbox; remove it, then enter again")
+}
+
+/// The shim ended before it started the command: why, from its status (`None`: it could
+/// not be waited for).
+pub fn shim_failed(
+    status: Option<nix::sys::wait::WaitStatus>,
+    failed_step: fn(i32) -> Option<&'static str>,
+) -> String {
+    use nix::sys::wait::WaitStatus;
+    match status.ok_or(nix::errno::Errno::ECHILD) {
+        Ok(WaitStatus::Exited(_, code)) => failed_step(code)
+            .map(|s| format!("{s} failed"))
+            .unwrap_or_else(|| format!("the shim exited with status {code}")),
+        other => format!("the shim ended before it started: {other:?}"),
+    }
+}
+
+/// The line at the run's end when its proxies refused `n` connections.
+pub fn refusals(n: u64, run_id: &str) -> Option<String> {
+    (n > 0).then(|| {
+        format!(
+            "wardcell: {n} connection{} refused in this run; `wardcell logs show {run_id} --category proxy` shows which and why",
+            if n == 1 { " was" } else { "s were" },
+        )
+    })
+}

@@ -1,0 +1,101 @@
+//! The broker's one process type: a child (a sandbox's shim, a proxy, the approval
+//! plugin) by its pid and its watch, killed and reaped when it is dropped unreaped.
+
+use std::io;
+use std::os::fd::AsFd;
+
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+
+/// How a child is watched and signalled (the broker's `sys::Process`: a pidfd on Linux,
+/// so that a signal never reaches a process that reused the pid): readable once the
+/// child has exited.
+pub trait Watched: AsFd {
+    fn signal(&self, sig: i32) -> io::Result<()>;
+
+    /// Another watch of the same child.
+    fn try_clone(&self) -> io::Result<Self>
+    where
+        Self: Sized;
+}
+
+/// A child of this process that has not been reaped, or was reaped through this value.
+/// Dropped unreaped, it is killed and reaped: a half-started sandbox, a proxy or a
+/// plugin never outlives the value that owns it, unless it is [`Child::detach`]ed.
+pub struct Child<W: Watched> {
+    pid: libc::pid_t,
+    watch: W,
+    reaped: bool,
+}
+
+impl<W: Watched> Child<W> {
+    /// `pid` must be a child of ours not yet reaped, and `watch` its watch.
+    pub fn new(pid: libc::pid_t, watch: W) -> Child<W> {
+        Child {
+            pid,
+            watch,
+            reaped: false,
+        }
+    }
+
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// Its watch: readable once it has exited; cloned by those that may end it.
+    pub fn watch(&self) -> &W {
+        &self.watch
+    }
+
+    /// Whether it was reaped (or detached): its pid may name another process now.
+    pub fn is_reaped(&self) -> bool {
+        self.reaped
+    }
+
+    /// Send `sig` (nothing reaches another process once it is reaped).
+    pub fn signal(&self, sig: i32) -> io::Result<()> {
+        self.watch.signal(sig)
+    }
+
+    /// Wait for it to end and reap it: its status (`None` when it was reaped already or
+    /// waiting failed).
+    pub fn wait(&mut self) -> Option<WaitStatus> {
+        if self.reaped {
+            return None;
+        }
+        self.reaped = true;
+        waitpid(Pid::from_raw(self.pid), None).ok()
+    }
+
+    /// Leave it to end with this process (the run's first sandbox, whose namespaces are
+    /// torn down after the broker has exited): neither killed nor waited for when dropped.
+    pub fn detach(&mut self) {
+        self.reaped = true;
+    }
+}
+
+/// Watch `child`, a child of ours just started and not reaped, with `of_child` (the
+/// broker's `sys::Process::of_child`); killed and reaped when it cannot be watched.
+pub fn watch<W: Watched>(
+    mut child: std::process::Child,
+    of_child: fn(libc::pid_t) -> io::Result<W>,
+) -> io::Result<(std::process::Child, Child<W>)> {
+    let pid = child.id() as libc::pid_t;
+    match of_child(pid) {
+        Ok(watch) => Ok((child, Child::new(pid, watch))),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
+    }
+}
+
+impl<W: Watched> Drop for Child<W> {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = self.watch.signal(libc::SIGKILL);
+            let _ = waitpid(Pid::from_raw(self.pid), None);
+        }
+    }
+}

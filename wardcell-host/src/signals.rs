@@ -1,0 +1,102 @@
+//! The signals the broker takes over and forwards to the sandbox.
+
+use nix::sys::signal::Signal;
+
+/// Signals the broker passes to the sandbox.
+pub const FORWARDED: &[Signal] = &[
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGCONT,
+];
+
+/// Which signals the broker takes: one this process was started ignoring (bit N-1 of
+/// `ignored` for signal N) stays ignored and is never forwarded (a blocked signal is
+/// queued even when ignored, so taking it would forward it or not depending on when it
+/// came); SIGCHLD, and SIGWINCH with a pty.
+pub fn to_take(pty: bool, ignored: u64) -> Vec<Signal> {
+    let mut take: Vec<Signal> = FORWARDED
+        .iter()
+        .copied()
+        .filter(|&s| ignored & (1 << (s as i32 - 1)) == 0)
+        .collect();
+    take.push(Signal::SIGCHLD);
+    if pty {
+        take.push(Signal::SIGWINCH);
+    }
+    take
+}
+
+#[cfg(target_os = "linux")]
+pub use linux::Signals;
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use std::io;
+    use std::os::fd::{AsFd, BorrowedFd};
+
+    use nix::sys::signal::{SigSet, Signal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+    /// Signals blocked in this thread (and so in every thread it starts afterwards) and
+    /// read from a signalfd.
+    pub struct Signals(SignalFd);
+
+    impl Signals {
+        /// Must be called before the broker starts a thread.
+        pub fn take(signals: &[Signal]) -> io::Result<Signals> {
+            let mut mask = SigSet::empty();
+            for &s in signals {
+                mask.add(s);
+            }
+            mask.thread_block()
+                .and_then(|()| {
+                    SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+                })
+                .map(Signals)
+                .map_err(|e| io::Error::other(format!("signalfd: {e}")))
+        }
+
+        /// The next signal taken, if one is waiting.
+        pub fn next(&self) -> Option<i32> {
+            match self.0.read_signal() {
+                Ok(Some(info)) => Some(info.ssi_signo as i32),
+                _ => None,
+            }
+        }
+    }
+
+    impl AsFd for Signals {
+        fn as_fd(&self) -> BorrowedFd<'_> {
+            self.0.as_fd()
+        }
+    }
+
+    impl crate::wait::Taken for Signals {
+        fn next(&self) -> Option<i32> {
+            Signals::next(self)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_the_broker_takes() {
+        let all = to_take(false, 0);
+        assert_eq!(&all[..FORWARDED.len()], FORWARDED);
+        assert_eq!(all[FORWARDED.len()..], [Signal::SIGCHLD]);
+        // With a pty, the window size too.
+        assert_eq!(to_take(true, 0).last(), Some(&Signal::SIGWINCH));
+        // One it was started ignoring (nohup: SIGHUP) is neither taken nor forwarded.
+        let hup = 1 << (Signal::SIGHUP as i32 - 1);
+        let taken = to_take(false, hup);
+        assert!(!taken.contains(&Signal::SIGHUP), "{taken:?}");
+        assert!(taken.contains(&Signal::SIGINT), "{taken:?}");
+    }
+}

@@ -1,0 +1,316 @@
+//! Waiting for a sandbox: the signals the broker took over forwarded (an ending one
+//! with a grace, then SIGKILL), the first sandbox's pty relayed, the `zone enter`
+//! caller and the time limit watched, and the shim's reports read until it is gone.
+//! It returns every report and the shim's status as they came: what they add up to
+//! is the broker's (`relay::outcome`).
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags};
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use wardcell_common::protocol::{self, FrameError, ShimReport};
+use wardcell_common::terminal;
+
+use crate::process::Child;
+pub use crate::process::Watched;
+use crate::terminal::PtyRelay;
+
+/// Signals taken over, read from a descriptor (`crate::signals::Signals` on Linux).
+pub trait Taken: AsFd {
+    /// The next signal taken, if one is waiting.
+    fn next(&self) -> Option<i32>;
+}
+
+/// Signals that end a run: forwarded, then SIGCONT (a stopped command would never see
+/// them), then, if the sandbox is still there after [`GRACE`], SIGKILL.
+const ENDING: &[i32] = &[libc::SIGTERM, libc::SIGHUP, libc::SIGINT];
+
+/// How long a sandbox has to end after an ending signal (README, on the terminal).
+pub const GRACE: Duration = Duration::from_secs(5);
+
+/// What to watch besides the sandbox itself.
+#[derive(Default)]
+pub struct Watch<'a> {
+    /// Signals the broker forwards (and SIGWINCH when a pty is relayed, and SIGCHLD).
+    pub signals: Option<&'a dyn Taken>,
+    /// A child of the broker to reap when it exits (the client's plan writer), on SIGCHLD.
+    pub reap: Option<Pid>,
+    /// The first sandbox's pty, relayed to the caller's terminal.
+    pub pty: Option<PtyRelay<'a>>,
+    /// The `zone enter` connection: when the caller goes away, the sandbox is ended.
+    pub caller: Option<BorrowedFd<'a>>,
+    /// The time limit's end: then the sandbox is ended as by SIGTERM to `wardcell run`.
+    pub deadline: Option<Instant>,
+}
+
+/// How the wait ended.
+pub struct Waited {
+    /// Every report the shim sent, in order.
+    pub reports: Vec<ShimReport>,
+    /// The shim's own status, when it was reaped (not when its last report came first).
+    pub status: Option<WaitStatus>,
+    /// The caller went away first, and the sandbox was ended for it.
+    pub caller_gone: bool,
+    /// The shim sent something that is not a report: reading stopped there, and the
+    /// sandbox was ended.
+    pub bad_report: Option<String>,
+    /// The time limit ended it.
+    pub timed_out: bool,
+}
+
+/// Relay until the sandbox ends: `shim` is its shim, `control` the socket its reports
+/// come on.
+pub fn wait<W: Watched>(
+    shim: &mut Child<W>,
+    control: &mut UnixStream,
+    watch: Watch<'_>,
+    on_report: &mut dyn FnMut(&ShimReport),
+) -> Waited {
+    let Watch {
+        signals,
+        mut pty,
+        caller,
+        reap,
+        mut deadline,
+    } = watch;
+    let mut reports: Vec<ShimReport> = Vec::new();
+    let mut open = Open {
+        control: true,
+        caller: caller.is_some(),
+    };
+    let mut caller_gone = false;
+    let mut bad_report: Option<String> = None;
+    let mut kill_at: Option<Instant> = None;
+    let mut timed_out = false;
+    let mut buf = vec![0u8; 16 * 1024];
+    let status = loop {
+        let wake = kill_at.into_iter().chain(deadline).min();
+        let [child_ready, sig_ready, control_ready, caller_ready, stdin_ready, master_ready] =
+            match poll_ready(
+                shim.watch(),
+                control,
+                signals,
+                caller,
+                pty.as_ref(),
+                &open,
+                wake,
+            ) {
+                Ok(r) => r,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => break None,
+            };
+        if kill_at.is_some_and(|t| Instant::now() >= t) {
+            // The grace is over: the sandbox ends now, whatever it does with signals.
+            kill_at = None;
+            let _ = shim.signal(libc::SIGKILL);
+        }
+        if deadline.is_some_and(|t| Instant::now() >= t) {
+            deadline = None;
+            timed_out = true;
+            end(shim.watch(), libc::SIGTERM, &mut kill_at);
+        }
+        if caller_ready {
+            // The caller sends nothing after its request: readable means gone (or
+            // misbehaving, which ends the entry the same way).
+            open.caller = false;
+            caller_gone = true;
+            let _ = shim.signal(libc::SIGKILL);
+        }
+        if let (true, Some(signals)) = (sig_ready, signals) {
+            on_signals(signals, shim.watch(), pty.as_mut(), reap, &mut kill_at);
+        }
+        if control_ready {
+            match read_report(shim, control, pty.as_mut(), on_report, &mut reports) {
+                // The command's status is known and there is no pty output to drain:
+                // finish now rather than wait for the namespaces to be torn down. What is
+                // left of the sandbox is being killed by its init's exit, and dies with
+                // the broker in any case.
+                Ok(Some(true)) if pty.is_none() => {
+                    open.control = false;
+                    break None;
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => open.control = false,
+                // Not a report: the shim is not speaking the protocol, and nothing it
+                // says after can be believed. The sandbox is ended (PROTOCOL 4.2).
+                Err(e) => {
+                    bad_report = Some(e);
+                    open.control = false;
+                    let _ = shim.signal(libc::SIGKILL);
+                }
+            }
+        }
+        if let Some(p) = pty.as_mut() {
+            // The caller's terminal hung up: the command gets the hangup a terminal gives.
+            if stdin_ready && !p.relay_input(&mut buf) {
+                end(shim.watch(), libc::SIGHUP, &mut kill_at);
+            }
+            if master_ready {
+                p.relay_output(&mut buf);
+            }
+        }
+        if child_ready {
+            break shim.wait();
+        }
+    };
+
+    // The shim is gone: what its sandbox wrote is all there will be. On Linux every
+    // process of that sandbox is gone with it, and the pty ends at once unless a sandbox
+    // entered from it (`zone enter`) still holds it; on macOS one the command left behind
+    // may. So the drain stops once the pty stays quiet: what such a process writes later
+    // is not relayed (entries are killed when the run's first sandbox ends).
+    if let Some(p) = pty.as_mut() {
+        p.finish();
+    }
+    if open.control {
+        read_remaining(control, on_report, &mut reports, &mut bad_report);
+    }
+    Waited {
+        reports,
+        status,
+        caller_gone,
+        bad_report,
+        timed_out,
+    }
+}
+
+/// One report from the shim, handed to `on_report` and kept (Ctrl-Z relayed as a stop
+/// of this process): `Some(true)` when it is the command's end, `None` when the control
+/// socket closed, `Err` when what came is no report.
+fn read_report<W: Watched>(
+    shim: &Child<W>,
+    control: &mut UnixStream,
+    pty: Option<&mut PtyRelay<'_>>,
+    on_report: &mut dyn FnMut(&ShimReport),
+    reports: &mut Vec<ShimReport>,
+) -> Result<Option<bool>, String> {
+    match protocol::read_frame::<ShimReport>(control) {
+        Ok(r) => {
+            on_report(&r);
+            if let (ShimReport::Stopped { .. }, Some(p)) = (&r, pty) {
+                // Ctrl-Z: this process stops as the command did, and when it is
+                // continued, continues the command.
+                p.suspend();
+                let _ = shim.signal(libc::SIGCONT);
+            }
+            let last = matches!(r, ShimReport::Exited { .. } | ShimReport::Signaled { .. });
+            reports.push(r);
+            Ok(Some(last))
+        }
+        Err(FrameError::Closed) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The shim is gone: its reports until the control socket closes.
+fn read_remaining(
+    control: &mut UnixStream,
+    on_report: &mut dyn FnMut(&ShimReport),
+    reports: &mut Vec<ShimReport>,
+    bad_report: &mut Option<String>,
+) {
+    loop {
+        match protocol::read_frame::<ShimReport>(control) {
+            Ok(r) => {
+                on_report(&r);
+                reports.push(r);
+            }
+            Err(FrameError::Closed) => return,
+            Err(e) => return *bad_report = Some(e.to_string()),
+        }
+    }
+}
+
+/// Which of the optional descriptors [`wait`] still watches.
+struct Open {
+    control: bool,
+    caller: bool,
+}
+
+/// Poll once (until the grace's end, if one runs): which are ready, in the order child,
+/// signals, control, caller, stdin, master.
+#[allow(clippy::too_many_arguments)]
+fn poll_ready(
+    process: &dyn Watched,
+    control: &UnixStream,
+    signals: Option<&dyn Taken>,
+    caller: Option<BorrowedFd<'_>>,
+    pty: Option<&PtyRelay<'_>>,
+    open: &Open,
+    kill_at: Option<Instant>,
+) -> nix::Result<[bool; 6]> {
+    let mut fds = vec![PollFd::new(process.as_fd(), PollFlags::POLLIN)];
+    let mut idx = [
+        0,
+        usize::MAX,
+        usize::MAX,
+        usize::MAX,
+        usize::MAX,
+        usize::MAX,
+    ];
+    let watched = [
+        signals.map(|s| s.as_fd()),
+        open.control.then(|| control.as_fd()),
+        caller.filter(|_| open.caller),
+        pty.and_then(|p| p.input()),
+        pty.and_then(|p| p.master()),
+    ];
+    for (i, fd) in watched.into_iter().enumerate() {
+        if let Some(fd) = fd {
+            idx[i + 1] = fds.len();
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+        }
+    }
+    poll(&mut fds, terminal::timeout_until(kill_at))?;
+    Ok(idx.map(|i| {
+        fds.get(i)
+            .and_then(|f| f.revents())
+            .is_some_and(|r| !r.is_empty())
+    }))
+}
+
+/// Handle the signals taken: forward them (an ending one with SIGCONT and the grace),
+/// copy the window size, reap the plan writer.
+fn on_signals(
+    signals: &dyn Taken,
+    run: &dyn Watched,
+    mut pty: Option<&mut PtyRelay<'_>>,
+    reap: Option<Pid>,
+    kill_at: &mut Option<Instant>,
+) {
+    while let Some(sig) = signals.next() {
+        if sig == Signal::SIGWINCH as i32 {
+            if let Some(p) = &pty {
+                p.window_changed();
+            }
+        } else if sig == Signal::SIGCHLD as i32 {
+            // Never forwarded. The sandbox's own end is watched through its process.
+            if let Some(pid) = reap {
+                let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+            }
+        } else {
+            if sig == libc::SIGCONT {
+                if let Some(p) = pty.as_mut() {
+                    p.resume();
+                }
+            }
+            if ENDING.contains(&sig) {
+                end(run, sig, kill_at);
+            } else {
+                let _ = run.signal(sig);
+            }
+        }
+    }
+}
+
+/// Send `sig`, then SIGCONT, and start the grace (if it is not running already).
+fn end(run: &dyn Watched, sig: i32, kill_at: &mut Option<Instant>) {
+    let _ = run.signal(sig);
+    let _ = run.signal(libc::SIGCONT);
+    kill_at.get_or_insert_with(|| Instant::now() + GRACE);
+}
