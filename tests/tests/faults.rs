@@ -714,6 +714,47 @@ both!(a_missing_shim_leaves_neither_run_directory_nor_log, |fx| {
     assert_eq!(logs, 0, "a log is left");
 });
 
+// `wardcell run` (the broker) ended by SIGTERM or SIGKILL while its plan writer still
+// resolves the configuration, before the broker takes its signals over (item 3 of the
+// start-up review, issue 19): it ends as the signal says, and takes the writer with it.
+// Before, the writer went on resolving, then said "could not start the broker: handing
+// over the plan: Broken pipe" after `wardcell run` had already ended.
+both!(a_broker_ended_before_the_plan_takes_its_writer, |fx| {
+    let bin = fx.bin.display();
+    let mut toml = format!(
+        "[zones.agent]\nprofile = \"p\"\ndefault = true\n[profiles.p]\nextends = \"readonly\"\nread = [\"{bin}\",\n"
+    );
+    // Enough to keep the writer busy for a second or more.
+    for i in 0..100_000 {
+        toml.push_str(&format!("  \"/usr/share/wardcell-missing-{i}\",\n"));
+    }
+    toml.push_str("]\n");
+    fx.config(&toml);
+    for (sig, code) in [("TERM", 143), ("KILL", 137)] {
+        let scene = Scene::new(&fx, &format!("early-{sig}"), None);
+        let marker = fx.proj.join("ran");
+        let mut run = scene.start(&format!("touch {}", marker.display()));
+        let writer = run.tree.wait_for("wardcell", 1).remove(0);
+        run.tree.wait_for("wardcell-shim", 1);
+        kill_as(&fx, run.tree.broker.pid, sig);
+        let (out, tree) = run.finish(30);
+        out.expect_code(code);
+        assert_eq!(out.stderr, "", "{sig}: {out:#?}");
+        assert!(!marker.exists(), "{sig}: the command ran");
+        // Gone (or a zombie) at once, not once it has resolved the plan.
+        let running = || {
+            fs::read_to_string(format!("/proc/{}/stat", writer.pid))
+                .is_ok_and(|s| !s.contains(") Z "))
+        };
+        let until = Instant::now() + Duration::from_millis(500);
+        while running() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!running(), "{sig}: the plan writer goes on");
+        tree.assert_all_gone();
+    }
+});
+
 // The proxy dies when its death cannot be audited: `proxy.died` is refused by the log's
 // writer (here because someone else changed the log: one byte appended from outside),
 // and an event that cannot be written ends the run, as every other does (PROTOCOL 8),
