@@ -1003,12 +1003,10 @@ both!(ctrl_z_stops_the_command_as_under_a_shell, |fx| {
 // process is forked while `pivot_root` still leaves the host's tree stacked on the view's
 // root, where `/..` reaches it, and init detaches it before it says go): one `/` mount,
 // `/..` is `/`, and `/` is not the host's; and no capability in any set, in the command
-// nor, once it has settled, in its init. Printed by `sh at-exec.sh` as one line:
-// `at-exec ROOT DOTDOT ROOT_MOUNTS SELF_CAPS INIT_CAPS`.
+// nor in its init (which drops them before it says go). Printed by `sh at-exec.sh` as
+// one line: `at-exec ROOT DOTDOT ROOT_MOUNTS SELF_CAPS INIT_CAPS`.
 const AT_EXEC: &str = r#"r=$(stat -c %d:%i /); d=$(stat -c %d:%i /..)
 m=$(awk '$5 == "/"' /proc/self/mountinfo | wc -l)
-i=0
-while [ $i -lt 500 ] && ! grep -q '^CapEff:[[:space:]]*0*$' /proc/1/status; do sleep 0.01; i=$((i+1)); done
 caps() { grep '^Cap' "$1" | awk '{ printf "%s", $2 }'; }
 echo "at-exec $r $d $m $(caps /proc/self/status) $(caps /proc/1/status)"
 "#;
