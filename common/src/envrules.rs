@@ -166,6 +166,15 @@ pub fn no_proxy(allow: &[String]) -> String {
         .join(",")
 }
 
+/// This process's environment as text. A variable whose name or value is not UTF-8 (a
+/// file name in a locale's bytes, say) is left out: no sandbox's environment carries it
+/// (it is text), and it names nothing wardcell reads. (`std::env::vars` panics on one.)
+pub fn text_vars() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
+}
+
 /// Where host services keep their sockets. Masked unless a profile names a path in them.
 pub const HOST_SOCKET_DIRS: &[&str] = &["/run", "/var/run"];
 

@@ -635,6 +635,126 @@ both!(a_killed_plan_writer_ends_the_run_as_it_died, |fx| {
     assert_eq!(logs, 0, "a log was made");
 });
 
+// The broker takes and prepares the plan in a thread of its own while it starts the first
+// sandbox (issue 19, review of the start-up order, item 3). A variable of the caller's
+// environment that is not UTF-8 (a file name in a locale's bytes, say) is no plan error:
+// the run goes on (the variable is not passed on, as the sandbox's environment is text),
+// nothing panics, and the run finishes as any other. Before, the thread panicked reading
+// the environment for the identities it records, and every run ended with "reading the
+// plan failed", as if the broker had been started by hand.
+both!(a_variable_that_is_not_utf8_does_not_stop_the_run, |fx| {
+    use std::os::unix::ffi::OsStrExt;
+    config(&fx, "", "", "");
+    let scene = Scene::new(&fx, "bytes", None);
+    let mut cmd = scene.cmd(&["run", "--", "/bin/sh", "-c", "echo ran"]);
+    cmd.env(
+        std::ffi::OsStr::from_bytes(b"WARDCELL_TEST_LATIN1"),
+        std::ffi::OsStr::from_bytes(b"caf\xe9"),
+    );
+    let out: Out = cmd.output().unwrap().into();
+    out.ok();
+    assert_eq!(out.stdout, "ran\n", "{out:#?}");
+    assert!(!out.stderr.contains("panicked"), "{out:#?}");
+    assert_eq!(
+        run_dirs(&scene.rt),
+        Vec::<String>::new(),
+        "a run directory is left"
+    );
+    scene.verify(true);
+});
+
+// Without the shim (neither beside the broker nor installed), the plan is still taken in
+// its thread and the run's directory and log made there: they are removed again, and the
+// one line says why (item 3 as above).
+both!(a_missing_shim_leaves_neither_run_directory_nor_log, |fx| {
+    config(&fx, "", "", "");
+    let scene = Scene::new(&fx, "noshim", None);
+    let bin = fx.dir.join("shimless-bin");
+    fs::create_dir_all(&bin).unwrap();
+    for name in ["wardcell", "wardcell-broker"] {
+        fs::copy(fx.bin.join(name), bin.join(name)).unwrap();
+        fs::set_permissions(bin.join(name), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    fx.own(&bin);
+    let marker = fx.proj.join("ran");
+    let mut cmd = Command::new(bin.join("wardcell"));
+    cmd.args([
+        "run",
+        "--",
+        "/bin/sh",
+        "-c",
+        &format!("touch {}", marker.display()),
+    ])
+    .current_dir(&fx.proj)
+    .env_clear()
+    .env("PATH", "/usr/bin:/bin")
+    .env("HOME", &fx.home)
+    .env("XDG_RUNTIME_DIR", &scene.rt)
+    .env("XDG_STATE_HOME", &scene.state)
+    .stdin(std::process::Stdio::null());
+    if let Some((uid, gid)) = fx.who.ids() {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(uid).gid(gid);
+    }
+    let out: Out = cmd.output().unwrap().into();
+    out.expect_code(1);
+    assert_eq!(
+        out.stderr,
+        "error: could not start the sandbox: wardcell-shim was found neither next to wardcell-broker nor in /usr/libexec/wardcell; reinstall wardcell\n",
+        "{out:#?}"
+    );
+    assert!(!marker.exists(), "the command ran");
+    assert_eq!(
+        run_dirs(&scene.rt),
+        Vec::<String>::new(),
+        "a run directory is left"
+    );
+    let runs = scene.state.join("wardcell/runs");
+    let logs = fs::read_dir(&runs).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(logs, 0, "a log is left");
+});
+
+// `wardcell run` (the broker) ended by SIGTERM or SIGKILL while its plan writer still
+// resolves the configuration, before the broker takes its signals over (item 3 of the
+// start-up review, issue 19): it ends as the signal says, and takes the writer with it.
+// Before, the writer went on resolving, then said "could not start the broker: handing
+// over the plan: Broken pipe" after `wardcell run` had already ended.
+both!(a_broker_ended_before_the_plan_takes_its_writer, |fx| {
+    let bin = fx.bin.display();
+    let mut toml = format!(
+        "[zones.agent]\nprofile = \"p\"\ndefault = true\n[profiles.p]\nextends = \"readonly\"\nread = [\"{bin}\",\n"
+    );
+    // Enough to keep the writer busy for a second or more.
+    for i in 0..100_000 {
+        toml.push_str(&format!("  \"/usr/share/wardcell-missing-{i}\",\n"));
+    }
+    toml.push_str("]\n");
+    fx.config(&toml);
+    for (sig, code) in [("TERM", 143), ("KILL", 137)] {
+        let scene = Scene::new(&fx, &format!("early-{sig}"), None);
+        let marker = fx.proj.join("ran");
+        let mut run = scene.start(&format!("touch {}", marker.display()));
+        let writer = run.tree.wait_for("wardcell", 1).remove(0);
+        run.tree.wait_for("wardcell-shim", 1);
+        kill_as(&fx, run.tree.broker.pid, sig);
+        let (out, tree) = run.finish(30);
+        out.expect_code(code);
+        assert_eq!(out.stderr, "", "{sig}: {out:#?}");
+        assert!(!marker.exists(), "{sig}: the command ran");
+        // Gone (or a zombie) at once, not once it has resolved the plan.
+        let running = || {
+            fs::read_to_string(format!("/proc/{}/stat", writer.pid))
+                .is_ok_and(|s| !s.contains(") Z "))
+        };
+        let until = Instant::now() + Duration::from_millis(500);
+        while running() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!running(), "{sig}: the plan writer goes on");
+        tree.assert_all_gone();
+    }
+});
+
 // The proxy dies when its death cannot be audited: `proxy.died` is refused by the log's
 // writer (here because someone else changed the log: one byte appended from outside),
 // and an event that cannot be written ends the run, as every other does (PROTOCOL 8),

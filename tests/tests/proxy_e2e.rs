@@ -1396,6 +1396,46 @@ both!(the_audit_log_records_the_push_and_the_refusals, |fx| {
     assert_no_secret("the run's audit log", &log_text, &up);
 });
 
+// CA files' identities are recorded when some profile of the run has network, not only
+// the one it starts in (issue 19, review of the start-up order, item 4): a run started in
+// a zone without network that enters one with network gives the new sandbox a bundle
+// with the caller's CA (SSL_CERT_FILE), and a TLS connection through a tunnel verifies
+// with it.
+both!(an_entered_zone_with_network_gets_the_callers_ca, |fx| {
+    let up = Upstream::start(&fx);
+    let bin = fx.bin.display();
+    let port = up.port;
+    fx.config(&format!(
+        "[zones.quiet]\nprofile = \"quiet\"\ndefault = true\n\
+         [zones.net]\nprofile = \"net\"\nenter_from = [\"quiet\"]\n\
+         [profiles.quiet]\nextends = \"developer-readonly\"\nread = [\"{bin}\"]\n\
+         [profiles.net]\nextends = \"developer-readonly\"\nread = [\"{bin}\"]\n\
+         network = {{ allow = [\"localhost:{port}\"] }}\n"
+    ));
+    let check = script(
+        &fx,
+        "ca-check.sh",
+        "echo \"$WARDCELL_ZONE ssl_cert_file=${SSL_CERT_FILE:-none}\"\n\
+         if [ -n \"${SSL_CERT_FILE-}\" ]; then\n\
+           curl -sS --max-time 30 -o /dev/null -w \"$WARDCELL_ZONE tls code=%{http_code} \" \
+             https://localhost:$UPSTREAM_PORT/tunnelled; echo \"rc=$?\"\n\
+         fi\n",
+    );
+    let (out, _, _) = run_env(
+        &fx,
+        &up,
+        &[],
+        &format!("export UPSTREAM_PORT={port}; sh {check}; wardcell zone enter net -- sh {check}"),
+    );
+    out.ok();
+    // No network, no bundle.
+    assert_eq!(field(&out, "quiet", "ssl_cert_file"), "none", "{out:#?}");
+    let bundle = field(&out, "net", "ssl_cert_file");
+    assert!(bundle.starts_with('/'), "{out:#?}");
+    // The test server's CA is in it: curl verified the server through a tunnel.
+    assert_eq!(field(&out, "net tls", "code"), "200", "{out:#?}");
+});
+
 // The CA bundle's "system roots" are the machine's (or what `wardcell run` was started
 // with), never a file a sandboxed caller names: an SSL_CERT_FILE set inside the agent
 // zone for `zone enter` must not make the new sandbox's bundle carry a file that neither

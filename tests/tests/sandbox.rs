@@ -999,6 +999,118 @@ both!(ctrl_z_stops_the_command_as_under_a_shell, |fx| {
     sh.finish(0);
 });
 
+// What a command finds at exec (issue 19, review of the start-up order: the command's
+// process is forked while `pivot_root` still leaves the host's tree stacked on the view's
+// root, where `/..` reaches it, and init detaches it before it says go): one `/` mount,
+// `/..` is `/`, and `/` is not the host's; and no capability in any set, in the command
+// nor in its init (which drops them before it says go). Printed by `sh at-exec.sh` as
+// one line: `at-exec ROOT DOTDOT ROOT_MOUNTS SELF_CAPS INIT_CAPS`.
+const AT_EXEC: &str = r#"r=$(stat -c %d:%i /); d=$(stat -c %d:%i /..)
+m=$(awk '$5 == "/"' /proc/self/mountinfo | wc -l)
+caps() { grep '^Cap' "$1" | awk '{ printf "%s", $2 }'; }
+echo "at-exec $r $d $m $(caps /proc/self/status) $(caps /proc/1/status)"
+"#;
+
+/// Write the check into the project; the host's `/` as `dev:ino`.
+fn at_exec_script(fx: &Fixture) -> String {
+    fx.write(&fx.proj.join("at-exec.sh"), AT_EXEC);
+    let root = fs::metadata("/").unwrap();
+    use std::os::unix::fs::MetadataExt;
+    // As stat(1) prints them: the device number in decimal.
+    format!("{}:{}", root.dev(), root.ino())
+}
+
+/// Every `at-exec` line of `out` (`want` of them) says the host's tree was gone and no
+/// capability was left.
+#[track_caller]
+fn assert_at_exec(out: &str, host_root: &str, want: usize) {
+    let lines: Vec<&str> = out
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| l.starts_with("at-exec "))
+        .collect();
+    assert_eq!(lines.len(), want, "{out}");
+    let no_caps = "0".repeat(16 * 5);
+    for l in lines {
+        let f: Vec<&str> = l.split(' ').collect();
+        assert_eq!(f.len(), 6, "{l}");
+        assert_ne!(f[1], host_root, "the view's / is the host's: {l}");
+        assert_eq!(
+            f[2], f[1],
+            "/.. is not / (the host's tree is stacked there): {l}"
+        );
+        assert_eq!(f[3], "1", "more than one mount at /: {l}");
+        assert_eq!(f[4], no_caps, "the command holds a capability: {l}");
+        assert_eq!(f[5], no_caps, "init holds a capability: {l}");
+    }
+}
+
+fn at_exec_config(fx: &Fixture) {
+    let bin = fx.bin.display();
+    fx.config(&format!(
+        "[zones.agent]\nprofile = \"plain\"\ndefault = true\n\
+         [zones.net]\nprofile = \"net\"\nenter_from = [\"agent\"]\n\
+         [zones.still]\nprofile = \"plain\"\nenter_from = [\"agent\"]\n\
+         [profiles.plain]\nextends = \"developer-readonly\"\nread = [\"{bin}\"]\n\
+         [profiles.net]\nextends = \"developer-readonly\"\nread = [\"{bin}\"]\n\
+         network = {{ allow = [\"localhost:1\"] }}\n"
+    ));
+}
+
+// A run without and with network (the host's tree goes before the listeners there), and
+// an entry into a zone of each kind.
+both!(no_host_tree_and_no_capability_at_exec, |fx| {
+    at_exec_config(&fx);
+    let host_root = at_exec_script(&fx);
+    let out = fx.sh(
+        "sh at-exec.sh; wardcell zone enter net -- sh at-exec.sh; wardcell zone enter still -- sh at-exec.sh",
+    );
+    out.ok();
+    assert_at_exec(&out.stdout, &host_root, 3);
+    let out = fx.run(&["run", "--zone", "net", "--", "sh", "at-exec.sh"]);
+    out.ok();
+    assert_at_exec(&out.stdout, &host_root, 1);
+});
+
+// The same with a pty (init makes a session of its own, the command takes the foreground).
+both!(no_host_tree_and_no_capability_at_exec_with_a_pty, |fx| {
+    at_exec_config(&fx);
+    let host_root = at_exec_script(&fx);
+    let mut sh = wardcell_tests::Shell::start(&fx);
+    sh.type_in("wardcell run -- /bin/sh -c 'sh at-exec.sh; echo DO\"\"NE'\n");
+    sh.wait_for("DONE\r\n$ ");
+    assert_at_exec(&sh.seen(), &host_root, 1);
+    sh.finish(0);
+});
+
+// Init has no capability left once the command may run: it drops them (and becomes
+// undumpable) before it says go, not beside the command's start. The command reads
+// init's status first thing, many times; before, about one run in ten found init still
+// holding its capabilities, and a failure of init's own steps after go could come after
+// the command had run (item 2 and 1 of the start-up review, issue 19).
+both!(init_holds_no_capability_when_the_command_starts, |fx| {
+    fx.test_config("");
+    let probe = fx.bin.join("wardcell-probe");
+    for _ in 0..40 {
+        let out = fx.run(&[
+            "run",
+            "--",
+            probe.to_str().unwrap(),
+            "read",
+            "/proc/1/status",
+        ]);
+        out.ok();
+        for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+            assert_eq!(
+                status_field(&out.stdout, set),
+                "0000000000000000",
+                "{set}: {out:#?}"
+            );
+        }
+        assert_eq!(status_field(&out.stdout, "NoNewPrivs"), "1", "{out:#?}");
+    }
+});
+
 // The shim run by hand with a socket at fd 3 (anyone's, not the broker's) refuses in one
 // line and touches nothing: not even its Hello goes out, and no mount is changed (it is
 // run in a mount namespace of its own, so that a regression could not change the host's).

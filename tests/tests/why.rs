@@ -161,6 +161,30 @@ both!(policy_why_answers_for_any_zone_on_the_host, |fx| {
     assert!(out.stderr.contains("`wardcell policy why"), "{out:#?}");
 });
 
+// A variable of the caller's environment that is not UTF-8 is left out of the host
+// socket directories `policy why` considers; it does not end it with a panic (the
+// broker read the environment the same way: tests/faults.rs,
+// a_variable_that_is_not_utf8_does_not_stop_the_run).
+both!(
+    policy_why_answers_beside_a_variable_that_is_not_utf8,
+    |fx| {
+        use std::os::unix::ffi::OsStrExt;
+        config(&fx);
+        let mut cmd = fx.cmd(&["policy", "why", "--zone", "push", "x.mirror.example:8443"]);
+        cmd.env(
+            std::ffi::OsStr::from_bytes(b"XDG_RUNTIME_DIR"),
+            std::ffi::OsStr::from_bytes(b"/run/caf\xe9"),
+        );
+        let out: wardcell_tests::Out = cmd.output().unwrap().into();
+        out.ok();
+        assert!(
+            out.stdout
+                .starts_with("allowed: x.mirror.example:8443 in zone 'push'\n"),
+            "{out:#?}"
+        );
+    }
+);
+
 // A refusal by the proxy says where to ask; `zone denials` lists the sandbox's recent
 // refusals with why; the run ends with one stderr line counting them. A zone without
 // network has no proxy, and says so.

@@ -218,7 +218,7 @@ fn record_identities(plan: &mut Plan) {
     // Only the broker fills them: whatever the plan brought is dropped first, never kept
     // over what the paths are now.
     plan.identities = Default::default();
-    let host_env: Vec<(String, String)> = std::env::vars().collect();
+    let host_env = wardcell_common::envrules::text_vars();
     let mut paths: Vec<PathBuf> = spec::host_paths(&host_env);
     for p in plan.profiles() {
         paths.extend(p.paths().cloned());

@@ -57,9 +57,7 @@ impl Run {
     }
 
     pub fn new(plan: Plan, id: String, dir: PathBuf, shim: CString, audit: AuditLog) -> Run {
-        let host_env = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-            .collect();
+        let host_env = wardcell_common::envrules::text_vars();
         let git_watch = git_watch(&plan);
         Run {
             plan,

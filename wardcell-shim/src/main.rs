@@ -14,13 +14,16 @@
 //! 3. forks the command (with a pty, init first makes a session of its own with the pty
 //!    as controlling terminal), which in order: starts a new session (with a pty, a
 //!    process group of its own in the terminal's foreground instead), sets the
-//!    processes limit where the spec has one (RLIMIT_NPROC, or the PID namespace's
-//!    pid_max), sets no_new_privs, drops every capability, enforces Landlock, installs seccomp, marks every fd above 2
-//!    close-on-exec (and closes a standard one the shim was started without), sets every
-//!    signal disposition to what the caller had (ignored, or the default: never
-//!    wardcell's own ignored SIGPIPE), unblocks every signal, and execs;
+//!    processes limit where the spec has one (RLIMIT_NPROC), sets no_new_privs, drops
+//!    every capability, enforces Landlock, waits for init's go (step 4), enters the
+//!    working directory, installs seccomp, marks every fd above 2 close-on-exec (and
+//!    closes a standard one the shim was started without), sets every signal
+//!    disposition to what the caller had (ignored, or the default: never wardcell's own
+//!    ignored SIGPIPE), unblocks every signal, and execs;
 //!    a failed step or exec is reported on fd 3 and nothing runs;
-//! 4. drops its own capabilities and becomes init: forwards signals to the command,
+//! 4. meanwhile detaches the host's tree, sets the PID namespace's pid_max (root), drops
+//!    its own capabilities, waits for the broker's Proceed, writes the CA bundle, says
+//!    go, and becomes init: forwards signals to the command,
 //!    reaps orphans, and when the command ends, reports its status and exits with it,
 //!    which ends every process left in the sandbox.
 
@@ -183,10 +186,11 @@ fn main() {
     // 3. The command's process, at once. It confines itself (below, exec_command) while
     //    init detaches the host's tree, waits for the broker's Proceed (the broker has
     //    audited the run's start and, with network, started the proxy, whose CA the
-    //    command's bundle then carries), writes that bundle and sets the PID namespace's
-    //    pid_max; only then does init say go, and the command looks up a name (its working
-    //    directory, the program) and execs. Until go, the host's tree still hangs on the
-    //    view's root: nothing on either side looks a name up before it is detached.
+    //    command's bundle then carries), writes that bundle, sets the PID namespace's
+    //    pid_max and drops its capabilities (step 4); only then does init say go, and the
+    //    command looks up a name (its working directory, the program) and execs. Until
+    //    go, the host's tree still hangs on the view's root: nothing on either side looks
+    //    a name up before it is detached.
     //    With a pty, the command's session is init's: its process group then has its
     //    parent in the same session, so it is not orphaned and Ctrl-Z (SIGTSTP from the
     //    terminal) stops it, as under a shell.
@@ -215,10 +219,15 @@ fn main() {
         true => mounts::let_host_go(),
         false => Ok(()),
     };
+    // 4. Init: every step of its that can fail, dropping its capabilities among them,
+    //    comes before go: the command never runs beside a capable init, nor at all when
+    //    one of them fails. Proceed and the CA bundle (in the view's own /dev) need no
+    //    capability: last, while the broker finishes.
     let ready = detached
         .map_err(|f| (f.step, f.message))
-        .and_then(|()| await_proceed(&mut control, &view).map_err(|e| ("start", e)))
-        .and_then(|()| set_pid_max(spec.pid_max).map_err(|e| ("rlimit", e)));
+        .and_then(|()| set_pid_max(spec.pid_max).map_err(|e| ("rlimit", e)))
+        .and_then(|()| become_init().map_err(|e| ("init", e)))
+        .and_then(|()| await_proceed(&mut control, &view).map_err(|e| ("start", e)));
     if let Err((step, message)) = ready {
         let _ = kill(child, Signal::SIGKILL);
         setup_failed(&mut control, step, message);
@@ -228,12 +237,6 @@ fn main() {
     drop(go);
     // The host's detached tree is freed now, beside the command's start.
     drop(view.host);
-
-    // 4. Init.
-    if let Err(e) = become_init() {
-        let _ = kill(child, Signal::SIGKILL);
-        setup_failed(&mut control, "init", e);
-    }
     tracing::debug!(pid = child.as_raw(), "command started; init supervises it");
     let status = supervise(child, &waited, &mut control);
     tracing::debug!(status = ?status, "command ended");

@@ -208,7 +208,7 @@ pub fn why(
     .map_err(Error::Usage)?;
     let start = StartRequest::from_flags(zone, profile);
     let plan = resolve::resolve(&host.config, start, Vec::new(), &host.context)?;
-    let env: Vec<(String, String)> = std::env::vars().collect();
+    let env = envrules::text_vars();
     let sockets = envrules::host_socket_dirs(&env);
     let rules_of = |z: &ZonePlan| Rules::of(&plan, &z.profile, Some(&z.name), &sockets);
     let all: Vec<Rules> = plan.zones.iter().map(rules_of).collect();

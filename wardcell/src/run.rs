@@ -156,8 +156,20 @@ pub fn start_broker_early() -> Result<UnixStream, Error> {
     let broker = find_helper("wardcell-broker")?;
     let _ = OPEN_FILES.set(raise_open_files());
     let (ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
+    let broker_pid = unistd::getpid();
     match sys::fork().map_err(|e| fail("fork", &e))? {
         sys::Forked::Child => {
+            // It dies with the broker (ended before it took the plan, by a signal say): a
+            // plan for no one is not resolved on, nor its loss said after `wardcell run`
+            // has ended. A broker already gone has no one to hand a plan to either.
+            #[cfg(target_os = "linux")]
+            if nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).is_err()
+                || unistd::getppid() != broker_pid
+            {
+                std::process::exit(1);
+            }
+            #[cfg(not(target_os = "linux"))]
+            let _ = broker_pid;
             // The plan writer ends as soon as the plan is sent.
             sys::keep_what_is_freed();
             Ok(ours)
