@@ -286,3 +286,36 @@ both!(
         tree.assert_all_gone();
     }
 );
+
+// A run stopped for reading the terminal in the background takes raw mode again as soon
+// as `fg` gives it the terminal: a single key, no Enter, reaches a command reading one
+// byte. Before, the broker was continued inside its read, in the shell's line mode, and
+// relayed nothing until a whole line was typed.
+both!(after_fg_a_single_key_reaches_the_command, |fx| {
+    fx.test_config("");
+    let mut sh = Shell::start(&fx);
+    sh.type_in(
+        "wardcell run -- /bin/sh -c 'stty raw -echo; echo STAR\"\"TED >&2; c=$(dd bs=1 count=1 2>/dev/null); echo \"got:$c\"' > out.txt &\n",
+    );
+    sh.wait_for("STARTED");
+    sh.wait_for_stopped();
+    sh.type_in("fg\n");
+    sh.wait_for_job_in_foreground();
+    sh.type_in("k");
+    let out = fx.proj.join("out.txt");
+    let until = Instant::now() + Duration::from_secs(10);
+    while !fs::read_to_string(&out)
+        .unwrap_or_default()
+        .contains("got:")
+    {
+        assert!(
+            Instant::now() < until,
+            "one key after fg did not reach the command in 10 s: {}",
+            sh.seen()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(fs::read_to_string(&out).unwrap(), "got:k\n");
+    sh.wait_for_prompt_after("fg\r\n");
+    sh.finish(0);
+});

@@ -146,6 +146,18 @@ impl PtyRelay<'_> {
         let Some(input) = self.input() else {
             return false;
         };
+        // In the background a read would stop this process inside it (SIGTTIN) and, after
+        // `fg`, go on reading in the shell's line mode until a whole line came. Stop
+        // before reading instead, as a background reader does; once continued in the
+        // foreground, take raw mode again and look anew. (Where the stop is discarded, in
+        // an orphaned process group, the read below fails as it would.)
+        if !terminal::in_foreground(input) {
+            let _ = nix::sys::signal::raise(Signal::SIGTTIN);
+            if terminal::in_foreground(input) {
+                self.resume();
+                return true;
+            }
+        }
         if terminal::relay_once(input, self.master.as_fd(), buf) {
             return true;
         }
