@@ -1031,3 +1031,41 @@ both!(refusals_and_failures_are_one_line, |fx| {
         "{out:?}"
     );
 });
+
+both!(a_message_out_of_turn_while_an_entry_runs_ends_it, |fx| {
+    zones_config(&fx, "");
+    let probe = fx.bin.join("wardcell-probe");
+    // PROTOCOL 6.3, running: the caller must stay silent. A hand-made caller that sends a
+    // frame (its Hello again) once `Started` came, and stays connected: the entered
+    // `sleep 30` is ended at once, the connection closed without a reply, and the
+    // completion audited as the caller having gone.
+    let out = inside(
+        &fx,
+        &format!(
+            "{p} enter-then-speak \"$WARDCELL_ZONE_SOCKET\"; echo rc=$?",
+            p = probe.display()
+        ),
+    );
+    out.ok();
+    // Started is the frame [1, 0, 0, 0, 3].
+    assert!(out.stdout.contains("answer [1, 0, 0, 0, 3]\n"), "{out:?}");
+    assert!(out.stdout.contains("after 0 bytes in "), "{out:?}");
+    let secs: u64 = out
+        .stdout
+        .split("after 0 bytes in ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(99);
+    assert!(secs < 10, "the entry ran on after its caller spoke: {out:?}");
+    let (_, log) = last_log(&fx);
+    let completed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("\"audit.completed\""))
+        .collect();
+    assert_eq!(completed.len(), 1, "{log}");
+    assert!(
+        completed[0].contains("the caller went away; the command's sandbox was ended"),
+        "{log}"
+    );
+});

@@ -400,6 +400,32 @@ fn main() {
             }
             println!("sent {count}");
         }
+        "enter-then-speak" => {
+            // Enter { zone: "push", argv: ["sleep", "30"] } on the supervisor at a(1) with
+            // our fds 0 to 2; once `Started` comes, send our Hello again (a message out of
+            // turn while the entry runs), then read to the end: prints what came after.
+            let mut s = std::os::unix::net::UnixStream::connect(a(1)).expect("connect");
+            let mut frames = vec![0u8; 5];
+            s.read_exact(&mut frames).expect("the supervisor's Hello");
+            let hello = frames.clone();
+            frames.extend([18, 0, 0, 0, 1, 4]);
+            frames.extend(b"push");
+            frames.extend([2, 5]);
+            frames.extend(b"sleep");
+            frames.extend([2]);
+            frames.extend(b"30");
+            frames.extend([0, 0]);
+            s.write_all(&frames).expect("write");
+            send_fds(std::os::fd::AsRawFd::as_raw_fd(&s), &[0, 1, 2]);
+            let mut started = [0u8; 5];
+            s.read_exact(&mut started).expect("Started");
+            println!("answer {started:?}");
+            let t = std::time::Instant::now();
+            s.write_all(&hello).expect("write out of turn");
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest);
+            println!("after {} bytes in {} s", rest.len(), t.elapsed().as_secs());
+        }
         "shm-create" => {
             // SAFETY: integer arguments; creates a System V segment under the key.
             report(
