@@ -452,46 +452,49 @@ network = {{ allow = ["example.com:80"] }}
     }
 );
 
-both!(a_run_ended_by_sigterm_during_an_approval_leaves_no_plugin, |fx| {
-    let notes = approval_config(
+both!(
+    a_run_ended_by_sigterm_during_an_approval_leaves_no_plugin,
+    |fx| {
+        let notes = approval_config(
         &fx,
         None,
         "echo $$ > $notes/pid.tmp; mv $notes/pid.tmp $notes/pid\nsleep 1000 &\nexec sleep 1000\n",
     );
-    let run = wardcell_tests::Watched::spawn(
-        &fx,
-        fx.cmd(&[
+        let run = wardcell_tests::Watched::spawn(
+            &fx,
+            fx.cmd(&[
+                "run",
+                "--",
+                "/bin/sh",
+                "-c",
+                "wardcell zone enter push -- true; echo entered=$?",
+            ]),
             "run",
-            "--",
-            "/bin/sh",
-            "-c",
-            "wardcell zone enter push -- true; echo entered=$?",
-        ]),
-        "run",
-    );
-    let pid = notes.join("pid");
-    wardcell_tests::wait_until(20, "the plugin to start", || pid.exists());
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &run.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    let (out, _) = run.finish(30);
-    assert_eq!(out.code, 143, "{out:?}");
-    assert!(!out.stdout.contains("entered="), "{out:?}");
-    // Nothing of the plugin is left, and the attempt is audited before the run's end.
-    assert_group_gone(group_in(&pid));
-    let log = only_log(&fx);
-    let decisions = events(&log, "audit.decision");
-    assert_eq!(decisions.len(), 1, "{log}");
-    assert_eq!(decisions[0]["decision"], "denied", "{log}");
-    // SIGTERM reaches the caller too: whichever ended the wait first is the reason.
-    let reason = decisions[0]["reason"].as_str().unwrap();
-    assert!(
-        reason.contains("the run ended before the approval plugin answered")
-            || reason.contains("the caller went away before the approval plugin answered"),
-        "{log}"
-    );
-    let finished = log.find("run.finished").unwrap();
-    assert!(log.find("audit.decision").unwrap() < finished, "{log}");
-});
+        );
+        let pid = notes.join("pid");
+        wardcell_tests::wait_until(20, "the plugin to start", || pid.exists());
+        let term = std::process::Command::new("kill")
+            .args(["-TERM", &run.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(term.success());
+        let (out, _) = run.finish(30);
+        assert_eq!(out.code, 143, "{out:?}");
+        assert!(!out.stdout.contains("entered="), "{out:?}");
+        // Nothing of the plugin is left, and the attempt is audited before the run's end.
+        assert_group_gone(group_in(&pid));
+        let log = only_log(&fx);
+        let decisions = events(&log, "audit.decision");
+        assert_eq!(decisions.len(), 1, "{log}");
+        assert_eq!(decisions[0]["decision"], "denied", "{log}");
+        // SIGTERM reaches the caller too: whichever ended the wait first is the reason.
+        let reason = decisions[0]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("the run ended before the approval plugin answered")
+                || reason.contains("the caller went away before the approval plugin answered"),
+            "{log}"
+        );
+        let finished = log.find("run.finished").unwrap();
+        assert!(log.find("audit.decision").unwrap() < finished, "{log}");
+    }
+);

@@ -1057,7 +1057,10 @@ both!(a_message_out_of_turn_while_an_entry_runs_ends_it, |fx| {
         .and_then(|s| s.split(' ').next())
         .and_then(|s| s.parse().ok())
         .unwrap_or(99);
-    assert!(secs < 10, "the entry ran on after its caller spoke: {out:?}");
+    assert!(
+        secs < 10,
+        "the entry ran on after its caller spoke: {out:?}"
+    );
     let (_, log) = last_log(&fx);
     let completed: Vec<&str> = log
         .lines()
