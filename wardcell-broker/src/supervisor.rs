@@ -327,8 +327,8 @@ impl Supervisor {
         }
     }
 
-    /// The approval plugin's answer to entering `zone`. The plugin is an entry of the run
-    /// while the returned guard lives, so that the run's end ends it.
+    /// The approval plugin's answer to entering `zone`. The plugin is an entry of the run,
+    /// reserved before it starts, while the returned guard lives: the run's end ends it.
     fn approve<'s>(
         &'s self,
         conn: &UnixStream,
@@ -346,23 +346,23 @@ impl Supervisor {
             cwd: asked.peer.cwd(),
         };
         let request = approval::request(plan, &entry);
+        let Some(held) = self.run.entry() else {
+            return (approval::Answer::refusal("the run is ending"), None);
+        };
         let plugin = match approval::start(plan.approval.as_deref(), &request, &self.run.host_env) {
             Ok(p) => p,
-            Err(refusal) => return (refusal, None),
+            Err(refusal) => return (refusal, Some(held)),
         };
-        let held = self.run.entry();
-        if let Some(h) = &held {
-            self.run.attach(h, plugin.process());
-        }
+        self.run.attach(&held, plugin.process());
         let answer = plugin.answer(
             zone.approval_timeout_secs.map(Duration::from_secs),
             conn.as_fd(),
         );
         if self.run.is_ending() {
             let ended = "the run ended before the approval plugin answered; the plugin was ended";
-            return (approval::Answer::refusal(ended), held);
+            return (approval::Answer::refusal(ended), Some(held));
         }
-        (answer, held)
+        (answer, Some(held))
     }
 
     /// Steps f and g: a brand-new sandbox with the caller's stdio and working directory,
