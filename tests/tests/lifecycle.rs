@@ -498,3 +498,102 @@ both!(
         assert!(log.find("audit.decision").unwrap() < finished, "{log}");
     }
 );
+
+/// The broker's children (of any of its threads) whose name is `comm`.
+fn children_named(broker: u32, comm: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for task in fs::read_dir(format!("/proc/{broker}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let children = fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for pid in children.split_whitespace() {
+            let name = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if name.trim() == comm {
+                found.push(pid.parse().unwrap());
+            }
+        }
+    }
+    found
+}
+
+both!(
+    an_entry_with_network_leaves_no_proxy_or_shim_when_its_caller_dies_or_time_ends,
+    |fx| {
+        fx.config(&format!(
+            r#"
+[zones.agent]
+profile = "dev"
+default = true
+
+[zones.net]
+profile = "net"
+enter_from = ["agent"]
+
+[zones.short]
+profile = "short"
+enter_from = ["agent"]
+
+[profiles.dev]
+extends = "readonly"
+read = ["{bin}"]
+
+[profiles.net]
+extends = "dev"
+network = {{ allow = ["example.com:80"] }}
+
+[profiles.short]
+extends = "net"
+limits = {{ time = "1s" }}
+"#,
+            bin = fx.bin.display(),
+        ));
+        // An entry killed with its caller, then one ended by its time limit; the run goes
+        // on until `go`, so that only the entries' own ends can have ended their proxies.
+        let go = fx.home.join("go");
+        let script = format!(
+            "wardcell zone enter net -- sleep 60 & p=$!\n\
+             while [ ! -e {h}/killed ]; do sleep 0.05; done\n\
+             wardcell zone enter short -- sleep 60; echo short=$?\n\
+             while [ ! -e {go} ]; do sleep 0.05; done; exit 0",
+            h = fx.home.display(),
+            go = go.display()
+        );
+        let mut run = wardcell_tests::Watched::spawn(
+            &fx,
+            fx.cmd(&["run", "--", "/bin/sh", "-c", &script]),
+            "run",
+        );
+        let broker = run.child.id();
+        wardcell_tests::wait_until(20, "the entry's proxy", || {
+            children_named(broker, "wardcell-proxy").len() == 1
+        });
+        let caller = run.tree.wait_for("wardcell", 1).into_iter().next().unwrap();
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &caller.pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        wardcell_tests::wait_until(10, "the killed caller's entry and proxy to end", || {
+            children_named(broker, "wardcell-proxy").is_empty()
+                && children_named(broker, "wardcell-shim").len() == 1
+        });
+        fx.write(&fx.home.join("killed"), "");
+        // The timed entry: up, then ended by its limit, with its proxy.
+        let out = fx.dir.join("run.out");
+        wardcell_tests::wait_until(20, "the timed entry to end", || {
+            fs::read_to_string(&out)
+                .unwrap_or_default()
+                .contains("short=")
+        });
+        wardcell_tests::wait_until(10, "the timed entry's proxy to end", || {
+            children_named(broker, "wardcell-proxy").is_empty()
+                && children_named(broker, "wardcell-shim").len() == 1
+        });
+        fx.write(&go, "");
+        let (out, _) = run.finish(30);
+        out.ok();
+        assert!(out.stdout.contains("short=124"), "{out:?}");
+    }
+);
