@@ -597,3 +597,37 @@ limits = {{ time = "1s" }}
         assert!(out.stdout.contains("short=124"), "{out:?}");
     }
 );
+
+both!(
+    a_caller_that_speaks_while_the_plugin_decides_is_refused,
+    |fx| {
+        let notes = approval_config(
+        &fx,
+        None,
+        "echo $$ > $notes/pid.tmp; mv $notes/pid.tmp $notes/pid\nsleep 1000 &\nexec sleep 1000\n",
+    );
+        // PROTOCOL 6.3, deciding: a frame sent (the caller staying connected) while the plugin
+        // decides ends the decision as if the caller had gone: refused, the plugin's group
+        // killed, the denial audited; nothing starts.
+        let probe = fx.bin.join("wardcell-probe");
+        let out = fx.sh(&format!(
+            "{p} enter-then-speak \"$WARDCELL_ZONE_SOCKET\" early; echo rc=$?",
+            p = probe.display()
+        ));
+        out.ok();
+        assert!(
+            out.stdout
+                .contains("the caller went away before the approval plugin answered"),
+            "{out:?}"
+        );
+        // It may be ended before it wrote its pid.
+        if notes.join("pid").exists() {
+            assert_group_gone(group_in(&notes.join("pid")));
+        }
+        let log = only_log(&fx);
+        let decisions = events(&log, "audit.decision");
+        assert_eq!(decisions.len(), 1, "{log}");
+        assert_eq!(decisions[0]["decision"], "denied", "{log}");
+        assert!(events(&log, "audit.completed").is_empty(), "{log}");
+    }
+);

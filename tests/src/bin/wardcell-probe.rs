@@ -404,6 +404,7 @@ fn main() {
             // Enter { zone: "push", argv: ["sleep", "30"] } on the supervisor at a(1) with
             // our fds 0 to 2; once `Started` comes, send our Hello again (a message out of
             // turn while the entry runs), then read to the end: prints what came after.
+            // With a 3rd argument `early`, sends it before any answer instead.
             let mut s = std::os::unix::net::UnixStream::connect(a(1)).expect("connect");
             let mut frames = vec![0u8; 5];
             s.read_exact(&mut frames).expect("the supervisor's Hello");
@@ -417,6 +418,14 @@ fn main() {
             frames.extend([0, 0]);
             s.write_all(&frames).expect("write");
             send_fds(std::os::fd::AsRawFd::as_raw_fd(&s), &[0, 1, 2]);
+            if std::env::args().nth(3).as_deref() == Some("early") {
+                // At once, while the entry is being decided: print what is answered.
+                s.write_all(&hello).expect("write out of turn");
+                let mut rest = Vec::new();
+                let _ = s.read_to_end(&mut rest);
+                println!("answered {}", String::from_utf8_lossy(&rest));
+                return;
+            }
             let mut started = [0u8; 5];
             s.read_exact(&mut started).expect("Started");
             println!("answer {started:?}");
