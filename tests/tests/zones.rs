@@ -590,9 +590,14 @@ both!(
         let mut first = [0u8; 8];
         use std::io::Read;
         stdout.read_exact(&mut first).unwrap();
-        // Break the log: the file becomes a directory, which nobody can append to.
+        // Break the log: the file becomes a directory, which nobody can append to. Once
+        // the sandbox's confinement is written: that event may come after the command has
+        // started, and written between the two steps below it would find no log at all.
         let runs = state_runs(&fx);
         let log = fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
+        wardcell_tests::wait_until(20, "sandbox.confined in the log", || {
+            fs::read_to_string(&log).is_ok_and(|t| t.contains("\"sandbox.confined\""))
+        });
         fs::remove_file(&log).unwrap();
         fs::create_dir(&log).unwrap();
         fx.write(&fx.proj.join("go"), "");
