@@ -113,7 +113,7 @@ pub fn request(plan: &Plan, e: &Entry<'_>) -> Value {
         "target": e.target.name,
         "command": e.command,
         "cwd": e.cwd,
-        "log": paths::runs_dir(&plan.dirs).join(format!("{}.jsonl", e.run)),
+        "log": paths::run_log(&plan.dirs, e.run),
         "timeout_secs": e.target.approval_timeout_secs,
         "adds": adds(plan, from, e.target),
     })

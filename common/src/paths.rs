@@ -111,6 +111,11 @@ pub fn runs_dir(dirs: &Dirs) -> PathBuf {
     dirs.state.join("runs")
 }
 
+/// The audit log of run `run_id`.
+pub fn run_log(dirs: &Dirs, run_id: &str) -> PathBuf {
+    runs_dir(dirs).join(format!("{run_id}.jsonl"))
+}
+
 /// Expand a profile path: `~` and `~/x` under home, `.` and `./x` under the directory
 /// `run` started in, absolute paths as they are. Anything else is an error message.
 pub fn expand(raw: &str, home: &Path, cwd: &Path) -> Result<PathBuf, String> {

@@ -150,8 +150,7 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
         (Ok(run), Ok(started)) => (Arc::new(run), started),
         // No sandbox, so no run: neither its directory nor an empty log stays.
         (Ok(run), Err(e)) => {
-            let log = paths::runs_dir(&run.plan.dirs).join(format!("{}.jsonl", run.id));
-            let _ = fs::remove_file(log);
+            let _ = fs::remove_file(paths::run_log(&run.plan.dirs, &run.id));
             let _ = fs::remove_dir_all(&run.dir);
             return Err(e);
         }
@@ -187,8 +186,10 @@ fn take_and_prepare(
 ) -> Result<Run, Option<BrokerError>> {
     let mut plan = take_plan().map_err(Some)?.ok_or(None)?;
     launch::trace_plan(&mut plan, writer);
-    let (run_id, run_dir, audit) = prepare_run(&mut plan, &run_id).map_err(Some)?;
-    Ok(Run::new(plan, run_id, run_dir, shim, audit))
+    // The environment `wardcell run` started in, read once for the whole run.
+    let host_env = wardcell_common::envrules::text_vars();
+    let (run_id, run_dir, audit) = prepare_run(&mut plan, &run_id, &host_env).map_err(Some)?;
+    Ok(Run::new(plan, run_id, run_dir, shim, audit, host_env))
 }
 
 /// The launch was wrong: one line, status 1.
@@ -199,11 +200,15 @@ fn fail(e: BrokerError) -> ! {
 
 /// The run id, its runtime directory (0700) and its audit log; wardcell's own
 /// directories exist afterwards, so that every sandbox can mask them.
-fn prepare_run(plan: &mut Plan, run_id: &str) -> Result<(String, PathBuf, AuditLog), BrokerError> {
+fn prepare_run(
+    plan: &mut Plan,
+    run_id: &str,
+    host_env: &[(String, String)],
+) -> Result<(String, PathBuf, AuditLog), BrokerError> {
     let run_id = run_id.to_string();
     rundir::prepare_own_dirs(plan)?;
     spec::resolve_own_paths(plan).map_err(BrokerError::Refused)?;
-    record_identities(plan);
+    record_identities(plan, host_env);
     let run_dir = rundir::make_run_dir(&plan.dirs.runtime, &run_id)?;
     let audit = rundir::open_log(plan, &run_id, &run_dir)?;
     Ok((run_id, run_dir, audit))
@@ -214,12 +219,11 @@ fn prepare_run(plan: &mut Plan, run_id: &str) -> Result<(String, PathBuf, AuditL
 /// paths that, opened without following a link at any component, are still the very
 /// objects recorded here (see `wardcell_common::identity`): a link on the way now, or
 /// later, makes that open fail, and a sandbox that needs the path is refused.
-fn record_identities(plan: &mut Plan) {
+fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
     // Only the broker fills them: whatever the plan brought is dropped first, never kept
     // over what the paths are now.
     plan.identities = Default::default();
-    let host_env = wardcell_common::envrules::text_vars();
-    let mut paths: Vec<PathBuf> = spec::host_paths(&host_env);
+    let mut paths: Vec<PathBuf> = spec::host_paths(host_env);
     for p in plan.profiles() {
         paths.extend(p.paths().cloned());
     }
@@ -232,7 +236,7 @@ fn record_identities(plan: &mut Plan) {
     // sandbox with network gets a bundle (spec::build_with).
     if plan.profiles().any(|p| p.network.enabled()) {
         paths.extend(
-            spec::ca_files(&host_env, &|p| p.exists())
+            spec::ca_files(host_env, &|p| p.exists())
                 .into_iter()
                 .filter_map(|p| fs::canonicalize(p).ok()),
         );
@@ -447,7 +451,7 @@ mod tests {
         };
         plan.identities.insert("/".into(), forged);
         plan.identities.insert("/nonexistent-forged".into(), forged);
-        record_identities(&mut plan);
+        record_identities(&mut plan, &wardcell_common::envrules::text_vars());
         let root = Identity::of(&fs::symlink_metadata("/").unwrap());
         assert_eq!(plan.identities.get(Path::new("/")), Some(root));
         assert_eq!(plan.identities.get(Path::new("/nonexistent-forged")), None);

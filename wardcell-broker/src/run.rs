@@ -56,8 +56,14 @@ impl Run {
         self.next_sandbox.fetch_add(1, Ordering::Relaxed)
     }
 
-    pub fn new(plan: Plan, id: String, dir: PathBuf, shim: CString, audit: AuditLog) -> Run {
-        let host_env = wardcell_common::envrules::text_vars();
+    pub fn new(
+        plan: Plan,
+        id: String,
+        dir: PathBuf,
+        shim: CString,
+        audit: AuditLog,
+        host_env: Vec<(String, String)>,
+    ) -> Run {
         let git_watch = git_watch(&plan);
         Run {
             plan,

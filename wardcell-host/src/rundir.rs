@@ -110,7 +110,7 @@ pub fn sweep_stale_runs(runtime: &Path, ours: &Path) {
 /// The run's audit log, created; when it cannot be, the run's directory is removed: no
 /// run without its log (test `a_full_state_disk_refuses_the_run_and_leaves_nothing`).
 pub fn open_log(plan: &Plan, run_id: &str, run_dir: &Path) -> Result<AuditLog, BrokerError> {
-    let log_path = paths::runs_dir(&plan.dirs).join(format!("{run_id}.jsonl"));
+    let log_path = paths::run_log(&plan.dirs, run_id);
     AuditLog::create(
         log_path.clone(),
         run_id,
