@@ -27,14 +27,21 @@ pub fn drop_bounding_set() -> Result<(), String> {
 /// The bounding set first, when anything is left in it (that needs CAP_SETPCAP, still
 /// held), then ambient, then inheritable, effective and permitted in one `capset`.
 pub fn drop_all() -> Result<(), String> {
+    // Read once: found empty, it stays so (nothing adds to a bounding set); emptied here,
+    // it is read again.
     if sys::first_in_bounding_set().is_some() {
         drop_bounding_set()?;
+        if let Some(cap) = sys::first_in_bounding_set() {
+            return Err(format!(
+                "capability {cap} is still in the bounding set after dropping every one"
+            ));
+        }
     }
     sys::clear_ambient().map_err(|e| format!("clearing the ambient capability set: {e}"))?;
     sys::clear_capability_sets()
         .map_err(|e| format!("clearing the effective, permitted and inheritable sets: {e}"))?;
     // Checked: nothing in effective, permitted or inheritable (ambient is always a subset
-    // of permitted and inheritable), nothing left in the bounding set.
+    // of permitted and inheritable).
     match sys::capability_sets() {
         Ok([0, 0, 0]) => {}
         Ok(sets) => {
@@ -44,11 +51,6 @@ pub fn drop_all() -> Result<(), String> {
             ))
         }
         Err(e) => return Err(format!("reading the capability sets: {e}")),
-    }
-    if let Some(cap) = sys::first_in_bounding_set() {
-        return Err(format!(
-            "capability {cap} is still in the bounding set after dropping every one"
-        ));
     }
     Ok(())
 }

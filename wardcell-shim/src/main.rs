@@ -172,13 +172,11 @@ fn main() {
     }
     // With network, the listeners go to the broker before the command's process exists
     // (its reports must come after them), and one sysctl is written by name for them:
-    // the host's tree goes first there.
-    let mut host_attached = true;
+    // the host's tree goes first there; without, after the fork (step 4).
     if let Some(port) = spec.proxy_port {
         if let Err(f) = mounts::let_host_go() {
             setup_failed(&mut control, f.step, f.message);
         }
-        host_attached = false;
         if let Err(e) = net::hand_over(&mut control, port, &spec.egress_ports) {
             setup_failed(&mut control, "network", e);
         }
@@ -215,9 +213,9 @@ fn main() {
         Err(e) => setup_failed(&mut control, "fork", e.to_string()),
     };
     drop(wait_go);
-    let detached = match host_attached {
-        true => mounts::let_host_go(),
-        false => Ok(()),
+    let detached = match spec.proxy_port {
+        None => mounts::let_host_go(),
+        Some(_) => Ok(()),
     };
     // 4. Init: every step of its that can fail, dropping its capabilities among them,
     //    comes before go: the command never runs beside a capable init, nor at all when
