@@ -720,3 +720,22 @@ both!(
         }
     }
 );
+
+// A profile that writes the host's /tmp itself (or a run started there) gets the host's
+// /tmp: before, the tree was cloned after the sandbox's root had been staged on the
+// host's /tmp, so /tmp showed a copy of the half-built view (its /etc, /proc, ...) in
+// the place of the host's, and what the command wrote there went nowhere.
+both!(a_profile_writing_tmp_gets_the_hosts_tmp, |fx| {
+    fx.test_config("write = [\"/tmp\"]\n");
+    let name = format!("wardcell-view-tmp-{}-{}", std::process::id(), fx.uid());
+    let host = PathBuf::from("/tmp").join(&name);
+    let _ = fs::remove_file(&host);
+    let out = fx.sh(&format!(
+        "echo written > /tmp/{name} && test ! -e /tmp/proc && test ! -e /tmp/etc && echo ok"
+    ));
+    let written = fs::read_to_string(&host);
+    let _ = fs::remove_file(&host);
+    out.expect_code(0);
+    assert_eq!(out.stdout, "ok\n", "{out:?}");
+    assert_eq!(written.unwrap_or_default(), "written\n");
+});

@@ -363,19 +363,21 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
         .iter()
         .position(|(p, op)| p == Path::new("/") && matches!(op, Op::Tree { .. }));
     let (root, mut ours) = match whole.map(|i| ops.remove(i)) {
-        Some((_, Op::Tree { writable })) => {
-            let tree = sys::clone_tree(host_fd(Path::new("/"))?)
-                .map_err(|e| fail(format!("binding /: {e}")))?;
-            let set = TREE_ATTRS | if writable { 0 } else { sys::MOUNT_ATTR_RDONLY };
-            sys::mount_setattr_fd(tree.as_fd(), set, 0, true)
-                .map_err(|e| fail(format!("restricting the mount of /: {e}")))?;
-            (tree, Vec::new())
-        }
+        Some((p, Op::Tree { writable })) => (bound_tree(host_fd(&p)?, &p, writable)?, Vec::new()),
         _ => {
             let dev = dev_of(fresh_root.as_fd())?;
             (fresh_root, vec![dev])
         }
     };
+    // Every tree from the host cloned now, before the root is staged on the host's /tmp:
+    // a tree that holds /tmp (a profile writing /tmp, or run from there), cloned after,
+    // would carry the half-built root along and show it in the place of /tmp.
+    let mut trees: BTreeMap<PathBuf, OwnedFd> = BTreeMap::new();
+    for (path, op) in &ops {
+        if let Op::Tree { writable } = op {
+            trees.insert(path.clone(), bound_tree(host_fd(path)?, path, *writable)?);
+        }
+    }
     let stage = sys::open_nofollow(None, Path::new("/tmp"))
         .map_err(|e| fail(format!("opening /tmp to build the sandbox's root in: {e}")))?;
     sys::move_mount(root.as_fd(), stage.as_fd())
@@ -417,13 +419,9 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
                 view.read.push(clone_fd(proc.as_fd())?);
             }
             Op::Tree { writable } => {
-                let src = host_fd(&path)?;
-                let tree = sys::clone_tree(src)
-                    .map_err(|e| fail(format!("binding {}: {e}", path.display())))?;
-                let set = TREE_ATTRS | if writable { 0 } else { sys::MOUNT_ATTR_RDONLY };
-                sys::mount_setattr_fd(tree.as_fd(), set, 0, true).map_err(|e| {
-                    fail(format!("restricting the mount of {}: {e}", path.display()))
-                })?;
+                let tree = trees
+                    .remove(&path)
+                    .ok_or_else(|| fail(format!("{} was not bound", path.display())))?;
                 let kind = ids(&path).map(|i| i.kind).unwrap_or(Kind::Dir);
                 attach_via(
                     &mut last,
@@ -512,6 +510,17 @@ pub fn let_host_go() -> Result<()> {
     nix::mount::umount2(".", MntFlags::MNT_DETACH)
         .map_err(|e| fail(format!("detaching the host's tree: {e}")))?;
     nix::unistd::chdir("/").map_err(|e| fail(format!("chdir /: {e}")))
+}
+
+/// A recursive clone of the host's tree at `src` (`path`), with the hard attributes and,
+/// unless `writable`, read-only.
+fn bound_tree(src: BorrowedFd<'_>, path: &Path, writable: bool) -> Result<OwnedFd> {
+    let tree =
+        sys::clone_tree(src).map_err(|e| fail(format!("binding {}: {e}", path.display())))?;
+    let set = TREE_ATTRS | if writable { 0 } else { sys::MOUNT_ATTR_RDONLY };
+    sys::mount_setattr_fd(tree.as_fd(), set, 0, true)
+        .map_err(|e| fail(format!("restricting the mount of {}: {e}", path.display())))?;
+    Ok(tree)
 }
 
 /// Whether the view's root is a tree the profile writes (it names `/` for writing).
