@@ -9,10 +9,15 @@
 //! - 1 GiB through `wardcell zone enter target -- cat` against the same pipe through
 //!   `cat` alone, both from inside a sandbox, timed from the first byte out to the last
 //!   (so `zone enter`'s start is not in it either). Target: 1.00x.
+//! - 1,000 requests of 1 KiB over HTTPS, a new connection each, by one curl (direct,
+//!   and through each variant above): the time each request adds to direct's.
+//! - the resident memory of a run's broker, shim and proxy (tunnelling, then
+//!   intercepting) while its command waits, and of bwrap's processes.
 //!
 //! Run: `cargo build --release --workspace --locked && target/x86_64-unknown-linux-musl/release/egress-bench [ROUNDS]`
 //! (default 5 rounds; `WARDCELL_BENCH_MIB` sets the size, default 1024;
-//! `WARDCELL_BENCH_ONLY=tunnel,pipe` runs direct and the variants named; `--serve`
+//! `WARDCELL_BENCH_ONLY=tunnel,pipe` runs direct and the variants named (`requests`
+//! names the requests and the memory); `WARDCELL_BENCH_REQUESTS` sets their number; `--serve`
 //! instead of ROUNDS prints each variant's command and serves until stdin ends, for
 //! profiling one by hand). It uses the
 //! wardcell binaries next to it and curl from PATH, and writes a zones.toml in a scratch
@@ -259,7 +264,8 @@ fn main() {
     let token = home.join("token");
     std::fs::write(&token, "bench-token").unwrap();
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let port = https_server(server_cfg, size);
+    let port = https_server(server_cfg.clone(), size);
+    let small = https_server(server_cfg, 1024);
     std::fs::write(
         cfg_dir.join("zones.toml"),
         format!(
@@ -278,14 +284,14 @@ enter_from = ["agent"]
 [profiles.p]
 extends = "readonly"
 read = ["{bin}", "{ca}"]
-network = {{ allow = ["localhost:{port}"] }}
+network = {{ allow = ["localhost:{port}", "localhost:{small}"] }}
 
 [profiles.ic]
 extends = "p"
 credentials = ["bench"]
 
 [credentials.bench]
-hosts = ["localhost:{port}"]
+hosts = ["localhost:{port}", "localhost:{small}"]
 scheme = "bearer"
 secret = {{ file = "{token}" }}
 "#,
@@ -305,31 +311,16 @@ secret = {{ file = "{token}" }}
             .env("SSL_CERT_FILE", &ca)
             .current_dir(Path::new("/usr"));
     };
-    let curl_args = |extra: &[&str]| -> Vec<String> {
-        let mut v: Vec<String> = ["curl", "-4", "-sS", "--fail", "-o", "/dev/null"]
-            .map(String::from)
-            .to_vec();
-        v.extend(["-w", "%{size_download} %{time_total}\n"].map(String::from));
-        v.extend(extra.iter().map(|s| s.to_string()));
-        v.push(url.clone());
-        v
-    };
     // Through the proxy variables: `--noproxy` with a name that is not this one overrides
     // the sandbox's NO_PROXY, which names localhost.
-    let variants: Vec<(&str, Vec<String>)> = vec![
-        (
-            "direct",
-            curl_args(&["--noproxy", "*", "--cacert", &ca_arg]),
-        ),
+    let variants: Vec<(&str, Vec<&str>)> = vec![
+        ("direct", vec!["--noproxy", "*", "--cacert", &ca_arg]),
         (
             "tunnel",
-            curl_args(&["--noproxy", "example.invalid", "--cacert", &ca_arg]),
+            vec!["--noproxy", "example.invalid", "--cacert", &ca_arg],
         ),
-        (
-            "transparent",
-            curl_args(&["--noproxy", "*", "--cacert", &ca_arg]),
-        ),
-        ("interception", curl_args(&["--noproxy", "example.invalid"])),
+        ("transparent", vec!["--noproxy", "*", "--cacert", &ca_arg]),
+        ("interception", vec!["--noproxy", "example.invalid"]),
     ];
     // WARDCELL_BENCH_ONLY=tunnel,interception: direct and those (for profiling one).
     let only = std::env::var("WARDCELL_BENCH_ONLY").unwrap_or_default();
@@ -337,23 +328,29 @@ secret = {{ file = "{token}" }}
         .into_iter()
         .filter(|(name, _)| only.is_empty() || *name == "direct" || only.contains(name))
         .collect();
-    let command = |i: usize| -> Command {
-        let (name, argv) = &variants[i];
+    // curl as variant `i` runs it (straight, or in a sandbox of the zone it needs), with
+    // the variant's options, then `args`.
+    let curl = |i: usize, args: &[&str]| -> Command {
+        let (name, extra) = &variants[i];
         let mut c = match *name {
-            "direct" => Command::new(&argv[0]),
+            "direct" => Command::new("curl"),
             _ => {
                 let mut c = Command::new(&wardcell);
                 c.arg("run");
                 if *name == "interception" {
                     c.args(["--zone", "ic"]);
                 }
-                c.arg("--").arg(&argv[0]);
+                c.args(["--", "curl"]);
                 c
             }
         };
-        c.args(&argv[1..]);
+        c.args(["-4", "-sS", "--fail"]).args(extra).args(args);
         base(&mut c);
         c
+    };
+    let command = |i: usize| -> Command {
+        let fmt = "%{size_download} %{time_total}\n";
+        curl(i, &["-o", "/dev/null", "-w", fmt, &url])
     };
     if serve_only {
         for (i, (name, _)) in variants.iter().enumerate() {
@@ -404,6 +401,11 @@ secret = {{ file = "{token}" }}
         );
     }
 
+    if only.is_empty() || only.contains("requests") {
+        let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
+        requests(&curl, &names, small, rounds);
+        memory(&wardcell, &base, small);
+    }
     if !only.is_empty() && !only.contains("pipe") {
         let _ = std::fs::remove_dir_all(&home);
         return;
@@ -423,4 +425,158 @@ secret = {{ file = "{token}" }}
     );
     let _ = std::fs::remove_dir_all(&home);
     println!("load average before: {load_before}; after: {}", loadavg());
+}
+
+/// `WARDCELL_BENCH_REQUESTS` (default 1,000) requests of 1 KiB each over HTTPS, a new
+/// connection each (the server closes every one), by one curl as each variant runs it,
+/// in turns for `rounds` rounds: the median of the per-round time each request adds to
+/// direct's.
+fn requests(curl: &dyn Fn(usize, &[&str]) -> Command, names: &[&str], port: u16, rounds: usize) {
+    let n = env_or("WARDCELL_BENCH_REQUESTS", 1000) as usize;
+    let config: String = (0..n)
+        .map(|k| format!("url = \"https://localhost:{port}/r{k}\"\noutput = \"/dev/null\"\n"))
+        .collect();
+    let run = |i: usize| -> f64 {
+        let mut cmd = curl(i, &["-K", "-", "-w", "%{size_download} %{time_total}\\n"]);
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn curl");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(config.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let times: Vec<f64> = text
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(size, _)| *size == "1024")
+            .filter_map(|(_, t)| t.parse().ok())
+            .collect();
+        assert!(
+            out.status.success() && times.len() == n,
+            "{}: {} of {n} requests; {}",
+            names[i],
+            times.len(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        times.iter().sum()
+    };
+    for i in 0..names.len() {
+        run(i); // warm-up
+    }
+    let mut totals = vec![Vec::new(); names.len()];
+    let mut added = vec![Vec::new(); names.len()];
+    for round in 0..rounds {
+        let mut t = vec![0.0; names.len()];
+        for k in 0..names.len() {
+            let i = (round + k) % names.len();
+            t[i] = run(i);
+        }
+        for i in 0..names.len() {
+            totals[i].push(t[i]);
+            added[i].push((t[i] - t[0]) / n as f64 * 1e3);
+        }
+    }
+    println!("{n} requests of 1 KiB, a new connection each, {rounds} rounds (+1 warm-up):");
+    for (i, name) in names.iter().enumerate() {
+        let total = median(totals[i].clone());
+        println!(
+            "{name:<13} median {total:>6.3} s, {:.3} ms a request{}",
+            total / n as f64 * 1e3,
+            match i {
+                0 => String::new(),
+                _ => format!(
+                    "   +{:.3} ms a request over direct",
+                    median(added[i].clone())
+                ),
+            }
+        );
+    }
+}
+
+/// The resident memory (VmRSS, KiB) of `pid` now.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `cmd` runs `sh -c SCRIPT` whose script says `ready` once it has done its work and
+/// then waits on stdin: the resident memory of the process started and of every
+/// descendant, by name, while the command waits. The shell's own is left out.
+fn resident(mut cmd: Command) -> Vec<(String, u64)> {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut b = [0u8; 64];
+    while !String::from_utf8_lossy(&seen).contains("ready") {
+        let k = out.read(&mut b).unwrap();
+        assert!(k > 0, "{cmd:?} ended before it was ready");
+        seen.extend_from_slice(&b[..k]);
+    }
+    let top = child.id();
+    let comm = std::fs::read_to_string(format!("/proc/{top}/comm")).unwrap_or_default();
+    let mut found = vec![(comm.trim().to_string(), rss_kib(top))];
+    for p in wardcell_tests::descendants(top) {
+        if p.comm != "sh" {
+            found.push((p.comm.clone(), rss_kib(p.pid)));
+        }
+    }
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success(), "{cmd:?} failed");
+    found
+}
+
+/// What a run holds in memory, its broker, shim and proxy, while its command waits: a
+/// zone whose proxy tunnels and one whose proxy intercepts, each after one request to the
+/// small server; then bwrap's own processes with the same namespaces, for comparison.
+fn memory(wardcell: &Path, base: &dyn Fn(&mut Command), port: u16) {
+    let script = format!(
+        "curl -4 -sS --fail -o /dev/null --noproxy example.invalid https://localhost:{port}/m && echo ready && {{ read x; exit 0; }}"
+    );
+    let shown = |what: &str, found: Vec<(String, u64)>| {
+        let each: Vec<String> = found
+            .iter()
+            .map(|(name, kib)| format!("{name} {:.2}", *kib as f64 / 1024.0))
+            .collect();
+        println!("memory (VmRSS, MiB), {what}: {}", each.join(", "));
+    };
+    for (what, zone) in [("tunnel", "agent"), ("interception", "ic")] {
+        let mut c = Command::new(wardcell);
+        c.args(["run", "--zone", zone, "--", "sh", "-c", &script]);
+        base(&mut c);
+        shown(what, resident(c));
+    }
+    let mut c = Command::new("bwrap");
+    c.args([
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--die-with-parent",
+        "sh",
+        "-c",
+        "echo ready && { read x; exit 0; }",
+    ]);
+    shown("bwrap", resident(c));
 }
