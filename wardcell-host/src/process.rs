@@ -58,13 +58,20 @@ impl<W: Watched> Child<W> {
     }
 
     /// Wait for it to end and reap it: its status (`None` when it was reaped already or
-    /// waiting failed).
+    /// waiting failed). A wait interrupted by a signal's handler waits again: the child
+    /// is not reaped until it has been.
     pub fn wait(&mut self) -> Option<WaitStatus> {
         if self.reaped {
             return None;
         }
+        let status = loop {
+            match waitpid(Pid::from_raw(self.pid), None) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                other => break other.ok(),
+            }
+        };
         self.reaped = true;
-        waitpid(Pid::from_raw(self.pid), None).ok()
+        status
     }
 
     /// Leave it to end with this process (the run's first sandbox, whose namespaces are
