@@ -991,9 +991,11 @@ both!(a_retry_right_after_a_killed_caller_is_not_refused, |fx| {
     );
     fx.write(&cfg, &text);
     // The entry's slot is released once its caller is gone, before a retry is refused.
+    // Gone means reaped: `kill` returns before the process has exited and closed its
+    // connection, and a retry in that window meets a caller that is still there.
     let out = inside(
         &fx,
-        "wardcell zone enter push -- true & pid=$!; while [ ! -e asked ]; do sleep 0.02; done; kill -9 $pid; \
+        "wardcell zone enter push -- true & pid=$!; while [ ! -e asked ]; do sleep 0.02; done; kill -9 $pid; wait $pid; \
          wardcell zone enter push -- echo retried; echo retry-rc=$?",
     );
     assert!(out.stdout.contains("retried\nretry-rc=0"), "{out:?}");
