@@ -10,7 +10,9 @@
 //!   `cat` alone, both from inside a sandbox, timed from the first byte out to the last
 //!   (so `zone enter`'s start is not in it either). Target: 1.00x.
 //! - 1,000 requests of 1 KiB over HTTPS, a new connection each, by one curl (direct,
-//!   and through each variant above): the time each request adds to direct's.
+//!   and through each variant above), at most 3 rounds: the time each request adds to
+//!   direct's. Every variant's curl checks certificates against a bundle of the
+//!   distribution's roots (reading it costs curl about 20 ms a connection).
 //! - the resident memory of a run's broker, shim and proxy (tunnelling, then
 //!   intercepting) while its command waits, and of bwrap's processes.
 //!
@@ -261,6 +263,20 @@ fn main() {
     let (ca_pem, server_cfg) = tls_setup();
     let ca = home.join("ca.pem");
     std::fs::write(&ca, ca_pem).unwrap();
+    // curl checks a server's certificate against the bundle it is given, and reading a
+    // distribution's bundle of some 150 roots takes it about 20 ms a connection. Inside a
+    // sandbox with interception it reads the sandbox's bundle (the distribution's roots,
+    // this CA and the proxy's); outside, and through a tunnel, a bundle of the
+    // distribution's roots and this CA, so that every variant pays the same.
+    let bundle = home.join("bundle.pem");
+    let roots = [
+        "/etc/ssl/certs/ca-certificates.crt",
+        "/etc/pki/tls/certs/ca-bundle.crt",
+    ]
+    .iter()
+    .find_map(|p| std::fs::read(p).ok())
+    .unwrap_or_default();
+    std::fs::write(&bundle, [roots, std::fs::read(&ca).unwrap()].concat()).unwrap();
     let token = home.join("token");
     std::fs::write(&token, "bench-token").unwrap();
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -283,7 +299,7 @@ enter_from = ["agent"]
 
 [profiles.p]
 extends = "readonly"
-read = ["{bin}", "{ca}"]
+read = ["{bin}", "{ca}", "{bundle}"]
 network = {{ allow = ["localhost:{port}", "localhost:{small}"] }}
 
 [profiles.ic]
@@ -297,13 +313,14 @@ secret = {{ file = "{token}" }}
 "#,
             bin = bin.display(),
             ca = ca.display(),
+            bundle = bundle.display(),
             token = token.display()
         ),
     )
     .unwrap();
 
     let url = format!("https://localhost:{port}/blob");
-    let ca_arg = ca.to_str().unwrap().to_string();
+    let ca_arg = bundle.to_str().unwrap().to_string();
     let base = |c: &mut Command| {
         c.env_clear()
             .env("HOME", &home)
@@ -428,16 +445,30 @@ secret = {{ file = "{token}" }}
 }
 
 /// `WARDCELL_BENCH_REQUESTS` (default 1,000) requests of 1 KiB each over HTTPS, a new
-/// connection each (the server closes every one), by one curl as each variant runs it,
+/// connection each (curl and the server close every one), by one curl as each variant runs it,
 /// in turns for `rounds` rounds: the median of the per-round time each request adds to
 /// direct's.
 fn requests(curl: &dyn Fn(usize, &[&str]) -> Command, names: &[&str], port: u16, rounds: usize) {
     let n = env_or("WARDCELL_BENCH_REQUESTS", 1000) as usize;
-    let config: String = (0..n)
-        .map(|k| format!("url = \"https://localhost:{port}/r{k}\"\noutput = \"/dev/null\"\n"))
-        .collect();
-    let run = |i: usize| -> f64 {
-        let mut cmd = curl(i, &["-K", "-", "-w", "%{size_download} %{time_total}\\n"]);
+    let config = |n: usize| -> String {
+        (0..n)
+            .map(|k| format!("url = \"https://localhost:{port}/r{k}\"\noutput = \"/dev/null\"\n"))
+            .collect()
+    };
+    let run = |i: usize, n: usize| -> f64 {
+        // `Connection: close` from curl too: a proxy may keep its client's connection
+        // open whatever the server said (the header is hop-by-hop).
+        let mut cmd = curl(
+            i,
+            &[
+                "-H",
+                "Connection: close",
+                "-K",
+                "-",
+                "-w",
+                "%{size_download} %{time_total}\\n",
+            ],
+        );
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -448,7 +479,7 @@ fn requests(curl: &dyn Fn(usize, &[&str]) -> Command, names: &[&str], port: u16,
             .stdin
             .take()
             .unwrap()
-            .write_all(config.as_bytes())
+            .write_all(config(n).as_bytes())
             .unwrap();
         let out = child.wait_with_output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
@@ -468,22 +499,26 @@ fn requests(curl: &dyn Fn(usize, &[&str]) -> Command, names: &[&str], port: u16,
         times.iter().sum()
     };
     for i in 0..names.len() {
-        run(i); // warm-up
+        run(i, 20); // warm-up
     }
+    // A round takes half a minute a variant with 1,000 requests: three at most.
+    let rounds = rounds.min(3);
     let mut totals = vec![Vec::new(); names.len()];
     let mut added = vec![Vec::new(); names.len()];
     for round in 0..rounds {
         let mut t = vec![0.0; names.len()];
         for k in 0..names.len() {
             let i = (round + k) % names.len();
-            t[i] = run(i);
+            t[i] = run(i, n);
         }
         for i in 0..names.len() {
             totals[i].push(t[i]);
             added[i].push((t[i] - t[0]) / n as f64 * 1e3);
         }
     }
-    println!("{n} requests of 1 KiB, a new connection each, {rounds} rounds (+1 warm-up):");
+    println!(
+        "{n} requests of 1 KiB, a new connection each, {rounds} rounds (+20 each to warm up):"
+    );
     for (i, name) in names.iter().enumerate() {
         let total = median(totals[i].clone());
         println!(
