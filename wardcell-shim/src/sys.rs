@@ -276,6 +276,30 @@ pub fn move_mount(
     cerr(r).map(drop)
 }
 
+/// move_mount(2) of the detached mount `from` onto `name` in the directory `dir`, a
+/// final symbolic link not followed (no MOVE_MOUNT_T_SYMLINKS), nor an automount.
+pub fn move_mount_to(
+    from: std::os::fd::BorrowedFd<'_>,
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+    let name = c_path(Path::new(name))?;
+    // SAFETY: C strings that outlive the call and integer flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from.as_raw_fd(),
+            c"".as_ptr(),
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    cerr(r).map(drop)
+}
+
 /// mount_setattr(2) on the mount `fd` is the root of (and every mount below it when
 /// `recursive`).
 pub fn mount_setattr_fd(
