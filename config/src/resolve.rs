@@ -973,7 +973,15 @@ plugin = ["/bin/true"]
         }
         std::os::unix::fs::symlink(t.0.join("real"), t.0.join("via")).unwrap();
         std::os::unix::fs::symlink(t.0.join("elsewhere"), t.0.join("plain/c")).unwrap();
-        let named = ["plain/a", "plain/b", "plain/c", "via/a", "via/b", "plain//a/", "plain/./b"];
+        let named = [
+            "plain/a",
+            "plain/b",
+            "plain/c",
+            "via/a",
+            "via/b",
+            "plain//a/",
+            "plain/./b",
+        ];
         let list: Vec<String> = named
             .iter()
             .map(|n| format!("\"{}/{n}\"", t.0.display()))
@@ -990,7 +998,15 @@ plugin = ["/bin/true"]
             .map(|n| t.0.join(n))
             .collect();
         assert_eq!(p.read, want);
-        assert!(p.links.iter().any(|(l, _)| *l == t.0.join("via")), "{:?}", p.links);
-        assert!(p.links.iter().any(|(l, _)| *l == t.0.join("plain/c")), "{:?}", p.links);
+        assert!(
+            p.links.iter().any(|(l, _)| *l == t.0.join("via")),
+            "{:?}",
+            p.links
+        );
+        assert!(
+            p.links.iter().any(|(l, _)| *l == t.0.join("plain/c")),
+            "{:?}",
+            p.links
+        );
     }
 }

@@ -766,8 +766,7 @@ both!(many_read_paths_are_each_what_was_named, |fx| {
          [profiles.many]\nextends = \"base\"\nread = [{}]\n",
         read.join(", ")
     ));
-    let out = fx.sh(
-        "cd many/s000 && wardcell zone enter build -- /bin/sh -c '\
+    let out = fx.sh("cd many/s000 && wardcell zone enter build -- /bin/sh -c '\
            cat ../s*/f | wc -l; ls .. | wc -l; test -e ../unnamed || echo no-unnamed; \
            ../s007/x; ls ../s199; \
            touch ../s001/new 2>/dev/null && echo created; \
@@ -775,8 +774,7 @@ both!(many_read_paths_are_each_what_was_named, |fx| {
            mkdir ../s003/d 2>/dev/null && echo made-dir; echo end'; echo rc=$?; \
          mv ../s150 ../s150.old && ln -s \"$HOME\" ../s150 && \
          wardcell zone enter build -- true; echo linked=$?; \
-         rm ../s150 && mkdir ../s150 && wardcell zone enter build -- true; echo replaced=$?",
-    );
+         rm ../s150 && mkdir ../s150 && wardcell zone enter build -- true; echo replaced=$?");
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(
         lines,
