@@ -531,9 +531,12 @@ pub fn let_host_go() -> Result<()> {
 /// A recursive clone of the host's tree at `src` (`path`), with the hard attributes and,
 /// unless `writable`, read-only.
 fn bound_tree(src: BorrowedFd<'_>, path: &Path, writable: bool) -> Result<OwnedFd> {
+    let set = TREE_ATTRS | if writable { 0 } else { sys::MOUNT_ATTR_RDONLY };
+    if let Some(tree) = sys::clone_tree_attr(src, set) {
+        return Ok(tree);
+    }
     let tree =
         sys::clone_tree(src).map_err(|e| fail(format!("binding {}: {e}", path.display())))?;
-    let set = TREE_ATTRS | if writable { 0 } else { sys::MOUNT_ATTR_RDONLY };
     sys::mount_setattr_fd(tree.as_fd(), set, 0, true)
         .map_err(|e| fail(format!("restricting the mount of {}: {e}", path.display())))?;
     Ok(tree)
