@@ -707,9 +707,13 @@ fn resolve_paths(
 /// directory: `known` remembers the directories found canonical.
 fn in_canonical_dir(p: &Path, known: &mut HashSet<PathBuf>) -> bool {
     use std::os::unix::ffi::OsStrExt;
-    let normal: PathBuf = p.components().collect();
-    if normal.as_os_str().as_bytes() != p.as_os_str().as_bytes()
-        || p.components().any(|c| c == std::path::Component::CurDir)
+    let b = p.as_os_str().as_bytes();
+    // Normal form by bytes: each component non-empty and neither `.` nor `..`.
+    if b.len() < 2
+        || b[0] != b'/'
+        || b[1..]
+            .split(|&c| c == b'/')
+            .any(|c| c.is_empty() || c == b"." || c == b"..")
     {
         return false;
     }
