@@ -17,7 +17,7 @@
 //! 4. The tmpfs root becomes read-only, the process pivots into it, and the host's tree is
 //!    detached: nothing else of the host exists inside, by any path.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -99,10 +99,11 @@ pub enum Op {
 /// kind is already there; anything inside a mask is hidden (sockets are put inside their
 /// mask); ancestors of protected paths inside writable trees are pinned.
 pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
-    use std::collections::BTreeSet;
-    // Each tree once; named both ways, a tree is writable. Keyed by bytes: the paths are
-    // canonical, and comparing them component by component costs more.
-    let mut trees: BTreeMap<&[u8], bool> = BTreeMap::new();
+    use std::collections::{HashMap, HashSet};
+    // Each tree once; named both ways, a tree is writable. Keyed by bytes and hashed: the
+    // paths are canonical, and comparing them component by component, or by bytes down
+    // a tree of a thousand, costs more.
+    let mut trees: HashMap<&[u8], bool> = HashMap::with_capacity(view.len());
     for e in view {
         let writable = match e.what {
             ViewKind::Read => false,
@@ -111,7 +112,7 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
         };
         *trees.entry(key(&e.path)).or_insert(writable) |= writable;
     }
-    let masks: BTreeSet<&[u8]> = view
+    let masks: HashSet<&[u8]> = view
         .iter()
         .filter(|e| e.what == ViewKind::Mask)
         .map(|e| key(&e.path))
@@ -124,7 +125,7 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
             .skip(1)
             .find_map(|a| trees.get(key(a)).copied())
     };
-    let mut done: BTreeSet<&[u8]> = BTreeSet::new();
+    let mut done: HashSet<&[u8]> = HashSet::with_capacity(view.len());
 
     let mut ops: Vec<(PathBuf, Op)> = vec![
         ("/dev".into(), Op::Dev),
@@ -181,7 +182,10 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
             }
         }
     }
-    // Ancestors of protected paths, strictly between their writable tree and them.
+    // Ancestors of protected paths, strictly between their writable tree and them, each
+    // once (a set, not a search of the steps: a thousand read paths inside a writable
+    // tree made that quadratic).
+    let mut pinned: HashSet<&Path> = HashSet::new();
     for p in protected {
         let Some(w) = p
             .ancestors()
@@ -194,9 +198,8 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
             if a == w || !a.starts_with(w) {
                 break;
             }
-            let op = (a.to_path_buf(), Op::Pin);
-            if !ops.contains(&op) {
-                ops.push(op);
+            if pinned.insert(a) {
+                ops.push((a.to_path_buf(), Op::Pin));
             }
         }
     }
@@ -330,7 +333,7 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
     } = prepared;
     // 1. Everything from the host, checked, before anything changes. Keyed by bytes, as
     //    in [`plan`]: comparing paths component by component cost more than the lookups.
-    let mut host: BTreeMap<&[u8], OwnedFd> = BTreeMap::new();
+    let mut host: HashMap<&[u8], OwnedFd> = HashMap::with_capacity(spec.view.len());
     for e in &spec.view {
         if matches!(e.what, ViewKind::Mask | ViewKind::Link(_)) || host.contains_key(key(&e.path)) {
             continue;
@@ -361,7 +364,7 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
         )));
     }
     let host_fd = |p: &Path| host_fd(&host, p);
-    let mut recorded: BTreeMap<&[u8], Identity> = BTreeMap::new();
+    let mut recorded: HashMap<&[u8], Identity> = HashMap::with_capacity(spec.view.len());
     for e in &spec.view {
         if let Some(id) = e.id {
             recorded.entry(key(&e.path)).or_insert(id);
@@ -551,7 +554,7 @@ fn ops_root_writable(whole: bool, view: &[ViewEntry]) -> bool {
 }
 
 /// The host descriptor opened for `p` in step 1.
-fn host_fd<'a>(host: &'a BTreeMap<&[u8], OwnedFd>, p: &Path) -> Result<BorrowedFd<'a>> {
+fn host_fd<'a>(host: &'a HashMap<&[u8], OwnedFd>, p: &Path) -> Result<BorrowedFd<'a>> {
     host.get(key(p))
         .map(|f| f.as_fd())
         .ok_or_else(|| fail(format!("{} was not opened", p.display())))
@@ -793,7 +796,7 @@ fn mask(
     path: &Path,
     id: Option<Identity>,
     sockets: &[PathBuf],
-    host: &BTreeMap<&[u8], OwnedFd>,
+    host: &HashMap<&[u8], OwnedFd>,
     covers: &mut Covers<'_>,
     ours: &[u64],
 ) -> Result<()> {
