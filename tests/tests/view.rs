@@ -768,7 +768,8 @@ both!(many_read_paths_are_each_what_was_named, |fx| {
     ));
     let out = fx.sh("cd many/s000 && wardcell zone enter build -- /bin/sh -c '\
            cat ../s*/f | wc -l; ls .. | wc -l; test -e ../unnamed || echo no-unnamed; \
-           ../s007/x; ls ../s199; \
+           ../s007/x; ls ../s199; m=$(cd .. && pwd); \
+           grep -c -E \"^([^ ]+ ){4}$m/s[0-9]+ ro,nosuid,nodev(,| )\" /proc/self/mountinfo; \
            for w in \"touch ../s001/new\" \": > ../s002/f\" \"mkdir ../s003/d\"; do \
              (eval \"$w\") 2>&1 | grep -c \"Read-only file system\"; done; echo end'; echo rc=$?; \
          mv ../s150 ../s150.old && ln -s \"$HOME\" ../s150 && \
@@ -783,6 +784,8 @@ both!(many_read_paths_are_each_what_was_named, |fx| {
             "no-unnamed",
             "ran",
             "f",
+            // Each its own mount, read-only, nosuid and nodev.
+            &N.to_string(),
             // Refused by the read-only mount each tree is (EROFS comes before
             // Landlock's EACCES), for creating, truncating and making a directory.
             "1",

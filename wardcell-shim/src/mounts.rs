@@ -449,8 +449,8 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
                 )?;
                 // A read tree needs no Landlock rule of its own: it lies beneath the view's
                 // root, whose rule grants the same rights to everything mounted below it
-                // (Landlock walks up across mount points). Kept open until exec all the
-                // same, closed with the rest there.
+                // (Landlock walks up across mount points). Its descriptor is closed with
+                // the host's once the command has started.
                 if writable {
                     view.write.push(tree);
                 } else {
