@@ -134,9 +134,13 @@ pub fn expand(raw: &str, home: &Path, cwd: &Path) -> Result<PathBuf, String> {
             "path {raw:?} must be absolute or start with \"~\" or \".\""
         ));
     };
+    // As `components()` finding a ParentDir, without building each component.
+    use std::os::unix::ffi::OsStrExt;
     if out
-        .components()
-        .any(|c| c == std::path::Component::ParentDir)
+        .as_os_str()
+        .as_bytes()
+        .split(|&b| b == b'/')
+        .any(|c| c == b"..")
     {
         return Err(format!("path {raw:?} must not contain \"..\""));
     }

@@ -651,13 +651,24 @@ fn resolve_paths(
         .iter()
         .map(|s| (s.rule.clone(), s.path.clone(), s.reason.clone()))
         .collect();
+    let mut canonical_dirs: HashSet<PathBuf> = HashSet::new();
     for entry in raw {
         let resolved = paths::expand(entry, home, cwd).and_then(|p| {
             // Most entries that are left out do not exist (a profile names credential
             // stores and histories a machine may not have): one lstat says so, where
             // canonicalising (musl's realpath reads each component) takes one a component.
-            if std::fs::symlink_metadata(&p).is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
+            let meta = std::fs::symlink_metadata(&p);
+            if meta
+                .as_ref()
+                .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+            {
                 return Err("does not exist".to_string());
+            }
+            // Not a link itself, in a directory already known to be canonical: the path
+            // is its own canonical form, and its siblings share the parent's work.
+            let not_a_link = meta.is_ok_and(|m| !m.file_type().is_symlink());
+            if not_a_link && in_canonical_dir(&p, &mut canonical_dirs) {
+                return Ok(p);
             }
             let c = std::fs::canonicalize(&p).map_err(|e| match e.kind() {
                 io::ErrorKind::NotFound => "does not exist".to_string(),
@@ -689,6 +700,34 @@ fn resolve_paths(
         }
     }
     out
+}
+
+/// Whether `p` is written in normal form (absolute, no `.`, no doubled or trailing
+/// slash) and its directory is canonical (no link on the way), asking the kernel once a
+/// directory: `known` remembers the directories found canonical.
+fn in_canonical_dir(p: &Path, known: &mut HashSet<PathBuf>) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let b = p.as_os_str().as_bytes();
+    // Normal form by bytes: each component non-empty and neither `.` nor `..`.
+    if b.len() < 2
+        || b[0] != b'/'
+        || b[1..]
+            .split(|&c| c == b'/')
+            .any(|c| c.is_empty() || c == b"." || c == b"..")
+    {
+        return false;
+    }
+    let Some(dir) = p.parent() else {
+        return false;
+    };
+    if dir == Path::new("/") || known.contains(dir) {
+        return true;
+    }
+    let canonical = std::fs::canonicalize(dir).is_ok_and(|c| c == dir);
+    if canonical {
+        known.insert(dir.to_path_buf());
+    }
+    canonical
 }
 
 fn canonical_or_given(p: &Path) -> PathBuf {
@@ -924,5 +963,54 @@ plugin = ["/bin/true"]
         let plan = resolve(&cfg, StartRequest::Default, vec![], &c).unwrap();
         assert_eq!(plan.zones[0].profile.read, [t.0.join("real")]);
         assert!(plan.zones[0].profile.skipped.is_empty());
+    }
+
+    // Siblings share their directory's canonical check (issue 25.4): a directory behind a
+    // link still resolves to where it really is, with the link recorded, however many
+    // siblings came first, and a sibling that is itself a link is followed.
+    #[test]
+    fn siblings_in_a_linked_directory_resolve_to_the_real_one() {
+        let t = TempDir::new("siblings");
+        let c = ctx(&t);
+        for d in ["real/a", "real/b", "plain/a", "plain/b", "elsewhere"] {
+            std::fs::create_dir_all(t.0.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink(t.0.join("real"), t.0.join("via")).unwrap();
+        std::os::unix::fs::symlink(t.0.join("elsewhere"), t.0.join("plain/c")).unwrap();
+        let named = [
+            "plain/a",
+            "plain/b",
+            "plain/c",
+            "via/a",
+            "via/b",
+            "plain//a/",
+            "plain/./b",
+        ];
+        let list: Vec<String> = named
+            .iter()
+            .map(|n| format!("\"{}/{n}\"", t.0.display()))
+            .collect();
+        let text = format!(
+            "[zones.a]\nprofile = \"p\"\ndefault = true\n[profiles.p]\nread = [{}]\n",
+            list.join(", ")
+        );
+        let cfg = parse(&text, "f").unwrap();
+        let plan = resolve(&cfg, StartRequest::Default, vec![], &c).unwrap();
+        let p = &plan.zones[0].profile;
+        let want: Vec<PathBuf> = ["plain/a", "plain/b", "elsewhere", "real/a", "real/b"]
+            .iter()
+            .map(|n| t.0.join(n))
+            .collect();
+        assert_eq!(p.read, want);
+        assert!(
+            p.links.iter().any(|(l, _)| *l == t.0.join("via")),
+            "{:?}",
+            p.links
+        );
+        assert!(
+            p.links.iter().any(|(l, _)| *l == t.0.join("plain/c")),
+            "{:?}",
+            p.links
+        );
     }
 }

@@ -739,3 +739,67 @@ both!(a_profile_writing_tmp_gets_the_hosts_tmp, |fx| {
     assert_eq!(out.stdout, "ok\n", "{out:?}");
     assert_eq!(written.unwrap_or_default(), "written\n");
 });
+
+// Issue 25, item 4: a profile of many read paths (siblings whose parent is not in the
+// view). Each is bound alone, needs no Landlock rule of its own (the root's read rule
+// reaches it), and is mounted on by name in the view's own tmpfs. What the sandbox sees
+// stays exactly the named paths: each readable and executable, none writable, the
+// sibling not named absent, and one swapped for a link or another directory after the
+// run started refuses the sandbox.
+both!(many_read_paths_are_each_what_was_named, |fx| {
+    const N: usize = 200;
+    let many = fx.proj.join("many");
+    let mut read = Vec::new();
+    for i in 0..N {
+        let d = many.join(format!("s{i:03}"));
+        fx.write(&d.join("f"), &format!("{i}\n"));
+        read.push(format!("\"{}\"", d.display()));
+    }
+    fx.write(&many.join("unnamed/f"), "not in the view\n");
+    let x = many.join("s007/x");
+    fx.write(&x, "#!/bin/sh\necho ran\n");
+    fs::set_permissions(&x, fs::Permissions::from_mode(0o755)).unwrap();
+    read.push(format!("\"{}\"", fx.bin.display()));
+    fx.config(&format!(
+        "[zones.agent]\nprofile = \"developer-readonly\"\ndefault = true\n\
+         [zones.build]\nprofile = \"many\"\nenter_from = [\"agent\"]\n\
+         [profiles.many]\nextends = \"base\"\nread = [{}]\n",
+        read.join(", ")
+    ));
+    let out = fx.sh("cd many/s000 && wardcell zone enter build -- /bin/sh -c '\
+           cat ../s*/f | wc -l; ls .. | wc -l; test -e ../unnamed || echo no-unnamed; \
+           ../s007/x; ls ../s199; m=$(cd .. && pwd); \
+           grep -c -E \"^([^ ]+ ){4}$m/s[0-9]+ ro,nosuid,nodev(,| )\" /proc/self/mountinfo; \
+           for w in \"touch ../s001/new\" \": > ../s002/f\" \"mkdir ../s003/d\"; do \
+             (eval \"$w\") 2>&1 | grep -c \"Read-only file system\"; done; echo end'; echo rc=$?; \
+         mv ../s150 ../s150.old && ln -s \"$HOME\" ../s150 && \
+         wardcell zone enter build -- true; echo linked=$?; \
+         rm ../s150 && mkdir ../s150 && wardcell zone enter build -- true; echo replaced=$?");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            &N.to_string(),
+            &N.to_string(),
+            "no-unnamed",
+            "ran",
+            "f",
+            // Each its own mount, read-only, nosuid and nodev.
+            &N.to_string(),
+            // Refused by the read-only mount each tree is (EROFS comes before
+            // Landlock's EACCES), for creating, truncating and making a directory.
+            "1",
+            "1",
+            "1",
+            "end",
+            "rc=0",
+            "linked=1",
+            "replaced=1"
+        ],
+        "{out:?}"
+    );
+    let changed = format!("{}/s150 changed since the run started", many.display());
+    assert_eq!(out.stderr.matches(&changed).count(), 2, "{out:?}");
+    assert_eq!(fs::read_to_string(many.join("s002/f")).unwrap(), "2\n");
+    assert!(!many.join("s001/new").exists());
+});

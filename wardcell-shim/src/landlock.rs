@@ -5,7 +5,6 @@
 //! (ABI 4), device ioctls (ABI 5) and signal/abstract-socket scoping (ABI 6) are added
 //! where the kernel has them, and what is missing is reported.
 
-use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use crate::mounts::View;
@@ -38,10 +37,10 @@ fn beneath(
     fd: &OwnedFd,
     access: landlock::BitFlags<AccessFs>,
 ) -> Result<PathBeneath<BorrowedFd<'_>>, String> {
-    let is_dir = File::from(fd.try_clone().map_err(|e| e.to_string())?)
-        .metadata()
-        .map_err(|e| e.to_string())?
-        .is_dir();
+    use std::os::fd::AsRawFd;
+    // fstat on the descriptor itself (a File would need a duplicate of it, three calls).
+    let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| e.to_string())?;
+    let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
     let access = if is_dir {
         access
     } else {

@@ -234,7 +234,7 @@ fn main() {
     let _ = nix::unistd::write(&go, b"g");
     drop(go);
     // The host's detached tree is freed now, beside the command's start.
-    drop(view.host);
+    sys::close_all(view.host);
     tracing::debug!(pid = child.as_raw(), "command started; init supervises it");
     let status = supervise(child, &waited, &mut control);
     tracing::debug!(status = ?status, "command ended");

@@ -17,7 +17,7 @@
 //! 4. The tmpfs root becomes read-only, the process pivots into it, and the host's tree is
 //!    detached: nothing else of the host exists inside, by any path.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -48,6 +48,10 @@ fn fail(message: String) -> Failure {
 
 /// Descriptors of what the view holds, for Landlock rules that name the same objects.
 pub struct View {
+    /// The view's root when it is read-only. Its rule is the only read rule: Landlock
+    /// checks an access by walking up from the object across mount points to the root,
+    /// so the rights given there reach every read tree, `/proc` and the rest the view
+    /// holds beneath it (3.6 in THREAT_MODEL).
     pub read: Vec<OwnedFd>,
     pub write: Vec<OwnedFd>,
     /// The Unix sockets the view holds (connectable under Landlock's socket rules).
@@ -95,10 +99,11 @@ pub enum Op {
 /// kind is already there; anything inside a mask is hidden (sockets are put inside their
 /// mask); ancestors of protected paths inside writable trees are pinned.
 pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
-    use std::collections::BTreeSet;
-    // Each tree once; named both ways, a tree is writable. Keyed by bytes: the paths are
-    // canonical, and comparing them component by component costs more.
-    let mut trees: BTreeMap<&[u8], bool> = BTreeMap::new();
+    use std::collections::{HashMap, HashSet};
+    // Each tree once; named both ways, a tree is writable. Keyed by bytes and hashed: the
+    // paths are canonical, and comparing them component by component, or by bytes down
+    // a tree of a thousand, costs more.
+    let mut trees: HashMap<&[u8], bool> = HashMap::with_capacity(view.len());
     for e in view {
         let writable = match e.what {
             ViewKind::Read => false,
@@ -107,7 +112,7 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
         };
         *trees.entry(key(&e.path)).or_insert(writable) |= writable;
     }
-    let masks: BTreeSet<&[u8]> = view
+    let masks: HashSet<&[u8]> = view
         .iter()
         .filter(|e| e.what == ViewKind::Mask)
         .map(|e| key(&e.path))
@@ -120,7 +125,7 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
             .skip(1)
             .find_map(|a| trees.get(key(a)).copied())
     };
-    let mut done: BTreeSet<&[u8]> = BTreeSet::new();
+    let mut done: HashSet<&[u8]> = HashSet::with_capacity(view.len());
 
     let mut ops: Vec<(PathBuf, Op)> = vec![
         ("/dev".into(), Op::Dev),
@@ -177,7 +182,10 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
             }
         }
     }
-    // Ancestors of protected paths, strictly between their writable tree and them.
+    // Ancestors of protected paths, strictly between their writable tree and them, each
+    // once (a set, not a search of the steps: a thousand read paths inside a writable
+    // tree made that quadratic).
+    let mut pinned: HashSet<&Path> = HashSet::new();
     for p in protected {
         let Some(w) = p
             .ancestors()
@@ -190,9 +198,8 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
             if a == w || !a.starts_with(w) {
                 break;
             }
-            let op = (a.to_path_buf(), Op::Pin);
-            if !ops.contains(&op) {
-                ops.push(op);
+            if pinned.insert(a) {
+                ops.push((a.to_path_buf(), Op::Pin));
             }
         }
     }
@@ -227,6 +234,13 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
 fn key(p: &Path) -> &[u8] {
     use std::os::unix::ffi::OsStrExt;
     p.as_os_str().as_bytes()
+}
+
+/// Whether the canonical path `p` is `dir` or lies below it, by bytes (as
+/// `Path::starts_with`, without splitting both into components).
+fn within(p: &Path, dir: &Path) -> bool {
+    let (p, dir) = (key(p), key(dir));
+    p.starts_with(dir) && (p.len() == dir.len() || dir.ends_with(b"/") || p[dir.len()] == b'/')
 }
 
 /// Carry out the mount part of `spec`.
@@ -317,13 +331,14 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
         mut held_dev,
         mut dev_nodes,
     } = prepared;
-    // 1. Everything from the host, checked, before anything changes.
-    let mut host: BTreeMap<PathBuf, OwnedFd> = BTreeMap::new();
+    // 1. Everything from the host, checked, before anything changes. Keyed by bytes, as
+    //    in [`plan`]: comparing paths component by component cost more than the lookups.
+    let mut host: HashMap<&[u8], OwnedFd> = HashMap::with_capacity(spec.view.len());
     for e in &spec.view {
-        if matches!(e.what, ViewKind::Mask | ViewKind::Link(_)) || host.contains_key(&e.path) {
+        if matches!(e.what, ViewKind::Mask | ViewKind::Link(_)) || host.contains_key(key(&e.path)) {
             continue;
         }
-        host.insert(e.path.clone(), open_checked(e)?);
+        host.insert(key(&e.path), open_checked(e)?);
     }
     if spec.controlling_tty {
         let console = hold_terminal()?;
@@ -349,13 +364,13 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
         )));
     }
     let host_fd = |p: &Path| host_fd(&host, p);
-    let mut recorded: BTreeMap<&Path, Identity> = BTreeMap::new();
+    let mut recorded: HashMap<&[u8], Identity> = HashMap::with_capacity(spec.view.len());
     for e in &spec.view {
         if let Some(id) = e.id {
-            recorded.entry(e.path.as_path()).or_insert(id);
+            recorded.entry(key(&e.path)).or_insert(id);
         }
     }
-    let ids = |p: &Path| recorded.get(p).copied();
+    let ids = |p: &Path| recorded.get(key(p)).copied();
     let mut ops = plan(&spec.view);
 
     // 2. The root: a fresh tmpfs, or, for a profile that names `/` itself, that tree.
@@ -372,11 +387,13 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
     // Every tree from the host cloned now, before the root is staged on the host's /tmp:
     // a tree that holds /tmp (a profile writing /tmp, or run from there), cloned after,
     // would carry the half-built root along and show it in the place of /tmp.
-    let mut trees: BTreeMap<PathBuf, OwnedFd> = BTreeMap::new();
+    // Each step's tree, at the step's index.
+    let mut trees: Vec<Option<OwnedFd>> = Vec::with_capacity(ops.len());
     for (path, op) in &ops {
-        if let Op::Tree { writable } = op {
-            trees.insert(path.clone(), bound_tree(host_fd(path)?, path, *writable)?);
-        }
+        trees.push(match op {
+            Op::Tree { writable } => Some(bound_tree(host_fd(path)?, path, *writable)?),
+            _ => None,
+        });
     }
     let stage = sys::open_nofollow(None, Path::new("/tmp"))
         .map_err(|e| fail(format!("opening /tmp to build the sandbox's root in: {e}")))?;
@@ -396,10 +413,10 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
         host: Vec::new(),
     };
     let mut last = LastDir::default();
-    for (path, op) in ops {
+    for ((path, op), tree) in ops.into_iter().zip(trees) {
         // A tree mounted at the held directory, or above it, would cover it; any other
         // step may change it: let it go. (The sort puts those first, so this is a guard.)
-        if !matches!(op, Op::Tree { .. }) || last.path.starts_with(&path) {
+        if !matches!(op, Op::Tree { .. }) || within(&last.path, &path) {
             last = LastDir::default();
         }
         match op {
@@ -415,13 +432,11 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
                 view.write.push(clone_fd(dev.as_fd())?);
             }
             Op::Proc => {
+                // Beneath the root, with its rights (see Op::Tree).
                 attach(&root, &path, proc.as_fd(), Kind::Dir, None, &ours)?;
-                view.read.push(clone_fd(proc.as_fd())?);
             }
             Op::Tree { writable } => {
-                let tree = trees
-                    .remove(&path)
-                    .ok_or_else(|| fail(format!("{} was not bound", path.display())))?;
+                let tree = tree.ok_or_else(|| fail(format!("{} was not bound", path.display())))?;
                 let kind = ids(&path).map(|i| i.kind).unwrap_or(Kind::Dir);
                 attach_via(
                     &mut last,
@@ -432,10 +447,14 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
                     ids(&path),
                     &ours,
                 )?;
+                // A read tree needs no Landlock rule of its own: it lies beneath the view's
+                // root, whose rule grants the same rights to everything mounted below it
+                // (Landlock walks up across mount points). Its descriptor is closed with
+                // the host's once the command has started.
                 if writable {
                     view.write.push(tree);
                 } else {
-                    view.read.push(tree);
+                    view.host.push(tree);
                 }
             }
             Op::Pin => {
@@ -495,7 +514,7 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
     }
     nix::unistd::pivot_root(".", ".").map_err(|e| fail(format!("pivot_root: {e}")))?;
     drop(covers);
-    view.host = host.into_values().collect();
+    view.host.extend(host.into_values());
     view.host.extend(held_dev.into_iter().map(|(_, f)| f));
     view.host.push(stage);
     Ok(view)
@@ -515,9 +534,12 @@ pub fn let_host_go() -> Result<()> {
 /// A recursive clone of the host's tree at `src` (`path`), with the hard attributes and,
 /// unless `writable`, read-only.
 fn bound_tree(src: BorrowedFd<'_>, path: &Path, writable: bool) -> Result<OwnedFd> {
+    let set = TREE_ATTRS | if writable { 0 } else { sys::MOUNT_ATTR_RDONLY };
+    if let Some(tree) = sys::clone_tree_attr(src, set) {
+        return Ok(tree);
+    }
     let tree =
         sys::clone_tree(src).map_err(|e| fail(format!("binding {}: {e}", path.display())))?;
-    let set = TREE_ATTRS | if writable { 0 } else { sys::MOUNT_ATTR_RDONLY };
     sys::mount_setattr_fd(tree.as_fd(), set, 0, true)
         .map_err(|e| fail(format!("restricting the mount of {}: {e}", path.display())))?;
     Ok(tree)
@@ -532,8 +554,8 @@ fn ops_root_writable(whole: bool, view: &[ViewEntry]) -> bool {
 }
 
 /// The host descriptor opened for `p` in step 1.
-fn host_fd<'a>(host: &'a BTreeMap<PathBuf, OwnedFd>, p: &Path) -> Result<BorrowedFd<'a>> {
-    host.get(p)
+fn host_fd<'a>(host: &'a HashMap<&[u8], OwnedFd>, p: &Path) -> Result<BorrowedFd<'a>> {
+    host.get(key(p))
         .map(|f| f.as_fd())
         .ok_or_else(|| fail(format!("{} was not opened", p.display())))
 }
@@ -706,7 +728,7 @@ fn attach_via(
 ) -> Result<()> {
     use std::os::fd::AsRawFd;
     let (parent, name) = split(path)?;
-    if last.dir.is_none() || last.path != parent {
+    if last.dir.is_none() || key(&last.path) != key(parent) {
         let dir = make_dirs(root, parent, ours)?.ok_or_else(|| {
             fail(format!(
                 "{} does not exist in the sandbox's view to mount on",
@@ -727,7 +749,9 @@ fn attach_via(
         unreachable!("set above");
     };
     let (dir, mine) = (dir.as_fd(), *mine);
-    // In a filesystem of our own the mount point is new: made first, opened after.
+    // In a filesystem of our own the mount point is new: made, then mounted on by its
+    // name in the directory just made or opened (no link followed). Nothing else can
+    // reach that filesystem, so there is nothing to check and no descriptor to open.
     if mine {
         let made = if kind == Kind::Dir {
             nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), name, Mode::from_bits_truncate(0o755))
@@ -738,10 +762,12 @@ fn attach_via(
             Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
             Err(e) => return Err(fail(format!("creating {}: {e}", path.display()))),
         }
+        return sys::move_mount_to(mnt, dir, name)
+            .map_err(|e| fail(format!("mounting on {}: {e}", path.display())));
     }
     let target = match sys::open_nofollow(Some(dir), Path::new(name)) {
         Ok(t) => {
-            if let (Some(was), false) = (id, mine) {
+            if let Some(was) = id {
                 identity::verify(path, was, identity_of(t.as_fd())).map_err(|message| Failure {
                     step: "identity",
                     message,
@@ -770,7 +796,7 @@ fn mask(
     path: &Path,
     id: Option<Identity>,
     sockets: &[PathBuf],
-    host: &BTreeMap<PathBuf, OwnedFd>,
+    host: &HashMap<&[u8], OwnedFd>,
     covers: &mut Covers<'_>,
     ours: &[u64],
 ) -> Result<()> {

@@ -89,6 +89,28 @@ pub fn cloexec_from(first: u32) -> io::Result<()> {
     cerr(r).map(drop)
 }
 
+/// Close every descriptor of `fds`, a run of consecutive numbers with one `close_range`
+/// (the view's thousand host descriptors in a few calls rather than a thousand).
+pub fn close_all(fds: Vec<std::os::fd::OwnedFd>) {
+    use std::os::fd::IntoRawFd;
+    let mut raw: Vec<libc::c_uint> = fds
+        .into_iter()
+        .map(|f| f.into_raw_fd() as libc::c_uint)
+        .collect();
+    raw.sort_unstable();
+    let mut i = 0;
+    while i < raw.len() {
+        let mut j = i;
+        while j + 1 < raw.len() && raw[j + 1] == raw[j] + 1 {
+            j += 1;
+        }
+        // SAFETY: every number from raw[i] to raw[j] is a descriptor this process owned
+        // (taken out of its OwnedFd above, so nothing else closes it); no memory is passed.
+        unsafe { libc::syscall(libc::SYS_close_range, raw[i], raw[j], 0 as libc::c_uint) };
+        i = j + 1;
+    }
+}
+
 /// Make `fd` (a terminal) the calling session leader's controlling terminal.
 pub fn set_controlling_tty(fd: RawFd) -> io::Result<()> {
     // SAFETY: TIOCSCTTY takes an integer argument (0: do not steal), no pointer.
@@ -254,6 +276,46 @@ pub fn clone_tree(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<std::os::fd::Ow
     owned(unsafe { libc::syscall(libc::SYS_open_tree, fd.as_raw_fd(), c"".as_ptr(), flags) })
 }
 
+/// Set once open_tree_attr(2) answered ENOSYS: not asked again.
+static NO_OPEN_TREE_ATTR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// open_tree_attr(2) (Linux 6.15): [`clone_tree`] with the MOUNT_ATTR_* flags `set`
+/// applied to every mount of the copy, one call where two were. `None` where it cannot
+/// be used (a kernel without it, remembered; or any refusal, so that the two calls it
+/// stands for give their own answer).
+pub fn clone_tree_attr(fd: std::os::fd::BorrowedFd<'_>, set: u64) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::Ordering::Relaxed;
+    // The same number on every architecture (new system calls share one table).
+    const SYS_OPEN_TREE_ATTR: libc::c_long = 467;
+    if NO_OPEN_TREE_ATTR.load(Relaxed) {
+        return None;
+    }
+    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE;
+    let attr = [set, 0u64, 0u64, 0u64];
+    // SAFETY: an empty C string literal, integer flags, and a struct mount_attr (four
+    // u64s) that outlives the call, with its size.
+    let r = unsafe {
+        libc::syscall(
+            SYS_OPEN_TREE_ATTR,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            attr.as_ptr(),
+            std::mem::size_of_val(&attr),
+        )
+    };
+    match owned(r) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            if e.raw_os_error() == Some(libc::ENOSYS) {
+                NO_OPEN_TREE_ATTR.store(true, Relaxed);
+            }
+            None
+        }
+    }
+}
+
 /// move_mount(2) of the detached (or attached) mount `from` onto the object `to` names.
 pub fn move_mount(
     from: std::os::fd::BorrowedFd<'_>,
@@ -271,6 +333,30 @@ pub fn move_mount(
             to.as_raw_fd(),
             c"".as_ptr(),
             MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    cerr(r).map(drop)
+}
+
+/// move_mount(2) of the detached mount `from` onto `name` in the directory `dir`, a
+/// final symbolic link not followed (no MOVE_MOUNT_T_SYMLINKS), nor an automount.
+pub fn move_mount_to(
+    from: std::os::fd::BorrowedFd<'_>,
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+    let name = c_path(Path::new(name))?;
+    // SAFETY: C strings that outlive the call and integer flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from.as_raw_fd(),
+            c"".as_ptr(),
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
         )
     };
     cerr(r).map(drop)

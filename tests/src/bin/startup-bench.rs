@@ -23,6 +23,14 @@
 //! CPU that this benchmark starts itself (`WARDCELL_BENCH_LOAD=0` skips that pass): with
 //! no core spare, a run that needs more CPU than bwrap's is slower than it.
 //!
+//! `startup-bench --paths [ROUNDS [DIR...]]` measures what a profile's size costs
+//! (issue 25, item 4): it makes 1,000 sibling directories in a directory of its own under
+//! the temporary directory and two configurations, a profile extending
+//! `developer-readonly` as it is and with those 1,000 `read` paths, runs both in turns
+//! (each build given, too) and prints the medians, the cost of one path (the difference
+//! over 1,000) and what the 1,000 paths add as a multiple of the run without them
+//! (target: at most 1x). It removes what it made when done.
+//!
 //! Every build's binaries are first written back, dropped from the page cache and read
 //! back whole, so that they are cached as an installed program's are (bwrap's, here).
 //! A freshly linked binary's cached pages come from the linker's many small writes,
@@ -132,6 +140,9 @@ fn main() {
             x = std::hint::black_box(x.wrapping_add(1));
         }
     }
+    if std::env::args().nth(1).as_deref() == Some("--paths") {
+        return paths::main(std::env::args().skip(2));
+    }
     let mut args = std::env::args().skip(1);
     let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(40);
     let block: usize = std::env::var("WARDCELL_BENCH_BLOCK")
@@ -139,8 +150,7 @@ fn main() {
         .and_then(|b| b.parse().ok())
         .filter(|&b| b > 0)
         .unwrap_or(1);
-    let here = std::env::current_exe().unwrap();
-    let here = here.parent().unwrap().to_path_buf();
+    let here = this_build();
     // Each variant: a build's directory, and the configuration it runs with (a FILE.toml
     // argument: this build with `--config FILE`; none: the user's own, or the built-in).
     let mut builds: Vec<(PathBuf, Option<PathBuf>)> = vec![(here.clone(), None)];
@@ -193,14 +203,7 @@ fn main() {
         ]);
         c
     };
-    // WARDCELL_BENCH_AS_LINKED=1 leaves them as they are, to see the difference.
-    if std::env::var_os("WARDCELL_BENCH_AS_LINKED").is_none() {
-        for (dir, _) in &builds {
-            for name in ["wardcell", "wardcell-broker", "wardcell-shim"] {
-                recache(&dir.join(name));
-            }
-        }
-    }
+    recache_builds(builds.iter().map(|(dir, _)| dir.as_path()));
     // Warm each up once (page cache, dynamic loader).
     for variant in &builds {
         time(&mut run_wc(variant));
@@ -304,6 +307,124 @@ fn main() {
             &samples[0],
             &bw_samples,
         );
+    }
+}
+
+/// The directory of this benchmark, where this build's `wardcell` is.
+fn this_build() -> PathBuf {
+    let here = std::env::current_exe().unwrap();
+    here.parent().unwrap().to_path_buf()
+}
+
+/// Each build's programs cached as an installed program's are (see the top);
+/// WARDCELL_BENCH_AS_LINKED=1 leaves them as they are, to see the difference.
+fn recache_builds<'a>(dirs: impl Iterator<Item = &'a std::path::Path>) {
+    if std::env::var_os("WARDCELL_BENCH_AS_LINKED").is_none() {
+        for dir in dirs {
+            for name in ["wardcell", "wardcell-broker", "wardcell-shim"] {
+                recache(&dir.join(name));
+            }
+        }
+    }
+}
+
+/// `--paths`: what 1,000 `read` paths add to a run's start.
+mod paths {
+    use super::*;
+    use std::fmt::Write as _;
+    use std::path::Path;
+
+    /// How many sibling directories the large profile reads.
+    const PATHS: usize = 1000;
+
+    /// The directories and the two configurations, removed when dropped.
+    struct Fixture(PathBuf);
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn config(read: &[PathBuf]) -> String {
+        let mut text = String::from(
+            "[zones.agent]\nprofile = \"p\"\ndefault = true\n[profiles.p]\nextends = \"developer-readonly\"\n",
+        );
+        if !read.is_empty() {
+            let list: Vec<String> = read
+                .iter()
+                .map(|p| format!("{:?}", p.display().to_string()))
+                .collect();
+            let _ = writeln!(text, "read = [{}]", list.join(", "));
+        }
+        text
+    }
+
+    fn fixture() -> (Fixture, [PathBuf; 2]) {
+        let root =
+            std::env::temp_dir().join(format!("wardcell-bench-paths-{}", std::process::id()));
+        let fixture = Fixture(root.clone());
+        let dirs: Vec<PathBuf> = (0..PATHS).map(|i| root.join(format!("d{i:04}"))).collect();
+        for d in &dirs {
+            std::fs::create_dir_all(d).expect("making the benchmark's directories");
+        }
+        let small = root.join("p0.toml");
+        let large = root.join(format!("p{PATHS}.toml"));
+        std::fs::write(&small, config(&[])).expect("writing a configuration");
+        std::fs::write(&large, config(&dirs)).expect("writing a configuration");
+        (fixture, [small, large])
+    }
+
+    fn run(dir: &Path, config: &Path) -> Command {
+        let mut c = Command::new(dir.join("wardcell"));
+        c.arg("run").arg("--config").arg(config);
+        c.args(["--", "/bin/true"]).current_dir("/usr");
+        c
+    }
+
+    pub fn main(mut args: impl Iterator<Item = String>) {
+        let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(40);
+        let mut builds = vec![this_build()];
+        builds.extend(args.map(PathBuf::from));
+        for dir in &builds {
+            assert!(
+                dir.join("wardcell").is_file(),
+                "{} is missing",
+                dir.join("wardcell").display()
+            );
+        }
+        let (_fixture, configs) = fixture();
+        recache_builds(builds.iter().map(PathBuf::as_path));
+        // samples[build][0 or 1]: without and with the paths.
+        let mut samples: Vec<[Vec<Sample>; 2]> = builds.iter().map(|_| [vec![], vec![]]).collect();
+        for dir in &builds {
+            for config in &configs {
+                time(&mut run(dir, config)); // warm up
+            }
+        }
+        for round in 0..rounds {
+            let mut order: Vec<(usize, usize)> =
+                (0..builds.len()).flat_map(|b| [(b, 0), (b, 1)]).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for (b, which) in order {
+                samples[b][which].push(time(&mut run(&builds[b], &configs[which])));
+            }
+        }
+        println!("rounds: {rounds}, alternating; a profile extending developer-readonly, without and with {PATHS} read paths (sibling directories)");
+        // Wall time only: the CPU time counted from outside misses the shim, which the
+        // broker does not reap (it is reaped after the broker has exited).
+        for (dir, [small, large]) in builds.iter().zip(&samples) {
+            let (w0, w1) = (medians(small).0, medians(large).0);
+            println!("{}", dir.display());
+            println!("  without the paths: {w0:.2} ms; with {PATHS}: {w1:.2} ms");
+            println!(
+                "  a path costs {:.1} us; {PATHS} paths add {:.2}x the run without them (target: at most 1x)",
+                (w1 - w0) * 1e3 / PATHS as f64,
+                (w1 - w0) / w0
+            );
+        }
     }
 }
 
