@@ -442,6 +442,12 @@ pub struct ViewEntry {
     pub id: Option<Identity>,
 }
 
+impl ViewEntry {
+    pub fn new(path: PathBuf, what: ViewKind, id: Option<Identity>) -> ViewEntry {
+        ViewEntry { path, what, id }
+    }
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum ViewKind {
     /// A tree (or file) bound read-only (readable and executable).

@@ -63,7 +63,7 @@ use nix::unistd::Pid;
 use serde_json::json;
 
 use wardcell_common::paths;
-use wardcell_common::plan::{Plan, ProfilePlan};
+use wardcell_common::plan::Plan;
 use wardcell_common::protocol::{self, Launch};
 use wardcell_common::text::shown;
 use wardcell_common::trace;
@@ -266,18 +266,6 @@ fn take_plan() -> Result<Option<Plan>, BrokerError> {
     }
 }
 
-fn start_profile(plan: &Plan) -> Result<(Option<&str>, &ProfilePlan), BrokerError> {
-    plan.start_profile()
-        .ok_or_else(|| BrokerError::Launch("the plan has no zone to start in".into()))
-}
-
-/// Forwarded signals (and SIGWINCH with a pty, and SIGCHLD) taken over and read from a
-/// descriptor (sys::Signals).
-fn take_signals(pty: bool, ignored: u64) -> Result<sys::Signals, BrokerError> {
-    sys::Signals::take(&signals::to_take(pty, ignored))
-        .map_err(|e| BrokerError::Sandbox(e.to_string()))
-}
-
 fn run_first_sandbox(
     run: &Arc<Run>,
     spawned: sandbox::Spawned,
@@ -303,7 +291,9 @@ fn start_first(
     ignored: u64,
 ) -> Result<(sandbox::Sandbox, sys::Signals), BrokerError> {
     let plan = &run.plan;
-    let (zone, profile) = start_profile(plan)?;
+    let (zone, profile) = plan
+        .start_profile()
+        .ok_or_else(|| BrokerError::Launch("the plan has no zone to start in".into()))?;
     let log_started = || {
         run.record(
             "run",
@@ -326,7 +316,9 @@ fn start_first(
     let before_proceed = || {
         logged = true;
         log_started().map_err(|e| audit_failed().unwrap_or(BrokerError::Audit(e.to_string())))?;
-        let signals = take_signals(terminal.has_pty(), ignored)?;
+        // Forwarded signals (and SIGWINCH with a pty, and SIGCHLD), read from a descriptor.
+        let signals = sys::Signals::take(&signals::to_take(terminal.has_pty(), ignored))
+            .map_err(|e| BrokerError::Sandbox(e.to_string()))?;
         // The plan writer exits right after sending the plan. Reaped here if it has, else
         // on the SIGCHLD the relay now reads: never a zombie for the whole run.
         if let Some(writer) = writer {

@@ -78,13 +78,10 @@ pub fn outcome(
         }
     }
     match status {
-        Some(WaitStatus::Exited(_, code)) => {
-            if failed_step(code).is_some() {
-                Outcome::ChildFailed(code)
-            } else {
-                Outcome::Finished(code)
-            }
+        Some(WaitStatus::Exited(_, code)) if failed_step(code).is_some() => {
+            Outcome::ChildFailed(code)
         }
+        Some(WaitStatus::Exited(_, code)) => Outcome::Finished(code),
         Some(WaitStatus::Signaled(_, sig, _)) => Outcome::Finished(128 + sig as i32),
         _ => Outcome::Finished(1),
     }

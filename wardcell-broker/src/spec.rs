@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use wardcell_common::envrules;
+use wardcell_common::envrules::{self, CA_VARS, NO_PROXY_VARS, PROXY_VARS, SYSTEM_ROOTS};
 use wardcell_common::plan::{
     Plan, ProfilePlan, SandboxSpec, ViewEntry, ViewKind, SANDBOX_CA_BUNDLE, SANDBOX_PROXY_PORT,
 };
@@ -33,31 +33,6 @@ pub struct Request<'a> {
     /// The zone is `authenticated`: its proxy attaches the profile's credentials.
     pub authenticated: bool,
 }
-
-/// The variables that point a command at its proxy.
-pub const PROXY_VARS: &[&str] = &["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];
-pub const NO_PROXY_VARS: &[&str] = &["NO_PROXY", "no_proxy"];
-/// The variables that name a CA bundle, for the tools that read each. In a zone with
-/// network whose sandbox has a bundle, every one names it.
-pub const CA_VARS: &[&str] = &[
-    "SSL_CERT_FILE",
-    "CURL_CA_BUNDLE",
-    "GIT_SSL_CAINFO",
-    "REQUESTS_CA_BUNDLE",
-    "NODE_EXTRA_CA_CERTS",
-    "PIP_CERT",
-    "NIX_SSL_CERT_FILE",
-    "CARGO_HTTP_CAINFO",
-    "npm_config_cafile",
-    "NPM_CONFIG_CAFILE",
-];
-/// Where distributions keep their CA bundle, in the order they are tried.
-pub const SYSTEM_ROOTS: &[&str] = &[
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/ca-bundle.pem",
-    "/etc/ssl/cert.pem",
-];
 
 /// What a sandbox's CA bundle is made of: the distribution's bundle, then each file a CA
 /// variable of the host environment `env` names (a corporate CA, say), each once, when
@@ -137,14 +112,8 @@ pub fn resolve_own_paths(plan: &mut Plan) -> Result<(), String> {
 }
 
 fn link_refusal(p: &Path, link: &Path, profile: &str, w: &Path) -> String {
-    format!(
-        "{} is reached through the symbolic link {}, and profile '{}' lets the sandbox write {}, so it could replace the link and plant a configuration; make {} a real directory or narrow the profile",
-        p.display(),
-        link.display(),
-        profile,
-        w.display(),
-        link.display()
-    )
+    let (p, link, w) = (p.display(), link.display(), w.display());
+    format!("{p} is reached through the symbolic link {link}, and profile '{profile}' lets the sandbox write {w}, so it could replace the link and plant a configuration; make {link} a real directory or narrow the profile")
 }
 
 /// Whether `p` itself is a symbolic link (not following it).
@@ -245,13 +214,8 @@ fn own_dirs(
         }
         if !exists(p) {
             if let Some(w) = inside(p, write) {
-                return Err(format!(
-                    "{} does not exist and profile '{}' lets the sandbox write {}, so it could create it; create {} (an empty directory will do) or narrow the profile",
-                    p.display(),
-                    profile.name,
-                    w.display(),
-                    p.display()
-                ));
+                let (p, name, w) = (p.display(), &profile.name, w.display());
+                return Err(format!("{p} does not exist and profile '{name}' lets the sandbox write {w}, so it could create it; create {p} (an empty directory will do) or narrow the profile"));
             }
         }
     }
@@ -273,26 +237,16 @@ fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<
         .chain(ALWAYS_READ.iter().map(PathBuf::from))
         .map(|p| (p, ViewKind::Read))
         .chain(profile.write.iter().map(|p| (p.clone(), ViewKind::Write)));
+    let name = &profile.name;
     for (path, what) in trees {
+        let shown = path.display();
         if path.starts_with("/proc") {
-            return Err(format!(
-                "profile '{}' names {}, but every sandbox has a /proc of its own; remove it from the profile",
-                profile.name,
-                path.display()
-            ));
+            return Err(format!("profile '{name}' names {shown}, but every sandbox has a /proc of its own; remove it from the profile"));
         }
-        let id = ids.get(&path).ok_or_else(|| {
-            format!(
-                "{} could not be opened without following a symbolic link when the run started; make it a real directory or remove it from profile '{}'",
-                path.display(),
-                profile.name
-            )
-        })?;
-        view.push(ViewEntry {
-            path,
-            what,
-            id: Some(id),
-        });
+        let Some(id) = ids.get(&path) else {
+            return Err(format!("{shown} could not be opened without following a symbolic link when the run started; make it a real directory or remove it from profile '{name}'"));
+        };
+        view.push(ViewEntry::new(path, what, Some(id)));
     }
     // Masks: deny paths, wardcell's own directories, credential sources (never readable
     // in any sandbox, whatever the profile says), and host socket directories unless the
@@ -303,34 +257,22 @@ fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<
     let mask = masks(req, &denied);
     for path in &mask {
         if let Some(id) = ids.get(path) {
-            view.push(ViewEntry {
-                path: path.clone(),
-                what: ViewKind::Mask,
-                id: Some(id),
-            });
+            view.push(ViewEntry::new(path.clone(), ViewKind::Mask, Some(id)));
         }
     }
     // Unix sockets: the supervisor's (made by the broker where no sandbox reaches), and
     // those the profile names.
     if let Some(sock) = req.zone_socket {
-        view.push(ViewEntry {
-            path: sock.to_path_buf(),
-            what: ViewKind::Socket,
-            id: None,
-        });
+        view.push(ViewEntry::new(sock.to_path_buf(), ViewKind::Socket, None));
     }
     for sock in &profile.unix_sockets {
-        let id = ids.get(sock).ok_or_else(|| {
-            format!(
-                "the socket {} could not be opened when the run started",
-                sock.display()
-            )
-        })?;
-        view.push(ViewEntry {
-            path: sock.clone(),
-            what: ViewKind::Socket,
-            id: Some(id),
-        });
+        let Some(id) = ids.get(sock) else {
+            let sock = sock.display();
+            return Err(format!(
+                "the socket {sock} could not be opened when the run started"
+            ));
+        };
+        view.push(ViewEntry::new(sock.clone(), ViewKind::Socket, Some(id)));
     }
     // The client, at the path it was started from, in every sandbox: `wardcell zone ...`
     // works wherever it is installed (and says what does not work where it is).
@@ -340,18 +282,14 @@ fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<
         .as_ref()
         .and_then(|c| Some((c, ids.get(c)?)))
     {
-        view.push(ViewEntry {
-            path: client.clone(),
-            what: ViewKind::Read,
-            id: Some(id),
-        });
+        view.push(ViewEntry::new(client.clone(), ViewKind::Read, Some(id)));
     }
     for (link, target) in &profile.links {
-        view.push(ViewEntry {
-            path: link.clone(),
-            what: ViewKind::Link(target.clone()),
-            id: None,
-        });
+        view.push(ViewEntry::new(
+            link.clone(),
+            ViewKind::Link(target.clone()),
+            None,
+        ));
     }
     cwd_in(req, &view, &mask)?;
     Ok((view, denied))
@@ -364,19 +302,13 @@ fn cwd_in(req: &Request<'_>, view: &[ViewEntry], mask: &[PathBuf]) -> Result<(),
     let reachable = view
         .iter()
         .any(|e| matches!(e.what, ViewKind::Read | ViewKind::Write) && cwd.starts_with(&e.path));
+    let (name, shown) = (&profile.name, cwd.display());
     if !reachable {
-        return Err(format!(
-            "profile '{}' cannot reach the working directory {}; run from a directory it can read, or add this one to its read list",
-            profile.name,
-            cwd.display()
-        ));
+        return Err(format!("profile '{name}' cannot reach the working directory {shown}; run from a directory it can read, or add this one to its read list"));
     }
     if let Some(m) = inside(cwd, mask) {
-        return Err(format!(
-            "the working directory {} is inside {}, which is hidden from the sandbox; run from another directory",
-            cwd.display(),
-            m.display()
-        ));
+        let m = m.display();
+        return Err(format!("the working directory {shown} is inside {m}, which is hidden from the sandbox; run from another directory"));
     }
     Ok(())
 }

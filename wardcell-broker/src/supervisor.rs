@@ -72,19 +72,14 @@ impl Supervisor {
         let path = run.dir.join(format!("{name}.sock"));
         // sockaddr_un's path holds the terminating NUL too (108 bytes on Linux, 104 on macOS).
         let listener = Listener::bind(path, sys::SUN_PATH_LEN - 1, sys::wake_listener)?;
-        let s = Arc::new(Supervisor {
+        Ok(Arc::new(Supervisor {
             run,
             zone: zone.to_string(),
             chain,
             mark,
             listener,
             entering: Slot::default(),
-        });
-        Ok(s)
-    }
-
-    fn audit(&self, category: &str, event: &str, fields: Value) -> io::Result<()> {
-        self.run.record(category, event, fields)
+        }))
     }
 
     /// What the sandbox can cause as fast as it connects: written at a bounded rate, the
@@ -407,7 +402,7 @@ impl Supervisor {
                 "calling_zone": self.zone, "chain": chain, "target": target,
                 "command": argv, "exit_status": status, "ended": ended,
             });
-            let _ = self.audit("audit", "audit.completed", fields);
+            let _ = self.run.record("audit", "audit.completed", fields);
         };
         let mut sb = match started {
             Ok(sb) => sb,

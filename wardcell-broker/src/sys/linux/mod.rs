@@ -124,11 +124,7 @@ fn helper(cmd: &mut std::process::Command, control: Option<RawFd>) -> &mut std::
     // async-signal-safe calls (dup2, fcntl, prctl) on integers captured by value.
     unsafe {
         cmd.pre_exec(move || {
-            let placed = match control {
-                None => true,
-                Some(LAUNCH_FD) => libc::fcntl(LAUNCH_FD, libc::F_SETFD, 0) == 0,
-                Some(fd) => libc::dup2(fd, LAUNCH_FD) == LAUNCH_FD,
-            };
+            let placed = control.is_none_or(|fd| super::fds::place(fd, LAUNCH_FD));
             if !placed || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
