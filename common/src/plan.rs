@@ -374,6 +374,15 @@ pub struct Dirs {
     pub runtime: PathBuf,
 }
 
+impl Dirs {
+    /// Every one of wardcell's own directories: configuration, state, runtime.
+    pub fn all(&self) -> Vec<PathBuf> {
+        let mut all = self.config.clone();
+        all.extend([self.state.clone(), self.runtime.clone()]);
+        all
+    }
+}
+
 /// What the shim needs to build one sandbox and exec one command in it. Made by the
 /// broker from a [`ProfilePlan`]; the shim carries it out without decisions of its own.
 /// `Default` is the empty spec (a probe's, tests'); the broker names every field.

@@ -227,9 +227,7 @@ fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
     for p in plan.profiles() {
         paths.extend(p.paths().cloned());
     }
-    paths.extend(plan.dirs.config.iter().cloned());
-    paths.push(plan.dirs.state.clone());
-    paths.push(plan.dirs.runtime.clone());
+    paths.extend(plan.dirs.all());
     paths.extend(plan.credential_files());
     paths.extend(plan.client.iter().cloned());
     // The CA certificates the shim makes a bundle of, where they really are: only a
@@ -295,21 +293,14 @@ fn start_first(
         .start_profile()
         .ok_or_else(|| BrokerError::Launch("the plan has no zone to start in".into()))?;
     let log_started = || {
-        run.record(
-            "run",
-            "run.started",
-            json!({
-                "zone": zone,
-                "profile": profile.name,
-                "command": plan.command,
-                "cwd": plan.cwd,
-                "config": plan.source,
-                "overrides": (!plan.overrides.is_empty()).then_some(&plan.overrides),
-                "uid": nix::unistd::getuid().as_raw(),
-                // `wardcell doctor`'s trial run (`--plan`): `logs list` leaves it out.
-                "trial": writer.is_none(),
-            }),
-        )
+        let overrides = (!plan.overrides.is_empty()).then_some(&plan.overrides);
+        let uid = nix::unistd::getuid().as_raw();
+        // `trial`: `wardcell doctor`'s trial run (`--plan`), which `logs list` leaves out.
+        let fields = json!({
+            "zone": zone, "profile": profile.name, "command": plan.command, "cwd": plan.cwd,
+            "config": plan.source, "overrides": overrides, "uid": uid, "trial": writer.is_none(),
+        });
+        run.record("run", "run.started", fields)
     };
     let audit_failed = || run.audit.failure().map(BrokerError::Audit);
     let mut logged = false;
@@ -330,8 +321,13 @@ fn start_first(
     // In a zone, its supervisor: the chain is that zone alone.
     let supervise = |name: &str, mark: peer::Mark| -> io::Result<Arc<dyn sandbox::Served>> {
         let z = zone.unwrap_or_default();
-        let s = Supervisor::bind(run.clone(), name, z, vec![z.to_string()], mark)?;
-        Ok(s)
+        Ok(Supervisor::bind(
+            run.clone(),
+            name,
+            z,
+            vec![z.to_string()],
+            mark,
+        )?)
     };
     let started = sandbox::complete(
         run,
@@ -356,11 +352,8 @@ fn start_first(
         if !logged {
             let _ = log_started();
         }
-        let _ = run.record(
-            "run",
-            "run.finished",
-            json!({"exit_status": 1, "error": e.to_string()}),
-        );
+        let fields = json!({"exit_status": 1, "error": e.to_string()});
+        let _ = run.record("run", "run.finished", fields);
         audit_failed().unwrap_or(e)
     })
 }

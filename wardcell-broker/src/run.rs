@@ -148,20 +148,13 @@ impl Run {
     /// on the host (once each). Returns everything found so far, for the run's end.
     pub fn check_git(&self, sandbox: &str) -> Vec<String> {
         let mut found = self.git_found.lock().unwrap_or_else(|p| p.into_inner());
-        if self.git_watch.is_some() {
-            let new: Vec<String> = self
-                .git_now()
-                .into_iter()
-                .filter(|l| !found.contains(l))
-                .collect();
-            if !new.is_empty() {
-                let _ = self.record(
-                    "sandbox",
-                    "sandbox.git_changed",
-                    serde_json::json!({"sandbox": sandbox, "paths": new}),
-                );
-                found.extend(new);
-            }
+        // (Nothing when the repository is not watched.)
+        let mut new = self.git_now();
+        new.retain(|l| !found.contains(l));
+        if !new.is_empty() {
+            let fields = serde_json::json!({"sandbox": sandbox, "paths": new});
+            let _ = self.record("sandbox", "sandbox.git_changed", fields);
+            found.extend(new);
         }
         found.clone()
     }

@@ -204,10 +204,7 @@ fn own_dirs(
 ) -> Result<Vec<PathBuf>, String> {
     let profile = req.profile;
     let write = &profile.write;
-    let dirs = &req.plan.dirs;
-    let mut own: Vec<PathBuf> = dirs.config.clone();
-    own.push(dirs.state.clone());
-    own.push(dirs.runtime.clone());
+    let own = req.plan.dirs.all();
     for p in &own {
         if let Some((link, w)) = symlink_in_writable_tree(p, write, &is_symlink) {
             return Err(link_refusal(p, &link, &profile.name, &w));
