@@ -58,12 +58,13 @@ impl Plan {
     pub fn start_profile(&self) -> Option<(Option<&str>, &ProfilePlan)> {
         match &self.start {
             Start::Profile(p) => Some((None, p)),
-            Start::Zone(name) => self
-                .zones
-                .iter()
-                .find(|z| &z.name == name)
-                .map(|z| (Some(z.name.as_str()), &z.profile)),
+            Start::Zone(name) => self.zone(name).map(|z| (Some(z.name.as_str()), &z.profile)),
         }
+    }
+
+    /// The zone called `name`.
+    pub fn zone(&self, name: &str) -> Option<&ZonePlan> {
+        self.zones.iter().find(|z| z.name == name)
     }
 
     /// Every profile a sandbox of this run may be built from: each zone's, and the one

@@ -273,9 +273,45 @@ fn run_first_sandbox(
 ) -> Result<i32, BrokerError> {
     let (mut sb, signals) = start_first(run, spawned, &terminal, writer, ignored)?;
     run.set_first(&sb.running);
-    // 6. Relay to the end (or the time limit's).
-    let ended = relay_first(run, &mut sb, &signals, terminal, writer);
-    finish_first(run, sb, ended)
+    // 6. Relay to the end (or the time limit's): signals forwarded, its pty relayed to
+    //    the caller's terminal, its confinement audited (and a kernel that lacks a part
+    //    of it said once), a bad report audited.
+    let std = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    let watch = relay::Watch {
+        signals: Some(&signals),
+        reap: writer,
+        pty: terminal.relay(&std, sys::copy_winsize),
+        caller: None,
+        deadline: sb.deadline(),
+    };
+    let ended = sb.wait(run, watch, None, true);
+    // The run's end: the first sandbox retired, what it ended with audited, entered
+    //    sandboxes ended, the repository's new code and the refusals said on stderr, and
+    //    the run's status.
+    sb.retire_first();
+    let (code, message) = sb.ended(run, &ended);
+    run.end_entries();
+    for line in run.check_git(&sb.name) {
+        wardcell_common::eprintln_line!("{}", messages::git_code_appeared(&line, &run.plan.cwd));
+    }
+    if let Some(line) = run.refusals() {
+        wardcell_common::eprintln_line!("{line}");
+    }
+    let fields = json!({"exit_status": code, "error": message});
+    let _ = run.record("run", "run.finished", fields);
+    if let Some(e) = run.audit.failure().map(BrokerError::Audit) {
+        return Err(e);
+    }
+    match (ended.outcome, message) {
+        (Outcome::SetupFailed { .. } | Outcome::ChildFailed(_), Some(m)) => {
+            Err(BrokerError::Refused(m))
+        }
+        (_, Some(m)) => {
+            wardcell_common::eprintln_line!("error: {}", shown(&m));
+            Ok(code)
+        }
+        (_, None) => Ok(code),
+    }
 }
 
 /// Steps 4 and 5 of a run: the first sandbox completed (supervisor, spec, handover);
@@ -321,13 +357,8 @@ fn start_first(
     // In a zone, its supervisor: the chain is that zone alone.
     let supervise = |name: &str, mark: peer::Mark| -> io::Result<Arc<dyn sandbox::Served>> {
         let z = zone.unwrap_or_default();
-        Ok(Supervisor::bind(
-            run.clone(),
-            name,
-            z,
-            vec![z.to_string()],
-            mark,
-        )?)
+        let chain = vec![z.to_string()];
+        Ok(Supervisor::bind(run.clone(), name, z, chain, mark)?)
     };
     let started = sandbox::complete(
         run,
@@ -343,7 +374,7 @@ fn start_first(
             ignored,
             pty: terminal.has_pty(),
             authenticated: zone
-                .and_then(|z| plan.zones.iter().find(|p| p.name == z))
+                .and_then(|z| plan.zone(z))
                 .is_some_and(|z| z.authenticated),
         },
         before_proceed,
@@ -356,66 +387,6 @@ fn start_first(
         let _ = run.record("run", "run.finished", fields);
         audit_failed().unwrap_or(e)
     })
-}
-
-/// The first sandbox, waited for: signals forwarded, its pty relayed to the caller's
-/// terminal, its confinement audited (and a kernel that lacks a part of it said once),
-/// a bad report audited.
-fn relay_first(
-    run: &Run,
-    sb: &mut sandbox::Sandbox,
-    signals: &sys::Signals,
-    terminal: Terminal,
-    writer: Option<Pid>,
-) -> relay::Ended {
-    let std = (std::io::stdin(), std::io::stdout(), std::io::stderr());
-    let pty = terminal.relay(&std, sys::copy_winsize);
-    let watch = relay::Watch {
-        signals: Some(signals),
-        reap: writer,
-        pty,
-        caller: None,
-        deadline: sb.deadline(),
-    };
-    sb.wait(run, watch, None, true)
-}
-
-/// The run's end: the first sandbox retired, what it ended with audited, entered
-/// sandboxes ended, the repository's new code and the refusals said on stderr, and the
-/// run's status.
-fn finish_first(
-    run: &Run,
-    mut sb: sandbox::Sandbox,
-    ended: relay::Ended,
-) -> Result<i32, BrokerError> {
-    let name = sb.name.clone();
-    sb.retire_first();
-    let (code, message) = sb.ended(run, &ended);
-    run.end_entries();
-    for line in run.check_git(&name) {
-        wardcell_common::eprintln_line!("{}", messages::git_code_appeared(&line, &run.plan.cwd));
-    }
-    if let Some(line) = run.refusals() {
-        wardcell_common::eprintln_line!("{line}");
-    }
-    let _ = run.record(
-        "run",
-        "run.finished",
-        json!({"exit_status": code, "error": message}),
-    );
-    if let Some(e) = run.audit.failure().map(BrokerError::Audit) {
-        return Err(e);
-    }
-    match (ended.outcome, message) {
-        (Outcome::SetupFailed { .. } | Outcome::ChildFailed(_), Some(m)) => {
-            Err(BrokerError::Refused(m))
-        }
-        (_, Some(m)) => {
-            wardcell_common::eprintln_line!("error: {}", shown(&m));
-            Ok(code)
-        }
-        (_, None) => Ok(code),
-    }
 }
 
 #[cfg(test)]

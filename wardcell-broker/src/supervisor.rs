@@ -17,7 +17,7 @@
 //! that is not written is refused.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use wardcell_common::auditlog::Rate;
+use wardcell_common::auditlog::{Rate, COUNTED_PER_SECOND};
 use wardcell_common::envrules;
 use wardcell_common::plan::ZonePlan;
 use wardcell_common::protocol::{self, ZoneEntry, ZoneRequest, ZoneResponse};
@@ -34,7 +34,7 @@ use wardcell_common::why::Rules;
 use crate::approval;
 use crate::chain;
 use crate::peer::{self, Peer};
-use crate::relay::{self, Outcome};
+use crate::relay;
 use crate::run::{Entry, Run};
 use crate::sandbox;
 use crate::session::{Event, Session};
@@ -148,63 +148,42 @@ impl Supervisor {
             return self.closed(&peer, &why);
         }
         // 3. Answer.
-        match request {
+        let (target, argv, env, closed) = match request {
             ZoneRequest::List => {
-                let zones = chain::enterable(&self.run.plan.zones, &self.chain)
-                    .into_iter()
+                let zones = chain::enterable(&self.run.plan.zones, &self.chain).into_iter();
+                let zones = zones
                     .map(|z| ZoneEntry {
                         name: z.name.clone(),
                         description: z.description.clone(),
                     })
                     .collect();
-                let _ = protocol::write_frame(
-                    &mut conn,
-                    &ZoneResponse::Zones {
-                        current: self.zone.clone(),
-                        zones,
-                    },
-                );
+                let current = self.zone.clone();
+                let _ = protocol::write_frame(&mut conn, &ZoneResponse::Zones { current, zones });
+                return;
             }
-            ZoneRequest::Why => self.why(&mut conn, &peer),
+            ZoneRequest::Why => return self.why(&mut conn, &peer),
             ZoneRequest::Enter {
                 zone,
                 argv,
                 env,
                 closed,
-            } => {
-                if closed > 0b111 {
-                    return self.closed(
-                        &peer,
-                        &format!("closed is {closed}, not a set of fds 0 to 2"),
-                    );
-                }
-                let _ = conn.set_read_timeout(Some(
-                    deadline
-                        .saturating_duration_since(Instant::now())
-                        .max(Duration::from_millis(1)),
-                ));
-                let fds = match recv_fds(conn.as_raw_fd(), 3 - closed.count_ones() as usize) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        return self.closed(&peer, &late(&e, "descriptors", REQUEST_DEADLINE))
-                    }
-                };
-                // Those the caller has closed stay closed in the command (None).
-                let mut fds = fds.into_iter();
-                let fds =
-                    [0, 1, 2].map(|fd| (closed & (1 << fd) == 0).then(|| fds.next()).flatten());
-                let _ = conn.set_read_timeout(None);
-                if let Err(why) = session.on(Event::Descriptors) {
-                    return self.closed(&peer, &why);
-                }
-                let asked = Asked {
-                    peer: &peer,
-                    target: &zone,
-                    argv: &argv,
-                };
-                self.enter(&mut conn, &mut session, asked, env, fds);
-            }
+            } => (zone, argv, env, closed),
+        };
+        let stdio = match recv_stdio(&conn, closed, deadline) {
+            Ok(stdio) => stdio,
+            Err(why) => return self.closed(&peer, &why),
+        };
+        if let Err(why) = session.on(Event::Descriptors) {
+            return self.closed(&peer, &why);
         }
+        let asked = Asked {
+            peer: &peer,
+            target,
+            argv,
+            env,
+            stdio,
+        };
+        self.enter(&mut conn, &mut session, asked);
     }
 
     /// `zone why`: the rules of this sandbox's zone and of each it may enter.
@@ -212,7 +191,7 @@ impl Supervisor {
         let plan = &self.run.plan;
         let sockets = envrules::host_socket_dirs(&self.run.host_env);
         let rules = |z: &ZonePlan| Rules::of(plan, &z.profile, Some(&z.name), &sockets);
-        let Some(current) = plan.zones.iter().find(|z| z.name == self.zone) else {
+        let Some(current) = plan.zone(&self.zone) else {
             return self.closed(peer, "its zone is not in the plan");
         };
         let enterable = chain::enterable(&plan.zones, &self.chain);
@@ -223,15 +202,8 @@ impl Supervisor {
         let _ = protocol::write_frame(conn, &answer);
     }
 
-    fn enter(
-        &self,
-        conn: &mut UnixStream,
-        session: &mut Session,
-        asked: Asked<'_>,
-        env: Vec<(String, String)>,
-        stdio: [Option<OwnedFd>; 3],
-    ) {
-        match self.admit(conn, &asked, &stdio) {
+    fn enter(&self, conn: &mut UnixStream, session: &mut Session, asked: Asked<'_>) {
+        match self.admit(conn, &asked) {
             // Every guard of the refused entry is dropped by now: the caller's next
             // request is not refused as busy.
             Err(message) => {
@@ -240,7 +212,7 @@ impl Supervisor {
             }
             Ok(admitted) => {
                 self.step(session, Event::Admitted);
-                self.run_entered(conn, session, &asked, admitted, env, stdio)
+                self.run_entered(conn, session, asked, admitted)
             }
         }
     }
@@ -255,18 +227,13 @@ impl Supervisor {
 
     /// Steps a to e of an entry: every check, each refusal audited, and the decision
     /// written before anything starts. `Err` is the refusal's message for the caller.
-    fn admit<'s>(
-        &'s self,
-        conn: &UnixStream,
-        asked: &Asked<'_>,
-        stdio: &[Option<OwnedFd>; 3],
-    ) -> Result<Admitted<'s>, String> {
+    fn admit<'s>(&'s self, conn: &UnixStream, asked: &Asked<'_>) -> Result<Admitted<'s>, String> {
         let deny = |reason: &str, plugin: Option<&approval::Answer>| {
             let fields = asked.decision(self, "denied", reason, plugin);
             let _ = self.counted("audit", "audit.decision", fields);
         };
         // a. Only descriptors a command may be given as its stdio.
-        for (name, fd) in ["stdin", "stdout", "stderr"].into_iter().zip(stdio) {
+        for (name, fd) in ["stdin", "stdout", "stderr"].into_iter().zip(&asked.stdio) {
             if let Some(what) = fd.as_ref().and_then(|fd| unfit_stdio(fd.as_fd())) {
                 let reason = format!("{name} is {what}: `wardcell zone enter` passes on only pipes, sockets, character devices and regular files");
                 deny(&reason, None);
@@ -280,27 +247,19 @@ impl Supervisor {
             return Err(format!("{reason}; wait for it to finish, then try again"));
         };
         // c. The chain check. From here on, the zone it returns is the one used.
-        let zone = chain::may_enter(&self.run.plan.zones, &self.chain, asked.target).map_err(
-            |denied| {
-                deny(denied.reason(), None);
-                denied.message()
-            },
-        )?;
+        let zone = chain::may_enter(&self.run.plan.zones, &self.chain, &asked.target);
+        let zone = zone.map_err(|denied| {
+            deny(denied.reason(), None);
+            denied.message()
+        })?;
         // d. Approval, if the zone asks for it (the plugin is ended by the run's end
         //    until its decision is audited: `_plugin` is dropped last).
-        let (answer, _plugin) = match zone.requires_approval {
-            true => {
-                let (a, p) = self.approve(conn, asked, zone);
-                (Some(a), p)
-            }
-            false => (None, None),
-        };
+        let approve = || self.approve(conn, asked, zone);
+        let (answer, _plugin) = zone.requires_approval.then(approve).unzip();
         if let Some(a) = answer.as_ref().filter(|a| !a.approved) {
             deny(&a.reason, Some(a));
-            return Err(format!(
-                "entering zone '{}' was not approved: {}",
-                zone.name, a.reason
-            ));
+            let (name, reason) = (&zone.name, &a.reason);
+            return Err(format!("entering zone '{name}' was not approved: {reason}"));
         }
         // e. The decision, written before anything starts, for an entry the run's end
         //    will wait for: one allowed always has its completion written. An entry past
@@ -318,7 +277,7 @@ impl Supervisor {
         {
             Ok(true) => Ok(Admitted { zone, slot, entry }),
             Err(e) => Err(format!("the audit log cannot be written ({e}), so the entry is refused; `wardcell doctor` shows where the log lives")),
-            Ok(false) => Err(format!("this sandbox entered zones faster than the {} a second the audit log records one by one, so the entry is refused; try again in a moment", wardcell_common::auditlog::COUNTED_PER_SECOND)),
+            Ok(false) => Err(format!("this sandbox entered zones faster than the {COUNTED_PER_SECOND} a second the audit log records one by one, so the entry is refused; try again in a moment")),
         }
     }
 
@@ -337,7 +296,7 @@ impl Supervisor {
             calling_zone: &self.zone,
             chain: &self.chain,
             target: zone,
-            command: asked.argv,
+            command: &asked.argv,
             cwd: asked.peer.cwd(),
         };
         let request = approval::request(plan, &entry);
@@ -349,10 +308,8 @@ impl Supervisor {
             Err(refusal) => return (refusal, Some(held)),
         };
         self.run.attach(&held, plugin.process());
-        let answer = plugin.answer(
-            zone.approval_timeout_secs.map(Duration::from_secs),
-            conn.as_fd(),
-        );
+        let timeout = zone.approval_timeout_secs.map(Duration::from_secs);
+        let answer = plugin.answer(timeout, conn.as_fd());
         if self.run.is_ending() {
             let ended = "the run ended before the approval plugin answered; the plugin was ended";
             return (approval::Answer::refusal(ended), Some(held));
@@ -361,43 +318,55 @@ impl Supervisor {
     }
 
     /// Steps f and g: a brand-new sandbox with the caller's stdio and working directory,
-    /// waited for (ended if the caller goes away), its status relayed and its completion
-    /// audited.
+    /// waited for (ended if the caller goes away or its time is up; its confinement, a bad
+    /// report and the limits it reached audited, its repository checked), its status
+    /// relayed and its completion audited.
     fn run_entered(
         &self,
         conn: &mut UnixStream,
         session: &mut Session,
-        asked: &Asked<'_>,
+        asked: Asked<'_>,
         admitted: Admitted<'_>,
-        env: Vec<(String, String)>,
-        stdio: [Option<OwnedFd>; 3],
     ) {
         let Admitted { zone, slot, entry } = admitted;
+        let Asked {
+            peer,
+            argv,
+            env,
+            stdio,
+            ..
+        } = asked;
         let target = zone.name.as_str();
-        let argv = asked.argv;
         let mut chain = self.chain.clone();
         chain.push(target.to_string());
-        let raw: [RawFd; 3] = [0, 1, 2].map(|i| stdio[i].as_ref().map_or(-1, |f| f.as_raw_fd()));
+        let supervise = |name: &str, mark: peer::Mark| -> io::Result<Arc<dyn sandbox::Served>> {
+            Ok(Supervisor::bind(
+                self.run.clone(),
+                name,
+                target,
+                chain.clone(),
+                mark,
+            )?)
+        };
         let started = sandbox::start(
             &self.run,
             sandbox::Request {
                 profile: &zone.profile,
                 zone: Some(target),
-                supervise: Some(&|name: &str, mark: peer::Mark| {
-                    let s = Supervisor::bind(self.run.clone(), name, target, chain.clone(), mark)?;
-                    Ok(s as Arc<dyn sandbox::Served>)
-                }),
-                argv,
-                cwd: PathBuf::from(asked.peer.cwd()),
+                supervise: Some(&supervise),
+                argv: &argv,
+                cwd: PathBuf::from(peer.cwd()),
                 env,
-                stdio: raw,
-                ignored: asked.peer.ignored(),
+                stdio: stdio
+                    .each_ref()
+                    .map(|f| f.as_ref().map_or(-1, |f| f.as_raw_fd())),
+                ignored: peer.ignored(),
                 pty: false,
                 authenticated: zone.authenticated,
             },
         );
         drop(stdio);
-        let completed = |status: Value, ended: &str| {
+        let completed = |status: Option<i32>, ended: &str| {
             let fields = json!({
                 "calling_zone": self.zone, "chain": chain, "target": target,
                 "command": argv, "exit_status": status, "ended": ended,
@@ -408,7 +377,7 @@ impl Supervisor {
             Ok(sb) => sb,
             Err(e) => {
                 let message = e.to_string();
-                completed(Value::Null, &format!("not started: {message}"));
+                completed(None, &format!("not started: {message}"));
                 drop((entry, slot));
                 self.step(session, Event::StartFailed);
                 let _ = protocol::write_frame(conn, &ZoneResponse::Failed { message, code: 1 });
@@ -418,51 +387,6 @@ impl Supervisor {
         self.run.attach(&entry, sb.running.process.watch());
         self.step(session, Event::Started);
         let _ = protocol::write_frame(conn, &ZoneResponse::Started);
-        let (ended, described) = self.wait_entered(conn, &mut sb, target);
-        // What the caller sent while its sandbox ran (readable: gone) is fatal to the
-        // connection: the sandbox was ended, and the connection closes without a reply.
-        let spoke = ended.caller_gone && session.on(Event::Spoke).is_err();
-        if spoke || self.run.is_ending() {
-            let how = if ended.caller_gone {
-                "the caller went away; the command's sandbox was ended"
-            } else {
-                "the run ended; the command's sandbox was ended"
-            };
-            completed(Value::Null, how);
-            return;
-        }
-        self.step(session, Event::Ended);
-        let response = match described {
-            (code, None) => ZoneResponse::Exited { code },
-            (code, Some(message)) => ZoneResponse::Failed { message, code },
-        };
-        let status = match &ended.outcome {
-            Outcome::Finished(code) => json!(code),
-            _ => Value::Null,
-        };
-        let how = match &response {
-            ZoneResponse::Failed { message, .. } => format!("failed: {message}"),
-            _ => "exited".to_string(),
-        };
-        completed(status, &how);
-        // Released before the caller is answered, so that its next request is not
-        // refused as busy.
-        drop((entry, slot));
-        let _ = protocol::write_frame(conn, &response);
-        // The caller has its answer; now collect the shim.
-        sb.running.reap();
-    }
-
-    /// Wait for an entered sandbox, ending it if the caller goes away or its time is up;
-    /// its confinement, a bad report and the limits it reached audited, its repository
-    /// checked. Returns how it ended, and its exit status and error line for the caller.
-    fn wait_entered(
-        &self,
-        conn: &UnixStream,
-        sb: &mut sandbox::Sandbox,
-        target: &str,
-    ) -> (relay::Ended, (i32, Option<String>)) {
-        let sb_name = sb.name.clone();
         let watch = relay::Watch {
             caller: Some(conn.as_fd()),
             deadline: sb.deadline(),
@@ -470,9 +394,51 @@ impl Supervisor {
         };
         let ended = sb.wait(&self.run, watch, Some(target), false);
         sb.retire();
-        let described = sb.ended(&self.run, &ended);
-        self.run.check_git(&sb_name);
-        (ended, described)
+        let (code, message) = sb.ended(&self.run, &ended);
+        self.run.check_git(&sb.name);
+        // What the caller sent while its sandbox ran (readable: gone) is fatal to the
+        // connection: the sandbox was ended, and the connection closes without a reply.
+        let spoke = ended.caller_gone && session.on(Event::Spoke).is_err();
+        if spoke || self.run.is_ending() {
+            let how = match ended.caller_gone {
+                true => "the caller went away; the command's sandbox was ended",
+                false => "the run ended; the command's sandbox was ended",
+            };
+            return completed(None, how);
+        }
+        self.step(session, Event::Ended);
+        let how = match &message {
+            Some(m) => format!("failed: {m}"),
+            None => "exited".to_string(),
+        };
+        completed(ended.outcome.finished(), &how);
+        // Released before the caller is answered, so that its next request is not
+        // refused as busy.
+        drop((entry, slot));
+        let response = match message {
+            None => ZoneResponse::Exited { code },
+            Some(message) => ZoneResponse::Failed { message, code },
+        };
+        let _ = protocol::write_frame(conn, &response);
+        // The caller has its answer; now collect the shim.
+        sb.running.reap();
+    }
+
+    /// The fifth connection: told why, closed, and audited (a verified peer's; anyone
+    /// else's is refused without a word, as always).
+    fn refuse_busy(&self, mut conn: UnixStream) {
+        let _ = conn.set_write_timeout(Some(Duration::from_millis(200)));
+        let Some(peer) = self.verified(&conn) else {
+            return;
+        };
+        // Then `Hello` and `Refused`, nothing read (PROTOCOL 6.3).
+        self.step(&mut Session::new(true), Event::PeerVerified);
+        let reason =
+            format!("this sandbox's supervisor already serves {MAX_CONNECTIONS} connections");
+        let message = format!("{reason}; try again when one has finished");
+        let _ = protocol::send_hello(&mut conn);
+        let _ = protocol::write_frame(&mut conn, &ZoneResponse::Refused { message });
+        self.closed(&peer, &reason);
     }
 }
 
@@ -504,11 +470,34 @@ impl sandbox::Served for Supervisor {
     }
 }
 
-/// What a caller asked to enter, as the audit log records it.
+/// An entry's stdio, its descriptors received before `deadline`; those the caller has
+/// closed (bits 0 to 2 of `closed`) stay closed in the command (None). `Err` says why
+/// the connection closes.
+fn recv_stdio(
+    conn: &UnixStream,
+    closed: u8,
+    deadline: Instant,
+) -> Result<[Option<OwnedFd>; 3], String> {
+    if closed > 0b111 {
+        return Err(format!("closed is {closed}, not a set of fds 0 to 2"));
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    let _ = conn.set_read_timeout(Some(left.max(Duration::from_millis(1))));
+    let fds = recv_fds(conn.as_raw_fd(), 3 - closed.count_ones() as usize);
+    let _ = conn.set_read_timeout(None);
+    let mut fds = fds
+        .map_err(|e| late(&e, "descriptors", REQUEST_DEADLINE))?
+        .into_iter();
+    Ok([0, 1, 2].map(|fd| (closed & (1 << fd) == 0).then(|| fds.next()).flatten()))
+}
+
+/// What a caller asked: to enter `target` with `argv`, its environment and its stdio.
 struct Asked<'a> {
     peer: &'a Peer,
-    target: &'a str,
-    argv: &'a [String],
+    target: String,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    stdio: [Option<OwnedFd>; 3],
 }
 
 impl Asked<'_> {
@@ -520,16 +509,11 @@ impl Asked<'_> {
         reason: &str,
         plugin: Option<&approval::Answer>,
     ) -> Value {
+        let (cwd, pid) = (self.peer.cwd(), self.peer.pid());
         json!({
-            "calling_zone": sup.zone,
-            "chain": sup.chain,
-            "target": self.target,
-            "command": self.argv,
-            "cwd": self.peer.cwd(),
-            "pid": self.peer.pid(),
-            "decision": decision,
-            "reason": reason,
-            "approval": plugin.map(approval::Answer::to_json),
+            "calling_zone": sup.zone, "chain": sup.chain, "target": self.target,
+            "command": self.argv, "cwd": cwd, "pid": pid, "decision": decision,
+            "reason": reason, "approval": plugin.map(approval::Answer::to_json),
         })
     }
 }
@@ -540,27 +524,4 @@ struct Admitted<'s> {
     zone: &'s ZonePlan,
     slot: Held<'s>,
     entry: Entry<'s>,
-}
-
-impl Supervisor {
-    /// The fifth connection: told why, closed, and audited (a verified peer's; anyone
-    /// else's is refused without a word, as always).
-    fn refuse_busy(&self, mut conn: UnixStream) {
-        let _ = conn.set_write_timeout(Some(Duration::from_millis(200)));
-        let Some(peer) = self.verified(&conn) else {
-            return;
-        };
-        // Then `Hello` and `Refused`, nothing read (PROTOCOL 6.3).
-        self.step(&mut Session::new(true), Event::PeerVerified);
-        let reason =
-            format!("this sandbox's supervisor already serves {MAX_CONNECTIONS} connections");
-        let _ = protocol::send_hello(&mut conn);
-        let _ = protocol::write_frame(
-            &mut conn,
-            &ZoneResponse::Refused {
-                message: format!("{reason}; try again when one has finished"),
-            },
-        );
-        self.closed(&peer, &reason);
-    }
 }
