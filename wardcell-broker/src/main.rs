@@ -62,6 +62,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use serde_json::json;
 
+use wardcell_common::identity::Identity;
 use wardcell_common::paths;
 use wardcell_common::plan::Plan;
 use wardcell_common::protocol::{self, Launch};
@@ -94,13 +95,10 @@ fn main() {
         ))),
         Err(e) => fail(e),
     };
-    let code = match run(writer) {
-        Ok(code) => code,
-        Err(e) => {
-            wardcell_common::eprintln_line!("error: {}", shown(&e.to_string()));
-            1
-        }
-    };
+    let code = run(writer).unwrap_or_else(|e| {
+        wardcell_common::eprintln_line!("error: {}", shown(&e.to_string()));
+        1
+    });
     if let Some(writer) = writer {
         // Long gone by now; never wait on it.
         let _ = waitpid(writer, Some(WaitPidFlag::WNOHANG));
@@ -188,7 +186,7 @@ fn take_and_prepare(
     launch::trace_plan(&mut plan, writer);
     // The environment `wardcell run` started in, read once for the whole run.
     let host_env = wardcell_common::envrules::text_vars();
-    let (run_id, run_dir, audit) = prepare_run(&mut plan, &run_id, &host_env).map_err(Some)?;
+    let (run_dir, audit) = prepare_run(&mut plan, &run_id, &host_env).map_err(Some)?;
     Ok(Run::new(plan, run_id, run_dir, shim, audit, host_env))
 }
 
@@ -204,14 +202,13 @@ fn prepare_run(
     plan: &mut Plan,
     run_id: &str,
     host_env: &[(String, String)],
-) -> Result<(String, PathBuf, AuditLog), BrokerError> {
-    let run_id = run_id.to_string();
+) -> Result<(PathBuf, AuditLog), BrokerError> {
     rundir::prepare_own_dirs(plan)?;
     spec::resolve_own_paths(plan).map_err(BrokerError::Refused)?;
     record_identities(plan, host_env);
-    let run_dir = rundir::make_run_dir(&plan.dirs.runtime, &run_id)?;
-    let audit = rundir::open_log(plan, &run_id, &run_dir)?;
-    Ok((run_id, run_dir, audit))
+    let run_dir = rundir::make_run_dir(&plan.dirs.runtime, run_id)?;
+    let audit = rundir::open_log(plan, run_id, &run_dir)?;
+    Ok((run_dir, audit))
 }
 
 /// What every path the plan names is now, before any sandbox of this run exists (one
@@ -240,12 +237,8 @@ fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
         );
     }
     for path in paths {
-        match fs::symlink_metadata(&path) {
-            Ok(m) if !m.file_type().is_symlink() => {
-                plan.identities
-                    .insert(path, wardcell_common::identity::Identity::of(&m));
-            }
-            _ => {}
+        if let Some(m) = fs::symlink_metadata(&path).ok().filter(|m| !m.is_symlink()) {
+            plan.identities.insert(path, Identity::of(&m));
         }
     }
 }

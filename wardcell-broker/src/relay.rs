@@ -18,13 +18,6 @@ pub struct Running {
     pub control: UnixStream,
 }
 
-impl Running {
-    /// Wait for the shim to be gone (after [`wait`] returned early on its report).
-    pub fn reap(&mut self) {
-        let _ = self.process.wait();
-    }
-}
-
 pub use wardcell_host::messages::Outcome;
 
 /// How the wait ended.

@@ -13,6 +13,7 @@ use wardcell_common::gitguard;
 use wardcell_common::plan::Plan;
 
 use wardcell_host::entries::Entries;
+use wardcell_host::process::Watched;
 
 use crate::relay::Running;
 use crate::sys;

@@ -248,7 +248,10 @@ pub fn complete<T>(
     protocol::send_hello(control)?;
     protocol::expect_hello(control).map_err(|e| match e {
         // The child died before exec: its exit status says at which step.
-        protocol::FrameError::Closed => BrokerError::Sandbox(child_failure(&mut running)),
+        protocol::FrameError::Closed => {
+            let status = running.process.wait();
+            BrokerError::Sandbox(messages::shim_failed(status, sys::spawn::failed_step))
+        }
         other => BrokerError::Shim(other),
     })?;
     let control = &mut running.control;
@@ -294,8 +297,4 @@ pub fn complete<T>(
         limits,
     };
     Ok((sandbox, made))
-}
-
-fn child_failure(running: &mut Running) -> String {
-    messages::shim_failed(running.process.wait(), sys::spawn::failed_step)
 }

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use wardcell_common::envrules::{self, CA_VARS, NO_PROXY_VARS, PROXY_VARS, SYSTEM_ROOTS};
+use wardcell_common::identity::Identity;
 use wardcell_common::plan::{
     Plan, ProfilePlan, SandboxSpec, ViewEntry, ViewKind, SANDBOX_CA_BUNDLE, SANDBOX_PROXY_PORT,
 };
@@ -148,9 +149,10 @@ pub fn build_with(
     let intercept = network && req.authenticated && !profile.credentials.is_empty();
     // A CA bundle where the proxy intercepts, or where the host names CA files of its
     // own (a corporate CA): read by the shim only as recorded at the start.
-    let named_ca = CA_VARS
+    let named_ca = req
+        .host_env
         .iter()
-        .any(|k| req.host_env.iter().any(|(n, _)| n == k));
+        .any(|(n, _)| CA_VARS.contains(&n.as_str()));
     let ca_files: Vec<_> = if intercept || (network && named_ca) {
         ca_files(req.host_env, exists)
             .into_iter()
@@ -166,15 +168,12 @@ pub fn build_with(
     }
     // Transparent egress: a listener per allowed port, each reachable only because every
     // address is the proxy's inside (PROTOCOL.md, "Transparent egress").
-    let egress_ports = if network {
-        wardcell_common::plan::egress_ports(&profile.network.entries())?
-    } else {
-        Vec::new()
+    let egress_ports = match network {
+        true => wardcell_common::plan::egress_ports(&profile.network.entries())?,
+        false => Vec::new(),
     };
-    let mut tcp_connect = egress_ports.clone();
-    if network {
-        tcp_connect.insert(0, SANDBOX_PROXY_PORT);
-    }
+    let proxy_port = network.then_some(SANDBOX_PROXY_PORT);
+    let tcp_connect = proxy_port.into_iter().chain(egress_ports.clone()).collect();
     Ok(SandboxSpec {
         argv: req.argv.to_vec(),
         env,
@@ -182,7 +181,7 @@ pub fn build_with(
         view,
         tcp_connect,
         controlling_tty: req.pty,
-        proxy_port: network.then_some(SANDBOX_PROXY_PORT),
+        proxy_port,
         egress_ports,
         ca_files,
         denied,
@@ -273,12 +272,7 @@ fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<
     }
     // The client, at the path it was started from, in every sandbox: `wardcell zone ...`
     // works wherever it is installed (and says what does not work where it is).
-    if let Some((client, id)) = req
-        .plan
-        .client
-        .as_ref()
-        .and_then(|c| Some((c, ids.get(c)?)))
-    {
+    if let Some((client, id)) = client(req) {
         view.push(ViewEntry::new(client.clone(), ViewKind::Read, Some(id)));
     }
     for (link, target) in &profile.links {
@@ -290,6 +284,12 @@ fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<
     }
     cwd_in(req, &view, &mask)?;
     Ok((view, denied))
+}
+
+/// The client, and what it was when the run started.
+fn client<'r>(req: &Request<'r>) -> Option<(&'r PathBuf, Identity)> {
+    let client = req.plan.client.as_ref()?;
+    Some((client, req.plan.identities.get(client)?))
 }
 
 /// The working directory must be in the view and not hidden.
@@ -349,17 +349,9 @@ fn env_of(req: &Request<'_>, intercept: bool, bundle: bool) -> Vec<(String, Stri
         })
         .cloned();
     env.extend(agent);
-    let ids = &req.plan.identities;
-    if let Some((client, me)) = req
-        .plan
-        .client
-        .as_ref()
-        .and_then(|c| Some((c, ids.get(c)?)))
-    {
+    if let Some((client, me)) = client(req) {
         envrules::client_on_path(&mut env, client, |c| {
-            std::fs::metadata(c)
-                .ok()
-                .map(|m| wardcell_common::identity::Identity::of(&m) == me)
+            std::fs::metadata(c).ok().map(|m| Identity::of(&m) == me)
         });
         envrules::sandbox_tools_first(&mut env, client, Path::is_dir);
     }
@@ -377,28 +369,24 @@ fn env_of(req: &Request<'_>, intercept: bool, bundle: bool) -> Vec<(String, Stri
         env.retain(|(k, _)| !placeholders.iter().any(|(p, _)| p == k));
         env.extend(placeholders);
     }
-    let proxy_vars: Vec<&str> = PROXY_VARS
-        .iter()
-        .chain(NO_PROXY_VARS)
-        .chain(CA_VARS)
-        .copied()
-        .collect();
-    env.retain(|(k, _)| !proxy_vars.contains(&k.as_str()));
+    let ours = [PROXY_VARS, NO_PROXY_VARS, CA_VARS].concat();
+    env.retain(|(k, _)| !ours.contains(&k.as_str()));
+    let mut set = |names: &[&str], value: &str| {
+        env.extend(names.iter().map(|k| (k.to_string(), value.to_string())))
+    };
     // Network: only the zone's proxy, on the sandbox's own loopback.
     if profile.network.enabled() {
-        let url = format!("http://127.0.0.1:{SANDBOX_PROXY_PORT}");
-        for k in PROXY_VARS {
-            env.push((k.to_string(), url.clone()));
-        }
-        let direct = envrules::no_proxy(&profile.network.entries());
-        for k in NO_PROXY_VARS {
-            env.push((k.to_string(), direct.clone()));
-        }
+        set(
+            PROXY_VARS,
+            &format!("http://127.0.0.1:{SANDBOX_PROXY_PORT}"),
+        );
+        set(
+            NO_PROXY_VARS,
+            &envrules::no_proxy(&profile.network.entries()),
+        );
     }
     if bundle {
-        for k in CA_VARS {
-            env.push((k.to_string(), SANDBOX_CA_BUNDLE.to_string()));
-        }
+        set(CA_VARS, SANDBOX_CA_BUNDLE);
     }
     env
 }

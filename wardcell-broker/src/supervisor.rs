@@ -91,23 +91,17 @@ impl Supervisor {
 
     /// A connection closed for a malformed or late request: logged, nothing granted.
     fn closed(&self, peer: &Peer, reason: &str) {
-        let _ = self.counted(
-            "sandbox",
-            "supervisor.closed",
-            json!({"zone": self.zone, "pid": peer.pid(), "reason": reason}),
-        );
+        let fields = json!({"zone": self.zone, "pid": peer.pid(), "reason": reason});
+        let _ = self.counted("sandbox", "supervisor.closed", fields);
     }
 
     /// The caller, verified by what the kernel says; a refusal is audited and answered
     /// with nothing.
     fn verified(&self, conn: &UnixStream) -> Option<Peer> {
         peer::verify(conn, &self.mark)
-            .map_err(|why| {
-                let _ = self.counted(
-                    "audit",
-                    "audit.peer_refused",
-                    json!({"zone": self.zone, "chain": self.chain, "reason": why}),
-                );
+            .inspect_err(|why| {
+                let fields = json!({"zone": self.zone, "chain": self.chain, "reason": why});
+                let _ = self.counted("audit", "audit.peer_refused", fields);
             })
             .ok()
     }
@@ -420,8 +414,9 @@ impl Supervisor {
             Some(message) => ZoneResponse::Failed { message, code },
         };
         let _ = protocol::write_frame(conn, &response);
-        // The caller has its answer; now collect the shim.
-        sb.running.reap();
+        // The caller has its answer; now collect the shim (`wait` may have returned on
+        // its last report).
+        let _ = sb.running.process.wait();
     }
 
     /// The fifth connection: told why, closed, and audited (a verified peer's; anyone
@@ -448,13 +443,15 @@ impl sandbox::Served for Supervisor {
     fn serve_in_background(self: Arc<Self>) -> io::Result<()> {
         let name = self.path().file_stem().unwrap_or_default();
         let name = format!("supervisor-{}", name.to_string_lossy());
-        std::thread::Builder::new().name(name).spawn(move || {
-            let me = self.clone();
-            let handle: Handler = Arc::new(move |conn| me.handle(conn));
-            let busy = |conn| self.refuse_busy(conn);
-            self.listener.serve(MAX_CONNECTIONS, handle, &busy);
-        })?;
-        Ok(())
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                let me = self.clone();
+                let handle: Handler = Arc::new(move |conn| me.handle(conn));
+                let busy = |conn| self.refuse_busy(conn);
+                self.listener.serve(MAX_CONNECTIONS, handle, &busy);
+            })
+            .map(drop)
     }
 
     fn path(&self) -> &Path {

@@ -24,14 +24,6 @@ impl Process {
     pub fn of_child(pid: libc::pid_t) -> io::Result<Process> {
         pidfd_open(pid).map(Process)
     }
-
-    pub fn signal(&self, sig: i32) -> io::Result<()> {
-        pidfd_send_signal(self.0.as_fd(), sig)
-    }
-
-    pub fn try_clone(&self) -> io::Result<Process> {
-        self.0.try_clone().map(Process)
-    }
 }
 
 impl AsFd for Process {
@@ -135,10 +127,10 @@ fn helper(cmd: &mut std::process::Command, control: Option<RawFd>) -> &mut std::
 
 impl wardcell_host::process::Watched for Process {
     fn signal(&self, sig: i32) -> io::Result<()> {
-        Process::signal(self, sig)
+        pidfd_send_signal(self.0.as_fd(), sig)
     }
 
     fn try_clone(&self) -> io::Result<Process> {
-        Process::try_clone(self)
+        self.0.try_clone().map(Process)
     }
 }
