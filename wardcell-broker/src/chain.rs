@@ -60,15 +60,10 @@ pub fn may_enter<'a>(
     let not_allowed = || Denied::NotAllowed {
         target: target.to_string(),
     };
-    let zone = zones
-        .iter()
-        .find(|z| z.name == target)
-        .ok_or_else(not_allowed)?;
-    if chain.is_empty() {
-        return Err(not_allowed());
-    }
+    let zone = zones.iter().find(|z| z.name == target);
+    let zone = zone.ok_or_else(not_allowed)?;
     let admits = |from: &String| zone.enter_from.iter().any(|e| e == "*" || e == from);
-    if !chain.iter().all(admits) {
+    if chain.is_empty() || !chain.iter().all(admits) {
         return Err(not_allowed());
     }
     if chain.len() >= MAX_CHAIN {

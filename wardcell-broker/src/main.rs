@@ -56,6 +56,7 @@ use std::fs;
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use nix::sys::wait::{waitpid, WaitPidFlag};
@@ -63,11 +64,11 @@ use nix::unistd::Pid;
 use serde_json::json;
 
 use wardcell_common::identity::Identity;
-use wardcell_common::paths;
 use wardcell_common::plan::Plan;
 use wardcell_common::protocol::{self, Launch};
 use wardcell_common::text::shown;
 use wardcell_common::trace;
+use wardcell_common::{envrules, paths};
 
 use crate::run::Run;
 use crate::supervisor::Supervisor;
@@ -135,12 +136,11 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     // Signals whoever started us ignores: the command starts ignoring them too, as after
     // an exec, and they are not forwarded (or taken over) either.
     let ignored = sys::ignored_signals();
-    let started = shim
-        .and_then(|shim| Ok((shim, Terminal::for_stdio(sys::copy_winsize)?)))
-        .and_then(|(shim, terminal)| {
-            let spawned = sandbox::spawn(&shim, terminal.stdio(sys::closed_at_start()), ignored)?;
-            Ok((terminal, spawned))
-        });
+    let started = shim.and_then(|shim| {
+        let terminal = Terminal::for_stdio(sys::copy_winsize)?;
+        let spawned = sandbox::spawn(&shim, terminal.stdio(sys::closed_at_start()), ignored)?;
+        Ok((terminal, spawned))
+    });
     let prepared = planner
         .join()
         .unwrap_or_else(|_| Err(Some(BrokerError::Launch("reading the plan failed".into()))));
@@ -163,11 +163,10 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
             };
         }
     };
-    let run_dir = run.dir.clone();
     let result = run_first_sandbox(&run, spawned, terminal, writer, ignored);
     // Empty by now (each supervisor removed its socket): one rmdir, or all that is left.
-    if fs::remove_dir(&run_dir).is_err() {
-        let _ = fs::remove_dir_all(&run_dir);
+    if fs::remove_dir(&run.dir).is_err() {
+        let _ = fs::remove_dir_all(&run.dir);
     }
     result
 }
@@ -220,7 +219,10 @@ fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
     // Only the broker fills them: whatever the plan brought is dropped first, never kept
     // over what the paths are now.
     plan.identities = Default::default();
-    let mut paths: Vec<PathBuf> = spec::host_paths(host_env);
+    // Host socket directories (masked where a tree shows them) and the trees every
+    // sandbox reads, besides the plan's own paths.
+    let mut paths = envrules::host_socket_dirs(host_env);
+    paths.extend(spec::ALWAYS_READ.iter().map(PathBuf::from));
     for p in plan.profiles() {
         paths.extend(p.paths().cloned());
     }
@@ -287,7 +289,7 @@ fn run_first_sandbox(
     for line in run.check_git(&sb.name) {
         wardcell_common::eprintln_line!("{}", messages::git_code_appeared(&line, &run.plan.cwd));
     }
-    if let Some(line) = run.refusals() {
+    if let Some(line) = messages::refusals(run.refused.load(Ordering::Relaxed), &run.id) {
         wardcell_common::eprintln_line!("{line}");
     }
     let fields = json!({"exit_status": code, "error": message});

@@ -46,12 +46,6 @@ pub struct Run {
 }
 
 impl Run {
-    /// The line for the run's end when its proxies refused anything: how many, and the
-    /// command that shows them.
-    pub fn refusals(&self) -> Option<String> {
-        wardcell_host::messages::refusals(self.refused.load(Ordering::Relaxed), &self.id)
-    }
-
     /// The next sandbox's number in this run.
     pub fn next_number(&self) -> u32 {
         self.next_sandbox.fetch_add(1, Ordering::Relaxed)

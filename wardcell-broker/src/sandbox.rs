@@ -167,12 +167,10 @@ pub struct Spawned(Running);
 pub fn spawn(shim: &CString, stdio: [RawFd; 3], ignored: u64) -> Result<Spawned, BrokerError> {
     let (ours, theirs) =
         UnixStream::pair().map_err(|e| BrokerError::Sandbox(format!("socketpair: {e}")))?;
-    let spawned = sys::spawn::spawn_sandbox(shim, stdio, theirs.as_raw_fd(), ignored)
+    let process = sys::spawn::spawn_sandbox(shim, stdio, theirs.as_raw_fd(), ignored)
         .map_err(|e| BrokerError::Sandbox(sys::spawn::explain_spawn_error(&e)))?;
-    Ok(Spawned(Running {
-        process: sys::Child::new(spawned.pid, spawned.process),
-        control: ours,
-    }))
+    let control = ours;
+    Ok(Spawned(Running { process, control }))
 }
 
 /// Both steps, for a sandbox started from a supervisor thread.

@@ -89,7 +89,8 @@ pub fn resolve_own_paths(plan: &mut Plan) -> Result<(), String> {
     let profiles: Vec<&ProfilePlan> = plan.profiles().collect();
     let real = |p: &Path| -> Result<PathBuf, String> {
         for profile in &profiles {
-            if let Some((link, w)) = symlink_in_writable_tree(p, &profile.write, &is_symlink) {
+            if let Some((link, w)) = symlink_in_writable_tree(p, &profile.write, &Path::is_symlink)
+            {
                 return Err(link_refusal(p, &link, &profile.name, &w));
             }
         }
@@ -117,23 +118,10 @@ fn link_refusal(p: &Path, link: &Path, profile: &str, w: &Path) -> String {
     format!("{p} is reached through the symbolic link {link}, and profile '{profile}' lets the sandbox write {w}, so it could replace the link and plant a configuration; make {link} a real directory or narrow the profile")
 }
 
-/// Whether `p` itself is a symbolic link (not following it).
-pub fn is_symlink(p: &Path) -> bool {
-    std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())
-}
-
 /// Build the spec, or say in one line why this profile cannot run here.
 /// `exists` is asked about wardcell's own directories.
 pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<SandboxSpec, String> {
-    build_with(req, exists, &is_symlink)
-}
-
-/// Paths the broker records identities for besides the plan's own: host socket
-/// directories (masked where a tree shows them) and the trees every sandbox reads.
-pub fn host_paths(host_env: &[(String, String)]) -> Vec<PathBuf> {
-    let mut out = envrules::host_socket_dirs(host_env);
-    out.extend(ALWAYS_READ.iter().map(PathBuf::from));
-    out
+    build_with(req, exists, &Path::is_symlink)
 }
 
 /// [`build`], with the symlink check given (tests).

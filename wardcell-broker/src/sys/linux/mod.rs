@@ -61,17 +61,9 @@ pub fn is_path_only(fd: BorrowedFd<'_>) -> io::Result<bool> {
 
 /// pidfd_send_signal(2).
 pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: i32) -> io::Result<()> {
+    let (fd, info) = (pidfd.as_raw_fd(), std::ptr::null::<libc::siginfo_t>());
     // SAFETY: integer arguments and a null siginfo, which the kernel fills in itself.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            sig,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    cerr(r).map(drop)
+    cerr(unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd, sig, info, 0) }).map(drop)
 }
 
 /// Fill `buf` from the kernel's random source.

@@ -6,20 +6,14 @@ use std::os::unix::fs::MetadataExt;
 
 use crate::sys::cerr;
 
-/// A network namespace, identified as the kernel does: nsfs device and inode.
+/// A network namespace, identified as the kernel does: its nsfs device and inode.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NetNs {
-    pub dev: u64,
-    pub ino: u64,
-}
+pub struct NetNs(u64, u64);
 
 /// The network namespace of process `pid` (as numbered in our PID namespace).
 pub fn netns_of(pid: libc::pid_t) -> io::Result<NetNs> {
     let m = std::fs::metadata(format!("/proc/{pid}/ns/net"))?;
-    Ok(NetNs {
-        dev: m.dev(),
-        ino: m.ino(),
-    })
+    Ok(NetNs(m.dev(), m.ino()))
 }
 
 /// SO_PEERCRED: the peer's pid, uid and gid when it connected.
@@ -65,9 +59,4 @@ pub fn pid_of_pidfd(pidfd: BorrowedFd<'_>) -> io::Result<libc::pid_t> {
         .and_then(|v| v.trim().parse::<libc::pid_t>().ok())
         .filter(|&p| p > 0)
         .ok_or_else(|| io::Error::other("the process has exited"))
-}
-
-/// Whether the process behind `pidfd` is still there (a zombie still holds its pid).
-pub fn pidfd_alive(pidfd: BorrowedFd<'_>) -> bool {
-    super::pidfd_send_signal(pidfd, 0).is_ok()
 }

@@ -69,12 +69,6 @@ struct CapData {
 
 const CAP_VERSION_3: u32 = 0x2008_0522;
 
-/// A started sandbox: the shim's pid (in the broker's PID namespace) and its pidfd.
-pub struct Spawned {
-    pub pid: libc::pid_t,
-    pub process: super::Process,
-}
-
 /// Start `shim` as PID 1 of new namespaces with `stdio` as its 0, 1, 2 and `control` as
 /// its fd 3, ignoring the signals in `ignored` (bit N-1 for signal N) and every other at
 /// its default. The user namespace maps the caller's uid and gid to themselves.
@@ -83,7 +77,7 @@ pub fn spawn_sandbox(
     stdio: [RawFd; 3],
     control: RawFd,
     ignored: u64,
-) -> io::Result<Spawned> {
+) -> io::Result<crate::sys::Child> {
     // Everything the child needs, prepared while allocation is still allowed.
     // SAFETY: getuid/getgid cannot fail and touch no memory.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -103,16 +97,14 @@ pub fn spawn_sandbox(
         exit_signal: libc::SIGCHLD as u64,
         ..CloneArgs::default()
     };
+    let (args, size) = (
+        &mut args as *mut CloneArgs,
+        std::mem::size_of::<CloneArgs>(),
+    );
     // SAFETY: clone3 without CLONE_VM and without a stack is fork(2) with namespace
     // flags: the child gets a copy of our memory, so `args` and every buffer above stay
     // valid in both. The child only runs `child_setup`, which never returns.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
+    let ret = unsafe { libc::syscall(libc::SYS_clone3, args, size) };
     match ret {
         -1 => Err(io::Error::last_os_error()),
         0 => {
@@ -123,10 +115,10 @@ pub fn spawn_sandbox(
         pid => {
             // SAFETY: CLONE_PIDFD stored a new descriptor we now own.
             let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-            Ok(Spawned {
-                pid: pid as libc::pid_t,
-                process: super::Process(pidfd),
-            })
+            Ok(crate::sys::Child::new(
+                pid as libc::pid_t,
+                super::Process(pidfd),
+            ))
         }
     }
 }
