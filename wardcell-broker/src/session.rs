@@ -49,14 +49,10 @@ pub enum Event {
 impl Event {
     /// Whether the caller sent it (else the broker did it).
     fn by_caller(self) -> bool {
+        use Event as E;
         matches!(
             self,
-            Event::Hello
-                | Event::List
-                | Event::Why
-                | Event::Enter
-                | Event::Descriptors
-                | Event::Spoke
+            E::Hello | E::List | E::Why | E::Enter | E::Descriptors | E::Spoke
         )
     }
 }

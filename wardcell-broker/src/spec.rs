@@ -40,24 +40,17 @@ pub struct Request<'a> {
 /// named without a symbolic link on the way. Only
 /// their certificates go into the bundle (the shim keeps nothing else of them).
 pub fn ca_files(env: &[(String, String)], exists: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = SYSTEM_ROOTS
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| exists(p))
-        .into_iter()
-        .collect();
+    let mut out = Vec::from_iter(SYSTEM_ROOTS.iter().map(PathBuf::from).find(|p| exists(p)));
+    // A link on the way (one a sandbox may have planted in a tree it writes) is not
+    // followed: the file must be named as it is.
+    let as_named = |p: &PathBuf| std::fs::canonicalize(p).is_ok_and(|c| &c == p);
     for k in CA_VARS {
-        let named = env
-            .iter()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| PathBuf::from(v));
-        // A link on the way (one a sandbox may have planted in a tree it writes) is not
-        // followed: the file must be named as it is.
-        let as_named = |p: &PathBuf| std::fs::canonicalize(p).is_ok_and(|c| &c == p);
-        if let Some(p) = named.filter(|p| p.is_absolute() && exists(p) && as_named(p)) {
-            if !out.contains(&p) {
-                out.push(p);
-            }
+        let named = env.iter().find(|(n, _)| n == k);
+        let p = named
+            .map(|(_, v)| PathBuf::from(v))
+            .filter(|p| p.is_absolute());
+        if let Some(p) = p.filter(|p| exists(p) && as_named(p) && !out.contains(p)) {
+            out.push(p);
         }
     }
     out

@@ -118,10 +118,7 @@ impl Supervisor {
         let deadline = Instant::now() + REQUEST_DEADLINE;
         let request = (|| {
             protocol::send_hello(&mut conn)?;
-            let mut r = Deadline {
-                conn: &conn,
-                until: deadline,
-            };
+            let mut r = Deadline::new(&conn, deadline);
             protocol::expect_hello(&mut r)?;
             protocol::read_frame::<ZoneRequest>(&mut r)
         })();
