@@ -249,14 +249,13 @@ fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
 fn take_plan() -> Result<Option<Plan>, BrokerError> {
     let fd = sys::launch_fd().map_err(|e| BrokerError::Launch(e.to_string()))?;
     let mut s = UnixStream::from(fd);
+    let launch = |e: protocol::FrameError| BrokerError::Launch(e.to_string());
     match protocol::expect_hello(&mut s) {
-        Ok(()) => {}
         Err(protocol::FrameError::Closed) => return Ok(None),
-        Err(e) => return Err(BrokerError::Launch(e.to_string())),
+        hello => hello.map_err(launch)?,
     }
-    match protocol::read_frame::<Launch>(&mut s).map_err(|e| BrokerError::Launch(e.to_string()))? {
-        Launch::Run(plan) => Ok(Some(*plan)),
-    }
+    let Launch::Run(plan) = protocol::read_frame::<Launch>(&mut s).map_err(launch)?;
+    Ok(Some(*plan))
 }
 
 fn run_first_sandbox(

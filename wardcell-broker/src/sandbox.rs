@@ -235,7 +235,8 @@ pub fn complete<T>(
         pty: req.pty,
         authenticated: req.authenticated,
     };
-    let mut spec = spec::build(&request, &|p| p.exists()).map_err(BrokerError::Refused)?;
+    let spec = spec::build_with(&request, &|p| p.exists(), &Path::is_symlink);
+    let mut spec = spec.map_err(BrokerError::Refused)?;
     spec.trace = wardcell_common::trace::spec(&run.id);
     (spec.processes, spec.pid_max) = (limits.nproc(), limits.pid_max());
     peer::stamp(&mut spec, &mark);

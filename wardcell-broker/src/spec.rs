@@ -111,13 +111,9 @@ fn link_refusal(p: &Path, link: &Path, profile: &str, w: &Path) -> String {
     format!("{p} is reached through the symbolic link {link}, and profile '{profile}' lets the sandbox write {w}, so it could replace the link and plant a configuration; make {link} a real directory or narrow the profile")
 }
 
-/// Build the spec, or say in one line why this profile cannot run here.
-/// `exists` is asked about wardcell's own directories.
-pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<SandboxSpec, String> {
-    build_with(req, exists, &Path::is_symlink)
-}
-
-/// [`build`], with the symlink check given (tests).
+/// Build the spec, or say in one line why this profile cannot run here. `exists` is asked
+/// about wardcell's own directories, `is_symlink` whether a path is a symbolic link
+/// (the broker gives `Path::is_symlink`; tests give their own).
 pub fn build_with(
     req: &Request<'_>,
     exists: &dyn Fn(&Path) -> bool,
@@ -463,12 +459,18 @@ mod network_tests {
 
 #[cfg(test)]
 pub mod tests_support {
-    pub use super::tests::{plan, profile, req};
+    pub use super::tests::{build, plan, profile, req};
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`build_with`] as the broker calls it.
+    pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<SandboxSpec, String> {
+        build_with(req, exists, &Path::is_symlink)
+    }
+
     use wardcell_common::plan::{
         AuditPlan, CredentialPlan, CredentialScheme, Dirs, EnvPlan, SecretPlan, Start,
     };
