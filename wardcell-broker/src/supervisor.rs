@@ -31,15 +31,11 @@ use wardcell_common::plan::ZonePlan;
 use wardcell_common::protocol::{self, ZoneEntry, ZoneRequest, ZoneResponse};
 use wardcell_common::why::Rules;
 
-use crate::approval;
-use crate::chain;
 use crate::peer::{self, Peer};
-use crate::relay;
 use crate::run::{Entry, Run};
-use crate::sandbox;
 use crate::session::{Event, Session};
-use crate::sys;
 use crate::sys::fds::{recv_fds, unfit_stdio};
+use crate::{approval, chain, relay, sandbox, sys};
 use wardcell_host::listener::{late, Deadline, Handler, Held, Listener, Slot};
 
 /// A connection must send its whole request within this.
