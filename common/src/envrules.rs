@@ -200,6 +200,31 @@ pub fn host_socket_dirs(env: &[(String, String)]) -> Vec<PathBuf> {
     out
 }
 
+/// The variables that point a command at its proxy.
+pub const PROXY_VARS: &[&str] = &["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];
+pub const NO_PROXY_VARS: &[&str] = &["NO_PROXY", "no_proxy"];
+/// The variables that name a CA bundle, for the tools that read each. In a zone with
+/// network whose sandbox has a bundle, every one names it.
+pub const CA_VARS: &[&str] = &[
+    "SSL_CERT_FILE",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "NIX_SSL_CERT_FILE",
+    "CARGO_HTTP_CAINFO",
+    "npm_config_cafile",
+    "NPM_CONFIG_CAFILE",
+];
+/// Where distributions keep their CA bundle, in the order they are tried.
+pub const SYSTEM_ROOTS: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

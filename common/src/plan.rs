@@ -58,12 +58,13 @@ impl Plan {
     pub fn start_profile(&self) -> Option<(Option<&str>, &ProfilePlan)> {
         match &self.start {
             Start::Profile(p) => Some((None, p)),
-            Start::Zone(name) => self
-                .zones
-                .iter()
-                .find(|z| &z.name == name)
-                .map(|z| (Some(z.name.as_str()), &z.profile)),
+            Start::Zone(name) => self.zone(name).map(|z| (Some(z.name.as_str()), &z.profile)),
         }
+    }
+
+    /// The zone called `name`.
+    pub fn zone(&self, name: &str) -> Option<&ZonePlan> {
+        self.zones.iter().find(|z| z.name == name)
     }
 
     /// Every profile a sandbox of this run may be built from: each zone's, and the one
@@ -374,6 +375,15 @@ pub struct Dirs {
     pub runtime: PathBuf,
 }
 
+impl Dirs {
+    /// Every one of wardcell's own directories: configuration, state, runtime.
+    pub fn all(&self) -> Vec<PathBuf> {
+        let mut all = self.config.clone();
+        all.extend([self.state.clone(), self.runtime.clone()]);
+        all
+    }
+}
+
 /// What the shim needs to build one sandbox and exec one command in it. Made by the
 /// broker from a [`ProfilePlan`]; the shim carries it out without decisions of its own.
 /// `Default` is the empty spec (a probe's, tests'); the broker names every field.
@@ -440,6 +450,12 @@ pub struct ViewEntry {
     /// links and for the supervisor's socket, which the broker made in a directory no
     /// sandbox can reach.
     pub id: Option<Identity>,
+}
+
+impl ViewEntry {
+    pub fn new(path: PathBuf, what: ViewKind, id: Option<Identity>) -> ViewEntry {
+        ViewEntry { path, what, id }
+    }
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

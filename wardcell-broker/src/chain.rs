@@ -14,10 +14,11 @@ pub const MAX_CHAIN: usize = 8;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Denied {
     /// Not every zone on the chain is in the target's `enter_from`, or there is no such
-    /// zone: the same answer, so that probing names reveals nothing.
-    NotAllowed { target: String },
+    /// zone: the same answer, so that probing names reveals nothing. (Each holds the
+    /// target's name as asked.)
+    NotAllowed(String),
     /// The chain is already [`MAX_CHAIN`] deep.
-    TooDeep { target: String },
+    TooDeep(String),
 }
 
 /// A zone name from a request as it may appear in a one-line message: control
@@ -32,11 +33,11 @@ impl Denied {
     /// The one-line message after `error: `, as the spec words it.
     pub fn message(&self) -> String {
         match self {
-            Denied::NotAllowed { target } => format!(
+            Denied::NotAllowed(target) => format!(
                 "this zone may not enter zone '{}'; `wardcell zone list` shows the zones it may",
                 shown(target)
             ),
-            Denied::TooDeep { target } => format!(
+            Denied::TooDeep(target) => format!(
                 "this zone may not enter zone '{}': a chain of entered zones is at most {MAX_CHAIN} deep",
                 shown(target)
             ),
@@ -45,8 +46,8 @@ impl Denied {
 
     pub fn reason(&self) -> &'static str {
         match self {
-            Denied::NotAllowed { .. } => "not in enter_from for every zone on the chain",
-            Denied::TooDeep { .. } => "chain depth limit",
+            Denied::NotAllowed(_) => "not in enter_from for every zone on the chain",
+            Denied::TooDeep(_) => "chain depth limit",
         }
     }
 }
@@ -57,24 +58,15 @@ pub fn may_enter<'a>(
     chain: &[String],
     target: &str,
 ) -> Result<&'a ZonePlan, Denied> {
-    let not_allowed = || Denied::NotAllowed {
-        target: target.to_string(),
-    };
-    let zone = zones
-        .iter()
-        .find(|z| z.name == target)
-        .ok_or_else(not_allowed)?;
-    if chain.is_empty() {
-        return Err(not_allowed());
-    }
+    let not_allowed = || Denied::NotAllowed(target.to_string());
+    let zone = zones.iter().find(|z| z.name == target);
+    let zone = zone.ok_or_else(not_allowed)?;
     let admits = |from: &String| zone.enter_from.iter().any(|e| e == "*" || e == from);
-    if !chain.iter().all(admits) {
+    if chain.is_empty() || !chain.iter().all(admits) {
         return Err(not_allowed());
     }
     if chain.len() >= MAX_CHAIN {
-        return Err(Denied::TooDeep {
-            target: target.to_string(),
-        });
+        return Err(Denied::TooDeep(target.to_string()));
     }
     Ok(zone)
 }
@@ -126,9 +118,7 @@ mod tests {
         // agent -> build: no, agent could not enter release itself
         assert_eq!(
             may_enter(&z, &chain(&["agent", "build"]), "release"),
-            Err(Denied::NotAllowed {
-                target: "release".into()
-            })
+            Err(Denied::NotAllowed("release".into()))
         );
         assert!(may_enter(&z, &chain(&["agent"]), "build").is_ok());
         assert!(may_enter(&z, &chain(&["agent"]), "release").is_err());
@@ -173,12 +163,7 @@ mod tests {
             assert!(may_enter(&z, &c, "any").is_ok(), "depth {}", c.len());
             c.push("any".into());
         }
-        assert_eq!(
-            may_enter(&z, &c, "any"),
-            Err(Denied::TooDeep {
-                target: "any".into()
-            })
-        );
+        assert_eq!(may_enter(&z, &c, "any"), Err(Denied::TooDeep("any".into())));
     }
 
     #[test]

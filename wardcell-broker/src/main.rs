@@ -56,17 +56,19 @@ use std::fs;
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use serde_json::json;
 
-use wardcell_common::paths;
-use wardcell_common::plan::{Plan, ProfilePlan};
+use wardcell_common::identity::Identity;
+use wardcell_common::plan::Plan;
 use wardcell_common::protocol::{self, Launch};
 use wardcell_common::text::shown;
 use wardcell_common::trace;
+use wardcell_common::{envrules, paths};
 
 use crate::run::Run;
 use crate::supervisor::Supervisor;
@@ -94,13 +96,10 @@ fn main() {
         ))),
         Err(e) => fail(e),
     };
-    let code = match run(writer) {
-        Ok(code) => code,
-        Err(e) => {
-            wardcell_common::eprintln_line!("error: {}", shown(&e.to_string()));
-            1
-        }
-    };
+    let code = run(writer).unwrap_or_else(|e| {
+        wardcell_common::eprintln_line!("error: {}", shown(&e.to_string()));
+        1
+    });
     if let Some(writer) = writer {
         // Long gone by now; never wait on it.
         let _ = waitpid(writer, Some(WaitPidFlag::WNOHANG));
@@ -137,12 +136,11 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     // Signals whoever started us ignores: the command starts ignoring them too, as after
     // an exec, and they are not forwarded (or taken over) either.
     let ignored = sys::ignored_signals();
-    let started = shim
-        .and_then(|shim| Ok((shim, Terminal::for_stdio(sys::copy_winsize)?)))
-        .and_then(|(shim, terminal)| {
-            let spawned = sandbox::spawn(&shim, terminal.stdio(sys::closed_at_start()), ignored)?;
-            Ok((terminal, spawned))
-        });
+    let started = shim.and_then(|shim| {
+        let terminal = Terminal::for_stdio(sys::copy_winsize)?;
+        let spawned = sandbox::spawn(&shim, terminal.stdio(sys::closed_at_start()), ignored)?;
+        Ok((terminal, spawned))
+    });
     let prepared = planner
         .join()
         .unwrap_or_else(|_| Err(Some(BrokerError::Launch("reading the plan failed".into()))));
@@ -165,11 +163,10 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
             };
         }
     };
-    let run_dir = run.dir.clone();
     let result = run_first_sandbox(&run, spawned, terminal, writer, ignored);
     // Empty by now (each supervisor removed its socket): one rmdir, or all that is left.
-    if fs::remove_dir(&run_dir).is_err() {
-        let _ = fs::remove_dir_all(&run_dir);
+    if fs::remove_dir(&run.dir).is_err() {
+        let _ = fs::remove_dir_all(&run.dir);
     }
     result
 }
@@ -188,7 +185,7 @@ fn take_and_prepare(
     launch::trace_plan(&mut plan, writer);
     // The environment `wardcell run` started in, read once for the whole run.
     let host_env = wardcell_common::envrules::text_vars();
-    let (run_id, run_dir, audit) = prepare_run(&mut plan, &run_id, &host_env).map_err(Some)?;
+    let (run_dir, audit) = prepare_run(&mut plan, &run_id, &host_env).map_err(Some)?;
     Ok(Run::new(plan, run_id, run_dir, shim, audit, host_env))
 }
 
@@ -204,14 +201,13 @@ fn prepare_run(
     plan: &mut Plan,
     run_id: &str,
     host_env: &[(String, String)],
-) -> Result<(String, PathBuf, AuditLog), BrokerError> {
-    let run_id = run_id.to_string();
+) -> Result<(PathBuf, AuditLog), BrokerError> {
     rundir::prepare_own_dirs(plan)?;
     spec::resolve_own_paths(plan).map_err(BrokerError::Refused)?;
     record_identities(plan, host_env);
-    let run_dir = rundir::make_run_dir(&plan.dirs.runtime, &run_id)?;
-    let audit = rundir::open_log(plan, &run_id, &run_dir)?;
-    Ok((run_id, run_dir, audit))
+    let run_dir = rundir::make_run_dir(&plan.dirs.runtime, run_id)?;
+    let audit = rundir::open_log(plan, run_id, &run_dir)?;
+    Ok((run_dir, audit))
 }
 
 /// What every path the plan names is now, before any sandbox of this run exists (one
@@ -223,13 +219,14 @@ fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
     // Only the broker fills them: whatever the plan brought is dropped first, never kept
     // over what the paths are now.
     plan.identities = Default::default();
-    let mut paths: Vec<PathBuf> = spec::host_paths(host_env);
+    // Host socket directories (masked where a tree shows them) and the trees every
+    // sandbox reads, besides the plan's own paths.
+    let mut paths = envrules::host_socket_dirs(host_env);
+    paths.extend(spec::ALWAYS_READ.iter().map(PathBuf::from));
     for p in plan.profiles() {
         paths.extend(p.paths().cloned());
     }
-    paths.extend(plan.dirs.config.iter().cloned());
-    paths.push(plan.dirs.state.clone());
-    paths.push(plan.dirs.runtime.clone());
+    paths.extend(plan.dirs.all());
     paths.extend(plan.credential_files());
     paths.extend(plan.client.iter().cloned());
     // The CA certificates the shim makes a bundle of, where they really are: only a
@@ -242,12 +239,8 @@ fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
         );
     }
     for path in paths {
-        match fs::symlink_metadata(&path) {
-            Ok(m) if !m.file_type().is_symlink() => {
-                plan.identities
-                    .insert(path, wardcell_common::identity::Identity::of(&m));
-            }
-            _ => {}
+        if let Some(m) = fs::symlink_metadata(&path).ok().filter(|m| !m.is_symlink()) {
+            plan.identities.insert(path, Identity::of(&m));
         }
     }
 }
@@ -256,26 +249,13 @@ fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
 fn take_plan() -> Result<Option<Plan>, BrokerError> {
     let fd = sys::launch_fd().map_err(|e| BrokerError::Launch(e.to_string()))?;
     let mut s = UnixStream::from(fd);
+    let launch = |e: protocol::FrameError| BrokerError::Launch(e.to_string());
     match protocol::expect_hello(&mut s) {
-        Ok(()) => {}
         Err(protocol::FrameError::Closed) => return Ok(None),
-        Err(e) => return Err(BrokerError::Launch(e.to_string())),
+        hello => hello.map_err(launch)?,
     }
-    match protocol::read_frame::<Launch>(&mut s).map_err(|e| BrokerError::Launch(e.to_string()))? {
-        Launch::Run(plan) => Ok(Some(*plan)),
-    }
-}
-
-fn start_profile(plan: &Plan) -> Result<(Option<&str>, &ProfilePlan), BrokerError> {
-    plan.start_profile()
-        .ok_or_else(|| BrokerError::Launch("the plan has no zone to start in".into()))
-}
-
-/// Forwarded signals (and SIGWINCH with a pty, and SIGCHLD) taken over and read from a
-/// descriptor (sys::Signals).
-fn take_signals(pty: bool, ignored: u64) -> Result<sys::Signals, BrokerError> {
-    sys::Signals::take(&signals::to_take(pty, ignored))
-        .map_err(|e| BrokerError::Sandbox(e.to_string()))
+    let Launch::Run(plan) = protocol::read_frame::<Launch>(&mut s).map_err(launch)?;
+    Ok(Some(*plan))
 }
 
 fn run_first_sandbox(
@@ -287,9 +267,45 @@ fn run_first_sandbox(
 ) -> Result<i32, BrokerError> {
     let (mut sb, signals) = start_first(run, spawned, &terminal, writer, ignored)?;
     run.set_first(&sb.running);
-    // 6. Relay to the end (or the time limit's).
-    let ended = relay_first(run, &mut sb, &signals, terminal, writer);
-    finish_first(run, sb, ended)
+    // 6. Relay to the end (or the time limit's): signals forwarded, its pty relayed to
+    //    the caller's terminal, its confinement audited (and a kernel that lacks a part
+    //    of it said once), a bad report audited.
+    let std = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    let watch = relay::Watch {
+        signals: Some(&signals),
+        reap: writer,
+        pty: terminal.relay(&std, sys::copy_winsize),
+        caller: None,
+        deadline: sb.deadline(),
+    };
+    let ended = sb.wait(run, watch, None, true);
+    // The run's end: the first sandbox retired, what it ended with audited, entered
+    //    sandboxes ended, the repository's new code and the refusals said on stderr, and
+    //    the run's status.
+    sb.retire_first();
+    let (code, message) = sb.ended(run, &ended);
+    run.end_entries();
+    for line in run.check_git(&sb.name) {
+        wardcell_common::eprintln_line!("{}", messages::git_code_appeared(&line, &run.plan.cwd));
+    }
+    if let Some(line) = messages::refusals(run.refused.load(Ordering::Relaxed), &run.id) {
+        wardcell_common::eprintln_line!("{line}");
+    }
+    let fields = json!({"exit_status": code, "error": message});
+    let _ = run.record("run", "run.finished", fields);
+    if let Some(e) = run.audit.failure().map(BrokerError::Audit) {
+        return Err(e);
+    }
+    match (ended.outcome, message) {
+        (Outcome::SetupFailed { .. } | Outcome::ChildFailed(_), Some(m)) => {
+            Err(BrokerError::Refused(m))
+        }
+        (_, Some(m)) => {
+            wardcell_common::eprintln_line!("error: {}", shown(&m));
+            Ok(code)
+        }
+        (_, None) => Ok(code),
+    }
 }
 
 /// Steps 4 and 5 of a run: the first sandbox completed (supervisor, spec, handover);
@@ -303,30 +319,27 @@ fn start_first(
     ignored: u64,
 ) -> Result<(sandbox::Sandbox, sys::Signals), BrokerError> {
     let plan = &run.plan;
-    let (zone, profile) = start_profile(plan)?;
+    let (zone, profile) = plan
+        .start_profile()
+        .ok_or_else(|| BrokerError::Launch("the plan has no zone to start in".into()))?;
     let log_started = || {
-        run.record(
-            "run",
-            "run.started",
-            json!({
-                "zone": zone,
-                "profile": profile.name,
-                "command": plan.command,
-                "cwd": plan.cwd,
-                "config": plan.source,
-                "overrides": (!plan.overrides.is_empty()).then_some(&plan.overrides),
-                "uid": nix::unistd::getuid().as_raw(),
-                // `wardcell doctor`'s trial run (`--plan`): `logs list` leaves it out.
-                "trial": writer.is_none(),
-            }),
-        )
+        let overrides = (!plan.overrides.is_empty()).then_some(&plan.overrides);
+        let uid = nix::unistd::getuid().as_raw();
+        // `trial`: `wardcell doctor`'s trial run (`--plan`), which `logs list` leaves out.
+        let fields = json!({
+            "zone": zone, "profile": profile.name, "command": plan.command, "cwd": plan.cwd,
+            "config": plan.source, "overrides": overrides, "uid": uid, "trial": writer.is_none(),
+        });
+        run.record("run", "run.started", fields)
     };
     let audit_failed = || run.audit.failure().map(BrokerError::Audit);
     let mut logged = false;
     let before_proceed = || {
         logged = true;
         log_started().map_err(|e| audit_failed().unwrap_or(BrokerError::Audit(e.to_string())))?;
-        let signals = take_signals(terminal.has_pty(), ignored)?;
+        // Forwarded signals (and SIGWINCH with a pty, and SIGCHLD), read from a descriptor.
+        let signals = sys::Signals::take(&signals::to_take(terminal.has_pty(), ignored))
+            .map_err(|e| BrokerError::Sandbox(e.to_string()))?;
         // The plan writer exits right after sending the plan. Reaped here if it has, else
         // on the SIGCHLD the relay now reads: never a zombie for the whole run.
         if let Some(writer) = writer {
@@ -338,8 +351,8 @@ fn start_first(
     // In a zone, its supervisor: the chain is that zone alone.
     let supervise = |name: &str, mark: peer::Mark| -> io::Result<Arc<dyn sandbox::Served>> {
         let z = zone.unwrap_or_default();
-        let s = Supervisor::bind(run.clone(), name, z, vec![z.to_string()], mark)?;
-        Ok(s)
+        let chain = vec![z.to_string()];
+        Ok(Supervisor::bind(run.clone(), name, z, chain, mark)?)
     };
     let started = sandbox::complete(
         run,
@@ -355,7 +368,7 @@ fn start_first(
             ignored,
             pty: terminal.has_pty(),
             authenticated: zone
-                .and_then(|z| plan.zones.iter().find(|p| p.name == z))
+                .and_then(|z| plan.zone(z))
                 .is_some_and(|z| z.authenticated),
         },
         before_proceed,
@@ -364,73 +377,10 @@ fn start_first(
         if !logged {
             let _ = log_started();
         }
-        let _ = run.record(
-            "run",
-            "run.finished",
-            json!({"exit_status": 1, "error": e.to_string()}),
-        );
+        let fields = json!({"exit_status": 1, "error": e.to_string()});
+        let _ = run.record("run", "run.finished", fields);
         audit_failed().unwrap_or(e)
     })
-}
-
-/// The first sandbox, waited for: signals forwarded, its pty relayed to the caller's
-/// terminal, its confinement audited (and a kernel that lacks a part of it said once),
-/// a bad report audited.
-fn relay_first(
-    run: &Run,
-    sb: &mut sandbox::Sandbox,
-    signals: &sys::Signals,
-    terminal: Terminal,
-    writer: Option<Pid>,
-) -> relay::Ended {
-    let std = (std::io::stdin(), std::io::stdout(), std::io::stderr());
-    let pty = terminal.relay(&std, sys::copy_winsize);
-    let watch = relay::Watch {
-        signals: Some(signals),
-        reap: writer,
-        pty,
-        caller: None,
-        deadline: sb.deadline(),
-    };
-    sb.wait(run, watch, None, true)
-}
-
-/// The run's end: the first sandbox retired, what it ended with audited, entered
-/// sandboxes ended, the repository's new code and the refusals said on stderr, and the
-/// run's status.
-fn finish_first(
-    run: &Run,
-    mut sb: sandbox::Sandbox,
-    ended: relay::Ended,
-) -> Result<i32, BrokerError> {
-    let name = sb.name.clone();
-    sb.retire_first();
-    let (code, message) = sb.ended(run, &ended);
-    run.end_entries();
-    for line in run.check_git(&name) {
-        wardcell_common::eprintln_line!("{}", messages::git_code_appeared(&line, &run.plan.cwd));
-    }
-    if let Some(line) = run.refusals() {
-        wardcell_common::eprintln_line!("{line}");
-    }
-    let _ = run.record(
-        "run",
-        "run.finished",
-        json!({"exit_status": code, "error": message}),
-    );
-    if let Some(e) = run.audit.failure().map(BrokerError::Audit) {
-        return Err(e);
-    }
-    match (ended.outcome, message) {
-        (Outcome::SetupFailed { .. } | Outcome::ChildFailed(_), Some(m)) => {
-            Err(BrokerError::Refused(m))
-        }
-        (_, Some(m)) => {
-            wardcell_common::eprintln_line!("error: {}", shown(&m));
-            Ok(code)
-        }
-        (_, None) => Ok(code),
-    }
 }
 
 #[cfg(test)]

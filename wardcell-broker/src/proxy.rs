@@ -5,7 +5,7 @@
 //! resolves them itself from the sources the plan names.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -41,43 +41,25 @@ pub fn hand_over(
     match protocol::read_frame::<ShimReport>(control)? {
         ShimReport::Listener => {}
         ShimReport::SetupFailed { step, message } => {
-            return Err(BrokerError::Refused(wardcell_host::messages::setup_failed(
-                &step, &message,
-            )))
+            let message = wardcell_host::messages::setup_failed(&step, &message);
+            return Err(BrokerError::Refused(message));
         }
         other => {
-            return Err(BrokerError::Sandbox(format!(
-                "the shim answered out of turn: {other:?}"
-            )))
+            let message = format!("the shim answered out of turn: {other:?}");
+            return Err(BrokerError::Sandbox(message));
         }
     }
     // The proxy's listener, the DNS socket, one listener per egress port.
-    let fds = recv_fds(control.as_raw_fd(), 2 + spec.egress_ports.len())
+    let listeners = recv_fds(control.as_raw_fd(), 2 + spec.egress_ports.len())
         .map_err(|e| BrokerError::Sandbox(format!("the proxy listeners: {e}")))?;
-    start(run, zone.unwrap_or("-"), profile, authenticated, fds)
-}
-
-/// Start the proxy of one sandbox. Returns it and the per-run CA certificate (PEM) when
-/// it intercepts TLS.
-fn start(
-    run: &Arc<Run>,
-    zone: &str,
-    profile: &ProfilePlan,
-    authenticated: bool,
-    listeners: Vec<OwnedFd>,
-) -> Result<(Proxy, Option<String>), BrokerError> {
+    let zone = zone.unwrap_or("-");
     let path = BrokerError::helper("wardcell-proxy")?;
     // Only an authenticated zone's proxy gets credentials, and only its profile's.
-    let credentials = if authenticated {
-        run.plan
-            .credentials
-            .iter()
-            .filter(|c| profile.credentials.contains(&c.name))
-            .cloned()
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let credentials = run.plan.credentials.iter();
+    let credentials = credentials
+        .filter(|c| authenticated && profile.credentials.contains(&c.name))
+        .cloned()
+        .collect();
     let spec = ProxySpec {
         run_id: run.id.clone(),
         zone: zone.to_string(),
@@ -94,13 +76,8 @@ fn start(
         died: move |status| died(&r2, &z2, status),
     };
     let spawn = |fd| sys::spawn_with_control(&path, fd).and_then(sys::watch);
-    let started = wardcell_host::proxy::start(
-        |fd| spawn(fd).map(|(_, child)| child),
-        sys::fds::send_fds,
-        listeners,
-        spec,
-        hooks,
-    );
+    let spawn = |fd| spawn(fd).map(|(_, child)| child);
+    let started = wardcell_host::proxy::start(spawn, sys::fds::send_fds, listeners, spec, hooks);
     started.map_err(|e| match e {
         StartError::Failed(message) => {
             BrokerError::Refused(format!("zone '{zone}''s proxy cannot start: {message}"))
@@ -119,22 +96,17 @@ fn died(run: &Run, zone: &str, status: Option<WaitStatus>) {
         _ => (None, None),
     };
     // Unwritable, it ends the run as every other event does (PROTOCOL 8).
-    let _ = run.record(
-        "proxy",
-        "proxy.died",
-        json!({"zone": zone, "exit_status": code, "signal": signal}),
-    );
-    wardcell_common::eprintln_line!(
-        "{}",
-        wardcell_host::messages::proxy_died(zone, code, signal)
-    );
+    let fields = json!({"zone": zone, "exit_status": code, "signal": signal});
+    let _ = run.record("proxy", "proxy.died", fields);
+    let line = wardcell_host::messages::proxy_died(zone, code, signal);
+    wardcell_common::eprintln_line!("{line}");
 }
 
 /// Write what the proxy reports to the run's log until its stream ends (`true`), or until
 /// it sends something out of turn (`false`).
 fn audit_events(run: &Run, zone: &str, mut events: UnixStream) -> bool {
     loop {
-        let written: io::Result<()> = match protocol::read_frame::<ProxyEvent>(&mut events) {
+        let _: io::Result<()> = match protocol::read_frame::<ProxyEvent>(&mut events) {
             Ok(ProxyEvent::Connect {
                 host,
                 port,
@@ -166,15 +138,11 @@ fn audit_events(run: &Run, zone: &str, mut events: UnixStream) -> bool {
             // speaking the protocol, and nothing it says after can be believed. Audited,
             // and the proxy is ended (its death is then written as any other).
             Ok(other) => {
-                let _ = run.record(
-                    "proxy",
-                    "proxy.unexpected",
-                    json!({"zone": zone, "message": format!("{other:?}")}),
-                );
+                let fields = json!({"zone": zone, "message": format!("{other:?}")});
+                let _ = run.record("proxy", "proxy.unexpected", fields);
                 return false;
             }
             Err(_) => return true,
         };
-        let _ = written;
     }
 }

@@ -18,13 +18,6 @@ pub struct Running {
     pub control: UnixStream,
 }
 
-impl Running {
-    /// Wait for the shim to be gone (after [`wait`] returned early on its report).
-    pub fn reap(&mut self) {
-        let _ = self.process.wait();
-    }
-}
-
 pub use wardcell_host::messages::Outcome;
 
 /// How the wait ended.
@@ -78,13 +71,10 @@ pub fn outcome(
         }
     }
     match status {
-        Some(WaitStatus::Exited(_, code)) => {
-            if failed_step(code).is_some() {
-                Outcome::ChildFailed(code)
-            } else {
-                Outcome::Finished(code)
-            }
+        Some(WaitStatus::Exited(_, code)) if failed_step(code).is_some() => {
+            Outcome::ChildFailed(code)
         }
+        Some(WaitStatus::Exited(_, code)) => Outcome::Finished(code),
         Some(WaitStatus::Signaled(_, sig, _)) => Outcome::Finished(128 + sig as i32),
         _ => Outcome::Finished(1),
     }

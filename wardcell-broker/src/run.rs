@@ -13,6 +13,7 @@ use wardcell_common::gitguard;
 use wardcell_common::plan::Plan;
 
 use wardcell_host::entries::Entries;
+use wardcell_host::process::Watched;
 
 use crate::relay::Running;
 use crate::sys;
@@ -45,12 +46,6 @@ pub struct Run {
 }
 
 impl Run {
-    /// The line for the run's end when its proxies refused anything: how many, and the
-    /// command that shows them.
-    pub fn refusals(&self) -> Option<String> {
-        wardcell_host::messages::refusals(self.refused.load(Ordering::Relaxed), &self.id)
-    }
-
     /// The next sandbox's number in this run.
     pub fn next_number(&self) -> u32 {
         self.next_sandbox.fetch_add(1, Ordering::Relaxed)
@@ -148,20 +143,13 @@ impl Run {
     /// on the host (once each). Returns everything found so far, for the run's end.
     pub fn check_git(&self, sandbox: &str) -> Vec<String> {
         let mut found = self.git_found.lock().unwrap_or_else(|p| p.into_inner());
-        if self.git_watch.is_some() {
-            let new: Vec<String> = self
-                .git_now()
-                .into_iter()
-                .filter(|l| !found.contains(l))
-                .collect();
-            if !new.is_empty() {
-                let _ = self.record(
-                    "sandbox",
-                    "sandbox.git_changed",
-                    serde_json::json!({"sandbox": sandbox, "paths": new}),
-                );
-                found.extend(new);
-            }
+        // (Nothing when the repository is not watched.)
+        let mut new = self.git_now();
+        new.retain(|l| !found.contains(l));
+        if !new.is_empty() {
+            let fields = serde_json::json!({"sandbox": sandbox, "paths": new});
+            let _ = self.record("sandbox", "sandbox.git_changed", fields);
+            found.extend(new);
         }
         found.clone()
     }

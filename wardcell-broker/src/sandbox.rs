@@ -12,11 +12,13 @@ use wardcell_common::plan::{ProfilePlan, SandboxSpec};
 use wardcell_common::protocol::{self, ShimReport, ShimRequest};
 
 use crate::proxy::{self, Proxy};
-use crate::relay::Running;
+use crate::relay::{self, Running};
 use crate::run::Run;
 use crate::{peer, spec, sys};
 use wardcell_host::error::BrokerError;
 use wardcell_host::messages;
+
+use serde_json::json;
 
 /// What serves a sandbox's zone socket (its zone's supervisor, supervisor.rs), as the
 /// sandbox's life needs it: bound before the spec names its socket, serving once the
@@ -90,34 +92,32 @@ impl Sandbox {
     pub fn wait(
         &mut self,
         run: &Run,
-        watch: crate::relay::Watch<'_>,
+        watch: relay::Watch<'_>,
         zone: Option<&str>,
         warn: bool,
-    ) -> crate::relay::Ended {
+    ) -> relay::Ended {
         let name = self.name.clone();
         let mut warned = !warn;
-        let ended = crate::relay::wait(&mut self.running, watch, &mut |r| {
-            if let ShimReport::Confined {
-                landlock_abi,
+        let ended = relay::wait(&mut self.running, watch, &mut |r| {
+            let ShimReport::Confined {
+                landlock_abi: abi,
                 partial,
             } = r
-            {
-                let mut fields = serde_json::json!({"sandbox": name, "landlock_abi": landlock_abi, "missing": partial});
-                if let Some(zone) = zone {
-                    fields["zone"] = zone.into();
-                }
-                let _ = run.record("sandbox", "sandbox.confined", fields);
-                if !partial.is_empty() && !warned {
-                    warned = true;
-                    wardcell_common::eprintln_line!(
-                        "{}",
-                        wardcell_host::messages::kernel_lacks(partial)
-                    );
-                }
+            else {
+                return;
+            };
+            let mut fields = json!({"sandbox": name, "landlock_abi": abi, "missing": partial});
+            if let Some(zone) = zone {
+                fields["zone"] = zone.into();
+            }
+            let _ = run.record("sandbox", "sandbox.confined", fields);
+            if !partial.is_empty() && !warned {
+                warned = true;
+                wardcell_common::eprintln_line!("{}", messages::kernel_lacks(partial));
             }
         });
         if let Some(why) = &ended.bad_report {
-            let fields = serde_json::json!({"sandbox": name, "reason": why});
+            let fields = json!({"sandbox": name, "reason": why});
             let _ = run.record("sandbox", "sandbox.bad_report", fields);
         }
         ended
@@ -130,22 +130,17 @@ impl Sandbox {
 
     /// It has ended: audit each limit it reached; its exit status and, when it did not
     /// run to its end (the time limit ended it, or it did not start), the one-line error.
-    pub fn ended(&self, run: &Run, ended: &crate::relay::Ended) -> (i32, Option<String>) {
+    pub fn ended(&self, run: &Run, ended: &relay::Ended) -> (i32, Option<String>) {
         for (kind, bound, mechanism, count) in self.limits.reached(ended.timed_out) {
-            let _ = run.record(
-                "sandbox",
-                "sandbox.limit_reached",
-                serde_json::json!({"sandbox": self.name, "limit": kind.name(), "value": kind.show(bound.value), "mechanism": mechanism, "count": count}),
-            );
+            let (limit, value) = (kind.name(), kind.show(bound.value));
+            let fields = json!({"sandbox": self.name, "limit": limit, "value": value, "mechanism": mechanism, "count": count});
+            let _ = run.record("sandbox", "sandbox.limit_reached", fields);
         }
-        match self.limits.ended_by_time(ended.timed_out) {
-            Some((code, message)) => (code, Some(message)),
-            None => wardcell_host::messages::describe(
-                &ended.outcome,
-                self.spec.argv.first().map_or("", |a| a),
-                crate::sys::spawn::failed_step,
-            ),
+        if let Some((code, message)) = self.limits.ended_by_time(ended.timed_out) {
+            return (code, Some(message));
         }
+        let command = self.spec.argv.first().map_or("", |a| a);
+        messages::describe(&ended.outcome, command, sys::spawn::failed_step)
     }
 }
 
@@ -165,23 +160,17 @@ impl Drop for Abort {
 
 /// A sandbox whose namespaces exist and whose shim is starting, not yet given its spec.
 /// Dropped, its shim is killed and reaped.
-pub struct Spawned {
-    running: Running,
-}
+pub struct Spawned(Running);
 
 /// Step 1: new namespaces and the shim. Returns at once; the kernel (and the other core)
 /// builds the namespaces and execs the shim while the caller prepares the rest.
 pub fn spawn(shim: &CString, stdio: [RawFd; 3], ignored: u64) -> Result<Spawned, BrokerError> {
     let (ours, theirs) =
         UnixStream::pair().map_err(|e| BrokerError::Sandbox(format!("socketpair: {e}")))?;
-    let spawned = sys::spawn::spawn_sandbox(shim, stdio, theirs.as_raw_fd(), ignored)
+    let process = sys::spawn::spawn_sandbox(shim, stdio, theirs.as_raw_fd(), ignored)
         .map_err(|e| BrokerError::Sandbox(sys::spawn::explain_spawn_error(&e)))?;
-    Ok(Spawned {
-        running: Running {
-            process: sys::Child::new(spawned.pid, spawned.process),
-            control: ours,
-        },
-    })
+    let control = ours;
+    Ok(Spawned(Running { process, control }))
 }
 
 /// Both steps, for a sandbox started from a supervisor thread.
@@ -209,33 +198,28 @@ pub fn complete<T>(
     req: Request<'_>,
     before_proceed: impl FnOnce() -> Result<T, BrokerError>,
 ) -> Result<(Sandbox, T), BrokerError> {
-    let mut running = spawned.running;
+    let mut running = spawned.0;
     let mut abort = Abort { supervisor: None };
 
     // What its processes carry: how its supervisor will recognise them.
-    let number = run.next_number();
-    let mark = peer::mark(running.process.pid(), &run.id, number)
+    let (number, pid) = (run.next_number(), running.process.pid());
+    let mark = peer::mark(pid, &run.id, number)
         .map_err(|e| BrokerError::Sandbox(format!("reading the sandbox's {}: {e}", peer::MARK)))?;
 
     // Its limits: its cgroup, if one needs it, with the shim in it before the command.
     let cgroup = format!("wardcell-{}-s{number}", run.id);
     let limits = limits::Enforced::prepare(&req.profile.limits, &req.profile.name, &cgroup)
         .map_err(BrokerError::Refused)?;
-    limits
-        .join(running.process.pid())
-        .map_err(BrokerError::Sandbox)?;
+    limits.join(pid).map_err(BrokerError::Sandbox)?;
 
     // A supervisor, in a zone.
     let name = format!("s{number}");
-    let supervisor = match req.supervise {
-        Some(supervise) => {
-            let s = supervise(&name, mark.clone())
-                .map_err(|e| BrokerError::Sandbox(format!("starting the zone supervisor: {e}")))?;
-            abort.supervisor = Some(s.clone());
-            Some(s)
-        }
-        None => None,
-    };
+    let supervisor_failed = |e| BrokerError::Sandbox(format!("starting the zone supervisor: {e}"));
+    let supervisor = req
+        .supervise
+        .map(|supervise| supervise(&name, mark.clone()));
+    let supervisor = supervisor.transpose().map_err(supervisor_failed)?;
+    abort.supervisor = supervisor.clone();
 
     // The spec.
     let socket = supervisor.as_ref().map(|s| s.path().to_path_buf());
@@ -251,32 +235,32 @@ pub fn complete<T>(
         pty: req.pty,
         authenticated: req.authenticated,
     };
-    let mut spec = spec::build(&request, &|p| p.exists()).map_err(BrokerError::Refused)?;
+    let spec = spec::build_with(&request, &|p| p.exists(), &Path::is_symlink);
+    let mut spec = spec.map_err(BrokerError::Refused)?;
     spec.trace = wardcell_common::trace::spec(&run.id);
     (spec.processes, spec.pid_max) = (limits.nproc(), limits.pid_max());
     peer::stamp(&mut spec, &mark);
     tracing::debug!(zone = req.zone, profile = %req.profile.name, "sandbox spec sent");
 
     // Hand it over.
-    let mut control = running
-        .control
-        .try_clone()
-        .map_err(|e| BrokerError::Sandbox(e.to_string()))?;
-    protocol::send_hello(&mut control)?;
-    protocol::expect_hello(&mut control).map_err(|e| match e {
+    let control = &mut running.control;
+    protocol::send_hello(control)?;
+    protocol::expect_hello(control).map_err(|e| match e {
         // The child died before exec: its exit status says at which step.
-        protocol::FrameError::Closed => BrokerError::Sandbox(child_failure(&mut running)),
+        protocol::FrameError::Closed => {
+            let status = running.process.wait();
+            BrokerError::Sandbox(messages::shim_failed(status, sys::spawn::failed_step))
+        }
         other => BrokerError::Shim(other),
     })?;
-    protocol::write_frame(&mut control, &ShimRequest::Start(Box::new(spec.clone())))?;
+    let control = &mut running.control;
+    protocol::write_frame(control, &ShimRequest::Start(Box::new(spec.clone())))?;
 
     // While the shim builds the mounts. `before_proceed` first: the first sandbox's caller
     // blocks the signals it forwards there, before this process starts any thread.
     let made = before_proceed()?;
     if let Some(s) = &supervisor {
-        s.clone()
-            .serve_in_background()
-            .map_err(|e| BrokerError::Sandbox(format!("starting the zone supervisor: {e}")))?;
+        s.clone().serve_in_background().map_err(supervisor_failed)?;
     }
 
     // With network: the shim's listener, from inside the sandbox's network namespace, goes
@@ -285,7 +269,7 @@ pub fn complete<T>(
         Some(_) => {
             let (proxy, ca_pem) = proxy::hand_over(
                 run,
-                &mut control,
+                control,
                 &spec,
                 req.zone,
                 req.profile,
@@ -295,7 +279,7 @@ pub fn complete<T>(
         }
         None => (None, None),
     };
-    let proceed = protocol::write_frame(&mut control, &ShimRequest::Proceed { ca_pem });
+    let proceed = protocol::write_frame(control, &ShimRequest::Proceed { ca_pem });
     // A shim that could not build the sandbox has reported why and exited; the relay
     // reads that report. With network the shim is known to be alive here.
     if proxy.is_some() {
@@ -303,7 +287,6 @@ pub fn complete<T>(
     }
 
     abort.supervisor = None;
-    drop(abort);
     let sandbox = Sandbox {
         name,
         running,
@@ -313,8 +296,4 @@ pub fn complete<T>(
         limits,
     };
     Ok((sandbox, made))
-}
-
-fn child_failure(running: &mut Running) -> String {
-    messages::shim_failed(running.process.wait(), sys::spawn::failed_step)
 }

@@ -49,14 +49,10 @@ pub enum Event {
 impl Event {
     /// Whether the caller sent it (else the broker did it).
     fn by_caller(self) -> bool {
+        use Event as E;
         matches!(
             self,
-            Event::Hello
-                | Event::List
-                | Event::Why
-                | Event::Enter
-                | Event::Descriptors
-                | Event::Spoke
+            E::Hello | E::List | E::Why | E::Enter | E::Descriptors | E::Spoke
         )
     }
 }
@@ -93,20 +89,15 @@ impl Session {
 
     /// Take `event`; `Err` names what came out of turn, and the connection is closed.
     pub fn on(&mut self, event: Event) -> Result<(), String> {
-        match next(self.0, event) {
-            Some(s) => {
-                self.0 = s;
-                Ok(())
-            }
-            None if event.by_caller() => Err(format!(
-                "the caller sent {event:?} out of turn (state {:?})",
-                self.0
-            )),
-            None => Err(format!(
-                "the supervisor did {event:?} out of turn (state {:?})",
-                self.0
-            )),
-        }
+        let Some(next) = next(self.0, event) else {
+            let who = match event.by_caller() {
+                true => "the caller sent",
+                false => "the supervisor did",
+            };
+            return Err(format!("{who} {event:?} out of turn (state {:?})", self.0));
+        };
+        self.0 = next;
+        Ok(())
     }
 }
 

@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use wardcell_common::envrules;
+use wardcell_common::envrules::{self, CA_VARS, NO_PROXY_VARS, PROXY_VARS, SYSTEM_ROOTS};
+use wardcell_common::identity::Identity;
 use wardcell_common::plan::{
     Plan, ProfilePlan, SandboxSpec, ViewEntry, ViewKind, SANDBOX_CA_BUNDLE, SANDBOX_PROXY_PORT,
 };
@@ -34,54 +35,22 @@ pub struct Request<'a> {
     pub authenticated: bool,
 }
 
-/// The variables that point a command at its proxy.
-pub const PROXY_VARS: &[&str] = &["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];
-pub const NO_PROXY_VARS: &[&str] = &["NO_PROXY", "no_proxy"];
-/// The variables that name a CA bundle, for the tools that read each. In a zone with
-/// network whose sandbox has a bundle, every one names it.
-pub const CA_VARS: &[&str] = &[
-    "SSL_CERT_FILE",
-    "CURL_CA_BUNDLE",
-    "GIT_SSL_CAINFO",
-    "REQUESTS_CA_BUNDLE",
-    "NODE_EXTRA_CA_CERTS",
-    "PIP_CERT",
-    "NIX_SSL_CERT_FILE",
-    "CARGO_HTTP_CAINFO",
-    "npm_config_cafile",
-    "NPM_CONFIG_CAFILE",
-];
-/// Where distributions keep their CA bundle, in the order they are tried.
-pub const SYSTEM_ROOTS: &[&str] = &[
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/ca-bundle.pem",
-    "/etc/ssl/cert.pem",
-];
-
 /// What a sandbox's CA bundle is made of: the distribution's bundle, then each file a CA
 /// variable of the host environment `env` names (a corporate CA, say), each once, when
 /// named without a symbolic link on the way. Only
 /// their certificates go into the bundle (the shim keeps nothing else of them).
 pub fn ca_files(env: &[(String, String)], exists: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = SYSTEM_ROOTS
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| exists(p))
-        .into_iter()
-        .collect();
+    let mut out = Vec::from_iter(SYSTEM_ROOTS.iter().map(PathBuf::from).find(|p| exists(p)));
+    // A link on the way (one a sandbox may have planted in a tree it writes) is not
+    // followed: the file must be named as it is.
+    let as_named = |p: &PathBuf| std::fs::canonicalize(p).is_ok_and(|c| &c == p);
     for k in CA_VARS {
-        let named = env
-            .iter()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| PathBuf::from(v));
-        // A link on the way (one a sandbox may have planted in a tree it writes) is not
-        // followed: the file must be named as it is.
-        let as_named = |p: &PathBuf| std::fs::canonicalize(p).is_ok_and(|c| &c == p);
-        if let Some(p) = named.filter(|p| p.is_absolute() && exists(p) && as_named(p)) {
-            if !out.contains(&p) {
-                out.push(p);
-            }
+        let named = env.iter().find(|(n, _)| n == k);
+        let p = named
+            .map(|(_, v)| PathBuf::from(v))
+            .filter(|p| p.is_absolute());
+        if let Some(p) = p.filter(|p| exists(p) && as_named(p) && !out.contains(p)) {
+            out.push(p);
         }
     }
     out
@@ -113,7 +82,8 @@ pub fn resolve_own_paths(plan: &mut Plan) -> Result<(), String> {
     let profiles: Vec<&ProfilePlan> = plan.profiles().collect();
     let real = |p: &Path| -> Result<PathBuf, String> {
         for profile in &profiles {
-            if let Some((link, w)) = symlink_in_writable_tree(p, &profile.write, &is_symlink) {
+            if let Some((link, w)) = symlink_in_writable_tree(p, &profile.write, &Path::is_symlink)
+            {
                 return Err(link_refusal(p, &link, &profile.name, &w));
             }
         }
@@ -137,36 +107,13 @@ pub fn resolve_own_paths(plan: &mut Plan) -> Result<(), String> {
 }
 
 fn link_refusal(p: &Path, link: &Path, profile: &str, w: &Path) -> String {
-    format!(
-        "{} is reached through the symbolic link {}, and profile '{}' lets the sandbox write {}, so it could replace the link and plant a configuration; make {} a real directory or narrow the profile",
-        p.display(),
-        link.display(),
-        profile,
-        w.display(),
-        link.display()
-    )
+    let (p, link, w) = (p.display(), link.display(), w.display());
+    format!("{p} is reached through the symbolic link {link}, and profile '{profile}' lets the sandbox write {w}, so it could replace the link and plant a configuration; make {link} a real directory or narrow the profile")
 }
 
-/// Whether `p` itself is a symbolic link (not following it).
-pub fn is_symlink(p: &Path) -> bool {
-    std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())
-}
-
-/// Build the spec, or say in one line why this profile cannot run here.
-/// `exists` is asked about wardcell's own directories.
-pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<SandboxSpec, String> {
-    build_with(req, exists, &is_symlink)
-}
-
-/// Paths the broker records identities for besides the plan's own: host socket
-/// directories (masked where a tree shows them) and the trees every sandbox reads.
-pub fn host_paths(host_env: &[(String, String)]) -> Vec<PathBuf> {
-    let mut out = envrules::host_socket_dirs(host_env);
-    out.extend(ALWAYS_READ.iter().map(PathBuf::from));
-    out
-}
-
-/// [`build`], with the symlink check given (tests).
+/// Build the spec, or say in one line why this profile cannot run here. `exists` is asked
+/// about wardcell's own directories, `is_symlink` whether a path is a symbolic link
+/// (the broker gives `Path::is_symlink`; tests give their own).
 pub fn build_with(
     req: &Request<'_>,
     exists: &dyn Fn(&Path) -> bool,
@@ -179,9 +126,10 @@ pub fn build_with(
     let intercept = network && req.authenticated && !profile.credentials.is_empty();
     // A CA bundle where the proxy intercepts, or where the host names CA files of its
     // own (a corporate CA): read by the shim only as recorded at the start.
-    let named_ca = CA_VARS
+    let named_ca = req
+        .host_env
         .iter()
-        .any(|k| req.host_env.iter().any(|(n, _)| n == k));
+        .any(|(n, _)| CA_VARS.contains(&n.as_str()));
     let ca_files: Vec<_> = if intercept || (network && named_ca) {
         ca_files(req.host_env, exists)
             .into_iter()
@@ -197,15 +145,12 @@ pub fn build_with(
     }
     // Transparent egress: a listener per allowed port, each reachable only because every
     // address is the proxy's inside (PROTOCOL.md, "Transparent egress").
-    let egress_ports = if network {
-        wardcell_common::plan::egress_ports(&profile.network.entries())?
-    } else {
-        Vec::new()
+    let egress_ports = match network {
+        true => wardcell_common::plan::egress_ports(&profile.network.entries())?,
+        false => Vec::new(),
     };
-    let mut tcp_connect = egress_ports.clone();
-    if network {
-        tcp_connect.insert(0, SANDBOX_PROXY_PORT);
-    }
+    let proxy_port = network.then_some(SANDBOX_PROXY_PORT);
+    let tcp_connect = proxy_port.into_iter().chain(egress_ports.clone()).collect();
     Ok(SandboxSpec {
         argv: req.argv.to_vec(),
         env,
@@ -213,7 +158,7 @@ pub fn build_with(
         view,
         tcp_connect,
         controlling_tty: req.pty,
-        proxy_port: network.then_some(SANDBOX_PROXY_PORT),
+        proxy_port,
         egress_ports,
         ca_files,
         denied,
@@ -235,23 +180,15 @@ fn own_dirs(
 ) -> Result<Vec<PathBuf>, String> {
     let profile = req.profile;
     let write = &profile.write;
-    let dirs = &req.plan.dirs;
-    let mut own: Vec<PathBuf> = dirs.config.clone();
-    own.push(dirs.state.clone());
-    own.push(dirs.runtime.clone());
+    let own = req.plan.dirs.all();
     for p in &own {
         if let Some((link, w)) = symlink_in_writable_tree(p, write, &is_symlink) {
             return Err(link_refusal(p, &link, &profile.name, &w));
         }
         if !exists(p) {
             if let Some(w) = inside(p, write) {
-                return Err(format!(
-                    "{} does not exist and profile '{}' lets the sandbox write {}, so it could create it; create {} (an empty directory will do) or narrow the profile",
-                    p.display(),
-                    profile.name,
-                    w.display(),
-                    p.display()
-                ));
+                let (p, name, w) = (p.display(), &profile.name, w.display());
+                return Err(format!("{p} does not exist and profile '{name}' lets the sandbox write {w}, so it could create it; create {p} (an empty directory will do) or narrow the profile"));
             }
         }
     }
@@ -273,26 +210,16 @@ fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<
         .chain(ALWAYS_READ.iter().map(PathBuf::from))
         .map(|p| (p, ViewKind::Read))
         .chain(profile.write.iter().map(|p| (p.clone(), ViewKind::Write)));
+    let name = &profile.name;
     for (path, what) in trees {
+        let shown = path.display();
         if path.starts_with("/proc") {
-            return Err(format!(
-                "profile '{}' names {}, but every sandbox has a /proc of its own; remove it from the profile",
-                profile.name,
-                path.display()
-            ));
+            return Err(format!("profile '{name}' names {shown}, but every sandbox has a /proc of its own; remove it from the profile"));
         }
-        let id = ids.get(&path).ok_or_else(|| {
-            format!(
-                "{} could not be opened without following a symbolic link when the run started; make it a real directory or remove it from profile '{}'",
-                path.display(),
-                profile.name
-            )
-        })?;
-        view.push(ViewEntry {
-            path,
-            what,
-            id: Some(id),
-        });
+        let Some(id) = ids.get(&path) else {
+            return Err(format!("{shown} could not be opened without following a symbolic link when the run started; make it a real directory or remove it from profile '{name}'"));
+        };
+        view.push(ViewEntry::new(path, what, Some(id)));
     }
     // Masks: deny paths, wardcell's own directories, credential sources (never readable
     // in any sandbox, whatever the profile says), and host socket directories unless the
@@ -303,58 +230,43 @@ fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<
     let mask = masks(req, &denied);
     for path in &mask {
         if let Some(id) = ids.get(path) {
-            view.push(ViewEntry {
-                path: path.clone(),
-                what: ViewKind::Mask,
-                id: Some(id),
-            });
+            view.push(ViewEntry::new(path.clone(), ViewKind::Mask, Some(id)));
         }
     }
     // Unix sockets: the supervisor's (made by the broker where no sandbox reaches), and
     // those the profile names.
     if let Some(sock) = req.zone_socket {
-        view.push(ViewEntry {
-            path: sock.to_path_buf(),
-            what: ViewKind::Socket,
-            id: None,
-        });
+        view.push(ViewEntry::new(sock.to_path_buf(), ViewKind::Socket, None));
     }
     for sock in &profile.unix_sockets {
-        let id = ids.get(sock).ok_or_else(|| {
-            format!(
-                "the socket {} could not be opened when the run started",
-                sock.display()
-            )
-        })?;
-        view.push(ViewEntry {
-            path: sock.clone(),
-            what: ViewKind::Socket,
-            id: Some(id),
-        });
+        let Some(id) = ids.get(sock) else {
+            let sock = sock.display();
+            return Err(format!(
+                "the socket {sock} could not be opened when the run started"
+            ));
+        };
+        view.push(ViewEntry::new(sock.clone(), ViewKind::Socket, Some(id)));
     }
     // The client, at the path it was started from, in every sandbox: `wardcell zone ...`
     // works wherever it is installed (and says what does not work where it is).
-    if let Some((client, id)) = req
-        .plan
-        .client
-        .as_ref()
-        .and_then(|c| Some((c, ids.get(c)?)))
-    {
-        view.push(ViewEntry {
-            path: client.clone(),
-            what: ViewKind::Read,
-            id: Some(id),
-        });
+    if let Some((client, id)) = client(req) {
+        view.push(ViewEntry::new(client.clone(), ViewKind::Read, Some(id)));
     }
     for (link, target) in &profile.links {
-        view.push(ViewEntry {
-            path: link.clone(),
-            what: ViewKind::Link(target.clone()),
-            id: None,
-        });
+        view.push(ViewEntry::new(
+            link.clone(),
+            ViewKind::Link(target.clone()),
+            None,
+        ));
     }
     cwd_in(req, &view, &mask)?;
     Ok((view, denied))
+}
+
+/// The client, and what it was when the run started.
+fn client<'r>(req: &Request<'r>) -> Option<(&'r PathBuf, Identity)> {
+    let client = req.plan.client.as_ref()?;
+    Some((client, req.plan.identities.get(client)?))
 }
 
 /// The working directory must be in the view and not hidden.
@@ -364,19 +276,13 @@ fn cwd_in(req: &Request<'_>, view: &[ViewEntry], mask: &[PathBuf]) -> Result<(),
     let reachable = view
         .iter()
         .any(|e| matches!(e.what, ViewKind::Read | ViewKind::Write) && cwd.starts_with(&e.path));
+    let (name, shown) = (&profile.name, cwd.display());
     if !reachable {
-        return Err(format!(
-            "profile '{}' cannot reach the working directory {}; run from a directory it can read, or add this one to its read list",
-            profile.name,
-            cwd.display()
-        ));
+        return Err(format!("profile '{name}' cannot reach the working directory {shown}; run from a directory it can read, or add this one to its read list"));
     }
     if let Some(m) = inside(cwd, mask) {
-        return Err(format!(
-            "the working directory {} is inside {}, which is hidden from the sandbox; run from another directory",
-            cwd.display(),
-            m.display()
-        ));
+        let m = m.display();
+        return Err(format!("the working directory {shown} is inside {m}, which is hidden from the sandbox; run from another directory"));
     }
     Ok(())
 }
@@ -420,17 +326,9 @@ fn env_of(req: &Request<'_>, intercept: bool, bundle: bool) -> Vec<(String, Stri
         })
         .cloned();
     env.extend(agent);
-    let ids = &req.plan.identities;
-    if let Some((client, me)) = req
-        .plan
-        .client
-        .as_ref()
-        .and_then(|c| Some((c, ids.get(c)?)))
-    {
+    if let Some((client, me)) = client(req) {
         envrules::client_on_path(&mut env, client, |c| {
-            std::fs::metadata(c)
-                .ok()
-                .map(|m| wardcell_common::identity::Identity::of(&m) == me)
+            std::fs::metadata(c).ok().map(|m| Identity::of(&m) == me)
         });
         envrules::sandbox_tools_first(&mut env, client, Path::is_dir);
     }
@@ -448,28 +346,24 @@ fn env_of(req: &Request<'_>, intercept: bool, bundle: bool) -> Vec<(String, Stri
         env.retain(|(k, _)| !placeholders.iter().any(|(p, _)| p == k));
         env.extend(placeholders);
     }
-    let proxy_vars: Vec<&str> = PROXY_VARS
-        .iter()
-        .chain(NO_PROXY_VARS)
-        .chain(CA_VARS)
-        .copied()
-        .collect();
-    env.retain(|(k, _)| !proxy_vars.contains(&k.as_str()));
+    let ours = [PROXY_VARS, NO_PROXY_VARS, CA_VARS].concat();
+    env.retain(|(k, _)| !ours.contains(&k.as_str()));
+    let mut set = |names: &[&str], value: &str| {
+        env.extend(names.iter().map(|k| (k.to_string(), value.to_string())))
+    };
     // Network: only the zone's proxy, on the sandbox's own loopback.
     if profile.network.enabled() {
-        let url = format!("http://127.0.0.1:{SANDBOX_PROXY_PORT}");
-        for k in PROXY_VARS {
-            env.push((k.to_string(), url.clone()));
-        }
-        let direct = envrules::no_proxy(&profile.network.entries());
-        for k in NO_PROXY_VARS {
-            env.push((k.to_string(), direct.clone()));
-        }
+        set(
+            PROXY_VARS,
+            &format!("http://127.0.0.1:{SANDBOX_PROXY_PORT}"),
+        );
+        set(
+            NO_PROXY_VARS,
+            &envrules::no_proxy(&profile.network.entries()),
+        );
     }
     if bundle {
-        for k in CA_VARS {
-            env.push((k.to_string(), SANDBOX_CA_BUNDLE.to_string()));
-        }
+        set(CA_VARS, SANDBOX_CA_BUNDLE);
     }
     env
 }
@@ -565,12 +459,18 @@ mod network_tests {
 
 #[cfg(test)]
 pub mod tests_support {
-    pub use super::tests::{plan, profile, req};
+    pub use super::tests::{build, plan, profile, req};
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`build_with`] as the broker calls it.
+    pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<SandboxSpec, String> {
+        build_with(req, exists, &Path::is_symlink)
+    }
+
     use wardcell_common::plan::{
         AuditPlan, CredentialPlan, CredentialScheme, Dirs, EnvPlan, SecretPlan, Start,
     };

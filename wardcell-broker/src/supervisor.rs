@@ -17,7 +17,7 @@
 //! that is not written is refused.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,21 +25,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use wardcell_common::auditlog::Rate;
+use wardcell_common::auditlog::{Rate, COUNTED_PER_SECOND};
 use wardcell_common::envrules;
 use wardcell_common::plan::ZonePlan;
 use wardcell_common::protocol::{self, ZoneEntry, ZoneRequest, ZoneResponse};
 use wardcell_common::why::Rules;
 
-use crate::approval;
-use crate::chain;
 use crate::peer::{self, Peer};
-use crate::relay::{self, Outcome};
 use crate::run::{Entry, Run};
-use crate::sandbox;
 use crate::session::{Event, Session};
-use crate::sys;
 use crate::sys::fds::{recv_fds, unfit_stdio};
+use crate::{approval, chain, relay, sandbox, sys};
 use wardcell_host::listener::{late, Deadline, Handler, Held, Listener, Slot};
 
 /// A connection must send its whole request within this.
@@ -72,19 +68,14 @@ impl Supervisor {
         let path = run.dir.join(format!("{name}.sock"));
         // sockaddr_un's path holds the terminating NUL too (108 bytes on Linux, 104 on macOS).
         let listener = Listener::bind(path, sys::SUN_PATH_LEN - 1, sys::wake_listener)?;
-        let s = Arc::new(Supervisor {
+        Ok(Arc::new(Supervisor {
             run,
             zone: zone.to_string(),
             chain,
             mark,
             listener,
             entering: Slot::default(),
-        });
-        Ok(s)
-    }
-
-    fn audit(&self, category: &str, event: &str, fields: Value) -> io::Result<()> {
-        self.run.record(category, event, fields)
+        }))
     }
 
     /// What the sandbox can cause as fast as it connects: written at a bounded rate, the
@@ -96,23 +87,17 @@ impl Supervisor {
 
     /// A connection closed for a malformed or late request: logged, nothing granted.
     fn closed(&self, peer: &Peer, reason: &str) {
-        let _ = self.counted(
-            "sandbox",
-            "supervisor.closed",
-            json!({"zone": self.zone, "pid": peer.pid(), "reason": reason}),
-        );
+        let fields = json!({"zone": self.zone, "pid": peer.pid(), "reason": reason});
+        let _ = self.counted("sandbox", "supervisor.closed", fields);
     }
 
     /// The caller, verified by what the kernel says; a refusal is audited and answered
     /// with nothing.
     fn verified(&self, conn: &UnixStream) -> Option<Peer> {
         peer::verify(conn, &self.mark)
-            .map_err(|why| {
-                let _ = self.counted(
-                    "audit",
-                    "audit.peer_refused",
-                    json!({"zone": self.zone, "chain": self.chain, "reason": why}),
-                );
+            .inspect_err(|why| {
+                let fields = json!({"zone": self.zone, "chain": self.chain, "reason": why});
+                let _ = self.counted("audit", "audit.peer_refused", fields);
             })
             .ok()
     }
@@ -129,10 +114,7 @@ impl Supervisor {
         let deadline = Instant::now() + REQUEST_DEADLINE;
         let request = (|| {
             protocol::send_hello(&mut conn)?;
-            let mut r = Deadline {
-                conn: &conn,
-                until: deadline,
-            };
+            let mut r = Deadline::new(&conn, deadline);
             protocol::expect_hello(&mut r)?;
             protocol::read_frame::<ZoneRequest>(&mut r)
         })();
@@ -153,63 +135,42 @@ impl Supervisor {
             return self.closed(&peer, &why);
         }
         // 3. Answer.
-        match request {
+        let (target, argv, env, closed) = match request {
             ZoneRequest::List => {
-                let zones = chain::enterable(&self.run.plan.zones, &self.chain)
-                    .into_iter()
+                let zones = chain::enterable(&self.run.plan.zones, &self.chain).into_iter();
+                let zones = zones
                     .map(|z| ZoneEntry {
                         name: z.name.clone(),
                         description: z.description.clone(),
                     })
                     .collect();
-                let _ = protocol::write_frame(
-                    &mut conn,
-                    &ZoneResponse::Zones {
-                        current: self.zone.clone(),
-                        zones,
-                    },
-                );
+                let current = self.zone.clone();
+                let _ = protocol::write_frame(&mut conn, &ZoneResponse::Zones { current, zones });
+                return;
             }
-            ZoneRequest::Why => self.why(&mut conn, &peer),
+            ZoneRequest::Why => return self.why(&mut conn, &peer),
             ZoneRequest::Enter {
                 zone,
                 argv,
                 env,
                 closed,
-            } => {
-                if closed > 0b111 {
-                    return self.closed(
-                        &peer,
-                        &format!("closed is {closed}, not a set of fds 0 to 2"),
-                    );
-                }
-                let _ = conn.set_read_timeout(Some(
-                    deadline
-                        .saturating_duration_since(Instant::now())
-                        .max(Duration::from_millis(1)),
-                ));
-                let fds = match recv_fds(conn.as_raw_fd(), 3 - closed.count_ones() as usize) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        return self.closed(&peer, &late(&e, "descriptors", REQUEST_DEADLINE))
-                    }
-                };
-                // Those the caller has closed stay closed in the command (None).
-                let mut fds = fds.into_iter();
-                let fds =
-                    [0, 1, 2].map(|fd| (closed & (1 << fd) == 0).then(|| fds.next()).flatten());
-                let _ = conn.set_read_timeout(None);
-                if let Err(why) = session.on(Event::Descriptors) {
-                    return self.closed(&peer, &why);
-                }
-                let asked = Asked {
-                    peer: &peer,
-                    target: &zone,
-                    argv: &argv,
-                };
-                self.enter(&mut conn, &mut session, asked, env, fds);
-            }
+            } => (zone, argv, env, closed),
+        };
+        let stdio = match recv_stdio(&conn, closed, deadline) {
+            Ok(stdio) => stdio,
+            Err(why) => return self.closed(&peer, &why),
+        };
+        if let Err(why) = session.on(Event::Descriptors) {
+            return self.closed(&peer, &why);
         }
+        let asked = Asked {
+            peer: &peer,
+            target,
+            argv,
+            env,
+            stdio,
+        };
+        self.enter(&mut conn, &mut session, asked);
     }
 
     /// `zone why`: the rules of this sandbox's zone and of each it may enter.
@@ -217,7 +178,7 @@ impl Supervisor {
         let plan = &self.run.plan;
         let sockets = envrules::host_socket_dirs(&self.run.host_env);
         let rules = |z: &ZonePlan| Rules::of(plan, &z.profile, Some(&z.name), &sockets);
-        let Some(current) = plan.zones.iter().find(|z| z.name == self.zone) else {
+        let Some(current) = plan.zone(&self.zone) else {
             return self.closed(peer, "its zone is not in the plan");
         };
         let enterable = chain::enterable(&plan.zones, &self.chain);
@@ -228,15 +189,8 @@ impl Supervisor {
         let _ = protocol::write_frame(conn, &answer);
     }
 
-    fn enter(
-        &self,
-        conn: &mut UnixStream,
-        session: &mut Session,
-        asked: Asked<'_>,
-        env: Vec<(String, String)>,
-        stdio: [Option<OwnedFd>; 3],
-    ) {
-        match self.admit(conn, &asked, &stdio) {
+    fn enter(&self, conn: &mut UnixStream, session: &mut Session, asked: Asked<'_>) {
+        match self.admit(conn, &asked) {
             // Every guard of the refused entry is dropped by now: the caller's next
             // request is not refused as busy.
             Err(message) => {
@@ -245,7 +199,7 @@ impl Supervisor {
             }
             Ok(admitted) => {
                 self.step(session, Event::Admitted);
-                self.run_entered(conn, session, &asked, admitted, env, stdio)
+                self.run_entered(conn, session, asked, admitted)
             }
         }
     }
@@ -260,18 +214,13 @@ impl Supervisor {
 
     /// Steps a to e of an entry: every check, each refusal audited, and the decision
     /// written before anything starts. `Err` is the refusal's message for the caller.
-    fn admit<'s>(
-        &'s self,
-        conn: &UnixStream,
-        asked: &Asked<'_>,
-        stdio: &[Option<OwnedFd>; 3],
-    ) -> Result<Admitted<'s>, String> {
+    fn admit<'s>(&'s self, conn: &UnixStream, asked: &Asked<'_>) -> Result<Admitted<'s>, String> {
         let deny = |reason: &str, plugin: Option<&approval::Answer>| {
             let fields = asked.decision(self, "denied", reason, plugin);
             let _ = self.counted("audit", "audit.decision", fields);
         };
         // a. Only descriptors a command may be given as its stdio.
-        for (name, fd) in ["stdin", "stdout", "stderr"].into_iter().zip(stdio) {
+        for (name, fd) in ["stdin", "stdout", "stderr"].into_iter().zip(&asked.stdio) {
             if let Some(what) = fd.as_ref().and_then(|fd| unfit_stdio(fd.as_fd())) {
                 let reason = format!("{name} is {what}: `wardcell zone enter` passes on only pipes, sockets, character devices and regular files");
                 deny(&reason, None);
@@ -285,27 +234,19 @@ impl Supervisor {
             return Err(format!("{reason}; wait for it to finish, then try again"));
         };
         // c. The chain check. From here on, the zone it returns is the one used.
-        let zone = chain::may_enter(&self.run.plan.zones, &self.chain, asked.target).map_err(
-            |denied| {
-                deny(denied.reason(), None);
-                denied.message()
-            },
-        )?;
+        let zone = chain::may_enter(&self.run.plan.zones, &self.chain, &asked.target);
+        let zone = zone.map_err(|denied| {
+            deny(denied.reason(), None);
+            denied.message()
+        })?;
         // d. Approval, if the zone asks for it (the plugin is ended by the run's end
         //    until its decision is audited: `_plugin` is dropped last).
-        let (answer, _plugin) = match zone.requires_approval {
-            true => {
-                let (a, p) = self.approve(conn, asked, zone);
-                (Some(a), p)
-            }
-            false => (None, None),
-        };
+        let approve = || self.approve(conn, asked, zone);
+        let (answer, _plugin) = zone.requires_approval.then(approve).unzip();
         if let Some(a) = answer.as_ref().filter(|a| !a.approved) {
             deny(&a.reason, Some(a));
-            return Err(format!(
-                "entering zone '{}' was not approved: {}",
-                zone.name, a.reason
-            ));
+            let (name, reason) = (&zone.name, &a.reason);
+            return Err(format!("entering zone '{name}' was not approved: {reason}"));
         }
         // e. The decision, written before anything starts, for an entry the run's end
         //    will wait for: one allowed always has its completion written. An entry past
@@ -323,7 +264,7 @@ impl Supervisor {
         {
             Ok(true) => Ok(Admitted { zone, slot, entry }),
             Err(e) => Err(format!("the audit log cannot be written ({e}), so the entry is refused; `wardcell doctor` shows where the log lives")),
-            Ok(false) => Err(format!("this sandbox entered zones faster than the {} a second the audit log records one by one, so the entry is refused; try again in a moment", wardcell_common::auditlog::COUNTED_PER_SECOND)),
+            Ok(false) => Err(format!("this sandbox entered zones faster than the {COUNTED_PER_SECOND} a second the audit log records one by one, so the entry is refused; try again in a moment")),
         }
     }
 
@@ -342,7 +283,7 @@ impl Supervisor {
             calling_zone: &self.zone,
             chain: &self.chain,
             target: zone,
-            command: asked.argv,
+            command: &asked.argv,
             cwd: asked.peer.cwd(),
         };
         let request = approval::request(plan, &entry);
@@ -354,10 +295,8 @@ impl Supervisor {
             Err(refusal) => return (refusal, Some(held)),
         };
         self.run.attach(&held, plugin.process());
-        let answer = plugin.answer(
-            zone.approval_timeout_secs.map(Duration::from_secs),
-            conn.as_fd(),
-        );
+        let timeout = zone.approval_timeout_secs.map(Duration::from_secs);
+        let answer = plugin.answer(timeout, conn.as_fd());
         if self.run.is_ending() {
             let ended = "the run ended before the approval plugin answered; the plugin was ended";
             return (approval::Answer::refusal(ended), Some(held));
@@ -366,54 +305,66 @@ impl Supervisor {
     }
 
     /// Steps f and g: a brand-new sandbox with the caller's stdio and working directory,
-    /// waited for (ended if the caller goes away), its status relayed and its completion
-    /// audited.
+    /// waited for (ended if the caller goes away or its time is up; its confinement, a bad
+    /// report and the limits it reached audited, its repository checked), its status
+    /// relayed and its completion audited.
     fn run_entered(
         &self,
         conn: &mut UnixStream,
         session: &mut Session,
-        asked: &Asked<'_>,
+        asked: Asked<'_>,
         admitted: Admitted<'_>,
-        env: Vec<(String, String)>,
-        stdio: [Option<OwnedFd>; 3],
     ) {
         let Admitted { zone, slot, entry } = admitted;
+        let Asked {
+            peer,
+            argv,
+            env,
+            stdio,
+            ..
+        } = asked;
         let target = zone.name.as_str();
-        let argv = asked.argv;
         let mut chain = self.chain.clone();
         chain.push(target.to_string());
-        let raw: [RawFd; 3] = [0, 1, 2].map(|i| stdio[i].as_ref().map_or(-1, |f| f.as_raw_fd()));
+        let supervise = |name: &str, mark: peer::Mark| -> io::Result<Arc<dyn sandbox::Served>> {
+            Ok(Supervisor::bind(
+                self.run.clone(),
+                name,
+                target,
+                chain.clone(),
+                mark,
+            )?)
+        };
         let started = sandbox::start(
             &self.run,
             sandbox::Request {
                 profile: &zone.profile,
                 zone: Some(target),
-                supervise: Some(&|name: &str, mark: peer::Mark| {
-                    let s = Supervisor::bind(self.run.clone(), name, target, chain.clone(), mark)?;
-                    Ok(s as Arc<dyn sandbox::Served>)
-                }),
-                argv,
-                cwd: PathBuf::from(asked.peer.cwd()),
+                supervise: Some(&supervise),
+                argv: &argv,
+                cwd: PathBuf::from(peer.cwd()),
                 env,
-                stdio: raw,
-                ignored: asked.peer.ignored(),
+                stdio: stdio
+                    .each_ref()
+                    .map(|f| f.as_ref().map_or(-1, |f| f.as_raw_fd())),
+                ignored: peer.ignored(),
                 pty: false,
                 authenticated: zone.authenticated,
             },
         );
         drop(stdio);
-        let completed = |status: Value, ended: &str| {
+        let completed = |status: Option<i32>, ended: &str| {
             let fields = json!({
                 "calling_zone": self.zone, "chain": chain, "target": target,
                 "command": argv, "exit_status": status, "ended": ended,
             });
-            let _ = self.audit("audit", "audit.completed", fields);
+            let _ = self.run.record("audit", "audit.completed", fields);
         };
         let mut sb = match started {
             Ok(sb) => sb,
             Err(e) => {
                 let message = e.to_string();
-                completed(Value::Null, &format!("not started: {message}"));
+                completed(None, &format!("not started: {message}"));
                 drop((entry, slot));
                 self.step(session, Event::StartFailed);
                 let _ = protocol::write_frame(conn, &ZoneResponse::Failed { message, code: 1 });
@@ -423,51 +374,6 @@ impl Supervisor {
         self.run.attach(&entry, sb.running.process.watch());
         self.step(session, Event::Started);
         let _ = protocol::write_frame(conn, &ZoneResponse::Started);
-        let (ended, described) = self.wait_entered(conn, &mut sb, target);
-        // What the caller sent while its sandbox ran (readable: gone) is fatal to the
-        // connection: the sandbox was ended, and the connection closes without a reply.
-        let spoke = ended.caller_gone && session.on(Event::Spoke).is_err();
-        if spoke || self.run.is_ending() {
-            let how = if ended.caller_gone {
-                "the caller went away; the command's sandbox was ended"
-            } else {
-                "the run ended; the command's sandbox was ended"
-            };
-            completed(Value::Null, how);
-            return;
-        }
-        self.step(session, Event::Ended);
-        let response = match described {
-            (code, None) => ZoneResponse::Exited { code },
-            (code, Some(message)) => ZoneResponse::Failed { message, code },
-        };
-        let status = match &ended.outcome {
-            Outcome::Finished(code) => json!(code),
-            _ => Value::Null,
-        };
-        let how = match &response {
-            ZoneResponse::Failed { message, .. } => format!("failed: {message}"),
-            _ => "exited".to_string(),
-        };
-        completed(status, &how);
-        // Released before the caller is answered, so that its next request is not
-        // refused as busy.
-        drop((entry, slot));
-        let _ = protocol::write_frame(conn, &response);
-        // The caller has its answer; now collect the shim.
-        sb.running.reap();
-    }
-
-    /// Wait for an entered sandbox, ending it if the caller goes away or its time is up;
-    /// its confinement, a bad report and the limits it reached audited, its repository
-    /// checked. Returns how it ended, and its exit status and error line for the caller.
-    fn wait_entered(
-        &self,
-        conn: &UnixStream,
-        sb: &mut sandbox::Sandbox,
-        target: &str,
-    ) -> (relay::Ended, (i32, Option<String>)) {
-        let sb_name = sb.name.clone();
         let watch = relay::Watch {
             caller: Some(conn.as_fd()),
             deadline: sb.deadline(),
@@ -475,9 +381,52 @@ impl Supervisor {
         };
         let ended = sb.wait(&self.run, watch, Some(target), false);
         sb.retire();
-        let described = sb.ended(&self.run, &ended);
-        self.run.check_git(&sb_name);
-        (ended, described)
+        let (code, message) = sb.ended(&self.run, &ended);
+        self.run.check_git(&sb.name);
+        // What the caller sent while its sandbox ran (readable: gone) is fatal to the
+        // connection: the sandbox was ended, and the connection closes without a reply.
+        let spoke = ended.caller_gone && session.on(Event::Spoke).is_err();
+        if spoke || self.run.is_ending() {
+            let how = match ended.caller_gone {
+                true => "the caller went away; the command's sandbox was ended",
+                false => "the run ended; the command's sandbox was ended",
+            };
+            return completed(None, how);
+        }
+        self.step(session, Event::Ended);
+        let how = match &message {
+            Some(m) => format!("failed: {m}"),
+            None => "exited".to_string(),
+        };
+        completed(ended.outcome.finished(), &how);
+        // Released before the caller is answered, so that its next request is not
+        // refused as busy.
+        drop((entry, slot));
+        let response = match message {
+            None => ZoneResponse::Exited { code },
+            Some(message) => ZoneResponse::Failed { message, code },
+        };
+        let _ = protocol::write_frame(conn, &response);
+        // The caller has its answer; now collect the shim (`wait` may have returned on
+        // its last report).
+        let _ = sb.running.process.wait();
+    }
+
+    /// The fifth connection: told why, closed, and audited (a verified peer's; anyone
+    /// else's is refused without a word, as always).
+    fn refuse_busy(&self, mut conn: UnixStream) {
+        let _ = conn.set_write_timeout(Some(Duration::from_millis(200)));
+        let Some(peer) = self.verified(&conn) else {
+            return;
+        };
+        // Then `Hello` and `Refused`, nothing read (PROTOCOL 6.3).
+        self.step(&mut Session::new(true), Event::PeerVerified);
+        let reason =
+            format!("this sandbox's supervisor already serves {MAX_CONNECTIONS} connections");
+        let message = format!("{reason}; try again when one has finished");
+        let _ = protocol::send_hello(&mut conn);
+        let _ = protocol::write_frame(&mut conn, &ZoneResponse::Refused { message });
+        self.closed(&peer, &reason);
     }
 }
 
@@ -487,13 +436,15 @@ impl sandbox::Served for Supervisor {
     fn serve_in_background(self: Arc<Self>) -> io::Result<()> {
         let name = self.path().file_stem().unwrap_or_default();
         let name = format!("supervisor-{}", name.to_string_lossy());
-        std::thread::Builder::new().name(name).spawn(move || {
-            let me = self.clone();
-            let handle: Handler = Arc::new(move |conn| me.handle(conn));
-            let busy = |conn| self.refuse_busy(conn);
-            self.listener.serve(MAX_CONNECTIONS, handle, &busy);
-        })?;
-        Ok(())
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                let me = self.clone();
+                let handle: Handler = Arc::new(move |conn| me.handle(conn));
+                let busy = |conn| self.refuse_busy(conn);
+                self.listener.serve(MAX_CONNECTIONS, handle, &busy);
+            })
+            .map(drop)
     }
 
     fn path(&self) -> &Path {
@@ -509,11 +460,34 @@ impl sandbox::Served for Supervisor {
     }
 }
 
-/// What a caller asked to enter, as the audit log records it.
+/// An entry's stdio, its descriptors received before `deadline`; those the caller has
+/// closed (bits 0 to 2 of `closed`) stay closed in the command (None). `Err` says why
+/// the connection closes.
+fn recv_stdio(
+    conn: &UnixStream,
+    closed: u8,
+    deadline: Instant,
+) -> Result<[Option<OwnedFd>; 3], String> {
+    if closed > 0b111 {
+        return Err(format!("closed is {closed}, not a set of fds 0 to 2"));
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    let _ = conn.set_read_timeout(Some(left.max(Duration::from_millis(1))));
+    let fds = recv_fds(conn.as_raw_fd(), 3 - closed.count_ones() as usize);
+    let _ = conn.set_read_timeout(None);
+    let mut fds = fds
+        .map_err(|e| late(&e, "descriptors", REQUEST_DEADLINE))?
+        .into_iter();
+    Ok([0, 1, 2].map(|fd| (closed & (1 << fd) == 0).then(|| fds.next()).flatten()))
+}
+
+/// What a caller asked: to enter `target` with `argv`, its environment and its stdio.
 struct Asked<'a> {
     peer: &'a Peer,
-    target: &'a str,
-    argv: &'a [String],
+    target: String,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    stdio: [Option<OwnedFd>; 3],
 }
 
 impl Asked<'_> {
@@ -525,16 +499,11 @@ impl Asked<'_> {
         reason: &str,
         plugin: Option<&approval::Answer>,
     ) -> Value {
+        let (cwd, pid) = (self.peer.cwd(), self.peer.pid());
         json!({
-            "calling_zone": sup.zone,
-            "chain": sup.chain,
-            "target": self.target,
-            "command": self.argv,
-            "cwd": self.peer.cwd(),
-            "pid": self.peer.pid(),
-            "decision": decision,
-            "reason": reason,
-            "approval": plugin.map(approval::Answer::to_json),
+            "calling_zone": sup.zone, "chain": sup.chain, "target": self.target,
+            "command": self.argv, "cwd": cwd, "pid": pid, "decision": decision,
+            "reason": reason, "approval": plugin.map(approval::Answer::to_json),
         })
     }
 }
@@ -545,27 +514,4 @@ struct Admitted<'s> {
     zone: &'s ZonePlan,
     slot: Held<'s>,
     entry: Entry<'s>,
-}
-
-impl Supervisor {
-    /// The fifth connection: told why, closed, and audited (a verified peer's; anyone
-    /// else's is refused without a word, as always).
-    fn refuse_busy(&self, mut conn: UnixStream) {
-        let _ = conn.set_write_timeout(Some(Duration::from_millis(200)));
-        let Some(peer) = self.verified(&conn) else {
-            return;
-        };
-        // Then `Hello` and `Refused`, nothing read (PROTOCOL 6.3).
-        self.step(&mut Session::new(true), Event::PeerVerified);
-        let reason =
-            format!("this sandbox's supervisor already serves {MAX_CONNECTIONS} connections");
-        let _ = protocol::send_hello(&mut conn);
-        let _ = protocol::write_frame(
-            &mut conn,
-            &ZoneResponse::Refused {
-                message: format!("{reason}; try again when one has finished"),
-            },
-        );
-        self.closed(&peer, &reason);
-    }
 }

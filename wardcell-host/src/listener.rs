@@ -101,6 +101,12 @@ pub struct Deadline<'a> {
     pub until: Instant,
 }
 
+impl<'a> Deadline<'a> {
+    pub fn new(conn: &'a UnixStream, until: Instant) -> Deadline<'a> {
+        Deadline { conn, until }
+    }
+}
+
 impl Read for Deadline<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let left = self.until.saturating_duration_since(Instant::now());

@@ -16,6 +16,16 @@ pub enum Outcome {
     ChildFailed(i32),
 }
 
+impl Outcome {
+    /// The command's exit status, when it ran and ended.
+    pub fn finished(&self) -> Option<i32> {
+        match self {
+            Outcome::Finished(code) => Some(*code),
+            _ => None,
+        }
+    }
+}
+
 /// How a sandbox ended: the exit status, and the one-line error when it did not run.
 /// `failed_step` names the step of the shim that an exit status stands for.
 pub fn describe(

@@ -16,7 +16,7 @@ use std::os::unix::net::UnixStream;
 use wardcell_common::plan::SandboxSpec;
 
 use super::Peer;
-use crate::sys::peer::{netns_of, peer_cred, peer_pidfd, pid_of_pidfd, pidfd_alive, NetNs};
+use crate::sys::peer::{netns_of, peer_cred, peer_pidfd, pid_of_pidfd, NetNs};
 
 /// What every process of a sandbox carries: its network namespace.
 pub type Mark = NetNs;
@@ -56,7 +56,7 @@ pub fn verify(conn: &UnixStream, sandbox: &Mark) -> Result<Peer, String> {
         .unwrap_or(0)
         & 0x7fff_ffff
         & !(1 << (libc::SIGPIPE - 1));
-    if !pidfd_alive(pidfd.as_fd()) {
+    if crate::sys::pidfd_send_signal(pidfd.as_fd(), 0).is_err() {
         return Err(format!("peer {pid} exited while it was being checked"));
     }
     Ok(Peer { pid, cwd, ignored })

@@ -58,10 +58,8 @@ pub fn recv_fds(sock: RawFd, want: usize) -> io::Result<Vec<OwnedFd>> {
     let why = if n == 0 {
         "the connection closed before its descriptors arrived".to_string()
     } else if byte[0] != b'F' {
-        format!(
-            "expected the descriptor message ('F'), got the byte {:#04x}",
-            byte[0]
-        )
+        let got = byte[0];
+        format!("expected the descriptor message ('F'), got the byte {got:#04x}")
     } else if msg.msg_flags & libc::MSG_CTRUNC != 0 {
         format!("more than the {want} descriptors expected were sent (the control message was truncated)")
     } else if fds.len() != want {
@@ -138,29 +136,26 @@ pub fn send_fds(sock: RawFd, fds: &[RawFd]) -> io::Result<()> {
 /// Only in a child between fork (or clone3) and exec: it replaces descriptors 0 to 3,
 /// which anything else in the process may own.
 pub unsafe fn place_for_exec(stdio: [RawFd; 3], control: RawFd) -> bool {
-    for (target, &src) in stdio.iter().enumerate() {
-        let target = target as RawFd;
-        // SAFETY: integer arguments; dup2 onto itself is a no-op, so clear CLOEXEC instead.
-        let ok = unsafe {
-            if src < 0 {
-                libc::close(target);
-                true
-            } else if src == target {
-                libc::fcntl(target, libc::F_SETFD, 0) == 0
-            } else {
-                libc::dup2(src, target) == target
-            }
-        };
-        if !ok {
-            return false;
-        }
-    }
-    // SAFETY: as above.
+    // SAFETY: as `place`'s, which this function's caller promises.
+    let placed = |(target, &src): (usize, &RawFd)| unsafe { place(src, target as RawFd) };
+    stdio.iter().enumerate().all(placed) && placed((3, &control))
+}
+
+/// `src` as this process's descriptor `target`, inheritable (`target` closed when `src`
+/// is -1); async-signal-safe, allocates nothing. False when it could not be placed.
+///
+/// # Safety
+/// As [`place_for_exec`]'s: it replaces `target`, which anything else may own.
+pub unsafe fn place(src: RawFd, target: RawFd) -> bool {
+    // SAFETY: integer arguments; dup2 onto itself is a no-op, so clear CLOEXEC instead.
     unsafe {
-        if control == 3 {
-            libc::fcntl(3, libc::F_SETFD, 0) == 0
+        if src < 0 {
+            libc::close(target);
+            true
+        } else if src == target {
+            libc::fcntl(target, libc::F_SETFD, 0) == 0
         } else {
-            libc::dup2(control, 3) == 3
+            libc::dup2(src, target) == target
         }
     }
 }
@@ -172,17 +167,12 @@ pub unsafe fn place_for_exec(stdio: [RawFd; 3], control: RawFd) -> bool {
 /// Only in a child between fork (or clone3) and exec: it drops every handler the
 /// process installed.
 pub unsafe fn dispositions_for_exec(ignored: u64) {
-    for sig in 1..32 {
-        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-            let to = if ignored & (1 << (sig - 1)) != 0 {
-                libc::SIG_IGN
-            } else {
-                libc::SIG_DFL
-            };
-            // SAFETY: setting a disposition to SIG_IGN or SIG_DFL is async-signal-safe
-            // and installs no handler.
-            unsafe { libc::signal(sig, to) };
-        }
+    for sig in (1..32).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
+        let ignore = ignored & (1 << (sig - 1)) != 0;
+        let to = if ignore { libc::SIG_IGN } else { libc::SIG_DFL };
+        // SAFETY: setting a disposition to SIG_IGN or SIG_DFL is async-signal-safe and
+        // installs no handler.
+        unsafe { libc::signal(sig, to) };
     }
 }
 

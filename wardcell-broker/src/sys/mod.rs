@@ -77,10 +77,7 @@ pub const LAUNCH_FD: RawFd = 3;
 
 /// Take ownership of the launch descriptor, refusing anything but a socket.
 pub fn launch_fd() -> io::Result<OwnedFd> {
-    // SAFETY: fstat only writes into `st`, plain old data.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; a closed fd is an error, not undefined behaviour.
-    cerr(unsafe { libc::fstat(LAUNCH_FD, &mut st) } as libc::c_long)?;
+    let st = nix::sys::stat::fstat(LAUNCH_FD)?;
     if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
         return Err(io::Error::other("fd 3 is not a socket"));
     }
@@ -133,6 +130,7 @@ mod tests {
     use super::*;
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
+    use wardcell_host::process::Watched;
 
     fn exited(p: &Process, wait_ms: u16) -> bool {
         let mut fds = [PollFd::new(p.as_fd(), PollFlags::POLLIN)];

@@ -24,14 +24,6 @@ impl Process {
     pub fn of_child(pid: libc::pid_t) -> io::Result<Process> {
         pidfd_open(pid).map(Process)
     }
-
-    pub fn signal(&self, sig: i32) -> io::Result<()> {
-        pidfd_send_signal(self.0.as_fd(), sig)
-    }
-
-    pub fn try_clone(&self) -> io::Result<Process> {
-        self.0.try_clone().map(Process)
-    }
 }
 
 impl AsFd for Process {
@@ -69,17 +61,9 @@ pub fn is_path_only(fd: BorrowedFd<'_>) -> io::Result<bool> {
 
 /// pidfd_send_signal(2).
 pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: i32) -> io::Result<()> {
+    let (fd, info) = (pidfd.as_raw_fd(), std::ptr::null::<libc::siginfo_t>());
     // SAFETY: integer arguments and a null siginfo, which the kernel fills in itself.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            sig,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    cerr(r).map(drop)
+    cerr(unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd, sig, info, 0) }).map(drop)
 }
 
 /// Fill `buf` from the kernel's random source.
@@ -124,11 +108,7 @@ fn helper(cmd: &mut std::process::Command, control: Option<RawFd>) -> &mut std::
     // async-signal-safe calls (dup2, fcntl, prctl) on integers captured by value.
     unsafe {
         cmd.pre_exec(move || {
-            let placed = match control {
-                None => true,
-                Some(LAUNCH_FD) => libc::fcntl(LAUNCH_FD, libc::F_SETFD, 0) == 0,
-                Some(fd) => libc::dup2(fd, LAUNCH_FD) == LAUNCH_FD,
-            };
+            let placed = control.is_none_or(|fd| super::fds::place(fd, LAUNCH_FD));
             if !placed || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -139,10 +119,10 @@ fn helper(cmd: &mut std::process::Command, control: Option<RawFd>) -> &mut std::
 
 impl wardcell_host::process::Watched for Process {
     fn signal(&self, sig: i32) -> io::Result<()> {
-        Process::signal(self, sig)
+        pidfd_send_signal(self.0.as_fd(), sig)
     }
 
     fn try_clone(&self) -> io::Result<Process> {
-        Process::try_clone(self)
+        self.0.try_clone().map(Process)
     }
 }

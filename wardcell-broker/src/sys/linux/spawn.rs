@@ -6,7 +6,7 @@
 //! no allocation, no locks, no Rust I/O. A failing step exits with
 //! [`CHILD_EXIT_BASE`] + the step number, which the broker turns into a message.
 
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
@@ -38,6 +38,7 @@ const SHIM_CAPS: [u32; 3] = [
 ];
 
 #[repr(C)]
+#[derive(Default)]
 struct CloneArgs {
     flags: u64,
     pidfd: u64,
@@ -68,12 +69,6 @@ struct CapData {
 
 const CAP_VERSION_3: u32 = 0x2008_0522;
 
-/// A started sandbox: the shim's pid (in the broker's PID namespace) and its pidfd.
-pub struct Spawned {
-    pub pid: libc::pid_t,
-    pub process: super::Process,
-}
-
 /// Start `shim` as PID 1 of new namespaces with `stdio` as its 0, 1, 2 and `control` as
 /// its fd 3, ignoring the signals in `ignored` (bit N-1 for signal N) and every other at
 /// its default. The user namespace maps the caller's uid and gid to themselves.
@@ -82,15 +77,13 @@ pub fn spawn_sandbox(
     stdio: [RawFd; 3],
     control: RawFd,
     ignored: u64,
-) -> io::Result<Spawned> {
+) -> io::Result<crate::sys::Child> {
     // Everything the child needs, prepared while allocation is still allowed.
     // SAFETY: getuid/getgid cannot fail and touch no memory.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let uid_map = format!("{uid} {uid} 1\n");
     let gid_map = format!("{gid} {gid} 1\n");
-    let argv0 = CString::new("wardcell-shim").expect("no NUL");
-    let argv: [*const libc::c_char; 2] = [argv0.as_ptr(), std::ptr::null()];
-    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+    let maps = (uid_map.as_bytes(), gid_map.as_bytes());
 
     let mut pidfd: libc::c_int = -1;
     let mut args = CloneArgs {
@@ -101,50 +94,31 @@ pub fn spawn_sandbox(
             | libc::CLONE_NEWIPC
             | libc::CLONE_PIDFD) as u64,
         pidfd: &mut pidfd as *mut libc::c_int as u64,
-        child_tid: 0,
-        parent_tid: 0,
         exit_signal: libc::SIGCHLD as u64,
-        stack: 0,
-        stack_size: 0,
-        tls: 0,
-        set_tid: 0,
-        set_tid_size: 0,
-        cgroup: 0,
+        ..CloneArgs::default()
     };
+    let (args, size) = (
+        &mut args as *mut CloneArgs,
+        std::mem::size_of::<CloneArgs>(),
+    );
     // SAFETY: clone3 without CLONE_VM and without a stack is fork(2) with namespace
     // flags: the child gets a copy of our memory, so `args` and every buffer above stay
     // valid in both. The child only runs `child_setup`, which never returns.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
+    let ret = unsafe { libc::syscall(libc::SYS_clone3, args, size) };
     match ret {
         -1 => Err(io::Error::last_os_error()),
         0 => {
             // SAFETY: we are the child of a fork-like clone; child_setup upholds the
             // async-signal-safety rule (raw syscalls only) and ends in execve or _exit.
-            unsafe {
-                child_setup(
-                    shim,
-                    &argv,
-                    &envp,
-                    (uid_map.as_bytes(), gid_map.as_bytes()),
-                    stdio,
-                    control,
-                    ignored,
-                )
-            }
+            unsafe { child_setup(shim, maps, stdio, control, ignored) }
         }
         pid => {
             // SAFETY: CLONE_PIDFD stored a new descriptor we now own.
             let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-            Ok(Spawned {
-                pid: pid as libc::pid_t,
-                process: super::Process(pidfd),
-            })
+            Ok(crate::sys::Child::new(
+                pid as libc::pid_t,
+                super::Process(pidfd),
+            ))
         }
     }
 }
@@ -172,8 +146,6 @@ unsafe fn write_file(path: &CStr, data: &[u8]) -> bool {
 /// Must only be called in the child of `spawn_sandbox`'s clone3. Uses raw syscalls only.
 unsafe fn child_setup(
     shim: &CStr,
-    argv: &[*const libc::c_char; 2],
-    envp: &[*const libc::c_char; 1],
     (uid_map, gid_map): (&[u8], &[u8]),
     stdio: [RawFd; 3],
     control: RawFd,
@@ -186,16 +158,15 @@ unsafe fn child_setup(
 
     // 1-3. Map our uid and gid to themselves (setgroups must be denied first for an
     //      unprivileged writer; a privileged one may deny it too).
-    // SAFETY: C string literals and byte slices that live in our copy of memory.
-    unsafe {
-        if !write_file(c"/proc/self/setgroups", b"deny") {
-            fail(Step::Setgroups);
-        }
-        if !write_file(c"/proc/self/uid_map", uid_map) {
-            fail(Step::UidMap);
-        }
-        if !write_file(c"/proc/self/gid_map", gid_map) {
-            fail(Step::GidMap);
+    let maps = [
+        (c"/proc/self/setgroups", &b"deny"[..], Step::Setgroups),
+        (c"/proc/self/uid_map", uid_map, Step::UidMap),
+        (c"/proc/self/gid_map", gid_map, Step::GidMap),
+    ];
+    for (path, data, step) in maps {
+        // SAFETY: C string literals and byte slices that live in our copy of memory.
+        if !unsafe { write_file(path, data) } {
+            fail(step);
         }
     }
 
@@ -210,37 +181,21 @@ unsafe fn child_setup(
         version: CAP_VERSION_3,
         pid: 0,
     };
+    let hdr = &mut hdr as *mut CapHeader;
     let mut data = [CapData::default(); 2];
     // SAFETY: capget writes two CapData for version 3 into `data`.
-    if unsafe {
-        libc::syscall(
-            libc::SYS_capget,
-            &mut hdr as *mut CapHeader,
-            data.as_mut_ptr(),
-        )
-    } != 0
-    {
+    if unsafe { libc::syscall(libc::SYS_capget, hdr, data.as_mut_ptr()) } != 0 {
         fail(Step::Capabilities);
     }
-    for cap in SHIM_CAPS {
-        data[0].inheritable |= 1 << cap;
-    }
+    data[0].inheritable |= SHIM_CAPS.iter().fold(0, |set, cap| set | 1 << cap);
     // SAFETY: capset reads the header and two CapData.
-    if unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()) } != 0 {
+    if unsafe { libc::syscall(libc::SYS_capset, hdr, data.as_ptr()) } != 0 {
         fail(Step::Capabilities);
     }
+    let raise = (libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_RAISE);
     for cap in SHIM_CAPS {
         // SAFETY: integer arguments only.
-        let r = unsafe {
-            libc::prctl(
-                libc::PR_CAP_AMBIENT,
-                libc::PR_CAP_AMBIENT_RAISE,
-                cap as libc::c_ulong,
-                0,
-                0,
-            )
-        };
-        if r != 0 {
+        if unsafe { libc::prctl(raise.0, raise.1, cap as libc::c_ulong, 0, 0) } != 0 {
             fail(Step::AmbientCapabilities);
         }
     }
@@ -261,6 +216,8 @@ unsafe fn child_setup(
     unsafe { crate::sys::fds::dispositions_for_exec(ignored) };
 
     // 8. Exec the shim with an empty environment.
+    let argv = [c"wardcell-shim".as_ptr(), std::ptr::null()];
+    let envp = [std::ptr::null::<libc::c_char>()];
     // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
     unsafe { libc::execve(shim.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
     fail(Step::Exec)

@@ -70,28 +70,6 @@ impl Process {
         let mut fds = [PollFd::new(self.exited.as_fd(), PollFlags::POLLIN)];
         poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
     }
-
-    /// Signal its process group (a sandbox's command leads its own; so does the approval
-    /// plugin), or the process alone while it has none of its own yet. Nothing once it
-    /// has exited: its pid may be reaped and reused (there is no pidfd to hold it).
-    pub fn signal(&self, sig: i32) -> io::Result<()> {
-        if self.has_exited() {
-            return Err(io::Error::from_raw_os_error(libc::ESRCH));
-        }
-        // SAFETY: kill takes integers and touches no memory of ours.
-        if unsafe { libc::kill(-self.pid, sig) } == 0 {
-            return Ok(());
-        }
-        // SAFETY: as above.
-        super::cerr(unsafe { libc::kill(self.pid, sig) } as libc::c_long).map(drop)
-    }
-
-    pub fn try_clone(&self) -> io::Result<Process> {
-        Ok(Process {
-            pid: self.pid,
-            exited: self.exited.try_clone()?,
-        })
-    }
 }
 
 impl AsFd for Process {
@@ -226,12 +204,26 @@ pub fn is_path_only(fd: BorrowedFd<'_>) -> io::Result<bool> {
 }
 
 impl wardcell_host::process::Watched for Process {
+    /// Signal its process group (a sandbox's command leads its own; so does the approval
+    /// plugin), or the process alone while it has none of its own yet. Nothing once it
+    /// has exited: its pid may be reaped and reused (there is no pidfd to hold it).
     fn signal(&self, sig: i32) -> io::Result<()> {
-        Process::signal(self, sig)
+        if self.has_exited() {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        // SAFETY: kill takes integers and touches no memory of ours.
+        if unsafe { libc::kill(-self.pid, sig) } == 0 {
+            return Ok(());
+        }
+        // SAFETY: as above.
+        super::cerr(unsafe { libc::kill(self.pid, sig) } as libc::c_long).map(drop)
     }
 
     fn try_clone(&self) -> io::Result<Process> {
-        Process::try_clone(self)
+        Ok(Process {
+            pid: self.pid,
+            exited: self.exited.try_clone()?,
+        })
     }
 }
 

@@ -11,12 +11,6 @@ use std::os::unix::process::CommandExt;
 
 use super::Process;
 
-/// A started sandbox: the shim's pid and a [`Process`] for it.
-pub struct Spawned {
-    pub pid: libc::pid_t,
-    pub process: Process,
-}
-
 /// Start `shim` with `stdio` as its 0, 1, 2 (closed where -1) and `control` as its fd 3,
 /// ignoring the signals in `ignored` (bit N-1 for signal N) and every other at its
 /// default.
@@ -25,7 +19,7 @@ pub fn spawn_sandbox(
     stdio: [RawFd; 3],
     control: RawFd,
     ignored: u64,
-) -> io::Result<Spawned> {
+) -> io::Result<crate::sys::Child> {
     let mut cmd = std::process::Command::new(OsStr::from_bytes(shim.to_bytes()));
     cmd.arg0("wardcell-shim").env_clear();
     // SAFETY: the closure runs in the child between fork and exec and makes only
@@ -42,7 +36,7 @@ pub fn spawn_sandbox(
     let mut child = cmd.spawn()?;
     let pid = child.id() as libc::pid_t;
     match Process::of_child(pid) {
-        Ok(process) => Ok(Spawned { pid, process }),
+        Ok(process) => Ok(crate::sys::Child::new(pid, process)),
         Err(e) => {
             let _ = child.kill();
             let _ = child.wait();
