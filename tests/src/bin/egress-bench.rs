@@ -527,7 +527,7 @@ fn requests(curl: &dyn Fn(usize, &[&str]) -> Command, names: &[&str], port: u16,
             match i {
                 0 => String::new(),
                 _ => format!(
-                    "   +{:.3} ms a request over direct",
+                    "   {:+.3} ms a request over direct",
                     median(added[i].clone())
                 ),
             }
