@@ -803,3 +803,41 @@ both!(many_read_paths_are_each_what_was_named, |fx| {
     assert_eq!(fs::read_to_string(many.join("s002/f")).unwrap(), "2\n");
     assert!(!many.join("s001/new").exists());
 });
+
+both!(
+    read_trees_are_the_same_on_a_kernel_without_open_tree_attr,
+    |fx| {
+        // open_tree_attr(2) (Linux 6.15) answers ENOSYS here, as on an older kernel: the shim
+        // clones each tree and sets its attributes in two calls instead, with the same result.
+        const N: usize = 20;
+        let many = fx.proj.join("many");
+        let mut read = Vec::new();
+        for i in 0..N {
+            let d = many.join(format!("s{i:02}"));
+            fx.write(&d.join("f"), &format!("{i}\n"));
+            read.push(format!("\"{}\"", d.display()));
+        }
+        fx.config(&format!(
+            "[zones.agent]\nprofile = \"many\"\ndefault = true\n\
+         [profiles.many]\nextends = \"developer-readonly\"\nread = [{}]\n",
+            read.join(", ")
+        ));
+        let script = format!(
+            "cat {m}/s*/f | wc -l; \
+         grep -c -E \"^([^ ]+ ){{4}}{m}/s[0-9]+ ro,nosuid,nodev(,| )\" /proc/self/mountinfo; \
+         (: > {m}/s03/f) 2>&1 | grep -c 'Read-only file system'",
+            m = many.display()
+        );
+        let wardcell = fx.bin.join("wardcell");
+        let wardcell = wardcell.to_str().unwrap();
+        let run = ["run", "--", "/bin/sh", "-c", &script];
+        let with = fx.run(&run);
+        let mut without_args = vec!["enosys", "467", wardcell];
+        without_args.extend_from_slice(&run);
+        let without = fx.run_binary(&fx.bin.join("wardcell-probe"), &without_args);
+        let want = format!("{N}\n{N}\n1\n");
+        assert_eq!(with.stdout, want, "{with:?}");
+        assert_eq!(without.stdout, want, "{without:?}");
+        assert_eq!(fs::read_to_string(many.join("s03/f")).unwrap(), "3\n");
+    }
+);

@@ -83,6 +83,37 @@ fn send_fds(sock: i32, fds: &[i32]) {
     }
 }
 
+/// Make system call `nr` fail with ENOSYS in this process and all it starts.
+fn enosys(nr: u32) {
+    #[cfg(target_arch = "x86_64")]
+    const ARCH: u32 = 0xc000_003e; // AUDIT_ARCH_X86_64
+    #[cfg(target_arch = "aarch64")]
+    const ARCH: u32 = 0xc000_00b7; // AUDIT_ARCH_AARCH64
+    let op = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+    let (ld, jeq, ret) = (0x20, 0x15, 0x06); // BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+    let prog = [
+        op(ld, 0, 0, 4),     // the architecture
+        op(jeq, 0, 3, ARCH), // another: allowed
+        op(ld, 0, 0, 0),     // the system call's number
+        op(jeq, 0, 1, nr),
+        op(ret, 0, 0, 0x0005_0000 | libc::ENOSYS as u32), // SECCOMP_RET_ERRNO
+        op(ret, 0, 0, 0x7fff_0000),                       // SECCOMP_RET_ALLOW
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: prctl with integer arguments; the program outlives the call, which copies it.
+    let ok = unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+            && libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &fprog) == 0
+    };
+    if !ok {
+        eprintln!("seccomp: {}", std::io::Error::last_os_error());
+        std::process::exit(126);
+    }
+}
+
 fn c(s: &str) -> CString {
     CString::new(s).expect("no NUL")
 }
@@ -215,6 +246,15 @@ fn main() {
             // A stream socket of a family and protocol: `socket-proto 2 262` is MPTCP.
             // SAFETY: integer arguments; the fd (if any) is leaked to process exit.
             report(unsafe { libc::socket(num(1) as i32, libc::SOCK_STREAM, num(2) as i32) } as i64)
+        }
+        "enosys" => {
+            // `enosys NR PROG ARGS...`: PROG run where system call NR answers ENOSYS, as
+            // on a kernel without it (a seccomp filter, inherited by all it starts).
+            enosys(num(1) as u32);
+            use std::os::unix::process::CommandExt;
+            let e = std::process::Command::new(a(2)).args(&args[3..]).exec();
+            eprintln!("exec {}: {e}", a(2));
+            std::process::exit(127);
         }
         "syscall" => {
             let nr = match a(1).as_str() {
