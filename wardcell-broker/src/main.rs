@@ -33,13 +33,11 @@
 // `unsafe` only in `sys`, where every use says why it is sound.
 #![deny(unsafe_code)]
 
-mod approval;
 mod chain;
 mod peer;
 // macOS: no proxy yet; a sandbox with network is refused there (proxy_macos.rs).
 #[cfg_attr(target_os = "macos", path = "proxy_macos.rs")]
 mod proxy;
-mod relay;
 mod run;
 mod sandbox;
 mod session;
@@ -73,9 +71,9 @@ use wardcell_common::{envrules, paths};
 use crate::run::Run;
 use crate::supervisor::Supervisor;
 use error::BrokerError;
-use relay::Outcome;
 use wardcell_common::auditlog::AuditLog;
 use wardcell_host::terminal::Terminal;
+use wardcell_host::wait::{Outcome, Watch};
 
 fn main() {
     // 0. Tracing, when WARDCELL_LOG asks (a plan from `run -v` turns it on later).
@@ -266,12 +264,12 @@ fn run_first_sandbox(
     ignored: u64,
 ) -> Result<i32, BrokerError> {
     let (mut sb, signals) = start_first(run, spawned, &terminal, writer, ignored)?;
-    run.set_first(&sb.running);
+    run.set_first(sb.running.process.watch());
     // 6. Relay to the end (or the time limit's): signals forwarded, its pty relayed to
     //    the caller's terminal, its confinement audited (and a kernel that lacks a part
     //    of it said once), a bad report audited.
     let std = (std::io::stdin(), std::io::stdout(), std::io::stderr());
-    let watch = relay::Watch {
+    let watch = Watch {
         signals: Some(&signals),
         reap: writer,
         pty: terminal.relay(&std, sys::copy_winsize),

@@ -45,54 +45,14 @@ pub fn same_user(theirs: libc::uid_t, ours: libc::uid_t) -> Result<(), String> {
     Ok(())
 }
 
-pub use crate::sys::Answers;
-
-/// The macOS supervisor's decision: the caller's pid if it is a process of this sandbox,
-/// run by this user; else why not, for the audit log.
-#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
-pub fn judge(a: Answers, ours: libc::uid_t) -> Result<libc::pid_t, String> {
-    same_user(a.euid, ours)?;
-    wardcell_common::seatbelt::peer_verdict(a.own, a.never)
-        .map_err(|e| format!("peer {} {e}", a.pid))?;
-    Ok(a.pid)
-}
+// The macOS decision on a peer, tested everywhere.
+#[cfg(any(test, target_os = "macos"))]
+mod judge_macos;
+#[cfg(target_os = "macos")]
+pub use judge_macos::{judge, Answers};
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    fn answers(euid: u32, own: bool, never: bool) -> Answers {
-        Answers {
-            euid,
-            pid: 4242,
-            own,
-            never,
-        }
-    }
-
-    #[test]
-    fn only_a_process_of_this_sandbox_run_by_this_user_passes() {
-        // This sandbox's process: allowed its identity, denied the name no profile allows.
-        assert_eq!(judge(answers(501, true, false), 501), Ok(4242));
-        // Another user's process, whatever Seatbelt says.
-        assert_eq!(
-            judge(answers(0, true, false), 501),
-            Err("peer uid 0 is not 501".into())
-        );
-        // A process outside any sandbox is allowed every lookup.
-        assert_eq!(
-            judge(answers(501, true, true), 501),
-            Err("peer 4242 is not in a wardcell sandbox".into())
-        );
-        // Another sandbox's process (this run's or another's) is denied this identity.
-        assert_eq!(
-            judge(answers(501, false, false), 501),
-            Err("peer 4242 is not in this sandbox".into())
-        );
-        // Denied its identity and allowed the other: refused too, never guessed at.
-        assert!(judge(answers(501, false, true), 501).is_err());
-    }
-
     /// The identity the macOS broker gives a sandbox (`macos::mark`: the run id, the
     /// sandbox's number, 16 random bytes) is one the shim accepts, for any run and any
     /// number, and differs by each of the three.

@@ -15,7 +15,6 @@ use wardcell_common::plan::Plan;
 use wardcell_host::entries::Entries;
 use wardcell_host::process::Watched;
 
-use crate::relay::Running;
 use crate::sys;
 
 /// What every sandbox of one top-level run shares.
@@ -106,8 +105,8 @@ impl Run {
 
     /// The first sandbox is complete: from now on a failed log write ends it. A write
     /// that failed before this ends it at once.
-    pub fn set_first(&self, running: &Running) {
-        if let Ok(p) = running.process.watch().try_clone() {
+    pub fn set_first(&self, first: &sys::Process) {
+        if let Ok(p) = first.try_clone() {
             let _ = self.first.set(p);
         }
         if self.audit.failure().is_some() {

@@ -12,11 +12,11 @@ use wardcell_common::plan::{ProfilePlan, SandboxSpec};
 use wardcell_common::protocol::{self, ShimReport, ShimRequest};
 
 use crate::proxy::{self, Proxy};
-use crate::relay::{self, Running};
 use crate::run::Run;
 use crate::{peer, spec, sys};
 use wardcell_host::error::BrokerError;
 use wardcell_host::messages;
+use wardcell_host::wait::{Waited, Watch};
 
 use serde_json::json;
 
@@ -54,6 +54,13 @@ pub struct Request<'a> {
     pub authenticated: bool,
 }
 
+/// A sandbox that is running.
+pub struct Running {
+    /// The shim (on macOS, the command it became): killed and reaped if dropped unreaped.
+    pub process: sys::Child,
+    pub control: UnixStream,
+}
+
 /// A started sandbox.
 pub struct Sandbox {
     pub name: String,
@@ -87,35 +94,38 @@ impl Sandbox {
         self.running.process.detach();
     }
 
-    /// Wait for it (relay::wait): its confinement audited (with `warn`, a kernel that
-    /// lacks a part of it said once on stderr), a report that is none audited.
-    pub fn wait(
-        &mut self,
-        run: &Run,
-        watch: relay::Watch<'_>,
-        zone: Option<&str>,
-        warn: bool,
-    ) -> relay::Ended {
+    /// Wait for it (wardcell_host::wait: signals forwarded, a pty relayed, reports read):
+    /// its confinement audited (with `warn`, a kernel that lacks a part of it said once on
+    /// stderr), a report that is none audited.
+    pub fn wait(&mut self, run: &Run, watch: Watch<'_>, zone: Option<&str>, warn: bool) -> Waited {
         let name = self.name.clone();
         let mut warned = !warn;
-        let ended = relay::wait(&mut self.running, watch, &mut |r| {
-            let ShimReport::Confined {
-                landlock_abi: abi,
-                partial,
-            } = r
-            else {
-                return;
-            };
-            let mut fields = json!({"sandbox": name, "landlock_abi": abi, "missing": partial});
-            if let Some(zone) = zone {
-                fields["zone"] = zone.into();
-            }
-            let _ = run.record("sandbox", "sandbox.confined", fields);
-            if !partial.is_empty() && !warned {
-                warned = true;
-                wardcell_common::eprintln_line!("{}", messages::kernel_lacks(partial));
-            }
-        });
+        let Running { process, control } = &mut self.running;
+        let failed_step = sys::spawn::failed_step;
+        let ended = wardcell_host::wait::wait(
+            process,
+            control,
+            watch,
+            &mut |r| {
+                let ShimReport::Confined {
+                    landlock_abi: abi,
+                    partial,
+                } = r
+                else {
+                    return;
+                };
+                let mut fields = json!({"sandbox": name, "landlock_abi": abi, "missing": partial});
+                if let Some(zone) = zone {
+                    fields["zone"] = zone.into();
+                }
+                let _ = run.record("sandbox", "sandbox.confined", fields);
+                if !partial.is_empty() && !warned {
+                    warned = true;
+                    wardcell_common::eprintln_line!("{}", messages::kernel_lacks(partial));
+                }
+            },
+            failed_step,
+        );
         if let Some(why) = &ended.bad_report {
             let fields = json!({"sandbox": name, "reason": why});
             let _ = run.record("sandbox", "sandbox.bad_report", fields);
@@ -130,7 +140,7 @@ impl Sandbox {
 
     /// It has ended: audit each limit it reached; its exit status and, when it did not
     /// run to its end (the time limit ended it, or it did not start), the one-line error.
-    pub fn ended(&self, run: &Run, ended: &relay::Ended) -> (i32, Option<String>) {
+    pub fn ended(&self, run: &Run, ended: &Waited) -> (i32, Option<String>) {
         for (kind, bound, mechanism, count) in self.limits.reached(ended.timed_out) {
             let (limit, value) = (kind.name(), kind.show(bound.value));
             let fields = json!({"sandbox": self.name, "limit": limit, "value": value, "mechanism": mechanism, "count": count});
@@ -296,4 +306,33 @@ pub fn complete<T>(
         limits,
     };
     Ok((sandbox, made))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+    use wardcell_host::wait::Outcome;
+
+    #[test]
+    fn a_shim_that_sends_what_is_no_report_is_ended() {
+        use std::io::Write;
+        let mut child = std::process::Command::new("/bin/sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as libc::pid_t;
+        let (mut control, mut theirs) = UnixStream::pair().unwrap();
+        let mut process = sys::Child::new(pid, sys::Process::of_child(pid).unwrap());
+        // A frame whose length says 3 bytes of a message no report starts with.
+        theirs.write_all(&[3, 0, 0, 0, 0xff, 0xff, 0xff]).unwrap();
+        let started = Instant::now();
+        let watch = Watch::default();
+        let step = sys::spawn::failed_step;
+        let ended = wardcell_host::wait::wait(&mut process, &mut control, watch, &mut |_| {}, step);
+        assert!(ended.bad_report.is_some(), "{:?}", ended.bad_report);
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(ended.outcome, Outcome::Finished(128 + 9));
+        let _ = child.try_wait();
+    }
 }

@@ -35,8 +35,10 @@ use crate::peer::{self, Peer};
 use crate::run::{Entry, Run};
 use crate::session::{Event, Session};
 use crate::sys::fds::{recv_fds, unfit_stdio};
-use crate::{approval, chain, relay, sandbox, sys};
+use crate::{chain, sandbox, sys};
+use wardcell_common::approval;
 use wardcell_host::listener::{late, Deadline, Handler, Held, Listener, Slot};
+use wardcell_host::plugin::Plugin;
 
 /// A connection must send its whole request within this.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
@@ -268,8 +270,13 @@ impl Supervisor {
         }
     }
 
-    /// The approval plugin's answer to entering `zone`. The plugin is an entry of the run,
-    /// reserved before it starts, while the returned guard lives: the run's end ends it.
+    /// The approval plugin's answer to entering `zone` (channel E, docs/PROTOCOL.md 7; its
+    /// request built and its answer parsed in wardcell_common::approval). The plugin runs
+    /// outside any sandbox (wardcell_host::plugin: from `/`, the helper environment, a
+    /// process group of its own, its answer taken when it exits, then its group killed).
+    /// It is an entry of the run, reserved before it starts, while the returned guard
+    /// lives: the run's end ends it, as do the caller going away and the zone's
+    /// `approval_timeout`.
     fn approve<'s>(
         &'s self,
         conn: &UnixStream,
@@ -290,7 +297,9 @@ impl Supervisor {
         let Some(held) = self.run.entry() else {
             return (approval::Answer::refusal("the run is ending"), None);
         };
-        let plugin = match approval::start(plan.approval.as_deref(), &request, &self.run.host_env) {
+        let env = &self.run.host_env;
+        let plugin = match Plugin::start(plan.approval.as_deref(), &request, env, sys::spawn_helper)
+        {
             Ok(p) => p,
             Err(refusal) => return (refusal, Some(held)),
         };
@@ -374,7 +383,7 @@ impl Supervisor {
         self.run.attach(&entry, sb.running.process.watch());
         self.step(session, Event::Started);
         let _ = protocol::write_frame(conn, &ZoneResponse::Started);
-        let watch = relay::Watch {
+        let watch = wardcell_host::wait::Watch {
             caller: Some(conn.as_fd()),
             deadline: sb.deadline(),
             ..Default::default()
@@ -514,4 +523,81 @@ struct Admitted<'s> {
     zone: &'s ZonePlan,
     slot: Held<'s>,
     entry: Entry<'s>,
+}
+
+#[cfg(test)]
+mod tests {
+    // The approval plugin, as `Supervisor::approve` starts it.
+    use super::*;
+    use approval::Answer;
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+    use std::time::{Duration, Instant};
+
+    fn sh(script: &str) -> Vec<String> {
+        vec!["/bin/sh".into(), "-c".into(), script.into()]
+    }
+
+    fn ask(plugin: Option<&[String]>, timeout: Option<Duration>) -> Answer {
+        let (caller, _keep) = UnixStream::pair().unwrap();
+        let req = serde_json::json!({"target": "push"});
+        match Plugin::start(plugin, &req, &[], sys::spawn_helper) {
+            Ok(p) => p.answer(timeout, caller.as_fd()),
+            Err(refusal) => refusal,
+        }
+    }
+
+    #[test]
+    fn a_real_plugin_process() {
+        let a = ask(
+            Some(&sh(
+                r#"read l; echo '{"approved": true, "approver": "me"}'"#,
+            )),
+            None,
+        );
+        assert!(a.approved, "{a:?}");
+        let a = ask(Some(&sh("exit 3")), None);
+        assert!(!a.approved && a.reason.contains("failed"), "{a:?}");
+        let a = ask(Some(&sh("sleep 5")), Some(Duration::from_millis(200)));
+        assert!(
+            !a.approved && a.reason.contains("approval_timeout"),
+            "{a:?}"
+        );
+        let a = ask(None, None);
+        assert!(a.reason.contains("no approval plugin"), "{a:?}");
+        let a = ask(Some(&["/nonexistent/plugin".to_string()]), None);
+        assert!(a.reason.contains("could not be started"), "{a:?}");
+        let a = ask(Some(&sh("head -c 70000 /dev/zero")), None);
+        assert!(a.reason.contains("longer than 64 KiB"), "{a:?}");
+    }
+
+    #[test]
+    fn the_answer_counts_when_the_plugin_exits_whatever_its_children_hold() {
+        let start = Instant::now();
+        let a = ask(
+            Some(&sh(r#"sleep 100 & echo '{"approved": true}'"#)),
+            Some(Duration::from_secs(20)),
+        );
+        assert!(a.approved, "{a:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_caller_that_goes_away_ends_the_wait() {
+        let (caller, gone) = UnixStream::pair().unwrap();
+        let req = serde_json::json!({});
+        let p = Plugin::start(Some(&sh("sleep 100")), &req, &[], sys::spawn_helper).unwrap();
+        let t = std::thread::spawn(move || {
+            // Meant to come while `answer` waits; before it would be seen as well.
+            std::thread::sleep(Duration::from_millis(100));
+            drop(gone);
+        });
+        let a = p.answer(None, caller.as_fd());
+        t.join().unwrap();
+        assert!(a.reason.contains("caller went away"), "{a:?}");
+    }
 }

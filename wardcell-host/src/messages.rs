@@ -1,6 +1,9 @@
 //! The words of what the broker tells its user: it decides and returns typed outcomes;
 //! this module only renders them (docs/OUTPUT.md and spec/zones.md give the lines).
 
+use nix::sys::wait::WaitStatus;
+
+use wardcell_common::protocol::ShimReport;
 use wardcell_common::text::shown;
 
 /// How a sandbox ended.
@@ -17,6 +20,40 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// What the shim's reports and its own exit status add up to: a failure it reported
+    /// first, then the command's end it reported, then its status. `failed_step` says
+    /// whether an exit status is the shim's own, from before it started (the broker's
+    /// sys::spawn; never on macOS, where that status is the command's).
+    pub fn of(
+        reports: &[ShimReport],
+        status: Option<WaitStatus>,
+        failed_step: fn(i32) -> Option<&'static str>,
+    ) -> Outcome {
+        let failure = reports.iter().find_map(|r| match r {
+            ShimReport::SetupFailed { step, message } => Some(Outcome::SetupFailed {
+                step: step.clone(),
+                message: message.clone(),
+            }),
+            ShimReport::ExecFailed { errno } => Some(Outcome::ExecFailed(*errno)),
+            _ => None,
+        });
+        let end = || {
+            reports.iter().find_map(|r| match r {
+                ShimReport::Exited { code } => Some(Outcome::Finished(*code)),
+                ShimReport::Signaled { signal } => Some(Outcome::Finished(128 + signal)),
+                _ => None,
+            })
+        };
+        failure.or_else(end).unwrap_or(match status {
+            Some(WaitStatus::Exited(_, code)) if failed_step(code).is_some() => {
+                Outcome::ChildFailed(code)
+            }
+            Some(WaitStatus::Exited(_, code)) => Outcome::Finished(code),
+            Some(WaitStatus::Signaled(_, sig, _)) => Outcome::Finished(128 + sig as i32),
+            _ => Outcome::Finished(1),
+        })
+    }
+
     /// The command's exit status, when it ran and ended.
     pub fn finished(&self) -> Option<i32> {
         match self {
@@ -168,4 +205,47 @@ pub fn refusals(n: u64, run_id: &str) -> Option<String> {
             if n == 1 { " was" } else { "s were" },
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::signal::Signal;
+    use nix::unistd::Pid;
+
+    fn linux_steps(code: i32) -> Option<&'static str> {
+        (201..=208).contains(&code).then_some("a step")
+    }
+
+    fn no_steps(_: i32) -> Option<&'static str> {
+        None
+    }
+
+    #[test]
+    fn reports_come_first_then_the_exit_status() {
+        let pid = Pid::from_raw(1);
+        let exited = |c| Some(WaitStatus::Exited(pid, c));
+        let failed = ShimReport::ExecFailed { errno: 2 };
+        let exit = ShimReport::Exited { code: 3 };
+        let of = Outcome::of;
+        assert_eq!(
+            of(&[failed.clone()], exited(127), linux_steps),
+            Outcome::ExecFailed(2)
+        );
+        // A failure reported wins over an end reported before it.
+        assert_eq!(
+            of(&[exit.clone(), failed], exited(3), linux_steps),
+            Outcome::ExecFailed(2)
+        );
+        assert_eq!(of(&[exit], exited(3), linux_steps), Outcome::Finished(3));
+        let signaled = ShimReport::Signaled { signal: 9 };
+        assert_eq!(of(&[signaled], None, linux_steps), Outcome::Finished(137));
+        // No report: on Linux, a status in the steps' range is the shim's before exec.
+        assert_eq!(of(&[], exited(203), linux_steps), Outcome::ChildFailed(203));
+        // On macOS the shim became the command: the same status is the command's own.
+        assert_eq!(of(&[], exited(203), no_steps), Outcome::Finished(203));
+        let term = Some(WaitStatus::Signaled(pid, Signal::SIGTERM, false));
+        assert_eq!(of(&[], term, no_steps), Outcome::Finished(128 + 15));
+        assert_eq!(of(&[], None, no_steps), Outcome::Finished(1));
+    }
 }

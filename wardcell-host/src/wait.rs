@@ -1,8 +1,8 @@
 //! Waiting for a sandbox: the signals the broker took over forwarded (an ending one
 //! with a grace, then SIGKILL), the first sandbox's pty relayed, the `zone enter`
 //! caller and the time limit watched, and the shim's reports read until it is gone.
-//! It returns every report and the shim's status as they came: what they add up to
-//! is the broker's (`relay::outcome`).
+//! It returns what the reports and the shim's status add up to ([`Outcome::of`]: what
+//! the shim reports is untrusted, and at most its exit status is relayed).
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags};
 use nix::sys::signal::Signal;
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 
 use wardcell_common::protocol::{self, FrameError, ShimReport};
 use wardcell_common::terminal;
 
+pub use crate::messages::Outcome;
 use crate::process::Child;
 pub use crate::process::Watched;
 use crate::terminal::PtyRelay;
@@ -50,10 +51,8 @@ pub struct Watch<'a> {
 
 /// How the wait ended.
 pub struct Waited {
-    /// Every report the shim sent, in order.
-    pub reports: Vec<ShimReport>,
-    /// The shim's own status, when it was reaped (not when its last report came first).
-    pub status: Option<WaitStatus>,
+    /// What the shim's reports and its own status (when it was reaped) add up to.
+    pub outcome: Outcome,
     /// The caller went away first, and the sandbox was ended for it.
     pub caller_gone: bool,
     /// The shim sent something that is not a report: reading stopped there, and the
@@ -64,12 +63,13 @@ pub struct Waited {
 }
 
 /// Relay until the sandbox ends: `shim` is its shim, `control` the socket its reports
-/// come on.
+/// come on; `failed_step` names the shim's own exit statuses (see [`Outcome::of`]).
 pub fn wait<W: Watched>(
     shim: &mut Child<W>,
     control: &mut UnixStream,
     watch: Watch<'_>,
     on_report: &mut dyn FnMut(&ShimReport),
+    failed_step: fn(i32) -> Option<&'static str>,
 ) -> Waited {
     let Watch {
         signals,
@@ -171,8 +171,7 @@ pub fn wait<W: Watched>(
         read_remaining(control, on_report, &mut reports, &mut bad_report);
     }
     Waited {
-        reports,
-        status,
+        outcome: Outcome::of(&reports, status, failed_step),
         caller_gone,
         bad_report,
         timed_out,

@@ -24,18 +24,6 @@
 //! wardcell-host has no `unsafe`: what it needs of these is passed to it (the window
 //! size, the process watch, descriptors sent, the listener's wake-up).
 
-/// What macOS says about a peer: the audit token's effective uid and pid, and Seatbelt's
-/// answers for that process: may it look up this sandbox's identity name (`own`), and
-/// the name no wardcell profile allows (`never`).
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
-pub struct Answers {
-    pub euid: libc::uid_t,
-    pub pid: libc::pid_t,
-    pub own: bool,
-    pub never: bool,
-}
-
 pub mod fds;
 #[cfg(target_os = "linux")]
 mod linux;

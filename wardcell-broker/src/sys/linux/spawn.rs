@@ -38,22 +38,6 @@ const SHIM_CAPS: [u32; 3] = [
 ];
 
 #[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
-
-#[repr(C)]
 struct CapHeader {
     version: u32,
     pid: libc::c_int,
@@ -86,25 +70,21 @@ pub fn spawn_sandbox(
     let maps = (uid_map.as_bytes(), gid_map.as_bytes());
 
     let mut pidfd: libc::c_int = -1;
-    let mut args = CloneArgs {
-        flags: (libc::CLONE_NEWUSER
-            | libc::CLONE_NEWNS
-            | libc::CLONE_NEWNET
-            | libc::CLONE_NEWPID
-            | libc::CLONE_NEWIPC
-            | libc::CLONE_PIDFD) as u64,
-        pidfd: &mut pidfd as *mut libc::c_int as u64,
-        exit_signal: libc::SIGCHLD as u64,
-        ..CloneArgs::default()
-    };
-    let (args, size) = (
-        &mut args as *mut CloneArgs,
-        std::mem::size_of::<CloneArgs>(),
-    );
+    // SAFETY: clone_args is plain old data; zero is every field's "none".
+    let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
+    args.flags = (libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_PIDFD) as u64;
+    args.pidfd = &mut pidfd as *mut libc::c_int as u64;
+    args.exit_signal = libc::SIGCHLD as u64;
+    let size = std::mem::size_of::<libc::clone_args>();
     // SAFETY: clone3 without CLONE_VM and without a stack is fork(2) with namespace
     // flags: the child gets a copy of our memory, so `args` and every buffer above stay
     // valid in both. The child only runs `child_setup`, which never returns.
-    let ret = unsafe { libc::syscall(libc::SYS_clone3, args, size) };
+    let ret = unsafe { libc::syscall(libc::SYS_clone3, &mut args as *mut libc::clone_args, size) };
     match ret {
         -1 => Err(io::Error::last_os_error()),
         0 => {

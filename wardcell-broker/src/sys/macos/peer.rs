@@ -9,7 +9,7 @@
 //!    wardcell profile denies (an unsandboxed process is allowed everything)?
 //! 4. its working directory (`proc_pidinfo`), where a `zone enter` command will run.
 //!
-//! What these answers add up to is decided in `peer::judge` (portable, unit-tested).
+//! What these answers add up to is decided in `peer::judge` (judge_macos.rs, unit-tested everywhere).
 //! Compiled for macOS and checked in CI; untested on a Mac (README, "macOS").
 
 use std::ffi::{c_char, c_int, CStr, CString};
@@ -19,7 +19,7 @@ use std::os::unix::net::UnixStream;
 
 use wardcell_common::seatbelt;
 
-use crate::sys::Answers;
+use crate::peer::Answers;
 
 /// `audit_token_t`: eight 32-bit words, passed by value.
 #[repr(C)]
