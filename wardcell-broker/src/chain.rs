@@ -6,6 +6,7 @@
 //! one the supervisor would let this sandbox into. Pure: unit tests call it directly.
 
 use wardcell_common::plan::ZonePlan;
+use wardcell_host::messages;
 
 /// The deepest chain: a sandbox whose chain is this long cannot enter another zone.
 pub const MAX_CHAIN: usize = 8;
@@ -21,26 +22,12 @@ pub enum Denied {
     TooDeep(String),
 }
 
-/// A zone name from a request as it may appear in a one-line message: control
-/// characters written out (`text::shown`), at most 64 characters of the name (zone names
-/// are shorter; anything else is a probe).
-fn shown(name: &str) -> String {
-    let name: String = name.chars().take(64).collect();
-    wardcell_common::text::shown(&name).into_owned()
-}
-
 impl Denied {
-    /// The one-line message after `error: `, as the spec words it.
+    /// The one-line message after `error: `, as the spec words it (wardcell_host::messages).
     pub fn message(&self) -> String {
         match self {
-            Denied::NotAllowed(target) => format!(
-                "this zone may not enter zone '{}'; `wardcell zone list` shows the zones it may",
-                shown(target)
-            ),
-            Denied::TooDeep(target) => format!(
-                "this zone may not enter zone '{}': a chain of entered zones is at most {MAX_CHAIN} deep",
-                shown(target)
-            ),
+            Denied::NotAllowed(target) => messages::zone_not_allowed(target),
+            Denied::TooDeep(target) => messages::chain_too_deep(target, MAX_CHAIN),
         }
     }
 

@@ -52,7 +52,6 @@ use wardcell_host::{error, launch, messages, rundir, runid, signals};
 use std::ffi::CString;
 use std::fs;
 use std::io;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -63,7 +62,6 @@ use serde_json::json;
 
 use wardcell_common::identity::Identity;
 use wardcell_common::plan::Plan;
-use wardcell_common::protocol::{self, Launch};
 use wardcell_common::text::shown;
 use wardcell_common::trace;
 use wardcell_common::{envrules, paths};
@@ -107,9 +105,7 @@ fn main() {
 
 fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     // 0. The run id first: every trace line carries it.
-    let mut random = [0u8; 4];
-    sys::random_bytes(&mut random).map_err(|e| BrokerError::Launch(e.to_string()))?;
-    let run_id = runid::new_run_id(random);
+    let run_id = runid::new().map_err(|e| BrokerError::Launch(format!("/dev/urandom: {e}")))?;
     trace::set_run(&run_id);
     tracing::debug!(writer = writer.map(|p| p.as_raw()), "broker started");
     // 1. Steps 2 and 3 (the plan, then the run's directories and log) in a thread of
@@ -179,7 +175,8 @@ fn take_and_prepare(
     run_id: String,
     shim: CString,
 ) -> Result<Run, Option<BrokerError>> {
-    let mut plan = take_plan().map_err(Some)?.ok_or(None)?;
+    let fd = sys::launch_fd().map_err(|e| Some(BrokerError::Launch(e.to_string())))?;
+    let mut plan = launch::take_plan(fd).map_err(Some)?.ok_or(None)?;
     launch::trace_plan(&mut plan, writer);
     // The environment `wardcell run` started in, read once for the whole run.
     let host_env = wardcell_common::envrules::text_vars();
@@ -241,19 +238,6 @@ fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
             plan.identities.insert(path, Identity::of(&m));
         }
     }
-}
-
-/// The plan on fd 3; `None` when the writer closed it without sending anything.
-fn take_plan() -> Result<Option<Plan>, BrokerError> {
-    let fd = sys::launch_fd().map_err(|e| BrokerError::Launch(e.to_string()))?;
-    let mut s = UnixStream::from(fd);
-    let launch = |e: protocol::FrameError| BrokerError::Launch(e.to_string());
-    match protocol::expect_hello(&mut s) {
-        Err(protocol::FrameError::Closed) => return Ok(None),
-        hello => hello.map_err(launch)?,
-    }
-    let Launch::Run(plan) = protocol::read_frame::<Launch>(&mut s).map_err(launch)?;
-    Ok(Some(*plan))
 }
 
 fn run_first_sandbox(
@@ -348,9 +332,8 @@ fn start_first(
     };
     // In a zone, its supervisor: the chain is that zone alone.
     let supervise = |name: &str, mark: peer::Mark| -> io::Result<Arc<dyn sandbox::Served>> {
-        let z = zone.unwrap_or_default();
-        let chain = vec![z.to_string()];
-        Ok(Supervisor::bind(run.clone(), name, z, chain, mark)?)
+        let chain = Vec::from_iter(zone.map(str::to_string));
+        Ok(Supervisor::bind(run.clone(), name, chain, mark)?)
     };
     let started = sandbox::complete(
         run,

@@ -80,11 +80,7 @@ impl Run {
     pub fn record(&self, category: &str, event: &str, fields: serde_json::Value) -> io::Result<()> {
         // Every audit event is a trace line too (the log never holds a secret).
         tracing::debug!(category, event, fields = %fields, "audit event");
-        let written = self.audit.write(category, event, fields);
-        if written.is_err() {
-            self.end_unaudited();
-        }
-        written
+        self.unless_unaudited(self.audit.write(category, event, fields))
     }
 
     /// [`Run::record`] for an event the sandbox can cause at will (see
@@ -96,7 +92,11 @@ impl Run {
         event: &str,
         fields: serde_json::Value,
     ) -> io::Result<bool> {
-        let written = self.audit.write_counted(rate, category, event, fields);
+        self.unless_unaudited(self.audit.write_counted(rate, category, event, fields))
+    }
+
+    /// `written`, after ending every sandbox of the run if it failed.
+    fn unless_unaudited<T>(&self, written: io::Result<T>) -> io::Result<T> {
         if written.is_err() {
             self.end_unaudited();
         }

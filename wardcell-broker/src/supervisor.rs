@@ -47,7 +47,7 @@ pub const MAX_CONNECTIONS: usize = 4;
 
 pub struct Supervisor {
     run: Arc<Run>,
-    zone: String,
+    /// The zones of its sandbox's chain: the first the run's, the last its sandbox's own.
     chain: Vec<String>,
     /// What every process of its sandbox carries (peer.rs).
     mark: peer::Mark,
@@ -63,7 +63,6 @@ impl Supervisor {
     pub fn bind(
         run: Arc<Run>,
         name: &str,
-        zone: &str,
         chain: Vec<String>,
         mark: peer::Mark,
     ) -> io::Result<Arc<Supervisor>> {
@@ -72,12 +71,16 @@ impl Supervisor {
         let listener = Listener::bind(path, sys::SUN_PATH_LEN - 1, sys::wake_listener)?;
         Ok(Arc::new(Supervisor {
             run,
-            zone: zone.to_string(),
             chain,
             mark,
             listener,
             entering: Slot::default(),
         }))
+    }
+
+    /// Its sandbox's zone: the chain's last.
+    fn zone(&self) -> &str {
+        self.chain.last().map_or("", |z| z)
     }
 
     /// What the sandbox can cause as fast as it connects: written at a bounded rate, the
@@ -89,7 +92,7 @@ impl Supervisor {
 
     /// A connection closed for a malformed or late request: logged, nothing granted.
     fn closed(&self, peer: &Peer, reason: &str) {
-        let fields = json!({"zone": self.zone, "pid": peer.pid(), "reason": reason});
+        let fields = json!({"zone": self.zone(), "pid": peer.pid(), "reason": reason});
         let _ = self.counted("sandbox", "supervisor.closed", fields);
     }
 
@@ -98,7 +101,7 @@ impl Supervisor {
     fn verified(&self, conn: &UnixStream) -> Option<Peer> {
         peer::verify(conn, &self.mark)
             .inspect_err(|why| {
-                let fields = json!({"zone": self.zone, "chain": self.chain, "reason": why});
+                let fields = json!({"zone": self.zone(), "chain": self.chain, "reason": why});
                 let _ = self.counted("audit", "audit.peer_refused", fields);
             })
             .ok()
@@ -146,7 +149,7 @@ impl Supervisor {
                         description: z.description.clone(),
                     })
                     .collect();
-                let current = self.zone.clone();
+                let current = self.zone().to_string();
                 let _ = protocol::write_frame(&mut conn, &ZoneResponse::Zones { current, zones });
                 return;
             }
@@ -180,7 +183,7 @@ impl Supervisor {
         let plan = &self.run.plan;
         let sockets = envrules::host_socket_dirs(&self.run.host_env);
         let rules = |z: &ZonePlan| Rules::of(plan, &z.profile, Some(&z.name), &sockets);
-        let Some(current) = plan.zone(&self.zone) else {
+        let Some(current) = plan.zone(self.zone()) else {
             return self.closed(peer, "its zone is not in the plan");
         };
         let enterable = chain::enterable(&plan.zones, &self.chain);
@@ -210,7 +213,7 @@ impl Supervisor {
     /// turn is a bug: it is logged).
     fn step(&self, session: &mut Session, event: Event) {
         if let Err(why) = session.on(event) {
-            tracing::error!(zone = self.zone, "{why}");
+            tracing::error!(zone = self.zone(), "{why}");
         }
     }
 
@@ -287,7 +290,7 @@ impl Supervisor {
         let entry = approval::Entry {
             run: &self.run.id,
             user: nix::unistd::getuid().as_raw(),
-            calling_zone: &self.zone,
+            calling_zone: self.zone(),
             chain: &self.chain,
             target: zone,
             command: &asked.argv,
@@ -325,13 +328,7 @@ impl Supervisor {
         admitted: Admitted<'_>,
     ) {
         let Admitted { zone, slot, entry } = admitted;
-        let Asked {
-            peer,
-            argv,
-            env,
-            stdio,
-            ..
-        } = asked;
+        let (peer, argv, stdio) = (asked.peer, asked.argv, asked.stdio);
         let target = zone.name.as_str();
         let mut chain = self.chain.clone();
         chain.push(target.to_string());
@@ -339,7 +336,6 @@ impl Supervisor {
             Ok(Supervisor::bind(
                 self.run.clone(),
                 name,
-                target,
                 chain.clone(),
                 mark,
             )?)
@@ -352,7 +348,7 @@ impl Supervisor {
                 supervise: Some(&supervise),
                 argv: &argv,
                 cwd: PathBuf::from(peer.cwd()),
-                env,
+                env: asked.env,
                 stdio: stdio
                     .each_ref()
                     .map(|f| f.as_ref().map_or(-1, |f| f.as_raw_fd())),
@@ -364,7 +360,7 @@ impl Supervisor {
         drop(stdio);
         let completed = |status: Option<i32>, ended: &str| {
             let fields = json!({
-                "calling_zone": self.zone, "chain": chain, "target": target,
+                "calling_zone": self.zone(), "chain": chain, "target": target,
                 "command": argv, "exit_status": status, "ended": ended,
             });
             let _ = self.run.record("audit", "audit.completed", fields);
@@ -510,7 +506,7 @@ impl Asked<'_> {
     ) -> Value {
         let (cwd, pid) = (self.peer.cwd(), self.peer.pid());
         json!({
-            "calling_zone": sup.zone, "chain": sup.chain, "target": self.target,
+            "calling_zone": sup.zone(), "chain": sup.chain, "target": self.target,
             "command": self.argv, "cwd": cwd, "pid": pid, "decision": decision,
             "reason": reason, "approval": plugin.map(approval::Answer::to_json),
         })

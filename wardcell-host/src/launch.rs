@@ -5,7 +5,11 @@
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+
 use wardcell_common::plan::Plan;
+use wardcell_common::protocol::{self, FrameError, Launch};
 use wardcell_common::trace;
 
 use crate::error::BrokerError;
@@ -67,6 +71,19 @@ pub fn exit_status_of(writer: Pid) -> i32 {
         Ok(WaitStatus::Signaled(_, sig, _)) => 128 + sig as i32,
         _ => 1,
     }
+}
+
+/// The plan on `fd` (the client's fd 3): a Hello, then exactly one `Launch::Run`; `None`
+/// when the writer closed it without sending anything.
+pub fn take_plan(fd: OwnedFd) -> Result<Option<Plan>, BrokerError> {
+    let mut s = UnixStream::from(fd);
+    let launch = |e: FrameError| BrokerError::Launch(e.to_string());
+    match protocol::expect_hello(&mut s) {
+        Err(FrameError::Closed) => return Ok(None),
+        hello => hello.map_err(launch)?,
+    }
+    let Launch::Run(plan) = protocol::read_frame::<Launch>(&mut s).map_err(launch)?;
+    Ok(Some(*plan))
 }
 
 #[cfg(test)]

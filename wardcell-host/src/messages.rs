@@ -207,6 +207,29 @@ pub fn refusals(n: u64, run_id: &str) -> Option<String> {
     })
 }
 
+/// A zone name from a `zone enter` request as it may appear in a one-line message:
+/// control characters written out (`text::shown`), at most 64 characters of the name
+/// (zone names are shorter; anything else is a probe).
+fn asked_zone(name: &str) -> String {
+    let name: String = name.chars().take(64).collect();
+    shown(&name).into_owned()
+}
+
+/// The chain check's refusal: not every zone on the chain is in `target`'s `enter_from`,
+/// or there is no such zone (the same words, so that probing names reveals nothing).
+pub fn zone_not_allowed(target: &str) -> String {
+    let target = asked_zone(target);
+    format!("this zone may not enter zone '{target}'; `wardcell zone list` shows the zones it may")
+}
+
+/// The chain check's refusal: the chain is already `max` zones deep.
+pub fn chain_too_deep(target: &str, max: usize) -> String {
+    let target = asked_zone(target);
+    format!(
+        "this zone may not enter zone '{target}': a chain of entered zones is at most {max} deep"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,7 +252,7 @@ mod tests {
         let exit = ShimReport::Exited { code: 3 };
         let of = Outcome::of;
         assert_eq!(
-            of(&[failed.clone()], exited(127), linux_steps),
+            of(std::slice::from_ref(&failed), exited(127), linux_steps),
             Outcome::ExecFailed(2)
         );
         // A failure reported wins over an end reported before it.

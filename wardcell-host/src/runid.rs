@@ -17,6 +17,13 @@ pub fn timestamp(secs: i64) -> String {
     )
 }
 
+/// A new run's id: the time and 4 bytes from the kernel's random source.
+pub fn new() -> std::io::Result<String> {
+    let mut random = [0u8; 4];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut random)?;
+    Ok(new_run_id(random))
+}
+
 pub fn new_run_id(random: [u8; 4]) -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)

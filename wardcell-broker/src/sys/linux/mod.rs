@@ -66,17 +66,6 @@ pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: i32) -> io::Result<()> {
     cerr(unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd, sig, info, 0) }).map(drop)
 }
 
-/// Fill `buf` from the kernel's random source.
-pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        // SAFETY: the kernel writes at most `buf.len() - got` bytes into our buffer.
-        let r = unsafe { libc::getrandom(buf[got..].as_mut_ptr().cast(), buf.len() - got, 0) };
-        got += cerr(r as libc::c_long)? as usize;
-    }
-    Ok(())
-}
-
 /// Start a helper (the proxy) outside any sandbox with `control` as its fd 3, dying with
 /// the thread that starts it. Its environment is the broker's (the caller's).
 pub fn spawn_with_control(
