@@ -10,7 +10,6 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use nix::sys::wait::WaitStatus;
 use serde_json::json;
 
 use wardcell_common::plan::{ProfilePlan, ProxySpec, SandboxSpec};
@@ -20,7 +19,7 @@ use crate::run::Run;
 use crate::sys;
 use crate::sys::fds::recv_fds;
 use wardcell_host::error::BrokerError;
-use wardcell_host::proxy::{Hooks, StartError};
+use wardcell_host::proxy::Hooks;
 
 /// A running proxy (wardcell_host::proxy): dropping it ends it, after its last events
 /// are in the log. Unless it was being retired, its death is audited and said on stderr;
@@ -73,28 +72,16 @@ pub fn hand_over(
     let (r2, z2) = (run.clone(), zone.to_string());
     let hooks = Hooks {
         events: move |events| audit_events(&r, &z, events),
-        died: move |status| died(&r2, &z2, status),
+        died: move |code, signal| died(&r2, &z2, code, signal),
     };
     let spawn = |fd| sys::spawn_with_control(&path, fd).and_then(sys::watch);
     let spawn = |fd| spawn(fd).map(|(_, child)| child);
     let started = wardcell_host::proxy::start(spawn, sys::fds::send_fds, listeners, spec, hooks);
-    started.map_err(|e| match e {
-        StartError::Failed(message) => {
-            BrokerError::Refused(format!("zone '{zone}''s proxy cannot start: {message}"))
-        }
-        StartError::Step(what, e) => {
-            BrokerError::Sandbox(format!("starting zone '{zone}''s proxy: {what}: {e}"))
-        }
-    })
+    started.map_err(|e| e.for_zone(zone))
 }
 
 /// The proxy ended while its sandbox runs: audited, and one line on stderr.
-fn died(run: &Run, zone: &str, status: Option<WaitStatus>) {
-    let (code, signal) = match status {
-        Some(WaitStatus::Exited(_, c)) => (Some(c), None),
-        Some(WaitStatus::Signaled(_, s, _)) => (None, Some(s as i32)),
-        _ => (None, None),
-    };
+fn died(run: &Run, zone: &str, code: Option<i32>, signal: Option<i32>) {
     // Unwritable, it ends the run as every other event does (PROTOCOL 8).
     let fields = json!({"zone": zone, "exit_status": code, "signal": signal});
     let _ = run.record("proxy", "proxy.died", fields);

@@ -86,6 +86,15 @@ pub fn take_plan(fd: OwnedFd) -> Result<Option<Plan>, BrokerError> {
     Ok(Some(*plan))
 }
 
+/// Whether `pid` is a child of this process (peeked at, never reaped): only a child can
+/// be the plan writer (`--plan-writer`). Linux (macOS's is the broker's sys::macos).
+#[cfg(target_os = "linux")]
+pub fn is_child(pid: libc::pid_t) -> bool {
+    use nix::sys::wait::{waitid, Id, WaitPidFlag};
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    pid > 0 && waitid(Id::Pid(Pid::from_raw(pid)), flags).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +114,19 @@ mod tests {
         }
         let e = of(&["--plan-writer", "x1"]).unwrap_err();
         assert!(e.contains("--plan-writer \"x1\" is not a child"), "{e}");
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn is_child_knows_its_own() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert!(is_child(child.id() as libc::pid_t));
+        assert!(!is_child(1));
+        assert!(!is_child(0));
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 }

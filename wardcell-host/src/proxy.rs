@@ -53,12 +53,28 @@ pub enum StartError {
     Failed(String),
 }
 
+impl StartError {
+    /// The error `wardcell run` ends with, for the proxy of `zone`.
+    pub fn for_zone(self, zone: &str) -> crate::error::BrokerError {
+        use crate::error::BrokerError;
+        match self {
+            StartError::Failed(message) => {
+                BrokerError::Refused(format!("zone '{zone}''s proxy cannot start: {message}"))
+            }
+            StartError::Step(what, e) => {
+                BrokerError::Sandbox(format!("starting zone '{zone}''s proxy: {what}: {e}"))
+            }
+        }
+    }
+}
+
 /// What the broker does with a proxy's events and its end.
 pub struct Hooks<E, D> {
     /// Reads the event stream until it ends (`true`), or until an event must end the
     /// proxy (`false`: it is killed).
     pub events: E,
-    /// The proxy ended while not being retired: its status.
+    /// The proxy ended while not being retired: its exit code or the signal that ended it
+    /// (neither when it could not be reaped).
     pub died: D,
 }
 
@@ -76,7 +92,7 @@ pub fn start<W, E, D>(
 where
     W: Watched + Send + 'static,
     E: FnOnce(UnixStream) -> bool + Send + 'static,
-    D: FnOnce(Option<WaitStatus>) + Send + 'static,
+    D: FnOnce(Option<i32>, Option<i32>) + Send + 'static,
 {
     let fail = |what: &'static str| move |e: std::io::Error| StartError::Step(what, e.to_string());
     let frame =
@@ -124,7 +140,12 @@ where
             }
             let status = child.wait();
             if !retiring.load(Ordering::SeqCst) {
-                (hooks.died)(status);
+                let (code, signal) = match status {
+                    Some(WaitStatus::Exited(_, c)) => (Some(c), None),
+                    Some(WaitStatus::Signaled(_, s, _)) => (None, Some(s as i32)),
+                    _ => (None, None),
+                };
+                (hooks.died)(code, signal);
             }
             let _ = done.send(());
         })

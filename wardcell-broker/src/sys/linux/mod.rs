@@ -35,16 +35,7 @@ impl AsFd for Process {
 /// Signals blocked in this thread and read from a signalfd (no `unsafe` needed).
 pub use wardcell_host::signals::Signals;
 
-/// Whether `pid` is a child of this process (peeked at, never reaped).
-pub fn is_child(pid: libc::pid_t) -> bool {
-    use nix::sys::wait::{waitid, Id, WaitPidFlag};
-    pid > 0
-        && waitid(
-            Id::Pid(nix::unistd::Pid::from_raw(pid)),
-            WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
-        )
-        .is_ok()
-}
+pub use wardcell_host::launch::is_child;
 
 /// Wake the thread blocked in `accept` on a listener that is being stopped.
 pub fn wake_listener(listener: BorrowedFd<'_>, _path: &std::path::Path) {
