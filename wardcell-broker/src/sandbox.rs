@@ -15,6 +15,7 @@ use crate::proxy::{self, Proxy};
 use crate::run::Run;
 use crate::{peer, spec, sys};
 use wardcell_host::error::BrokerError;
+use wardcell_host::listener::Listener;
 use wardcell_host::messages;
 use wardcell_host::wait::{Waited, Watch};
 
@@ -25,12 +26,10 @@ use serde_json::json;
 /// spec is sent, stopped when the sandbox ends. A trait, so that starting a sandbox does
 /// not depend on the supervisor that starts entered ones.
 pub trait Served: Send + Sync {
-    fn path(&self) -> &Path;
+    /// Its socket: its path, and stopping it (wardcell_host::listener).
+    fn listener(&self) -> &Listener;
     /// Answer on the socket, in a thread of its own.
     fn serve_in_background(self: Arc<Self>) -> io::Result<()>;
-    fn stop(&self);
-    /// As [`Served::stop`], its thread left to the process exit.
-    fn stop_at_exit(&self);
 }
 
 /// Binds a sandbox's supervisor: given the sandbox's name and mark (peer.rs).
@@ -77,7 +76,7 @@ impl Sandbox {
     /// It has ended: stop serving its socket, and end its proxy.
     pub fn retire(&mut self) {
         if let Some(s) = &self.supervisor {
-            s.stop();
+            s.listener().stop();
         }
         self.proxy = None;
     }
@@ -88,7 +87,7 @@ impl Sandbox {
     /// while its namespaces are torn down.
     pub fn retire_first(&mut self) {
         if let Some(s) = &self.supervisor {
-            s.stop_at_exit();
+            s.listener().stop_at_exit();
         }
         self.retire();
         self.running.process.detach();
@@ -163,7 +162,7 @@ struct Abort {
 impl Drop for Abort {
     fn drop(&mut self) {
         if let Some(s) = &self.supervisor {
-            s.stop();
+            s.listener().stop();
         }
     }
 }
@@ -232,7 +231,9 @@ pub fn complete<T>(
     abort.supervisor = supervisor.clone();
 
     // The spec.
-    let socket = supervisor.as_ref().map(|s| s.path().to_path_buf());
+    let socket = supervisor
+        .as_ref()
+        .map(|s| s.listener().path().to_path_buf());
     let request = spec::Request {
         plan: &run.plan,
         profile: req.profile,

@@ -19,7 +19,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -439,7 +439,7 @@ impl sandbox::Served for Supervisor {
     /// Start answering on the socket, in a thread of its own. Until then connections wait
     /// in the listen backlog; the broker starts it once the sandbox has its spec.
     fn serve_in_background(self: Arc<Self>) -> io::Result<()> {
-        let name = self.path().file_stem().unwrap_or_default();
+        let name = self.listener.path().file_stem().unwrap_or_default();
         let name = format!("supervisor-{}", name.to_string_lossy());
         std::thread::Builder::new()
             .name(name)
@@ -452,16 +452,8 @@ impl sandbox::Served for Supervisor {
             .map(drop)
     }
 
-    fn path(&self) -> &Path {
-        self.listener.path()
-    }
-
-    fn stop(&self) {
-        self.listener.stop()
-    }
-
-    fn stop_at_exit(&self) {
-        self.listener.stop_at_exit()
+    fn listener(&self) -> &Listener {
+        &self.listener
     }
 }
 

@@ -13,6 +13,16 @@ pub const FORWARDED: &[Signal] = &[
     Signal::SIGCONT,
 ];
 
+/// The signals 1 to 31 process `pid` ignores, as /proc's `SigIgn` writes them (bit N-1
+/// for signal N), SIGPIPE left out (a `zone enter` caller is a Rust program: it always
+/// ignores it); none when /proc does not say. Linux.
+pub fn ignored_by(pid: libc::pid_t) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let hex = status.lines().find_map(|l| l.strip_prefix("SigIgn:"));
+    let set = hex.and_then(|h| u64::from_str_radix(h.trim(), 16).ok());
+    set.unwrap_or(0) & 0x7fff_ffff & !(1 << (libc::SIGPIPE - 1))
+}
+
 /// Which signals the broker takes: one this process was started ignoring (bit N-1 of
 /// `ignored` for signal N) stays ignored and is never forwarded (a blocked signal is
 /// queued even when ignored, so taking it would forward it or not depending on when it
@@ -85,6 +95,26 @@ mod linux {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn ignored_by_reads_what_the_kernel_says_a_process_ignores() {
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "trap '' USR1 HUP PIPE; exec sleep 30"])
+            .spawn()
+            .unwrap();
+        let pid = child.id() as libc::pid_t;
+        let want = 1 << (libc::SIGUSR1 - 1) | 1 << (libc::SIGHUP - 1);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while ignored_by(pid) != want && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        // SIGPIPE is left out; nothing else is ignored.
+        assert_eq!(ignored_by(pid), want);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(ignored_by(0), 0, "no /proc/0: none");
+    }
 
     #[test]
     fn signals_the_broker_takes() {

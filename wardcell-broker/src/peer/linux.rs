@@ -47,15 +47,7 @@ pub fn verify(conn: &UnixStream, sandbox: &Mark) -> Result<Peer, String> {
         .into_os_string()
         .into_string()
         .map_err(|_| format!("peer {pid}'s working directory is not UTF-8"))?;
-    let ignored = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            let hex = s.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
-            u64::from_str_radix(hex.trim(), 16).ok()
-        })
-        .unwrap_or(0)
-        & 0x7fff_ffff
-        & !(1 << (libc::SIGPIPE - 1));
+    let ignored = wardcell_host::signals::ignored_by(pid);
     if crate::sys::pidfd_send_signal(pidfd.as_fd(), 0).is_err() {
         return Err(format!("peer {pid} exited while it was being checked"));
     }
