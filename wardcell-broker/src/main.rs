@@ -339,18 +339,20 @@ fn start_first(
         run,
         spawned,
         sandbox::Request {
-            profile,
-            zone,
+            asked: spec::Asked {
+                profile,
+                zone,
+                argv: &plan.command,
+                cwd: plan.cwd.clone(),
+                env: run.host_env.clone(),
+                pty: terminal.has_pty(),
+                authenticated: zone
+                    .and_then(|z| plan.zone(z))
+                    .is_some_and(|z| z.authenticated),
+            },
             supervise: zone.is_some().then_some(&supervise),
-            argv: &plan.command,
-            cwd: plan.cwd.clone(),
-            env: run.host_env.clone(),
             stdio: terminal.stdio(sys::closed_at_start()),
             ignored,
-            pty: terminal.has_pty(),
-            authenticated: zone
-                .and_then(|z| plan.zone(z))
-                .is_some_and(|z| z.authenticated),
         },
         before_proceed,
     );

@@ -12,10 +12,11 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use wardcell_common::plan::{ProfilePlan, ProxySpec, SandboxSpec};
+use wardcell_common::plan::{ProxySpec, SandboxSpec};
 use wardcell_common::protocol::{self, ProxyEvent, ShimReport};
 
 use crate::run::Run;
+use crate::spec;
 use crate::sys;
 use crate::sys::fds::recv_fds;
 use wardcell_host::error::BrokerError;
@@ -33,10 +34,9 @@ pub fn hand_over(
     run: &Arc<Run>,
     control: &mut UnixStream,
     spec: &SandboxSpec,
-    zone: Option<&str>,
-    profile: &ProfilePlan,
-    authenticated: bool,
+    asked: &spec::Asked<'_>,
 ) -> Result<(Proxy, Option<String>), BrokerError> {
+    let (profile, authenticated) = (asked.profile, asked.authenticated);
     match protocol::read_frame::<ShimReport>(control)? {
         ShimReport::Listener => {}
         ShimReport::SetupFailed { step, message } => {
@@ -51,7 +51,7 @@ pub fn hand_over(
     // The proxy's listener, the DNS socket, one listener per egress port.
     let listeners = recv_fds(control.as_raw_fd(), 2 + spec.egress_ports.len())
         .map_err(|e| BrokerError::Sandbox(format!("the proxy listeners: {e}")))?;
-    let zone = zone.unwrap_or("-");
+    let zone = asked.zone.unwrap_or("-");
     let path = BrokerError::helper("wardcell-proxy")?;
     // Only an authenticated zone's proxy gets credentials, and only its profile's.
     let credentials = run.plan.credentials.iter();

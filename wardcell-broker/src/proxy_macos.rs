@@ -6,9 +6,10 @@
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
-use wardcell_common::plan::{ProfilePlan, SandboxSpec};
+use wardcell_common::plan::SandboxSpec;
 
 use crate::run::Run;
+use crate::spec;
 use wardcell_host::error::network_refusal;
 use wardcell_host::error::BrokerError;
 
@@ -20,9 +21,8 @@ pub fn hand_over(
     _run: &Arc<Run>,
     _control: &mut UnixStream,
     _spec: &SandboxSpec,
-    zone: Option<&str>,
-    profile: &ProfilePlan,
-    _authenticated: bool,
+    asked: &spec::Asked<'_>,
 ) -> Result<(Proxy, Option<String>), BrokerError> {
-    Err(BrokerError::Refused(network_refusal(zone, &profile.name)))
+    let (zone, profile) = (asked.zone, &asked.profile.name);
+    Err(BrokerError::Refused(network_refusal(zone, profile)))
 }

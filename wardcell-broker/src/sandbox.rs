@@ -4,11 +4,11 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use wardcell_common::limits;
-use wardcell_common::plan::{ProfilePlan, SandboxSpec};
+use wardcell_common::plan::SandboxSpec;
 use wardcell_common::protocol::{self, ShimReport, ShimRequest};
 
 use crate::proxy::{self, Proxy};
@@ -37,20 +37,13 @@ pub type Supervise<'a> = &'a dyn Fn(&str, peer::Mark) -> io::Result<Arc<dyn Serv
 
 /// One sandbox to start.
 pub struct Request<'a> {
-    pub profile: &'a ProfilePlan,
-    /// None for `run --profile`: no zone, no supervisor.
-    pub zone: Option<&'a str>,
+    /// What its spec is built from.
+    pub asked: spec::Asked<'a>,
     /// Its supervisor, in a zone.
     pub supervise: Option<Supervise<'a>>,
-    pub argv: &'a [String],
-    pub cwd: PathBuf,
-    pub env: Vec<(String, String)>,
     pub stdio: [RawFd; 3],
     /// Signals the command starts ignoring: those its caller ignored (see spawn).
     pub ignored: u64,
-    pub pty: bool,
-    /// The zone is `authenticated`: its proxy attaches the profile's credentials.
-    pub authenticated: bool,
 }
 
 /// A sandbox that is running.
@@ -217,7 +210,8 @@ pub fn complete<T>(
 
     // Its limits: its cgroup, if one needs it, with the shim in it before the command.
     let cgroup = format!("wardcell-{}-s{number}", run.id);
-    let limits = limits::Enforced::prepare(&req.profile.limits, &req.profile.name, &cgroup)
+    let profile = req.asked.profile;
+    let limits = limits::Enforced::prepare(&profile.limits, &profile.name, &cgroup)
         .map_err(BrokerError::Refused)?;
     limits.join(pid).map_err(BrokerError::Sandbox)?;
 
@@ -236,22 +230,16 @@ pub fn complete<T>(
         .map(|s| s.listener().path().to_path_buf());
     let request = spec::Request {
         plan: &run.plan,
-        profile: req.profile,
-        zone: req.zone,
-        argv: req.argv,
-        cwd: &req.cwd,
-        caller_env: req.env,
+        asked: req.asked,
         host_env: &run.host_env,
         zone_socket: socket.as_deref(),
-        pty: req.pty,
-        authenticated: req.authenticated,
     };
     let spec = spec::build_with(&request, &|p| p.exists(), &Path::is_symlink);
     let mut spec = spec.map_err(BrokerError::Refused)?;
     spec.trace = wardcell_common::trace::spec(&run.id);
     (spec.processes, spec.pid_max) = (limits.nproc(), limits.pid_max());
     peer::stamp(&mut spec, &mark);
-    tracing::debug!(zone = req.zone, profile = %req.profile.name, "sandbox spec sent");
+    tracing::debug!(zone = request.asked.zone, profile = %profile.name, "sandbox spec sent");
 
     // Hand it over.
     let control = &mut running.control;
@@ -278,14 +266,7 @@ pub fn complete<T>(
     // to the zone's proxy; the command starts once the proxy serves.
     let (proxy, ca_pem) = match spec.proxy_port {
         Some(_) => {
-            let (proxy, ca_pem) = proxy::hand_over(
-                run,
-                control,
-                &spec,
-                req.zone,
-                req.profile,
-                req.authenticated,
-            )?;
+            let (proxy, ca_pem) = proxy::hand_over(run, control, &spec, &request.asked)?;
             (Some(proxy), ca_pem)
         }
         None => (None, None),

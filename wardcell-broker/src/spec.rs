@@ -17,22 +17,29 @@ pub const ALWAYS_READ: &[&str] = if cfg!(target_os = "linux") {
     &[]
 };
 
+/// One sandbox asked for, by `wardcell run` or by a `zone enter`: what its spec is
+/// built from besides the run's plan and host.
+pub struct Asked<'a> {
+    pub profile: &'a ProfilePlan,
+    /// None for `run --profile`: no zone, no supervisor.
+    pub zone: Option<&'a str>,
+    pub argv: &'a [String],
+    pub cwd: PathBuf,
+    /// The environment of the command's caller, filtered into the command's.
+    pub env: Vec<(String, String)>,
+    pub pty: bool,
+    /// The zone is `authenticated`: its proxy attaches the profile's credentials.
+    pub authenticated: bool,
+}
+
 /// One sandbox to build.
 pub struct Request<'a> {
     pub plan: &'a Plan,
-    pub profile: &'a ProfilePlan,
-    pub zone: Option<&'a str>,
-    pub argv: &'a [String],
-    pub cwd: &'a Path,
-    /// The environment of the command's caller, filtered into the command's.
-    pub caller_env: Vec<(String, String)>,
+    pub asked: Asked<'a>,
     /// The environment `wardcell run` started in: the only source of host facts (where
     /// the host's sockets and CA certificates are). Never a `zone enter` request's.
     pub host_env: &'a [(String, String)],
     pub zone_socket: Option<&'a Path>,
-    pub pty: bool,
-    /// The zone is `authenticated`: its proxy attaches the profile's credentials.
-    pub authenticated: bool,
 }
 
 /// What a sandbox's CA bundle is made of: the distribution's bundle, then each file a CA
@@ -119,11 +126,11 @@ pub fn build_with(
     exists: &dyn Fn(&Path) -> bool,
     is_symlink: &dyn Fn(&Path) -> bool,
 ) -> Result<SandboxSpec, String> {
-    let profile = req.profile;
+    let profile = req.asked.profile;
     let own = own_dirs(req, exists, is_symlink)?;
     let (view, denied) = view_of(req, own)?;
     let network = profile.network.enabled();
-    let intercept = network && req.authenticated && !profile.credentials.is_empty();
+    let intercept = network && req.asked.authenticated && !profile.credentials.is_empty();
     // A CA bundle where the proxy intercepts, or where the host names CA files of its
     // own (a corporate CA): read by the shim only as recorded at the start.
     let named_ca = req
@@ -140,7 +147,7 @@ pub fn build_with(
         Vec::new()
     };
     let env = env_of(req, intercept, intercept || !ca_files.is_empty());
-    if req.argv.is_empty() {
+    if req.asked.argv.is_empty() {
         return Err("no command to run; give one after `--`".into());
     }
     // Transparent egress: a listener per allowed port, each reachable only because every
@@ -152,12 +159,12 @@ pub fn build_with(
     let proxy_port = network.then_some(SANDBOX_PROXY_PORT);
     let tcp_connect = proxy_port.into_iter().chain(egress_ports.clone()).collect();
     Ok(SandboxSpec {
-        argv: req.argv.to_vec(),
+        argv: req.asked.argv.to_vec(),
         env,
-        cwd: req.cwd.to_path_buf(),
+        cwd: req.asked.cwd.clone(),
         view,
         tcp_connect,
-        controlling_tty: req.pty,
+        controlling_tty: req.asked.pty,
         proxy_port,
         egress_ports,
         ca_files,
@@ -178,7 +185,7 @@ fn own_dirs(
     exists: &dyn Fn(&Path) -> bool,
     is_symlink: &dyn Fn(&Path) -> bool,
 ) -> Result<Vec<PathBuf>, String> {
-    let profile = req.profile;
+    let profile = req.asked.profile;
     let write = &profile.write;
     let own = req.plan.dirs.all();
     for p in &own {
@@ -200,7 +207,7 @@ fn own_dirs(
 /// must be in it and not hidden. Returns it with the paths no sandbox may ever read
 /// (`own` and the credential sources).
 fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<PathBuf>), String> {
-    let profile = req.profile;
+    let profile = req.asked.profile;
     let ids = &req.plan.identities;
     let mut view: Vec<ViewEntry> = Vec::new();
     let trees = profile
@@ -240,9 +247,9 @@ fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<
     }
     for sock in &profile.unix_sockets {
         let Some(id) = ids.get(sock) else {
-            let sock = sock.display();
+            let s = sock.display();
             return Err(format!(
-                "the socket {sock} could not be opened when the run started"
+                "the socket {s} could not be opened when the run started"
             ));
         };
         view.push(ViewEntry::new(sock.clone(), ViewKind::Socket, Some(id)));
@@ -252,13 +259,8 @@ fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<
     if let Some((client, id)) = client(req) {
         view.push(ViewEntry::new(client.clone(), ViewKind::Read, Some(id)));
     }
-    for (link, target) in &profile.links {
-        view.push(ViewEntry::new(
-            link.clone(),
-            ViewKind::Link(target.clone()),
-            None,
-        ));
-    }
+    let links = profile.links.iter();
+    view.extend(links.map(|(l, to)| ViewEntry::new(l.clone(), ViewKind::Link(to.clone()), None)));
     cwd_in(req, &view, &mask)?;
     Ok((view, denied))
 }
@@ -271,8 +273,8 @@ fn client<'r>(req: &Request<'r>) -> Option<(&'r PathBuf, Identity)> {
 
 /// The working directory must be in the view and not hidden.
 fn cwd_in(req: &Request<'_>, view: &[ViewEntry], mask: &[PathBuf]) -> Result<(), String> {
-    let profile = req.profile;
-    let cwd = req.cwd;
+    let profile = req.asked.profile;
+    let cwd = &req.asked.cwd;
     let reachable = view
         .iter()
         .any(|e| matches!(e.what, ViewKind::Read | ViewKind::Write) && cwd.starts_with(&e.path));
@@ -290,7 +292,7 @@ fn cwd_in(req: &Request<'_>, view: &[ViewEntry], mask: &[PathBuf]) -> Result<(),
 /// Every path masked in the view: the profile's deny list, `denied`, and the host's
 /// socket directories the profile named nothing in; sorted, each once.
 fn masks(req: &Request<'_>, denied: &[PathBuf]) -> Vec<PathBuf> {
-    let profile = req.profile;
+    let profile = req.asked.profile;
     let mut mask: Vec<PathBuf> = profile.deny.clone();
     mask.extend(denied.iter().cloned());
     let named: Vec<&PathBuf> = profile.read.iter().chain(&profile.write).collect();
@@ -310,22 +312,20 @@ fn masks(req: &Request<'_>, denied: &[PathBuf]) -> Vec<PathBuf> {
 /// placeholders where the proxy attaches credentials (`intercept`), the proxy's and the
 /// CA bundle's (`bundle`) variables, never the caller's.
 fn env_of(req: &Request<'_>, intercept: bool, bundle: bool) -> Vec<(String, String)> {
-    let profile = req.profile;
+    let profile = req.asked.profile;
     let mut env = envrules::filter(
-        req.caller_env.clone(),
+        req.asked.env.clone(),
         &profile.env,
         &req.plan.credential_env_vars(),
     );
     env.retain(|(k, _)| k != "SSH_AUTH_SOCK");
+    let in_view =
+        |v: &str| std::fs::canonicalize(v).is_ok_and(|c| profile.unix_sockets.contains(&c));
     let agent = req
         .host_env
         .iter()
-        .find(|(k, v)| {
-            k == "SSH_AUTH_SOCK"
-                && std::fs::canonicalize(v).is_ok_and(|c| profile.unix_sockets.contains(&c))
-        })
-        .cloned();
-    env.extend(agent);
+        .find(|(k, v)| k == "SSH_AUTH_SOCK" && in_view(v));
+    env.extend(agent.cloned());
     if let Some((client, me)) = client(req) {
         envrules::client_on_path(&mut env, client, |c| {
             std::fs::metadata(c).ok().map(|m| Identity::of(&m) == me)
@@ -333,7 +333,7 @@ fn env_of(req: &Request<'_>, intercept: bool, bundle: bool) -> Vec<(String, Stri
         envrules::sandbox_tools_first(&mut env, client, Path::is_dir);
     }
     env.push(("WARDCELL_SANDBOX".into(), "1".into()));
-    if let Some(zone) = req.zone {
+    if let Some(zone) = req.asked.zone {
         env.push(("WARDCELL_ZONE".into(), zone.to_string()));
     }
     if let Some(sock) = req.zone_socket {
@@ -353,10 +353,8 @@ fn env_of(req: &Request<'_>, intercept: bool, bundle: bool) -> Vec<(String, Stri
     };
     // Network: only the zone's proxy, on the sandbox's own loopback.
     if profile.network.enabled() {
-        set(
-            PROXY_VARS,
-            &format!("http://127.0.0.1:{SANDBOX_PROXY_PORT}"),
-        );
+        let proxy = format!("http://127.0.0.1:{SANDBOX_PROXY_PORT}");
+        set(PROXY_VARS, &proxy);
         set(
             NO_PROXY_VARS,
             &envrules::no_proxy(&profile.network.entries()),
@@ -380,7 +378,8 @@ mod network_tests {
         let p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
         let argv = vec!["true".to_string()];
         let mut r = req(&plan, &p, &argv, Path::new("/home/u/src"));
-        r.caller_env
+        r.asked
+            .env
             .push(("HTTPS_PROXY".into(), "http://evil:1".into()));
         let spec = build(&r, &|_| true).unwrap();
         assert_eq!(spec.proxy_port, None);
@@ -419,9 +418,10 @@ mod network_tests {
 
         p.credentials = vec!["git".into()];
         let mut r = req(&plan, &p, &argv, Path::new("/home/u/src"));
-        r.authenticated = true;
+        r.asked.authenticated = true;
         // A request's own SSL_CERT_FILE is never read: only the host's.
-        r.caller_env
+        r.asked
+            .env
             .push(("SSL_CERT_FILE".into(), "/home/u/.ssh/id_ed25519".into()));
         let spec = build(&r, &|_| true).unwrap();
         for k in CA_VARS {
@@ -442,8 +442,8 @@ mod network_tests {
         let argv = vec!["true".to_string()];
         let values = |authenticated: bool| {
             let mut r = req(&plan, &p, &argv, Path::new("/home/u/src"));
-            r.authenticated = authenticated;
-            r.caller_env.push(("GIT_KEY".into(), "the-real-key".into()));
+            r.asked.authenticated = authenticated;
+            r.asked.env.push(("GIT_KEY".into(), "the-real-key".into()));
             let spec = build(&r, &|_| true).unwrap();
             spec.env
                 .iter()
@@ -583,21 +583,23 @@ mod tests {
     ) -> Request<'a> {
         Request {
             plan,
-            profile,
-            zone: Some("agent"),
-            argv,
-            cwd,
-            caller_env: vec![
-                ("PATH".into(), "/usr/bin".into()),
-                ("GH_TOKEN".into(), "x".into()),
-                ("COMPANY_GIT_TOKEN".into(), "s3cret".into()),
-                ("WARDCELL_ZONE".into(), "forged".into()),
-                ("XDG_RUNTIME_DIR".into(), "/run/user/1000".into()),
-                ("SSH_AUTH_SOCK".into(), "/home/u/.agent/sock".into()),
-            ],
+            asked: Asked {
+                profile,
+                zone: Some("agent"),
+                argv,
+                cwd: cwd.to_path_buf(),
+                env: vec![
+                    ("PATH".into(), "/usr/bin".into()),
+                    ("GH_TOKEN".into(), "x".into()),
+                    ("COMPANY_GIT_TOKEN".into(), "s3cret".into()),
+                    ("WARDCELL_ZONE".into(), "forged".into()),
+                    ("XDG_RUNTIME_DIR".into(), "/run/user/1000".into()),
+                    ("SSH_AUTH_SOCK".into(), "/home/u/.agent/sock".into()),
+                ],
+                pty: false,
+                authenticated: false,
+            },
             zone_socket: None,
-            pty: false,
-            authenticated: false,
             host_env: host_env(),
         }
     }
@@ -683,7 +685,8 @@ mod tests {
         let argv = vec!["true".to_string()];
         let mut r = req(&plan, &p, &argv, Path::new("/home/u/src"));
         // A `zone enter` request carries the sandbox's environment, which has none.
-        r.caller_env
+        r.asked
+            .env
             .retain(|(k, _)| k != "XDG_RUNTIME_DIR" && k != "SSH_AUTH_SOCK");
         let spec = build(&r, &|_| true).unwrap();
         assert!(masks(&spec).contains(&PathBuf::from("/run/user/1000")));

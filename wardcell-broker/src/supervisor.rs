@@ -35,7 +35,7 @@ use crate::peer::{self, Peer};
 use crate::run::{Entry, Run};
 use crate::session::{Event, Session};
 use crate::sys::fds::{recv_fds, unfit_stdio};
-use crate::{chain, sandbox, sys};
+use crate::{chain, sandbox, spec, sys};
 use wardcell_common::approval;
 use wardcell_host::listener::{late, Deadline, Handler, Held, Listener, Slot};
 use wardcell_host::plugin::Plugin;
@@ -343,18 +343,20 @@ impl Supervisor {
         let started = sandbox::start(
             &self.run,
             sandbox::Request {
-                profile: &zone.profile,
-                zone: Some(target),
+                asked: spec::Asked {
+                    profile: &zone.profile,
+                    zone: Some(target),
+                    argv: &argv,
+                    cwd: PathBuf::from(peer.cwd()),
+                    env: asked.env,
+                    pty: false,
+                    authenticated: zone.authenticated,
+                },
                 supervise: Some(&supervise),
-                argv: &argv,
-                cwd: PathBuf::from(peer.cwd()),
-                env: asked.env,
                 stdio: stdio
                     .each_ref()
                     .map(|f| f.as_ref().map_or(-1, |f| f.as_raw_fd())),
                 ignored: peer.ignored(),
-                pty: false,
-                authenticated: zone.authenticated,
             },
         );
         drop(stdio);
