@@ -71,7 +71,7 @@ use crate::supervisor::Supervisor;
 use error::BrokerError;
 use wardcell_common::auditlog::AuditLog;
 use wardcell_host::terminal::Terminal;
-use wardcell_host::wait::{Outcome, Watch};
+use wardcell_host::wait::Watch;
 
 fn main() {
     // 0. Tracing, when WARDCELL_LOG asks (a plan from `run -v` turns it on later).
@@ -113,10 +113,7 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     //    namespaces in the calling thread, most of a millisecond the plan no longer waits
     //    behind. This thread spawns (the shim's death signal follows the thread that
     //    started it) and joins the other before any signal is taken over.
-    let shim = BrokerError::helper("wardcell-shim").and_then(|shim| {
-        CString::new(shim.as_os_str().as_encoded_bytes())
-            .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))
-    });
+    let shim = launch::shim();
     let planner = std::thread::Builder::new()
         .name("plan".into())
         .stack_size(PLAN_STACK)
@@ -278,16 +275,14 @@ fn run_first_sandbox(
     if let Some(e) = run.audit.failure().map(BrokerError::Audit) {
         return Err(e);
     }
-    match (ended.outcome, message) {
-        (Outcome::SetupFailed { .. } | Outcome::ChildFailed(_), Some(m)) => {
-            Err(BrokerError::Refused(m))
-        }
-        (_, Some(m)) => {
-            wardcell_common::eprintln_line!("error: {}", shown(&m));
-            Ok(code)
-        }
-        (_, None) => Ok(code),
+    // The sandbox that could not be built is the run's error; the command's own failure
+    // is said, and its status is the run's.
+    let Some(m) = message else { return Ok(code) };
+    if ended.outcome.unbuilt() {
+        return Err(BrokerError::Refused(m));
     }
+    wardcell_common::eprintln_line!("error: {}", shown(&m));
+    Ok(code)
 }
 
 /// Steps 4 and 5 of a run: the first sandbox completed (supervisor, spec, handover);

@@ -95,6 +95,14 @@ pub fn is_child(pid: libc::pid_t) -> bool {
     pid > 0 && waitid(Id::Pid(Pid::from_raw(pid)), flags).is_ok()
 }
 
+/// wardcell-shim's path (next to the broker, or in /usr/libexec/wardcell), as exec
+/// takes it.
+pub fn shim() -> Result<std::ffi::CString, BrokerError> {
+    let path = BrokerError::helper("wardcell-shim")?.into_os_string();
+    std::ffi::CString::new(path.into_encoded_bytes())
+        .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,6 +54,12 @@ impl Outcome {
         })
     }
 
+    /// The sandbox could not be built: the shim failed before the command (a failed exec
+    /// of the command is the command's own failure).
+    pub fn unbuilt(&self) -> bool {
+        matches!(self, Outcome::SetupFailed { .. } | Outcome::ChildFailed(_))
+    }
+
     /// The command's exit status, when it ran and ended.
     pub fn finished(&self) -> Option<i32> {
         match self {
