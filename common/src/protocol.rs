@@ -408,6 +408,13 @@ pub struct ZoneEntry {
     pub description: Option<String>,
 }
 
+impl From<&crate::plan::ZonePlan> for ZoneEntry {
+    fn from(z: &crate::plan::ZonePlan) -> ZoneEntry {
+        let (name, description) = (z.name.clone(), z.description.clone());
+        ZoneEntry { name, description }
+    }
+}
+
 /// Supervisor -> sandbox.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum ZoneResponse {

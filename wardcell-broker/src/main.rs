@@ -51,7 +51,6 @@ use wardcell_host::{error, launch, messages, rundir, runid, signals};
 
 use std::ffi::CString;
 use std::fs;
-use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -326,10 +325,7 @@ fn start_first(
         Ok(signals)
     };
     // In a zone, its supervisor: the chain is that zone alone.
-    let supervise = |name: &str, mark: peer::Mark| -> io::Result<Arc<dyn sandbox::Served>> {
-        let chain = Vec::from_iter(zone.map(str::to_string));
-        Ok(Supervisor::bind(run.clone(), name, chain, mark)?)
-    };
+    let supervise = Supervisor::binder(run, Vec::from_iter(zone.map(str::to_string)));
     let started = sandbox::complete(
         run,
         spawned,

@@ -218,10 +218,8 @@ pub fn complete<T>(
     // A supervisor, in a zone.
     let name = format!("s{number}");
     let supervisor_failed = |e| BrokerError::Sandbox(format!("starting the zone supervisor: {e}"));
-    let supervisor = req
-        .supervise
-        .map(|supervise| supervise(&name, mark.clone()));
-    let supervisor = supervisor.transpose().map_err(supervisor_failed)?;
+    let supervisor = req.supervise.map(|s| s(&name, mark.clone())).transpose();
+    let supervisor = supervisor.map_err(supervisor_failed)?;
     abort.supervisor = supervisor.clone();
 
     // The spec.
@@ -264,13 +262,12 @@ pub fn complete<T>(
 
     // With network: the shim's listener, from inside the sandbox's network namespace, goes
     // to the zone's proxy; the command starts once the proxy serves.
-    let (proxy, ca_pem) = match spec.proxy_port {
-        Some(_) => {
-            let (proxy, ca_pem) = proxy::hand_over(run, control, &spec, &request.asked)?;
-            (Some(proxy), ca_pem)
-        }
-        None => (None, None),
-    };
+    let handed = spec
+        .proxy_port
+        .map(|_| proxy::hand_over(run, control, &spec, &request.asked));
+    let (proxy, ca_pem) = handed
+        .transpose()?
+        .map_or((None, None), |(p, ca)| (Some(p), ca));
     let proceed = protocol::write_frame(control, &ShimRequest::Proceed { ca_pem });
     // A shim that could not build the sandbox has reported why and exited; the relay
     // reads that report. With network the shim is known to be alive here.

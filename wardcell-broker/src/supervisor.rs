@@ -60,7 +60,7 @@ pub struct Supervisor {
 impl Supervisor {
     /// Listen at `<run dir>/<name>.sock` (0600); [`Supervisor::serve_in_background`]
     /// answers.
-    pub fn bind(
+    fn bind(
         run: Arc<Run>,
         name: &str,
         chain: Vec<String>,
@@ -76,6 +76,15 @@ impl Supervisor {
             listener,
             entering: Slot::default(),
         }))
+    }
+
+    /// What binds the supervisor of a sandbox whose chain is `chain`, given the
+    /// sandbox's name and mark (sandbox::Supervise).
+    pub fn binder(
+        run: &Arc<Run>,
+        chain: Vec<String>,
+    ) -> impl Fn(&str, peer::Mark) -> io::Result<Arc<dyn sandbox::Served>> + '_ {
+        move |name, mark| Ok(Supervisor::bind(run.clone(), name, chain.clone(), mark)?)
     }
 
     /// Its sandbox's zone: the chain's last.
@@ -143,12 +152,7 @@ impl Supervisor {
         let (target, argv, env, closed) = match request {
             ZoneRequest::List => {
                 let zones = chain::enterable(&self.run.plan.zones, &self.chain).into_iter();
-                let zones = zones
-                    .map(|z| ZoneEntry {
-                        name: z.name.clone(),
-                        description: z.description.clone(),
-                    })
-                    .collect();
+                let zones = zones.map(ZoneEntry::from).collect();
                 let current = self.zone().to_string();
                 let _ = protocol::write_frame(&mut conn, &ZoneResponse::Zones { current, zones });
                 return;
@@ -332,14 +336,7 @@ impl Supervisor {
         let target = zone.name.as_str();
         let mut chain = self.chain.clone();
         chain.push(target.to_string());
-        let supervise = |name: &str, mark: peer::Mark| -> io::Result<Arc<dyn sandbox::Served>> {
-            Ok(Supervisor::bind(
-                self.run.clone(),
-                name,
-                chain.clone(),
-                mark,
-            )?)
-        };
+        let supervise = Supervisor::binder(&self.run, chain.clone());
         let started = sandbox::start(
             &self.run,
             sandbox::Request {
@@ -401,10 +398,9 @@ impl Supervisor {
             return completed(None, how);
         }
         self.step(session, Event::Ended);
-        let how = match &message {
-            Some(m) => format!("failed: {m}"),
-            None => "exited".to_string(),
-        };
+        let how = message
+            .as_ref()
+            .map_or("exited".into(), |m| format!("failed: {m}"));
         completed(ended.outcome.finished(), &how);
         // Released before the caller is answered, so that its next request is not
         // refused as busy.

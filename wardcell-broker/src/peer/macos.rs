@@ -36,7 +36,13 @@ pub fn stamp(spec: &mut SandboxSpec, mark: &Mark) {
 }
 
 pub fn verify(conn: &UnixStream, identity: &Mark) -> Result<Peer, String> {
-    let said = answers(conn, identity)?;
+    let (euid, pid, own, never) = answers(conn, identity)?;
+    let said = super::Answers {
+        euid,
+        pid,
+        own,
+        never,
+    };
     let pid = super::judge(said, nix::unistd::getuid().as_raw())?;
     let cwd = cwd_of(pid).map_err(|e| format!("peer {pid}'s working directory: {e}"))?;
     Ok(Peer {

@@ -15,11 +15,13 @@
 //!   the broker's one process type, [`Child`] (wardcell_host::process::Child);
 //! - `Signals`: the signals the broker forwards, read from a descriptor (on Linux, a
 //!   signalfd: wardcell_host::signals, no `unsafe` needed);
-//! - `random_bytes`, `is_child`, `for_helper`, `wake_listener`, `is_path_only` and
+//! - `is_child` (Linux: wardcell_host's, no `unsafe` needed), `for_helper`,
+//!   `wake_listener`, `is_path_only` and
 //!   `MSG_CMSG_CLOEXEC` (what `fds` needs of the platform).
 //!
 //! Linux only: `spawn_with_control` and `pidfd_send_signal`, for the proxy
-//! (macOS has none yet: proxy_macos.rs).
+//! (macOS has none yet: proxy_macos.rs). macOS only: `random_bytes`, for a sandbox's
+//! Seatbelt identity (a Linux sandbox's mark is its network namespace).
 //!
 //! wardcell-host has no `unsafe`: what it needs of these is passed to it (the window
 //! size, the process watch, descriptors sent, the listener's wake-up).
@@ -125,7 +127,7 @@ mod tests {
         poll(&mut fds, PollTimeout::from(wait_ms)).is_ok_and(|n| n > 0)
     }
 
-    /// What relay.rs and sandbox.rs rely on, on every platform: a child's `Process` is
+    /// What sandbox.rs and wardcell_host::wait rely on, on every platform: a child's `Process` is
     /// readable once it has exited (a clone too), and a signal reaches it before then.
     #[test]
     fn a_process_is_readable_once_it_has_exited_and_signalled_until_then() {

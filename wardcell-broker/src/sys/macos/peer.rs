@@ -19,8 +19,6 @@ use std::os::unix::net::UnixStream;
 
 use wardcell_common::seatbelt;
 
-use crate::peer::Answers;
-
 /// `audit_token_t`: eight 32-bit words, passed by value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -101,20 +99,20 @@ pub fn may_look_up(token: AuditToken, name: &str) -> io::Result<bool> {
 }
 
 /// What the kernel and Seatbelt say about the process at the other end of `conn`, for
-/// the sandbox whose identity is `identity`.
-pub fn answers(conn: &UnixStream, identity: &str) -> Result<Answers, String> {
+/// the sandbox whose identity is `identity`: its effective uid and pid, whether it may
+/// look up `identity`, and whether it may look up the name no profile allows (what
+/// `peer::Answers` holds; `peer::judge` decides).
+pub fn answers(
+    conn: &UnixStream,
+    identity: &str,
+) -> Result<(libc::uid_t, libc::pid_t, bool, bool), String> {
     use std::os::fd::AsFd;
     let token = peer_token(conn.as_fd()).map_err(|e| format!("LOCAL_PEERTOKEN: {e}"))?;
     let (euid, pid) = token_ids(token);
     let own = may_look_up(token, identity).map_err(|e| format!("sandbox_check: {e}"))?;
     let never =
         may_look_up(token, seatbelt::NEVER_ALLOWED).map_err(|e| format!("sandbox_check: {e}"))?;
-    Ok(Answers {
-        euid,
-        pid,
-        own,
-        never,
-    })
+    Ok((euid, pid, own, never))
 }
 
 /// The working directory of process `pid`.
