@@ -2341,8 +2341,8 @@ both!(package_managers_and_git_reach_internal_names, |fx| {
 });
 
 // A large body comes down whole through each way out (issue 25: the relays were made
-// faster; they must not lose or reorder a byte): the CONNECT tunnel (spliced), transparent
-// egress (spliced) and interception (TLS terminated and made again).
+// faster; they must not lose or reorder a byte): the CONNECT tunnel and transparent egress
+// (copied through the tunnel's buffers) and interception (TLS terminated and made again).
 both!(a_large_download_arrives_whole_by_every_path, |fx| {
     let up = Upstream::start(&fx);
     config(&fx, &up, "COMPANY_GIT_TOKEN", None);
