@@ -25,7 +25,9 @@ use crate::control::Events;
 
 /// Bytes per read, per direction, chosen by measurement (above). The buffers live only
 /// while a tunnel does, and only the pages a read has filled are ever touched: a tunnel
-/// that carries little holds little.
+/// that carries little holds little. At most 512 KiB a tunnel, so 128 MiB for the
+/// proxy's `MAX_CONNECTIONS` (256) all carrying bulk at once: less than the kernel's
+/// socket buffers for the same connections.
 const CHUNK: usize = 256 * 1024;
 
 pub async fn run(client: Upgraded, mut upstream: TcpStream, target: Target, events: &Events) {
