@@ -64,9 +64,18 @@ impl Identity {
     }
 }
 
-/// Identities recorded when the run started, by path (sorted, unique).
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+/// Identities recorded when the run started, by path (sorted, unique). Only
+/// [`Recorded::insert`] fills it: read from a frame or a file it is always empty, whatever
+/// was sent (the entries are read and dropped, so the encoding is unchanged), so the
+/// identities in a plan are the broker's own records and never the plan writer's.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq, Default)]
 pub struct Recorded(Vec<(PathBuf, Identity)>);
+
+impl<'de> Deserialize<'de> for Recorded {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Recorded, D::Error> {
+        Vec::<(PathBuf, Identity)>::deserialize(d).map(|_| Recorded::default())
+    }
+}
 
 /// A path's bytes, the order [`Recorded`] keeps: comparing a thousand paths component
 /// by component was most of the broker's own work for a profile that long.
@@ -158,6 +167,28 @@ impl fmt::Display for Identity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recorded_identities_never_come_from_input() {
+        let mut sent = Recorded::default();
+        let forged = Identity {
+            dev: 1,
+            ino: 2,
+            kind: Kind::Dir,
+        };
+        sent.insert("/".into(), forged);
+        let json = serde_json::to_string(&sent).unwrap();
+        assert!(json.contains("\"/\""), "{json}");
+        let read: Recorded = serde_json::from_str(&json).unwrap();
+        assert!(read.is_empty());
+        // In the frame format too, and what follows it is still read.
+        let frame =
+            bincode::serde::encode_to_vec((&sent, 7u8), bincode::config::standard()).unwrap();
+        let ((read, after), _): ((Recorded, u8), usize) =
+            bincode::serde::decode_from_slice(&frame, bincode::config::standard()).unwrap();
+        assert!(read.is_empty());
+        assert_eq!(after, 7);
+    }
 
     fn id(ino: u64, kind: Kind) -> Identity {
         Identity { dev: 1, ino, kind }
