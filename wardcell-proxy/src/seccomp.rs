@@ -20,6 +20,15 @@ pub const DENIED: &Reasoned<i64> = &[
         libc::SYS_execveat,
         "the proxy runs no program after start-up",
     ),
+    (
+        libc::SYS_splice,
+        "tunnelled bytes are copied (tunnel.rs), never spliced; pipes' page sharing is where Dirty Pipe was",
+    ),
+    (libc::SYS_tee, "the proxy moves no bytes between pipes"),
+    (
+        libc::SYS_vmsplice,
+        "the proxy maps no user memory into pipes",
+    ),
 ];
 
 /// The proxy's policy, as one filter: EPERM for the list below and for namespace flags;

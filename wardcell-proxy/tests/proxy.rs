@@ -777,3 +777,47 @@ fn assert_whole(rest: &str, err: &str) {
     );
     assert_eq!(err, "", "the stream ended cleanly");
 }
+
+/// The proxy's seccomp policy, installed in a process of its own (this test binary run
+/// again), refuses what the proxy never does: splice, tee and vmsplice answer EPERM where
+/// an unconfined process gets EBADF for the same bad descriptors, and an ordinary call
+/// still works.
+#[test]
+fn the_proxys_policy_refuses_splicing() {
+    if std::env::var_os("WARDCELL_TEST_SECCOMP_CHILD").is_some() {
+        wardcell_proxy::sys::set_no_new_privs().unwrap();
+        wardcell_proxy::seccomp::install().unwrap();
+        // Each call's errno, read right after it.
+        let errno = |r: i64| (r < 0).then(|| std::io::Error::last_os_error().raw_os_error());
+        // SAFETY: bad descriptors and null pointers: each call fails before touching memory.
+        let got = unsafe {
+            [
+                errno(libc::syscall(libc::SYS_splice, -1, 0, -1, 0, 1, 0)),
+                errno(libc::syscall(libc::SYS_tee, -1, -1, 1, 0)),
+                errno(libc::syscall(libc::SYS_vmsplice, -1, 0, 0, 0)),
+                errno(libc::syscall(libc::SYS_close, -1)),
+            ]
+        };
+        let got = got.map(Option::flatten);
+        println!("errnos {got:?}");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "the_proxys_policy_refuses_splicing",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("WARDCELL_TEST_SECCOMP_CHILD", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (eperm, ebadf) = (libc::EPERM, libc::EBADF);
+    let want = format!("errnos [Some({eperm}), Some({eperm}), Some({eperm}), Some({ebadf})]");
+    assert!(
+        text.contains(&want),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
