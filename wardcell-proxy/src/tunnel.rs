@@ -27,7 +27,9 @@ use crate::control::Events;
 /// while a tunnel does, and only the pages a read has filled are ever touched: a tunnel
 /// that carries little holds little. At most 512 KiB a tunnel, so 128 MiB for the
 /// proxy's `MAX_CONNECTIONS` (256) all carrying bulk at once: less than the kernel's
-/// socket buffers for the same connections.
+/// socket buffers for the same connections. Measured: 200 tunnels whose client never
+/// reads while their server pushes took the proxy from 5 to 60 MiB resident (280 KiB a
+/// tunnel, the buffer a stalled read filled).
 const CHUNK: usize = 256 * 1024;
 
 pub async fn run(client: Upgraded, mut upstream: TcpStream, target: Target, events: &Events) {

@@ -821,3 +821,70 @@ fn the_proxys_policy_refuses_splicing() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A tunnel passes each side's half-close on and keeps the other direction open: the
+/// client sends more than a tunnel's buffer holds and shuts down its write side; the
+/// server reads to that end, then answers with as much again and closes. Then the other
+/// way: the server sends and shuts down first, the client reads to the end and only then
+/// sends, and the server still gets it. Every byte arrives in order, and the event counts
+/// them all.
+#[test]
+fn a_tunnel_passes_half_closes_on_both_ways() {
+    use std::net::{Shutdown, TcpListener};
+    let size = 3 * 256 * 1024 + 12_345;
+    let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    let expected = data.clone();
+    let upstream = std::thread::spawn(move || {
+        // 1. Read to the client's end, then answer with the bytes reversed, then close.
+        let (mut s, _) = server.accept().unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        assert_eq!(got, expected, "the client's bytes, to its half-close");
+        let answer: Vec<u8> = got.iter().rev().copied().collect();
+        s.write_all(&answer).unwrap();
+        drop(s);
+        // 2. Send and shut down first, then read what the client sends after.
+        let (mut s, _) = server.accept().unwrap();
+        s.write_all(&expected).unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut after = Vec::new();
+        s.read_to_end(&mut after).unwrap();
+        after
+    });
+    let authority = format!("127.0.0.1:{port}");
+    let mut p = Proxy::start(spec(std::slice::from_ref(&authority), vec![]), &[]);
+
+    let (mut s, head) = raw_connect(p.port, &authority);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    s.write_all(&data).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).unwrap();
+    assert!(
+        answer.iter().eq(data.iter().rev()),
+        "the answer, reversed, whole"
+    );
+    drop(s);
+    let counts = |e: ProxyEvent| match e {
+        ProxyEvent::Connect {
+            bytes_up,
+            bytes_down,
+            ..
+        } => (bytes_up, bytes_down),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(counts(p.event()), (size as u64, size as u64));
+
+    let (mut s, head) = raw_connect(p.port, &authority);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert!(got == data, "the server's bytes, to its half-close");
+    s.write_all(b"after the server's end").unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(upstream.join().unwrap(), b"after the server's end");
+    drop(s);
+    assert_eq!(counts(p.event()), (22, size as u64));
+}
