@@ -888,3 +888,62 @@ fn a_tunnel_passes_half_closes_on_both_ways() {
     drop(s);
     assert_eq!(counts(p.event()), (22, size as u64));
 }
+
+/// A sandbox that opens tunnels and never reads while their servers push cannot make
+/// the proxy hold more than a tunnel's buffers each: 64 such tunnels, each server pushing
+/// 16 MiB, grow the proxy by well under 1 MiB a tunnel (measured: 280 KiB, the buffer one
+/// stalled read filled; the kernel's socket buffers hold the rest, and the servers stall).
+#[test]
+fn tunnels_never_read_hold_a_bounded_buffer_each() {
+    use std::net::TcpListener;
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    let pushed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = pushed.clone();
+    std::thread::spawn(move || {
+        for s in server.incoming() {
+            let (mut s, pushed) = (s.unwrap(), counter.clone());
+            std::thread::spawn(move || {
+                let chunk = vec![7u8; 64 * 1024];
+                for _ in 0..256 {
+                    if s.write_all(&chunk).is_err() {
+                        return;
+                    }
+                    pushed.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let authority = format!("127.0.0.1:{port}");
+    let p = Proxy::start(spec(std::slice::from_ref(&authority), vec![]), &[]);
+    let before = p.rss_kib();
+    let tunnels: Vec<_> = (0..64)
+        .map(|_| {
+            let (s, head) = raw_connect(p.port, &authority);
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            s
+        })
+        .collect();
+    // Until the servers stall: nothing more pushed for half a second (at most 20 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut last = u64::MAX;
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = pushed.load(std::sync::atomic::Ordering::Relaxed);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    // Enough that every tunnel's buffer could have filled (here, about 600 MB).
+    assert!(
+        last > 64 * 256 * 1024,
+        "the servers pushed only {last} bytes"
+    );
+    let grown = p.rss_kib().saturating_sub(before);
+    assert!(
+        grown < 64 * 1024,
+        "64 stalled tunnels grew the proxy by {grown} KiB"
+    );
+    drop(tunnels);
+}
