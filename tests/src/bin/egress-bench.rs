@@ -35,6 +35,7 @@ use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -102,6 +103,10 @@ fn https_server(cfg: Arc<rustls::ServerConfig>, size: u64) -> u16 {
 }
 
 fn serve(tcp: TcpStream, cfg: Arc<rustls::ServerConfig>, size: u64) -> std::io::Result<()> {
+    let rate = PACING.load(Ordering::Relaxed);
+    if rate > 0 {
+        pace(&tcp, rate)?;
+    }
     static BODY: [u8; 256 * 1024] = [b'x'; 256 * 1024];
     let conn = rustls::ServerConnection::new(cfg).map_err(std::io::Error::other)?;
     let mut s = rustls::StreamOwned::new(conn, tcp);
@@ -126,6 +131,27 @@ fn serve(tcp: TcpStream, cfg: Arc<rustls::ServerConfig>, size: u64) -> std::io::
     }
     s.conn.send_close_notify();
     s.flush()
+}
+
+/// Pace what `tcp` sends to `rate` bytes a second (the kernel's TCP pacing, as a link of
+/// that speed would spread the segments).
+fn pace(tcp: &TcpStream, rate: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid socket, and a u64 option value with its own size.
+    let r = unsafe {
+        libc::setsockopt(
+            tcp.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&rate as *const u64).cast(),
+            std::mem::size_of::<u64>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Run `cmd` (a curl printing `%{size_download} %{time_total}`, maybe in a sandbox) and
@@ -379,47 +405,17 @@ secret = {{ file = "{token}" }}
         return;
     }
     let run = |i: usize| curl_time(command(i), size);
-    let n = variants.len();
-    for i in 0..n {
-        run(i); // warm-up
+    let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
+    // WARDCELL_BENCH_WIRE=1,2.5,5: the downloads again with the server's sends paced to
+    // each of those Gbit/s, as a link of that speed would (0: not paced).
+    let wire = std::env::var("WARDCELL_BENCH_WIRE").unwrap_or_else(|_| "0".into());
+    for gbit in wire.split(',').filter_map(|g| g.trim().parse::<f64>().ok()) {
+        PACING.store((gbit * 1e9 / 8.0) as u64, Ordering::Relaxed);
+        downloads(&names, &run, rounds, size, gbit);
     }
-    let mut times: Vec<Vec<f64>> = vec![Vec::new(); n];
-    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); n];
-    for round in 0..rounds {
-        let mut t = vec![0.0; n];
-        for k in 0..n {
-            let i = (round + k) % n;
-            t[i] = run(i);
-        }
-        for i in 0..n {
-            ratios[i].push(t[i] / t[0]);
-            times[i].push(t[i]);
-        }
-    }
-    println!(
-        "egress-bench: {} MiB per transfer, {rounds} rounds (+1 warm-up), curl -> local HTTPS server",
-        size >> 20,
-    );
-    for i in 0..n {
-        let secs = median(times[i].clone());
-        let per: Vec<String> = ratios[i].iter().map(|r| format!("{r:.2}")).collect();
-        println!(
-            "{:<13} median {:>6.3} s {:>6.2} GB/s   time / direct: median {:.2}x   per round: {}{}",
-            variants[i].0,
-            secs,
-            size as f64 / secs / 1e9,
-            median(ratios[i].clone()),
-            per.join(" "),
-            match variants[i].0 {
-                "direct" => "",
-                "interception" => "   (target at most 2.00x)",
-                _ => "   (target at most 1.11x)",
-            }
-        );
-    }
+    PACING.store(0, Ordering::Relaxed);
 
     if only.is_empty() || only.contains("requests") {
-        let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
         requests(&curl, &names, small, rounds);
         memory(&wardcell, &base, small);
     }
@@ -442,6 +438,84 @@ secret = {{ file = "{token}" }}
     );
     let _ = std::fs::remove_dir_all(&home);
     println!("load average before: {load_before}; after: {}", loadavg());
+}
+
+/// The server's pacing of what it sends, in bytes a second (0: none).
+static PACING: AtomicU64 = AtomicU64::new(0);
+
+/// The machine's busy CPU time so far, in seconds (every CPU's user, system, interrupt
+/// and steal time from /proc/stat; idle and I/O wait left out).
+fn busy_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let line = stat.lines().next().unwrap_or("");
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    let busy: f64 = v
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4 && *i < 8)
+        .map(|(_, x)| x)
+        .sum();
+    busy / 100.0
+}
+
+/// `rounds` rounds of every variant's download, in an order that turns round by round:
+/// prints each's median time and rate, the median of its per-round ratios to direct's
+/// time, and the machine's busy CPU time a GiB (the server's, curl's and the proxy's
+/// together; a variant's minus direct's is what its path costs).
+fn downloads(names: &[&str], run: &dyn Fn(usize) -> f64, rounds: usize, size: u64, gbit: f64) {
+    let n = names.len();
+    for i in 0..n {
+        run(i); // warm-up
+    }
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let gib = size as f64 / (1u64 << 30) as f64;
+    for round in 0..rounds {
+        let mut t = vec![0.0; n];
+        for k in 0..n {
+            let i = (round + k) % n;
+            let before = busy_secs();
+            t[i] = run(i);
+            cpu[i].push((busy_secs() - before) / gib);
+        }
+        for i in 0..n {
+            ratios[i].push(t[i] / t[0]);
+            times[i].push(t[i]);
+        }
+    }
+    let wire = if gbit > 0.0 {
+        format!("sent at most {gbit} Gbit/s")
+    } else {
+        "not paced".to_string()
+    };
+    println!(
+        "egress-bench: {} MiB per transfer, {rounds} rounds (+1 warm-up), curl -> local HTTPS server, {wire}",
+        size >> 20,
+    );
+    for i in 0..n {
+        let secs = median(times[i].clone());
+        let per: Vec<String> = ratios[i].iter().map(|r| format!("{r:.2}")).collect();
+        println!(
+            "{:<13} median {:>6.3} s {:>6.2} GB/s {:>5.2} CPU-s/GiB   time / direct: median {:.2}x   per round: {}{}",
+            names[i],
+            secs,
+            size as f64 / secs / 1e9,
+            median(cpu[i].clone()),
+            median(ratios[i].clone()),
+            per.join(" "),
+            match names[i] {
+                "direct" => "",
+                "interception" => "   (target at most 2.00x)",
+                _ => "   (target at most 1.11x)",
+            }
+        );
+    }
 }
 
 /// `WARDCELL_BENCH_REQUESTS` (default 1,000) requests of 1 KiB each over HTTPS, a new
