@@ -19,7 +19,9 @@
 //! Run: `cargo build --release --workspace --locked && target/x86_64-unknown-linux-musl/release/egress-bench [ROUNDS]`
 //! (default 5 rounds; `WARDCELL_BENCH_MIB` sets the size, default 1024;
 //! `WARDCELL_BENCH_ONLY=tunnel,pipe` runs direct and the variants named (`requests`
-//! names the requests and the memory); `WARDCELL_BENCH_REQUESTS` sets their number; `--serve`
+//! names the requests and the memory); `WARDCELL_BENCH_REQUESTS` sets their number;
+//! `WARDCELL_BENCH_WIRE=0,10,12` runs the downloads once for each rate, the server's sends
+//! paced to that many Gbit/s as a link would (0: not paced, the default); `--serve`
 //! instead of ROUNDS prints each variant's command and serves until stdin ends, for
 //! profiling one by hand). It uses the
 //! wardcell binaries next to it and curl from PATH, and writes a zones.toml in a scratch
