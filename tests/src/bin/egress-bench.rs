@@ -408,10 +408,13 @@ secret = {{ file = "{token}" }}
     }
     let run = |i: usize| curl_time(command(i), size);
     let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
-    // WARDCELL_BENCH_WIRE=1,2.5,5: the downloads again with the server's sends paced to
-    // each of those Gbit/s, as a link of that speed would (0: not paced).
+    // WARDCELL_BENCH_WIRE=0,10,12: the downloads once for each rate, the server's sends
+    // paced to that many Gbit/s as a link of that speed would (0: not paced).
     let wire = std::env::var("WARDCELL_BENCH_WIRE").unwrap_or_else(|_| "0".into());
-    for gbit in wire.split(',').filter_map(|g| g.trim().parse::<f64>().ok()) {
+    for gbit in wire.split(',').map(|g| match g.trim().parse::<f64>() {
+        Ok(v) if v >= 0.0 => v,
+        _ => panic!("WARDCELL_BENCH_WIRE: {g:?} is not a rate in Gbit/s (0: not paced)"),
+    }) {
         PACING.store((gbit * 1e9 / 8.0) as u64, Ordering::Relaxed);
         downloads(&names, &run, rounds, size, gbit);
     }
@@ -448,7 +451,7 @@ static PACING: AtomicU64 = AtomicU64::new(0);
 /// The machine's busy CPU time so far, in seconds (every CPU's user, system, interrupt
 /// and steal time from /proc/stat; idle and I/O wait left out).
 fn busy_secs() -> f64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
     let line = stat.lines().next().unwrap_or("");
     let v: Vec<f64> = line
         .split_whitespace()
@@ -462,13 +465,17 @@ fn busy_secs() -> f64 {
         .filter(|(i, _)| *i != 3 && *i != 4 && *i < 8)
         .map(|(_, x)| x)
         .sum();
-    busy / 100.0
+    // SAFETY: sysconf reads a constant of the system; it takes no pointer.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    busy / ticks.max(1) as f64
 }
 
 /// `rounds` rounds of every variant's download, in an order that turns round by round:
 /// prints each's median time and rate, the median of its per-round ratios to direct's
 /// time, and the machine's busy CPU time a GiB (the server's, curl's and the proxy's
-/// together; a variant's minus direct's is what its path costs).
+/// together; a variant's minus direct's is what its path costs). That CPU time includes
+/// curl's start and, for the sandboxed variants, the sandbox's: a few ms, next to nothing
+/// against 1 GiB, but not against a small `WARDCELL_BENCH_MIB`.
 fn downloads(names: &[&str], run: &dyn Fn(usize) -> f64, rounds: usize, size: u64, gbit: f64) {
     let n = names.len();
     for i in 0..n {
