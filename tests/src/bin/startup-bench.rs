@@ -23,7 +23,11 @@
 //! run leaves behind and waits for it, so a sandbox that outlives the process started,
 //! and its teardown, are counted too) against bwrap's, idle, then again with a busy loop on every
 //! CPU that this benchmark starts itself (`WARDCELL_BENCH_LOAD=0` skips that pass): with
-//! no core spare, a run that needs more CPU than bwrap's is slower than it.
+//! no core spare, a run that needs more CPU than bwrap's is slower than it. Then what a
+//! program's start costs here: `/bin/true` (dynamic, glibc) against a static program (this
+//! bench, exiting at once), and one `cpuid` instruction, which a virtual machine traps:
+//! bwrap starts as `/bin/true` does and wardcell's programs are static, so where `cpuid`
+//! is slow the CPU ratio flatters wardcell (`--exit` is that static program).
 //!
 //! `startup-bench --paths [ROUNDS [DIR...]]` measures what a profile's size costs
 //! (issue 25, item 4): it makes 1,000 sibling directories in a directory of its own under
@@ -188,6 +192,9 @@ fn main() {
         loop {
             x = std::hint::black_box(x.wrapping_add(1));
         }
+    }
+    if std::env::args().nth(1).as_deref() == Some("--exit") {
+        return;
     }
     if std::env::args().nth(1).as_deref() == Some("--paths") {
         return paths::main(std::env::args().skip(2));
@@ -366,6 +373,48 @@ fn main() {
             &bw_samples,
         );
     }
+    subreaper(false);
+    program_start();
+}
+
+/// What starting a program costs on this machine, which the CPU ratio above depends on:
+/// bwrap and `/bin/true` are linked to glibc, whose start-up runs the `cpuid` instruction
+/// dozens of times (the caches' sizes), and in a virtual machine each one exits to the
+/// hypervisor; wardcell's programs are static and run none. So on bare metal bwrap's CPU
+/// is smaller by about what a dynamic start costs here beyond a static one, and the
+/// ratio larger.
+fn program_start() {
+    #[cfg(target_arch = "x86_64")]
+    let cpuid = {
+        let n = 2000;
+        let t = Instant::now();
+        for i in 0..n {
+            // Leaf 4: the caches' parameters, as glibc asks.
+            std::hint::black_box(std::arch::x86_64::__cpuid_count(4, i & 3));
+        }
+        format!(
+            "; one cpuid instruction {:.2} µs (bare metal: about 0.1)",
+            t.elapsed().as_secs_f64() * 1e6 / n as f64
+        )
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let cpuid = String::new();
+    let per_start = |prog: &std::path::Path, arg: Option<&str>| {
+        let n = 200;
+        let before = children_cpu();
+        for _ in 0..n {
+            let mut c = Command::new(prog);
+            c.args(arg).stdout(Stdio::null());
+            assert!(c.status().unwrap().success(), "{}", prog.display());
+        }
+        ms(children_cpu() - before) / n as f64
+    };
+    let dynamic = per_start(std::path::Path::new("/bin/true"), None);
+    let static_ = per_start(&std::env::current_exe().unwrap(), Some("--exit"));
+    println!(
+        "a program's start, CPU: /bin/true (glibc, dynamic) {dynamic:.2} ms, a static one (this bench, exiting at once) {static_:.2} ms{cpuid}: bwrap starts as /bin/true does, so on bare metal its CPU above is about {:.2} ms smaller at most",
+        (dynamic - static_).max(0.0)
+    );
 }
 
 /// The directory of this benchmark, where this build's `wardcell` is.
