@@ -23,7 +23,8 @@
 //! run leaves behind and waits for it, so a sandbox that outlives the process started,
 //! and its teardown, are counted too) against bwrap's, idle, then again with a busy loop on every
 //! CPU that this benchmark starts itself (`WARDCELL_BENCH_LOAD=0` skips that pass): with
-//! no core spare, a run that needs more CPU than bwrap's is slower than it. Then what a
+//! no core spare, a run that needs more CPU than bwrap's is slower than it (a line for
+//! each build given, in the same rounds). Then what a
 //! program's start costs here: `/bin/true` (dynamic, glibc) against a static program (this
 //! bench, exiting at once), and one `cpuid` instruction, which a virtual machine traps:
 //! bwrap starts as `/bin/true` does and wardcell's programs are static, so where `cpuid`
@@ -312,10 +313,9 @@ fn main() {
     let mut before = m0;
     for (i, (dir, config)) in builds.iter().enumerate() {
         let mw = median(&mut wc[i]);
-        let label = match (i, config) {
-            (0, _) => "wardcell run -- /bin/true".to_string(),
-            (_, Some(c)) => format!("  --config {}", c.display()),
-            (_, None) => format!("  {}", dir.display()),
+        let label = match i {
+            0 => "wardcell run -- /bin/true".to_string(),
+            _ => format!("  {}", describe(&(dir.clone(), config.clone()))),
         };
         println!("{label:<28} median {:>8.2} ms", ms(mw));
         if i > 0 {
@@ -344,13 +344,22 @@ fn main() {
 
     // The CPU time of whole runs (every process, from outside), idle and with no core
     // spare: a run that costs more CPU than bwrap's is slower than it on a busy machine.
-    let cpu_line = |label: &str, w: &[Sample], b: &[Sample]| {
-        let ((ww, wcpu), (bwall, bcpu)) = (medians(w), medians(b));
-        println!(
-            "{label}: wardcell wall {ww:.2} ms, CPU {wcpu:.2} ms; bwrap wall {bwall:.2} ms, CPU {bcpu:.2} ms; ratio wall {:.2}, CPU {:.2}",
-            ww / bwall,
-            wcpu / bcpu
-        );
+    // One line a build (the first is this one; each other is named), each against the
+    // bwrap runs of the same rounds.
+    let cpu_line = |label: &str, w: &[Vec<Sample>], b: &[Sample]| {
+        let (bwall, bcpu) = medians(b);
+        for (i, w) in w.iter().enumerate() {
+            let (ww, wcpu) = medians(w);
+            let which = match i {
+                0 => String::new(),
+                _ => format!(" [{}]", describe(&builds[i])),
+            };
+            println!(
+                "{label}: wardcell{which} wall {ww:.2} ms, CPU {wcpu:.2} ms; bwrap wall {bwall:.2} ms, CPU {bcpu:.2} ms; ratio wall {:.2}, CPU {:.2}",
+                ww / bwall,
+                wcpu / bcpu
+            );
+        }
     };
     // Counted from here on with every process of a run reaped here, each run waited for
     // to its end (the rounds above do not wait for a sandbox's teardown, as a shell does
@@ -360,7 +369,7 @@ fn main() {
     let (samples, bw_samples, _) = measure(cpu_rounds);
     cpu_line(
         &format!("idle, every process counted ({cpu_rounds} rounds)"),
-        &samples[0],
+        &samples,
         &bw_samples,
     );
     if std::env::var("WARDCELL_BENCH_LOAD").as_deref() != Ok("0") {
@@ -369,7 +378,7 @@ fn main() {
         drop(load);
         cpu_line(
             &format!("loaded ({} busy loops, {cpu_rounds} rounds)", num_cpus()),
-            &samples[0],
+            &samples,
             &bw_samples,
         );
     }
@@ -415,6 +424,14 @@ fn program_start() {
         "a program's start, CPU: /bin/true (glibc, dynamic) {dynamic:.2} ms, a static one (this bench, exiting at once) {static_:.2} ms{cpuid}: bwrap starts as /bin/true does, so on bare metal its CPU above is about {:.2} ms smaller at most",
         (dynamic - static_).max(0.0)
     );
+}
+
+/// A build given on the command line, as printed: its directory, or `--config FILE`.
+fn describe((dir, config): &(PathBuf, Option<PathBuf>)) -> String {
+    match config {
+        Some(c) => format!("--config {}", c.display()),
+        None => dir.display().to_string(),
+    }
 }
 
 /// The directory of this benchmark, where this build's `wardcell` is.
