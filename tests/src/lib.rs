@@ -854,11 +854,20 @@ impl Shell {
     /// Wait (20 s at most) for the shell's prompt after the last `marker`.
     #[track_caller]
     pub fn wait_for_prompt_after(&self, marker: &str) {
+        self.wait_for_prompt_after_echo(marker, "");
+    }
+
+    /// The same, where the prompt may also follow `echoed` on its line: keys the terminal
+    /// echoed while a job had it in the shell's mode, with no newline after them.
+    #[track_caller]
+    pub fn wait_for_prompt_after_echo(&self, marker: &str, echoed: &str) {
         let until = Instant::now() + Duration::from_secs(20);
+        let after_echo = format!("\n{echoed}$ ");
         let prompted = || {
             let seen = self.seen();
-            seen.rsplit_once(marker)
-                .is_some_and(|(_, after)| after.contains("\n$ "))
+            seen.rsplit_once(marker).is_some_and(|(_, after)| {
+                after.contains("\n$ ") || after.contains(after_echo.as_str())
+            })
         };
         while !prompted() {
             assert!(Instant::now() < until, "no prompt: {}", self.seen());

@@ -319,14 +319,6 @@ both!(after_fg_a_single_key_reaches_the_command, |fx| {
     // The shell gives the job the terminal in the mode it saved, echo on, and the run
     // takes raw mode again on SIGCONT: a key typed in between is echoed once (and still
     // reaches the command, above), so the prompt may follow it on the same line.
-    let until = Instant::now() + Duration::from_secs(20);
-    while !sh
-        .seen()
-        .rsplit_once("fg\r\n")
-        .is_some_and(|(_, after)| after.contains("\n$ ") || after.contains("\nk$ "))
-    {
-        assert!(Instant::now() < until, "no prompt: {}", sh.seen());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    sh.wait_for_prompt_after_echo("fg\r\n", "k");
     sh.finish(0);
 });

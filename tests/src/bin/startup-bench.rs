@@ -311,11 +311,11 @@ fn main() {
     }
     let m0 = ms(median(&mut wc[0]));
     let mut before = m0;
-    for (i, (dir, config)) in builds.iter().enumerate() {
+    for (i, build) in builds.iter().enumerate() {
         let mw = median(&mut wc[i]);
         let label = match i {
             0 => "wardcell run -- /bin/true".to_string(),
-            _ => format!("  {}", describe(&(dir.clone(), config.clone()))),
+            _ => format!("  {}", describe(build)),
         };
         println!("{label:<28} median {:>8.2} ms", ms(mw));
         if i > 0 {
