@@ -313,6 +313,8 @@ mod tests {
             ],
             client: None,
             identities: Default::default(),
+            pinned: Vec::new(),
+            upstream_roots: Vec::new(),
             open_files: None,
             overrides: Default::default(),
             trace: None,

@@ -8,6 +8,11 @@
 //! rest of its environment is the short list below, taken from the environment `wardcell
 //! run` started in. docs/PROTOCOL.md (section 7) documents the same list.
 
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
 /// Every helper's working directory.
 pub const HELPER_CWD: &str = "/";
 
@@ -27,6 +32,155 @@ pub const HELPER_VARS: &[(&str, Kind)] = &[
     ("XDG_DATA_HOME", Kind::Dir),
     ("DBUS_SESSION_BUS_ADDRESS", Kind::Text),
 ];
+
+/// Where a program named `prog` in a helper's argv is: as named when absolute, else
+/// looked up in [`HELPER_PATH`] when a bare name, else (a relative path) from
+/// [`HELPER_CWD`]. `None`: not found.
+pub fn program_path(prog: &str, is_file: &dyn Fn(&Path) -> bool) -> Option<PathBuf> {
+    if prog.contains('/') {
+        return Some(Path::new(HELPER_CWD).join(prog)).filter(|p| is_file(p));
+    }
+    HELPER_PATH
+        .split(':')
+        .map(|d| Path::new(d).join(prog))
+        .find(|p| is_file(p))
+}
+
+/// Open `path` once, as a program the run will start from this descriptor (a link is
+/// followed now, once): a regular file someone may execute that not everybody may write.
+/// Whatever later happens to the path, the descriptor is what runs.
+pub fn open_program(path: &Path) -> Result<File, String> {
+    let (f, meta) = open_regular(path)?;
+    let mode = meta.permissions().mode();
+    if mode & 0o111 == 0 {
+        return Err(format!("{} is not executable", path.display()));
+    }
+    if mode & 0o002 != 0 {
+        return Err(format!(
+            "{} may be written by every user (mode {:o}); run `chmod o-w {}`",
+            path.display(),
+            mode & 0o7777,
+            path.display()
+        ));
+    }
+    Ok(f)
+}
+
+/// `path` opened for reading, with its metadata, when it is a regular file: never a
+/// device, pipe or socket, even through a link (opened without blocking, checked on the
+/// open descriptor).
+fn open_regular(path: &Path) -> Result<(File, std::fs::Metadata), String> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let meta = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    Ok((f, meta))
+}
+
+/// What `execve` takes for a helper, made from its `Command` before it forks (so that the
+/// child, which may only make async-signal-safe calls, allocates nothing): the program's
+/// name and arguments, and the environment `cmd` was given (cleared first, so that what
+/// it was given is the whole), as NULL-terminated tables of C strings it owns.
+pub struct Exec {
+    _strings: Vec<std::ffi::CString>,
+    argv: Vec<usize>,
+    envp: Vec<usize>,
+}
+
+impl Exec {
+    pub fn of(cmd: &std::process::Command) -> std::io::Result<Exec> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |s: &[u8]| std::ffi::CString::new(s).map_err(std::io::Error::other);
+        let args = [cmd.get_program()].into_iter().chain(cmd.get_args());
+        let args = args
+            .map(|a| c(a.as_bytes()))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let env = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some([k.as_bytes(), b"=", v?.as_bytes()].concat()));
+        let env = env.map(|e| c(&e)).collect::<std::io::Result<Vec<_>>>()?;
+        // A string's address does not change when the string moves into `_strings`.
+        let table = |v: &[std::ffi::CString]| {
+            Vec::from_iter(v.iter().map(|s| s.as_ptr() as usize).chain([0]))
+        };
+        let (argv, envp, mut strings) = (table(&args), table(&env), args);
+        strings.extend(env);
+        Ok(Exec {
+            _strings: strings,
+            argv,
+            envp,
+        })
+    }
+
+    /// The argument table, for execve's `argv`.
+    pub fn argv(&self) -> *const *const libc::c_char {
+        self.argv.as_ptr().cast()
+    }
+
+    /// The environment table, for execve's `envp`.
+    pub fn envp(&self) -> *const *const libc::c_char {
+        self.envp.as_ptr().cast()
+    }
+}
+
+/// The most bytes of certificates [`read_roots`] reads, all files together.
+pub const MAX_ROOTS: u64 = 8 * 1024 * 1024;
+
+/// The most files [`read_roots`] reads from `SSL_CERT_DIR`.
+pub const MAX_ROOT_FILES: usize = 4096;
+
+/// The certificates a proxy that intercepts trusts upstream, read once when the run
+/// starts, as rustls-native-certs would find them: the file `SSL_CERT_FILE` names and
+/// the files of each directory `SSL_CERT_DIR` names (`:`-separated), or, when neither
+/// is set, the distribution's bundle. Each a regular file (never a device, pipe or
+/// socket, even through a link), at most [`MAX_ROOTS`] bytes in all. Nothing is parsed
+/// here: the proxy takes the PEM certificates out of the text.
+pub fn read_roots(get: &dyn Fn(&str) -> Option<String>) -> Result<Vec<u8>, String> {
+    let (file, dirs) = (get("SSL_CERT_FILE"), get("SSL_CERT_DIR"));
+    let mut files: Vec<PathBuf> = Vec::new();
+    if file.is_none() && dirs.is_none() {
+        let system = crate::envrules::SYSTEM_ROOTS.iter().map(Path::new);
+        files.extend(system.filter(|p| p.exists()).take(1).map(Path::to_path_buf));
+    }
+    files.extend(file.filter(|f| !f.is_empty()).map(PathBuf::from));
+    for dir in dirs
+        .iter()
+        .flat_map(|d| d.split(':'))
+        .filter(|d| !d.is_empty())
+    {
+        let entries = std::fs::read_dir(dir).map_err(|e| format!("SSL_CERT_DIR: {dir}: {e}"))?;
+        let mut names: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        names.sort();
+        // Only what is a file there (links followed, to their end): a directory's other
+        // entries are no certificates.
+        files.extend(names.into_iter().filter(|p| p.is_file()));
+        if files.len() > MAX_ROOT_FILES {
+            return Err(format!(
+                "SSL_CERT_DIR names more than {MAX_ROOT_FILES} files"
+            ));
+        }
+    }
+    let mut out = Vec::new();
+    for f in files {
+        let (file, meta) = open_regular(&f).map_err(|e| format!("CA certificates: {e}"))?;
+        let room = MAX_ROOTS - out.len() as u64;
+        if meta.len() > room
+            || file.take(room + 1).read_to_end(&mut out).is_err()
+            || out.len() as u64 > MAX_ROOTS
+        {
+            return Err(format!("CA certificates: {} is unreadable or takes the certificates over {MAX_ROOTS} bytes", f.display()));
+        }
+        out.push(b'\n');
+    }
+    Ok(out)
+}
 
 /// What a passed-on variable holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +216,127 @@ pub fn helper_env<K: AsRef<str>, V: AsRef<str>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exec_tables_hold_the_command_as_given() {
+        let mut cmd = std::process::Command::new("/bin/prog");
+        cmd.arg("a b").env_clear().env("K", "v");
+        let exec = Exec::of(&cmd).unwrap();
+        let read = |t: *const *const libc::c_char| -> Vec<String> {
+            let t: &[usize] = if t == exec.argv() {
+                &exec.argv
+            } else {
+                &exec.envp
+            };
+            let strings = t.iter().take_while(|&&p| p != 0);
+            let s = strings.map(|&p| {
+                exec._strings
+                    .iter()
+                    .find(|s| s.as_ptr() as usize == p)
+                    .unwrap()
+            });
+            s.map(|s| s.to_str().unwrap().to_string()).collect()
+        };
+        assert_eq!(read(exec.argv()), ["/bin/prog", "a b"]);
+        assert_eq!(read(exec.envp()), ["K=v"]);
+        assert_eq!((exec.argv.last(), exec.envp.last()), (Some(&0), Some(&0)));
+    }
+
+    #[test]
+    fn programs_are_found_as_a_helper_would_run_them() {
+        let yes = |_: &Path| true;
+        let no = |_: &Path| false;
+        assert_eq!(
+            program_path("/opt/x/approve", &yes),
+            Some(PathBuf::from("/opt/x/approve"))
+        );
+        assert_eq!(
+            program_path("bin/approve", &yes),
+            Some(PathBuf::from("/bin/approve"))
+        );
+        assert_eq!(
+            program_path("pass", &yes),
+            Some(PathBuf::from("/usr/local/bin/pass"))
+        );
+        let only_bin = |p: &Path| p.starts_with("/bin");
+        assert_eq!(
+            program_path("pass", &only_bin),
+            Some(PathBuf::from("/bin/pass"))
+        );
+        assert_eq!(program_path("pass", &no), None);
+        assert_eq!(program_path("/opt/x/approve", &no), None);
+    }
+
+    #[test]
+    fn a_program_is_a_regular_file_not_everybody_writes() {
+        let dir = std::env::temp_dir().join(format!("wardcell-helper-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("tool");
+        std::fs::write(&p, "#!/bin/sh\n").unwrap();
+        let chmod = |m| std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m)).unwrap();
+        chmod(0o755);
+        assert!(open_program(&p).is_ok());
+        chmod(0o644);
+        assert!(open_program(&p).unwrap_err().ends_with("is not executable"));
+        chmod(0o777);
+        let e = open_program(&p).unwrap_err();
+        assert!(e.contains("may be written by every user (mode 777)"), "{e}");
+        for not_regular in ["/dev/zero", "/dev/null"] {
+            let e = open_program(Path::new(not_regular)).unwrap_err();
+            assert_eq!(e, format!("{not_regular} is not a regular file"));
+        }
+        let e = open_program(&dir).unwrap_err();
+        assert!(e.ends_with("is not a regular file"), "{e}");
+        // A FIFO is refused without blocking the open.
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(open_program(&fifo)
+            .unwrap_err()
+            .ends_with("is not a regular file"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn roots_are_read_once_bounded_and_never_from_a_device() {
+        let dir = std::env::temp_dir().join(format!("wardcell-roots-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("certs")).unwrap();
+        std::fs::write(dir.join("one.pem"), "ONE").unwrap();
+        std::fs::write(dir.join("certs/a.pem"), "A").unwrap();
+        std::fs::write(dir.join("certs/b.pem"), "B").unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("zero.pem")).unwrap();
+        let env = |file: Option<&Path>, d: Option<&Path>| {
+            let (file, d) = (
+                file.map(|p| p.display().to_string()),
+                d.map(|p| p.display().to_string()),
+            );
+            move |k: &str| match k {
+                "SSL_CERT_FILE" => file.clone(),
+                "SSL_CERT_DIR" => d.clone(),
+                _ => None,
+            }
+        };
+        let one = dir.join("one.pem");
+        assert_eq!(read_roots(&env(Some(&one), None)).unwrap(), b"ONE\n");
+        let both = read_roots(&env(Some(&one), Some(&dir.join("certs")))).unwrap();
+        assert_eq!(both, b"ONE\nA\nB\n");
+        let e = read_roots(&env(Some(&dir.join("zero.pem")), None)).unwrap_err();
+        assert!(e.ends_with("zero.pem is not a regular file"), "{e}");
+        let e = read_roots(&env(Some(Path::new("/dev/zero")), None)).unwrap_err();
+        assert_eq!(e, "CA certificates: /dev/zero is not a regular file");
+        // A device inside SSL_CERT_DIR is no file of it.
+        assert_eq!(read_roots(&env(None, Some(&dir))).unwrap(), b"ONE\n");
+        let e = read_roots(&env(None, Some(&dir.join("missing")))).unwrap_err();
+        assert!(e.starts_with("SSL_CERT_DIR: "), "{e}");
+        // Over the bound: refused, not read on.
+        let big = dir.join("big.pem");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_ROOTS + 1)
+            .unwrap();
+        let e = read_roots(&env(Some(&big), None)).unwrap_err();
+        assert!(e.contains("over 8388608 bytes"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn only_the_listed_variables_and_a_fixed_path() {

@@ -13,17 +13,26 @@ pub const SYSTEM_CONFIG_DIR: &str = "/etc/wardcell";
 /// Where packaged helper binaries live.
 pub const LIBEXEC_DIR: &str = "/usr/libexec/wardcell";
 
-/// A helper binary of wardcell's (the broker, the shim, the proxy): next to the running
-/// binary (a cargo build), else in [`LIBEXEC_DIR`]. Never through `PATH` or an
-/// environment variable.
+/// Where the package installs the client.
+pub const PACKAGED_CLIENT: &str = "/usr/bin/wardcell";
+
+/// A helper binary of this build (the broker, the shim, the proxy): where
+/// [`helper_dir`] says, when it is a file there.
 pub fn helper(name: &str) -> Option<PathBuf> {
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(|d| d.join(name)));
-    beside
-        .into_iter()
-        .chain([Path::new(LIBEXEC_DIR).join(name)])
-        .find(|p| p.is_file())
+    let exe = std::env::current_exe().ok()?;
+    Some(helper_dir(&exe).join(name)).filter(|p| p.is_file())
+}
+
+/// Where the helpers of the build `exe` belongs to are: beside it (a cargo build, and
+/// the package's broker in [`LIBEXEC_DIR`]), or, for the packaged client
+/// ([`PACKAGED_CLIENT`]), in [`LIBEXEC_DIR`]. Only there: a build never falls back to
+/// another installation's helpers (a client in a build tree never starts the
+/// package's), and never looks through `PATH` or an environment variable.
+pub fn helper_dir(exe: &Path) -> PathBuf {
+    match exe == Path::new(PACKAGED_CLIENT) {
+        true => PathBuf::from(LIBEXEC_DIR),
+        false => exe.parent().unwrap_or(Path::new("/")).to_path_buf(),
+    }
 }
 
 /// An XDG base directory: the variable when it holds an absolute path, else the default
@@ -150,6 +159,22 @@ pub fn expand(raw: &str, home: &Path, cwd: &Path) -> Result<PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn helpers_come_from_their_own_build_only() {
+        let dir = |exe: &str| helper_dir(Path::new(exe));
+        assert_eq!(dir("/usr/bin/wardcell"), Path::new(LIBEXEC_DIR));
+        assert_eq!(
+            dir("/usr/libexec/wardcell/wardcell-broker"),
+            Path::new(LIBEXEC_DIR)
+        );
+        // A build tree's client or broker: its own directory, never the package's.
+        assert_eq!(
+            dir("/home/u/src/wardcell/target/release/wardcell"),
+            Path::new("/home/u/src/wardcell/target/release")
+        );
+        assert_eq!(dir("/usr/local/bin/wardcell"), Path::new("/usr/local/bin"));
+    }
 
     fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |k| {

@@ -39,6 +39,16 @@ pub struct Plan {
     /// What every path above was when the run started. Empty from the client; the broker
     /// fills it before the first sandbox, opening each path without following links.
     pub identities: Recorded,
+    /// Files inside a tree a sandbox may write that every view binds read-only, with
+    /// their directories there pinned: the programs and files the run trusts (the
+    /// client, the broker and its helpers, the approval plugin, credential commands, CA
+    /// files). Never sent: only the broker fills it, when the run starts.
+    #[serde(skip)]
+    pub pinned: Vec<PathBuf>,
+    /// The certificates a proxy that attaches credentials trusts upstream (PEM text, at
+    /// most [`crate::helper::MAX_ROOTS`] bytes), read once by `wardcell run` when the run
+    /// starts (`helper::read_roots`): empty when the plan has no credential.
+    pub upstream_roots: Vec<u8>,
     /// The soft open-file limit `wardcell run` was started with. wardcell's own processes
     /// run with it raised to the hard limit (a profile of many paths needs a descriptor
     /// or two per path); every command gets this one back. `None`: leave the limit as it is.
@@ -526,7 +536,11 @@ pub struct ProxySpec {
     #[serde(default)]
     pub internal: Vec<String>,
     /// Credentials this zone's proxy attaches (empty unless the zone is authenticated).
+    /// A `command` secret's program comes as a descriptor, one per such credential in
+    /// this order, after the spec (PROTOCOL.md, section 6).
     pub credentials: Vec<CredentialPlan>,
+    /// The certificates trusted upstream when intercepting (the plan's `upstream_roots`).
+    pub roots: Vec<u8>,
     /// Tracing, when the run traces.
     pub trace: Option<TraceSpec>,
 }

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::plan::{Plan, ProxySpec, SandboxSpec};
 
 /// Bumped whenever any message below changes shape.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
@@ -90,10 +90,11 @@ pub enum FrameError {
     },
     /// The payload is not one well-formed message of the expected type.
     Malformed(String),
-    /// The peer's Hello names a different protocol version.
+    /// The peer's Hello names a different protocol version or release: it is another
+    /// build of wardcell. Each side as `Hello::describe` words it.
     Version {
-        ours: u32,
-        theirs: u32,
+        ours: String,
+        theirs: String,
     },
     /// A message to send cannot be encoded (a path that is not UTF-8); nothing was written.
     Unencodable {
@@ -120,7 +121,7 @@ impl fmt::Display for FrameError {
             FrameError::Malformed(why) => write!(f, "malformed frame: {why}"),
             FrameError::Version { ours, theirs } => write!(
                 f,
-                "protocol version mismatch: this side speaks version {ours}, the peer speaks version {theirs}; install matching wardcell binaries"
+                "the peer is another build of wardcell: this side is {ours}, the peer is {theirs}; install matching wardcell binaries"
             ),
             FrameError::TooLargeToSend { what, len, max } => write!(
                 f,
@@ -256,20 +257,47 @@ pub fn write_frame<T: Message>(w: &mut impl Write, msg: &T) -> Result<(), FrameE
     Ok(())
 }
 
-/// The first frame each way on every connection.
+/// The first frame each way on every connection: the protocol version and the release
+/// (the package version) of the build that sends it. Either differing refuses the
+/// connection, so a helper of another installation is never spoken to.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hello {
     pub version: u32,
+    /// The package version, NUL-padded.
+    pub release: [u8; 16],
 }
+
+/// This build's release, as every binary of it reports it (`--version`).
+pub const RELEASE: &str = env!("CARGO_PKG_VERSION");
 
 impl Hello {
     pub const CURRENT: Hello = Hello {
         version: PROTOCOL_VERSION,
+        release: padded(RELEASE),
     };
+
+    /// "wardcell RELEASE (protocol N)", the release's bytes shown as text.
+    pub fn describe(&self) -> String {
+        let end = self.release.iter().position(|&b| b == 0).unwrap_or(16);
+        let release = String::from_utf8_lossy(&self.release[..end]);
+        let release = crate::text::shown(&release);
+        format!("wardcell {release} (protocol {})", self.version)
+    }
+}
+
+/// `s` NUL-padded to 16 bytes (a release never is longer: checked at compile time).
+const fn padded(s: &str) -> [u8; 16] {
+    let (b, mut out, mut i) = (s.as_bytes(), [0u8; 16], 0);
+    assert!(b.len() <= 16, "a release of more than 16 bytes");
+    while i < b.len() {
+        out[i] = b[i];
+        i += 1;
+    }
+    out
 }
 
 impl Message for Hello {
-    const MAX_LEN: usize = 16;
+    const MAX_LEN: usize = 32;
     const WHAT: &'static str = "a hello";
 }
 
@@ -278,13 +306,13 @@ pub fn send_hello(w: &mut impl Write) -> Result<(), FrameError> {
     write_frame(w, &Hello::CURRENT)
 }
 
-/// Read the peer's Hello and refuse any other version.
+/// Read the peer's Hello and refuse any other version or release.
 pub fn expect_hello(r: &mut impl Read) -> Result<(), FrameError> {
     let hello: Hello = read_frame(r)?;
-    if hello.version != PROTOCOL_VERSION {
+    if hello != Hello::CURRENT {
         return Err(FrameError::Version {
-            ours: PROTOCOL_VERSION,
-            theirs: hello.version,
+            ours: Hello::CURRENT.describe(),
+            theirs: hello.describe(),
         });
     }
     Ok(())
@@ -544,23 +572,33 @@ mod tests {
         send_hello(&mut buf).unwrap();
         expect_hello(&mut Cursor::new(buf)).unwrap();
 
-        let other = frame_of(&Hello { version: 99 });
+        let ours = format!("wardcell {RELEASE} (protocol {PROTOCOL_VERSION})");
+        let other = frame_of(&Hello {
+            version: 99,
+            ..Hello::CURRENT
+        });
         match expect_hello(&mut Cursor::new(other)) {
-            Err(FrameError::Version { ours, theirs }) => {
-                assert_eq!(ours, PROTOCOL_VERSION);
-                assert_eq!(theirs, 99);
+            Err(FrameError::Version { ours: o, theirs }) => {
+                assert_eq!(o, ours);
+                assert_eq!(theirs, format!("wardcell {RELEASE} (protocol 99)"));
             }
             other => panic!("expected a version error, got {other:?}"),
         }
-        let msg = FrameError::Version {
-            ours: 1,
-            theirs: 99,
-        }
-        .to_string();
+        // Another release of the same protocol is refused too, its bytes shown safely.
+        let mut release = padded("0.0.9\x1b[2J");
+        release[15] = 0xff;
+        let other = frame_of(&Hello {
+            release,
+            ..Hello::CURRENT
+        });
+        let msg = expect_hello(&mut Cursor::new(other))
+            .unwrap_err()
+            .to_string();
         assert!(
-            msg.contains("version 1") && msg.contains("version 99"),
+            msg.starts_with(&format!("the peer is another build of wardcell: this side is {ours}, the peer is wardcell 0.0.9")),
             "{msg}"
         );
+        assert!(!msg.contains('\x1b'), "{msg}");
     }
 
     #[test]

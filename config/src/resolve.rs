@@ -206,6 +206,8 @@ pub fn resolve(
         credentials,
         client: ctx.client.clone(),
         identities: Default::default(),
+        pinned: Vec::new(),
+        upstream_roots: Vec::new(),
         open_files: None,
         overrides: Overrides::default(),
         trace: None,

@@ -278,7 +278,8 @@ impl Fixture {
             .stdin(Stdio::null());
     }
 
-    fn cmd_of(&self, client: &Path, args: &[&str]) -> Command {
+    /// A command for another copy of the client, set up as [`Fixture::cmd`] does.
+    pub fn cmd_of(&self, client: &Path, args: &[&str]) -> Command {
         let mut c = Command::new(client);
         c.args(args);
         self.surroundings(&mut c);

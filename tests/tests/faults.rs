@@ -663,7 +663,7 @@ both!(a_variable_that_is_not_utf8_does_not_stop_the_run, |fx| {
     scene.verify(true);
 });
 
-// Without the shim (neither beside the broker nor installed), the plan is still taken in
+// Without the shim beside the broker (a build uses its own helpers only), the plan is still taken in
 // its thread and the run's directory and log made there: they are removed again, and the
 // one line says why (item 3 as above).
 both!(a_missing_shim_leaves_neither_run_directory_nor_log, |fx| {
@@ -700,7 +700,7 @@ both!(a_missing_shim_leaves_neither_run_directory_nor_log, |fx| {
     out.expect_code(1);
     assert_eq!(
         out.stderr,
-        "error: could not start the sandbox: wardcell-shim was found neither next to wardcell-broker nor in /usr/libexec/wardcell; reinstall wardcell\n",
+        format!("error: could not start the sandbox: wardcell-shim is not in {}, where this build of wardcell keeps its helpers; reinstall wardcell\n", bin.display()),
         "{out:#?}"
     );
     assert!(!marker.exists(), "the command ran");

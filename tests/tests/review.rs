@@ -91,17 +91,19 @@ both!(
         let client = fx.dir.join("why.py");
         fx.write(
             &client,
-            "import os, socket, struct\n\
+            &"import os, socket, struct\n\
          s = socket.socket(socket.AF_UNIX); s.connect(os.environ['WARDCELL_ZONE_SOCKET'])\n\
          f = lambda b: struct.pack('<I', len(b)) + b\n\
-         # A Hello (protocol version 4: one byte in bincode), then the Why request.\n\
-         s.sendall(f(b'\\x04') + f(b'\\x02'))\n\
+         # A Hello (protocol version 5: one byte in bincode; the release, 16 bytes), then\n\
+         # the Why request.\n\
+         s.sendall(f(b'\\x05' + b'RELEASE'.ljust(16, b'\\0')) + f(b'\\x02'))\n\
          d = b''\n\
          while True:\n\
          \x20   c = s.recv(65536)\n\
          \x20   if not c: break\n\
          \x20   d += c\n\
-         print('leaked' if b'deploy-token-file-name' in d else 'clean', len(d))\n",
+         print('leaked' if b'deploy-token-file-name' in d else 'clean', len(d))\n"
+                .replace("RELEASE", env!("CARGO_PKG_VERSION")),
         );
         chmod(&client, 0o644);
         fx.config(&format!(

@@ -4,11 +4,13 @@
 //! resolves the configuration into a plan and sends it on fd 3. The broker never parses
 //! TOML or command lines and never reads a secret. It takes these steps:
 //!
-//! 1. find wardcell-shim (next to itself or in /usr/libexec/wardcell), decide whether the
+//! 1. open wardcell-shim (beside itself: its own build's), decide whether the
 //!    command gets a pty (when any of stdin, stdout, stderr is a terminal), start the first
 //!    sandbox's namespaces and shim at once (sandbox::spawn), while the client's plan
 //!    writer is still resolving the plan;
-//! 2. take the plan from fd 3 (a Hello, then exactly one `Launch::Run`);
+//! 2. take the plan from fd 3 (a Hello, then exactly one `Launch::Run`), and open every
+//!    other program the run may start (wardcell_host::exe: each started from that
+//!    descriptor, never by path);
 //! 3. make the run id, the run's directory (0700), the directories every sandbox masks,
 //!    and the run's audit log;
 //! 4. complete the sandbox (sandbox::complete): its supervisor's socket when it is in a
@@ -49,7 +51,6 @@ mod sys;
 // Host plumbing that decides nothing (wardcell-host; docs/AUDITING.md).
 use wardcell_host::{error, launch, messages, rundir, runid, signals};
 
-use std::ffi::CString;
 use std::fs;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -69,6 +70,7 @@ use crate::run::Run;
 use crate::supervisor::Supervisor;
 use error::BrokerError;
 use wardcell_common::auditlog::AuditLog;
+use wardcell_host::exe::{Exe, Programs};
 use wardcell_host::terminal::Terminal;
 use wardcell_host::wait::Watch;
 
@@ -117,9 +119,10 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
         .name("plan".into())
         .stack_size(PLAN_STACK)
         .spawn({
-            // Without a shim the run is not started (below), but the plan is still taken:
-            // the writer then ends as usual, and this one line is the only one.
-            let (run_id, shim) = (run_id.clone(), shim.as_ref().cloned().unwrap_or_default());
+            // Without a shim the run is not started, but the plan is still taken: the
+            // writer then ends as usual, and the shim's line is the only one.
+            let run_id = run_id.clone();
+            let shim = launch::copy(&shim);
             move || take_and_prepare(writer, run_id, shim)
         })
         .map_err(|e| BrokerError::Launch(format!("starting a thread: {e}")))?;
@@ -169,15 +172,17 @@ const PLAN_STACK: usize = 1024 * 1024;
 fn take_and_prepare(
     writer: Option<Pid>,
     run_id: String,
-    shim: CString,
+    shim: Result<Exe, String>,
 ) -> Result<Run, Option<BrokerError>> {
     let fd = sys::launch_fd().map_err(|e| Some(BrokerError::Launch(e.to_string())))?;
     let mut plan = launch::take_plan(fd).map_err(Some)?.ok_or(None)?;
     launch::trace_plan(&mut plan, writer);
+    let programs = Programs::open(&plan, shim).map_err(Some)?;
     // The environment `wardcell run` started in, read once for the whole run.
     let host_env = wardcell_common::envrules::text_vars();
+    plan.pinned = programs.pinned(spec::ca_files(&host_env, &|p| p.exists()));
     let (run_dir, audit) = prepare_run(&mut plan, &run_id, &host_env).map_err(Some)?;
-    Ok(Run::new(plan, run_id, run_dir, shim, audit, host_env))
+    Ok(Run::new(plan, run_id, run_dir, programs, audit, host_env))
 }
 
 /// The launch was wrong: one line, status 1.
@@ -219,7 +224,7 @@ fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
     }
     paths.extend(plan.dirs.all());
     paths.extend(plan.credential_files());
-    paths.extend(plan.client.iter().cloned());
+    paths.extend(plan.client.iter().chain(&plan.pinned).cloned());
     // The CA certificates the shim makes a bundle of, where they really are: only a
     // sandbox with network gets a bundle (spec::build_with).
     if plan.profiles().any(|p| p.network.enabled()) {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use wardcell_common::plan::{ProxySpec, SandboxSpec};
+use wardcell_common::plan::{CredentialPlan, ProxySpec, SandboxSpec};
 use wardcell_common::protocol::{self, ProxyEvent, ShimReport};
 
 use crate::run::Run;
@@ -52,19 +52,20 @@ pub fn hand_over(
     let listeners = recv_fds(control.as_raw_fd(), 2 + spec.egress_ports.len())
         .map_err(|e| BrokerError::Sandbox(format!("the proxy listeners: {e}")))?;
     let zone = asked.zone.unwrap_or("-");
-    let path = BrokerError::helper("wardcell-proxy")?;
-    // Only an authenticated zone's proxy gets credentials, and only its profile's.
+    let exe = run.programs.proxy()?;
+    // Only an authenticated zone's proxy gets credentials, and only its profile's, with
+    // their commands' programs (held open since the run started), and the roots to trust.
     let credentials = run.plan.credentials.iter();
-    let credentials = credentials
-        .filter(|c| authenticated && profile.credentials.contains(&c.name))
-        .cloned()
-        .collect();
+    let ours = |c: &&CredentialPlan| authenticated && profile.credentials.contains(&c.name);
+    let credentials: Vec<_> = credentials.filter(ours).cloned().collect();
+    let commands = run.programs.command_fds(&credentials);
     let spec = ProxySpec {
         run_id: run.id.clone(),
         zone: zone.to_string(),
         allow: profile.network.allow.clone(),
         internal: profile.network.internal.clone(),
         credentials,
+        roots: run.plan.upstream_roots.clone(),
         trace: wardcell_common::trace::spec(&run.id),
     };
     // Its events, into the run's log, until it is gone; then it is reaped.
@@ -74,9 +75,10 @@ pub fn hand_over(
         events: move |events| audit_events(&r, &z, events),
         died: move |code, signal| died(&r2, &z2, code, signal),
     };
-    let spawn = |fd| sys::spawn_with_control(&path, fd).and_then(sys::watch);
+    let spawn = |fd| sys::spawn_with_control(exe, fd).and_then(sys::watch);
     let spawn = |fd| spawn(fd).map(|(_, child)| child);
-    let started = wardcell_host::proxy::start(spawn, sys::fds::send_fds, listeners, spec, hooks);
+    let fds = (listeners, commands);
+    let started = wardcell_host::proxy::start(spawn, sys::fds::send_fds, fds, spec, hooks);
     started.map_err(|e| e.for_zone(zone))
 }
 

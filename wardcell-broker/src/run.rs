@@ -2,7 +2,6 @@
 //! that cannot be written ends the run), the entered sandboxes the run's end waits for,
 //! and the run's repository watched for code that would run on the host.
 
-use std::ffi::CString;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -13,6 +12,7 @@ use wardcell_common::gitguard;
 use wardcell_common::plan::Plan;
 
 use wardcell_host::entries::Entries;
+use wardcell_host::exe::Programs;
 use wardcell_host::process::Watched;
 
 use crate::sys;
@@ -23,7 +23,8 @@ pub struct Run {
     pub id: String,
     /// `$XDG_RUNTIME_DIR/wardcell/<run-id>`: the supervisors' sockets.
     pub dir: PathBuf,
-    pub shim: CString,
+    /// Every program the run may start, held open since it started.
+    pub programs: Programs,
     pub audit: AuditLog,
     /// The environment `wardcell run` started in (see spec::Request::host_env).
     pub host_env: Vec<(String, String)>,
@@ -54,7 +55,7 @@ impl Run {
         plan: Plan,
         id: String,
         dir: PathBuf,
-        shim: CString,
+        programs: Programs,
         audit: AuditLog,
         host_env: Vec<(String, String)>,
     ) -> Run {
@@ -63,7 +64,7 @@ impl Run {
             plan,
             id,
             dir,
-            shim,
+            programs,
             audit,
             host_env,
             next_sandbox: AtomicU32::new(1),

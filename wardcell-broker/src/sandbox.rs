@@ -1,6 +1,5 @@
 //! Starting one sandbox: the same steps for `wardcell run` and for every `zone enter`.
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -16,8 +15,8 @@ use crate::run::Run;
 use crate::{peer, spec, sys};
 use wardcell_host::error::BrokerError;
 use wardcell_host::listener::Listener;
-use wardcell_host::messages;
 use wardcell_host::wait::{Waited, Watch};
+use wardcell_host::{exe, messages};
 
 use serde_json::json;
 
@@ -166,7 +165,7 @@ pub struct Spawned(Running);
 
 /// Step 1: new namespaces and the shim. Returns at once; the kernel (and the other core)
 /// builds the namespaces and execs the shim while the caller prepares the rest.
-pub fn spawn(shim: &CString, stdio: [RawFd; 3], ignored: u64) -> Result<Spawned, BrokerError> {
+pub fn spawn(shim: &exe::Exe, stdio: [RawFd; 3], ignored: u64) -> Result<Spawned, BrokerError> {
     let (ours, theirs) =
         UnixStream::pair().map_err(|e| BrokerError::Sandbox(format!("socketpair: {e}")))?;
     let process = sys::spawn::spawn_sandbox(shim, stdio, theirs.as_raw_fd(), ignored)
@@ -182,7 +181,7 @@ pub fn start(run: &Arc<Run>, req: Request<'_>) -> Result<Sandbox, BrokerError> {
     if let Some(first) = run.git_now().first() {
         return Err(BrokerError::Refused(messages::git_code_blocks_entry(first)));
     }
-    let spawned = spawn(&run.shim, req.stdio, req.ignored)?;
+    let spawned = spawn(&run.programs.shim, req.stdio, req.ignored)?;
     complete(run, spawned, req, || Ok(())).map(|(sandbox, ())| sandbox)
 }
 

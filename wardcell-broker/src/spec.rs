@@ -259,6 +259,12 @@ fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<
     if let Some((client, id)) = client(req) {
         view.push(ViewEntry::new(client.clone(), ViewKind::Read, Some(id)));
     }
+    // What the run trusts, where this profile could write it: read-only, and its
+    // directories there pinned (a sandbox can neither change it nor move it away).
+    for p in &req.plan.pinned {
+        let id = ids.get(p).filter(|_| inside(p, &profile.write).is_some());
+        view.extend(id.map(|id| ViewEntry::new(p.clone(), ViewKind::Read, Some(id))));
+    }
     let links = profile.links.iter();
     view.extend(links.map(|(l, to)| ViewEntry::new(l.clone(), ViewKind::Link(to.clone()), None)));
     cwd_in(req, &view, &mask)?;
@@ -516,6 +522,8 @@ mod tests {
             ],
             client: None,
             identities: recorded(),
+            pinned: Vec::new(),
+            upstream_roots: Vec::new(),
             open_files: None,
             overrides: Default::default(),
             trace: None,

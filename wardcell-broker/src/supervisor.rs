@@ -37,6 +37,8 @@ use crate::session::{Event, Session};
 use crate::sys::fds::{recv_fds, unfit_stdio};
 use crate::{chain, sandbox, spec, sys};
 use wardcell_common::approval;
+#[cfg(test)]
+use wardcell_host::exe::Exe;
 use wardcell_host::listener::{late, Deadline, Handler, Held, Listener, Slot};
 use wardcell_host::plugin::Plugin;
 
@@ -305,8 +307,10 @@ impl Supervisor {
             return (approval::Answer::refusal("the run is ending"), None);
         };
         let env = &self.run.host_env;
-        let plugin = match Plugin::start(plan.approval.as_deref(), &request, env, sys::spawn_helper)
-        {
+        // Started from the descriptor held since the run started (opened whenever a zone
+        // requires approval and a plugin is configured).
+        let spawn = |cmd: &mut _| sys::spawn_from(self.run.programs.plugin()?, cmd);
+        let plugin = match Plugin::start(plan.approval.as_deref(), &request, env, spawn) {
             Ok(p) => p,
             Err(refusal) => return (refusal, Some(held)),
         };
@@ -524,10 +528,16 @@ mod tests {
         vec!["/bin/sh".into(), "-c".into(), script.into()]
     }
 
+    /// As the run does: the program opened (here, just before), started from that.
+    fn spawn(cmd: &mut std::process::Command) -> io::Result<(std::process::Child, sys::Child)> {
+        let exe = Exe::open(std::path::Path::new(cmd.get_program())).map_err(io::Error::other)?;
+        sys::spawn_from(&exe, cmd)
+    }
+
     fn ask(plugin: Option<&[String]>, timeout: Option<Duration>) -> Answer {
         let (caller, _keep) = UnixStream::pair().unwrap();
         let req = serde_json::json!({"target": "push"});
-        match Plugin::start(plugin, &req, &[], sys::spawn_helper) {
+        match Plugin::start(plugin, &req, &[], spawn) {
             Ok(p) => p.answer(timeout, caller.as_fd()),
             Err(refusal) => refusal,
         }
@@ -557,6 +567,41 @@ mod tests {
         assert!(a.reason.contains("longer than 64 KiB"), "{a:?}");
     }
 
+    /// The plugin that runs is the file opened when the run started, a script too (its
+    /// interpreter reads it from the descriptor), whatever has replaced it since.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_plugin_replaced_after_it_was_opened_is_not_what_runs() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("wardcell-plugin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("approve.sh");
+        let write = |answer: &str| {
+            let tmp = dir.join("new");
+            let script = format!("#!/bin/sh\nread l; printf '{{\"approved\": {answer}, \"approver\": \"%s\"}}' \"$0\"\n");
+            std::fs::write(&tmp, script).unwrap();
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::rename(&tmp, &path).unwrap();
+        };
+        write("false");
+        let exe = Exe::open(&path).unwrap();
+        write("true");
+        let (caller, _keep) = UnixStream::pair().unwrap();
+        let argv = [path.display().to_string()];
+        let p = Plugin::start(Some(&argv), &serde_json::json!({}), &[], |cmd: &mut _| {
+            sys::spawn_from(&exe, cmd)
+        });
+        let a = p.unwrap().answer(None, caller.as_fd());
+        assert!(!a.approved, "the replacement ran: {a:?}");
+        assert!(
+            a.approver
+                .as_deref()
+                .is_some_and(|s| s.starts_with("/dev/fd/")),
+            "{a:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn the_answer_counts_when_the_plugin_exits_whatever_its_children_hold() {
         let start = Instant::now();
@@ -576,7 +621,7 @@ mod tests {
     fn a_caller_that_goes_away_ends_the_wait() {
         let (caller, gone) = UnixStream::pair().unwrap();
         let req = serde_json::json!({});
-        let p = Plugin::start(Some(&sh("sleep 100")), &req, &[], sys::spawn_helper).unwrap();
+        let p = Plugin::start(Some(&sh("sleep 100")), &req, &[], spawn).unwrap();
         let t = std::thread::spawn(move || {
             // Meant to come while `answer` waits; before it would be seen as well.
             std::thread::sleep(Duration::from_millis(100));

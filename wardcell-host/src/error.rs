@@ -22,12 +22,14 @@ pub enum BrokerError {
 }
 
 impl BrokerError {
-    /// Where a helper binary is (`wardcell_common::paths::helper`), or why not.
+    /// Where a helper binary of this build is (`wardcell_common::paths::helper`), or why not.
     pub fn helper(name: &str) -> Result<PathBuf, BrokerError> {
         wardcell_common::paths::helper(name).ok_or_else(|| {
+            let dir = std::env::current_exe().map(|e| wardcell_common::paths::helper_dir(&e));
+            let dir = dir.unwrap_or_default();
             BrokerError::Sandbox(format!(
-                "{name} was found neither next to wardcell-broker nor in {}; reinstall wardcell",
-                wardcell_common::paths::LIBEXEC_DIR
+                "{name} is not in {}, where this build of wardcell keeps its helpers; reinstall wardcell",
+                dir.display()
             ))
         })
     }

@@ -95,12 +95,18 @@ pub fn is_child(pid: libc::pid_t) -> bool {
     pid > 0 && waitid(Id::Pid(Pid::from_raw(pid)), flags).is_ok()
 }
 
-/// wardcell-shim's path (next to the broker, or in /usr/libexec/wardcell), as exec
-/// takes it.
-pub fn shim() -> Result<std::ffi::CString, BrokerError> {
-    let path = BrokerError::helper("wardcell-shim")?.into_os_string();
-    std::ffi::CString::new(path.into_encoded_bytes())
-        .map_err(|_| BrokerError::Sandbox("the shim's path contains a NUL byte".into()))
+/// wardcell-shim, beside the broker, opened (crate::exe): what every sandbox of the run
+/// starts.
+pub fn shim() -> Result<crate::exe::Exe, BrokerError> {
+    let path = BrokerError::helper("wardcell-shim")?;
+    crate::exe::Exe::open(&path)
+        .map_err(|e| BrokerError::Sandbox(format!("wardcell-shim: {e}; reinstall wardcell")))
+}
+
+/// A copy of `shim` for the plan thread (`Programs::open`), or its error in words.
+pub fn copy(shim: &Result<crate::exe::Exe, BrokerError>) -> Result<crate::exe::Exe, String> {
+    let shim = shim.as_ref().map_err(|e| e.to_string());
+    shim.and_then(|s| s.try_clone().map_err(|e| e.to_string()))
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! wardcell-host: what the broker (`wardcell-broker`) needs done on the host that decides
-//! nothing: the first sandbox's terminal relay and job control, the approval plugin's
-//! process, run directories (private, locked, swept), the run id, the signals taken
+//! nothing: the first sandbox's terminal relay and job control, the programs a run
+//! starts held open (exe.rs), the approval plugin's process, run directories (private, locked, swept), the run id, the signals taken
 //! over, and the words of what the broker tells its user.
 //!
 //! Its promise to an auditor of the broker (docs/AUDITING.md): every function here is
@@ -14,6 +14,7 @@
 
 pub mod entries;
 pub mod error;
+pub mod exe;
 pub mod launch;
 pub mod listener;
 pub mod messages;

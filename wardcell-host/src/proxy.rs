@@ -79,13 +79,14 @@ pub struct Hooks<E, D> {
 }
 
 /// Start a proxy: `spawn` starts it with the given descriptor as its fd 3, watched
-/// (dying with the broker); the hello is exchanged, `listeners` passed by `send_fds`,
-/// `spec` sent, and its answer read. Returns it, and its CA certificate (PEM) when it
-/// intercepts TLS.
+/// (dying with the broker); the hello is exchanged, the listeners passed by `send_fds`,
+/// `spec` sent, then the programs of its credentials' commands when there are any (each
+/// credential's in the spec's order), and its answer read. Returns it, and its CA
+/// certificate (PEM) when it intercepts TLS.
 pub fn start<W, E, D>(
     spawn: impl FnOnce(RawFd) -> std::io::Result<Child<W>>,
     send_fds: fn(RawFd, &[RawFd]) -> std::io::Result<()>,
-    listeners: Vec<OwnedFd>,
+    (listeners, programs): (Vec<OwnedFd>, Vec<RawFd>),
     spec: ProxySpec,
     hooks: Hooks<E, D>,
 ) -> Result<(Proxy<W>, Option<String>), StartError>
@@ -111,6 +112,9 @@ where
     let zone = spec.zone.clone();
     protocol::write_frame(&mut ours, &ProxyRequest::Start(Box::new(spec)))
         .map_err(frame("spec"))?;
+    for some in programs.chunks(8) {
+        send_fds(ours.as_raw_fd(), some).map_err(fail("credential commands"))?;
+    }
     let ca_pem = match protocol::read_frame::<ProxyEvent>(&mut ours) {
         Ok(ProxyEvent::Ready { ca_pem }) => ca_pem,
         Ok(ProxyEvent::Failed { message }) => return Err(StartError::Failed(message)),

@@ -155,17 +155,19 @@ pub struct Interceptor {
     pub upstream: Arc<ClientConfig>,
 }
 
-/// The client configuration for upstream servers: the system roots, loaded now.
-pub fn upstream_config(provider: Arc<CryptoProvider>) -> Result<Arc<ClientConfig>, Error> {
-    let found = rustls_native_certs::load_native_certs();
+/// The client configuration for upstream servers: the certificates in `pem`, which
+/// `wardcell run` read when the run started (the spec's `roots`; never a file read here,
+/// where a sandbox of the run may have written since).
+pub fn upstream_config(
+    provider: Arc<CryptoProvider>,
+    pem: &[u8],
+) -> Result<Arc<ClientConfig>, Error> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
     let mut roots = RootCertStore::empty();
-    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+    let certs = CertificateDer::pem_slice_iter(pem).filter_map(Result::ok);
+    let (added, _ignored) = roots.add_parsable_certificates(certs);
     if added == 0 {
-        let why = match found.errors.first() {
-            Some(e) => e.to_string(),
-            None => "none found".into(),
-        };
-        return Err(Error::Roots(why));
+        return Err(Error::Roots("none found".into()));
     }
     let mut cfg = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

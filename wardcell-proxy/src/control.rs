@@ -4,7 +4,10 @@
 //! 2. broker -> proxy: one byte `F` sent with SCM_RIGHTS carrying, in this order, the
 //!    explicit proxy's TCP listener, the DNS socket (UDP) and one TCP listener per egress
 //!    port (at most `MAX_EGRESS_PORTS`);
-//! 3. broker -> proxy: `ProxyRequest::Start(spec)`;
+//! 3. broker -> proxy: `ProxyRequest::Start(spec)`; then, when a credential of the spec
+//!    has a command, its program (opened by the broker when the run started) as a
+//!    descriptor, one per such credential in the spec's order, at most 8 beside each
+//!    byte `F`;
 //! 4. proxy -> broker: `Ready` or `Failed`; then `Connect` / `Denied` events, written by
 //!    one task in the order they happen.
 //!
@@ -29,7 +32,7 @@ use nix::sys::socket::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use wardcell_common::plan::{ProxySpec, MAX_EGRESS_PORTS};
+use wardcell_common::plan::{ProxySpec, SecretPlan, MAX_EGRESS_PORTS};
 use wardcell_common::protocol::{self, FrameError, ProxyEvent, ProxyRequest};
 use wardcell_common::throttle::Throttle;
 
@@ -49,8 +52,8 @@ pub struct Sockets {
     pub egress: Vec<TcpListener>,
 }
 
-/// Steps 1 to 3: the Hello exchange, the sockets, the spec.
-pub fn handshake(fd: OwnedFd) -> Result<(UnixStream, Sockets, ProxySpec), Error> {
+/// Steps 1 to 3: the Hello exchange, the sockets, the spec, its commands' programs.
+pub fn handshake(fd: OwnedFd) -> Result<(UnixStream, Sockets, ProxySpec, Vec<OwnedFd>), Error> {
     let mut control = UnixStream::from(fd);
     let theirs = protocol::expect_hello(&mut control);
     // Answer even a mismatched Hello, so the broker can name both versions.
@@ -72,10 +75,48 @@ pub fn handshake(fd: OwnedFd) -> Result<(UnixStream, Sockets, ProxySpec), Error>
             })
         }
     };
-    Ok((control, listener, spec))
+    let commands = spec.credentials.iter();
+    let mut wanted = commands
+        .filter(|c| matches!(c.secret, SecretPlan::Command(_)))
+        .count();
+    let mut programs = Vec::with_capacity(wanted);
+    while wanted > 0 {
+        let some = receive(&control, wanted.min(8))?;
+        wanted -= some.len();
+        programs.extend(some);
+    }
+    Ok((control, listener, spec, programs))
 }
 
 fn receive_sockets(control: &UnixStream) -> Result<Sockets, Error> {
+    let fds = receive(control, 2 + MAX_EGRESS_PORTS)?;
+    if fds.len() < 2 {
+        return Err(Error::Listener(format!(
+            "expected from 2 to {} descriptors, got {}",
+            2 + MAX_EGRESS_PORTS,
+            fds.len()
+        )));
+    }
+    let listener = |fd: OwnedFd| -> Result<TcpListener, Error> {
+        check_socket(&fd, SockType::Stream)?;
+        let l = TcpListener::from(fd);
+        l.set_nonblocking(true)
+            .map_err(|e| Error::Listener(format!("O_NONBLOCK: {e}")))?;
+        Ok(l)
+    };
+    let mut fds = fds.into_iter();
+    let proxy = listener(fds.next().expect("two or more"))?;
+    let dns = fds.next().expect("two or more");
+    check_socket(&dns, SockType::Datagram)?;
+    let dns = UdpSocket::from(dns);
+    dns.set_nonblocking(true)
+        .map_err(|e| Error::Listener(format!("O_NONBLOCK: {e}")))?;
+    let egress = fds.map(listener).collect::<Result<_, _>>()?;
+    Ok(Sockets { proxy, dns, egress })
+}
+
+/// One message of descriptors beside the byte `F`: from 1 to `most` of them.
+fn receive(control: &UnixStream, most: usize) -> Result<Vec<OwnedFd>, Error> {
     let mut byte = [0u8; 1];
     let mut iov = [IoSliceMut::new(&mut byte)];
     let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 2 + MAX_EGRESS_PORTS]);
@@ -113,10 +154,9 @@ fn receive_sockets(control: &UnixStream) -> Result<Sockets, Error> {
             byte[0]
         )));
     }
-    if truncated || fds.len() < 2 {
+    if truncated || fds.is_empty() || fds.len() > most {
         return Err(Error::Listener(format!(
-            "expected from 2 to {} descriptors, got {}{}",
-            2 + MAX_EGRESS_PORTS,
+            "expected from 1 to {most} descriptors, got {}{}",
             fds.len(),
             if truncated {
                 " and more that were cut off"
@@ -125,22 +165,7 @@ fn receive_sockets(control: &UnixStream) -> Result<Sockets, Error> {
             }
         )));
     }
-    let listener = |fd: OwnedFd| -> Result<TcpListener, Error> {
-        check_socket(&fd, SockType::Stream)?;
-        let l = TcpListener::from(fd);
-        l.set_nonblocking(true)
-            .map_err(|e| Error::Listener(format!("O_NONBLOCK: {e}")))?;
-        Ok(l)
-    };
-    let mut fds = fds.into_iter();
-    let proxy = listener(fds.next().expect("two or more"))?;
-    let dns = fds.next().expect("two or more");
-    check_socket(&dns, SockType::Datagram)?;
-    let dns = UdpSocket::from(dns);
-    dns.set_nonblocking(true)
-        .map_err(|e| Error::Listener(format!("O_NONBLOCK: {e}")))?;
-    let egress = fds.map(listener).collect::<Result<_, _>>()?;
-    Ok(Sockets { proxy, dns, egress })
+    Ok(fds)
 }
 
 /// An IP socket of `kind`: a TCP one already listening, or a bound UDP one.

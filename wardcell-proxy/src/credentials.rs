@@ -8,9 +8,9 @@
 #![forbid(unsafe_code)]
 
 use std::fmt;
-use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -76,11 +76,17 @@ pub struct Credentials(Vec<Credential>);
 
 impl Credentials {
     /// Resolve every secret now: a missing variable, a file others can read, or a failing
-    /// command stops the proxy before it serves anything.
-    pub fn resolve(plans: &[CredentialPlan]) -> Result<Credentials, Error> {
+    /// command stops the proxy before it serves anything. `programs` are the commands'
+    /// programs, held open since the run started, one per `command` secret in order.
+    pub fn resolve(plans: &[CredentialPlan], programs: Vec<OwnedFd>) -> Result<Credentials, Error> {
+        let mut programs = programs.into_iter();
+        let mut program = |p: &CredentialPlan| match p.secret {
+            SecretPlan::Command(_) => programs.next(),
+            _ => None,
+        };
         plans
             .iter()
-            .map(resolve_one)
+            .map(|p| resolve_one(p, program(p)))
             .collect::<Result<_, _>>()
             .map(Credentials)
     }
@@ -268,7 +274,7 @@ pub fn parse_host_port(s: &str) -> Result<Target, String> {
     Target::new(host, port)
 }
 
-fn resolve_one(plan: &CredentialPlan) -> Result<Credential, Error> {
+fn resolve_one(plan: &CredentialPlan, program: Option<OwnedFd>) -> Result<Credential, Error> {
     let bad = |why: String| Error::Credential {
         name: plan.name.clone(),
         why,
@@ -331,7 +337,7 @@ fn resolve_one(plan: &CredentialPlan) -> Result<Credential, Error> {
         _ => None,
     };
 
-    let secret = read_secret(&plan.name, &plan.secret)?;
+    let secret = read_secret(&plan.name, &plan.secret, program)?;
     let secret = trim(&secret);
     if secret.is_empty() {
         return Err(bad(format!(
@@ -402,7 +408,11 @@ fn source(s: &SecretPlan) -> String {
     }
 }
 
-fn read_secret(name: &str, s: &SecretPlan) -> Result<Zeroizing<Vec<u8>>, Error> {
+fn read_secret(
+    name: &str,
+    s: &SecretPlan,
+    program: Option<OwnedFd>,
+) -> Result<Zeroizing<Vec<u8>>, Error> {
     let bad = |why: String| Error::Credential {
         name: name.to_string(),
         why,
@@ -420,10 +430,14 @@ fn read_secret(name: &str, s: &SecretPlan) -> Result<Zeroizing<Vec<u8>>, Error> 
                 .split_first()
                 .ok_or_else(|| bad("the secret command is empty".into()))?;
             // Run before the proxy confines itself: it may need the user's agent or keyring.
-            // From `/` with the helper environment, never the project's directory or the
+            // The program the broker opened when the run started, never looked up here;
+            // from `/` with the helper environment, never the project's directory or the
             // caller's PATH (wardcell_common::helper). Its stderr goes where the proxy's
             // goes; its stdout is the secret.
-            let out = Command::new(prog)
+            let program = program
+                .ok_or_else(|| bad(format!("the broker did not hand over command `{prog}`")))?;
+            let mut cmd = Command::new(prog);
+            let out = cmd
                 .args(args)
                 .current_dir(helper::HELPER_CWD)
                 .env_clear()
@@ -432,8 +446,9 @@ fn read_secret(name: &str, s: &SecretPlan) -> Result<Zeroizing<Vec<u8>>, Error> 
                 )))
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .output()
+                .stderr(Stdio::inherit());
+            let out = crate::sys::exec_from(out, program.as_raw_fd())
+                .and_then(|c| c.output())
                 .map_err(|e| bad(format!("cannot run command `{prog}`: {e}")))?;
             let stdout = Zeroizing::new(out.stdout);
             if !out.status.success() {
@@ -456,7 +471,10 @@ fn read_secret_file(name: &str, path: &Path) -> Result<Zeroizing<Vec<u8>>, Error
         path: path.to_path_buf(),
         why,
     };
-    let f = File::open(path).map_err(|e| Error::Credential {
+    // Without blocking: a pipe at the path is refused below, not waited on.
+    let mut f = std::fs::OpenOptions::new();
+    let f = f.read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    let f = f.open(path).map_err(|e| Error::Credential {
         name: name.to_string(),
         why: format!("cannot open {}: {e}", path.display()),
     })?;
@@ -521,6 +539,18 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    /// [`Credentials::resolve`] with each command's program opened as the broker opens it.
+    fn resolve(plans: &[CredentialPlan]) -> Result<Credentials, Error> {
+        let programs = plans.iter().filter_map(|p| match &p.secret {
+            SecretPlan::Command(argv) => helper::program_path(&argv[0], &|p| p.is_file()),
+            _ => None,
+        });
+        let programs = programs
+            .map(|p| helper::open_program(&p).unwrap().into())
+            .collect();
+        Credentials::resolve(plans, programs)
+    }
+
     fn plan(scheme: CredentialScheme, secret: SecretPlan) -> CredentialPlan {
         CredentialPlan {
             name: "git".into(),
@@ -579,9 +609,7 @@ mod tests {
     #[test]
     fn schemes_build_their_headers() {
         let (_d, p) = secret_file(0o600, "s3cret\n");
-        let basic =
-            Credentials::resolve(&[plan(CredentialScheme::Basic, SecretPlan::File(p.clone()))])
-                .unwrap();
+        let basic = resolve(&[plan(CredentialScheme::Basic, SecretPlan::File(p.clone()))]).unwrap();
         // base64("x-access-token:s3cret")
         assert_eq!(
             header_of(&basic),
@@ -591,14 +619,12 @@ mod tests {
             )
         );
         let bearer =
-            Credentials::resolve(&[plan(CredentialScheme::Bearer, SecretPlan::File(p.clone()))])
-                .unwrap();
+            resolve(&[plan(CredentialScheme::Bearer, SecretPlan::File(p.clone()))]).unwrap();
         assert_eq!(
             header_of(&bearer),
             ("authorization".into(), "Bearer s3cret".into())
         );
-        let header =
-            Credentials::resolve(&[plan(CredentialScheme::Header, SecretPlan::File(p))]).unwrap();
+        let header = resolve(&[plan(CredentialScheme::Header, SecretPlan::File(p))]).unwrap();
         assert_eq!(header_of(&header), ("x-api-key".into(), "s3cret".into()));
         assert_eq!(format!("{header:?}"), "Credentials([Credential(git)])");
     }
@@ -609,32 +635,55 @@ mod tests {
             CredentialScheme::Bearer,
             SecretPlan::Command(vec!["printf".into(), "  tok\n".into()]),
         );
-        assert_eq!(
-            header_of(&Credentials::resolve(&[ok]).unwrap()).1,
-            "Bearer tok"
-        );
+        assert_eq!(header_of(&resolve(&[ok]).unwrap()).1, "Bearer tok");
         let failing = plan(
             CredentialScheme::Bearer,
             SecretPlan::Command(vec!["sh".into(), "-c".into(), "echo leaked; exit 3".into()]),
         );
-        let e = Credentials::resolve(&[failing]).unwrap_err().to_string();
+        let e = resolve(&[failing]).unwrap_err().to_string();
         assert!(
             e.contains("credential git") && e.contains("`sh` failed"),
             "{e}"
         );
         assert!(!e.contains("leaked"), "{e}");
+        // What runs is the program handed over, whatever the command names.
+        let named = plan(
+            CredentialScheme::Bearer,
+            SecretPlan::Command(vec![
+                "/nonexistent/token".into(),
+                "-c".into(),
+                "printf fromfd".into(),
+            ]),
+        );
+        let sh = helper::open_program(Path::new("/bin/sh")).unwrap().into();
+        let got = Credentials::resolve(std::slice::from_ref(&named), vec![sh]).unwrap();
+        assert_eq!(header_of(&got).1, "Bearer fromfd");
+        let e = Credentials::resolve(&[named], vec![])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the broker did not hand over command `/nonexistent/token`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_pipe_at_a_secret_files_path_is_refused_without_waiting() {
+        let (d, p) = secret_file(0o600, "x");
+        std::fs::remove_file(&p).unwrap();
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = resolve(&[plan(CredentialScheme::Bearer, SecretPlan::File(p))]).unwrap_err();
+        assert!(e.to_string().contains("is not a regular file"), "{e}");
+        drop(d);
     }
 
     #[test]
     fn file_others_can_read_is_refused_with_chmod_advice() {
         for mode in [0o644, 0o640, 0o602, 0o660] {
             let (_d, p) = secret_file(mode, "s3cret");
-            let e = Credentials::resolve(&[plan(
-                CredentialScheme::Bearer,
-                SecretPlan::File(p.clone()),
-            )])
-            .unwrap_err()
-            .to_string();
+            let e = resolve(&[plan(CredentialScheme::Bearer, SecretPlan::File(p.clone()))])
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.contains(&p.display().to_string()) && e.contains("chmod 600"),
                 "{e}"
@@ -645,7 +694,7 @@ mod tests {
 
     #[test]
     fn missing_env_and_bad_values_are_refused_without_the_value() {
-        let e = Credentials::resolve(&[plan(
+        let e = resolve(&[plan(
             CredentialScheme::Bearer,
             SecretPlan::Env("WARDCELL_TEST_SURELY_UNSET".into()),
         )])
@@ -653,7 +702,7 @@ mod tests {
         .to_string();
         assert!(e.contains("WARDCELL_TEST_SURELY_UNSET is not set"), "{e}");
         let (_d, p) = secret_file(0o600, "a\r\nInjected: yes");
-        let e = Credentials::resolve(&[plan(CredentialScheme::Bearer, SecretPlan::File(p))])
+        let e = resolve(&[plan(CredentialScheme::Bearer, SecretPlan::File(p))])
             .unwrap_err()
             .to_string();
         assert!(
@@ -662,7 +711,7 @@ mod tests {
         );
         let mut p = plan(CredentialScheme::Header, SecretPlan::Env("PATH".into()));
         p.header = Some("Proxy-Authorization".into());
-        assert!(Credentials::resolve(&[p]).is_err());
+        assert!(resolve(&[p]).is_err());
     }
 
     fn bearer(hosts: &[&str], paths: &[&str], methods: &[&str]) -> (tempdir::Dir, Credentials) {
@@ -671,7 +720,7 @@ mod tests {
         pl.hosts = hosts.iter().map(|h| h.to_string()).collect();
         pl.paths = paths.iter().map(|h| h.to_string()).collect();
         pl.methods = methods.iter().map(|h| h.to_string()).collect();
-        (d, Credentials::resolve(&[pl]).unwrap())
+        (d, resolve(&[pl]).unwrap())
     }
 
     fn t(host: &str, port: u16) -> Target {
@@ -759,7 +808,7 @@ mod tests {
             let (_d, p) = secret_file(0o600, "s3cret");
             let mut pl = plan(CredentialScheme::Bearer, SecretPlan::File(p));
             pl.methods = vec!["GET".into(), never.into()];
-            let e = Credentials::resolve(&[pl]).unwrap_err().to_string();
+            let e = resolve(&[pl]).unwrap_err().to_string();
             assert!(e.contains(never), "{e}");
         }
     }

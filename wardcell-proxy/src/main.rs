@@ -6,11 +6,14 @@
 //! 1. makes itself undumpable, before any secret is in memory;
 //! 2. takes fd 3 (a Unix stream socket, made close-on-exec);
 //! 3. exchanges Hellos, receives its sockets (SCM_RIGHTS beside the byte `F`: the
-//!    explicit proxy's listener, the DNS socket, the transparent egress listeners) and the
-//!    `Start` spec;
+//!    explicit proxy's listener, the DNS socket, the transparent egress listeners), the
+//!    `Start` spec, and its credential commands' programs (descriptors the broker opened
+//!    when the run started);
 //! 4. parses the allow-list;
-//! 5. resolves every credential's secret (environment, owner-only file, or command);
-//! 6. when it has credentials: mints the per-run CA and loads the system roots;
+//! 5. resolves every credential's secret (environment, owner-only file, or command,
+//!    started from its descriptor);
+//! 6. when it has credentials: mints the per-run CA and takes the roots it trusts
+//!    upstream from the spec (read by `wardcell run` when the run started);
 //! 7. confines itself: no_new_privs, Landlock, seccomp;
 //! 8. reports `Ready` (with the CA certificate when it intercepts), or `Failed` and exits 1
 //!    if any step from 4 on failed;
@@ -21,6 +24,7 @@
 // The modules are in the library (src/lib.rs), so that the fuzz targets reach them.
 #![forbid(unsafe_code)]
 
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -68,7 +72,7 @@ fn main() -> ExitCode {
     };
 
     // 3. Hello, listener, spec.
-    let (mut control, sockets, spec) = match control::handshake(fd) {
+    let (mut control, sockets, spec, programs) = match control::handshake(fd) {
         Ok(x) => x,
         Err(e) => return fail_quietly(&e),
     };
@@ -82,7 +86,7 @@ fn main() -> ExitCode {
     );
 
     // 4 to 7.
-    let (ctx_parts, ca_pem) = match prepare(&spec) {
+    let (ctx_parts, ca_pem) = match prepare(&spec, programs) {
         Ok(x) => x,
         Err(e) => return fail(&mut control, &e),
     };
@@ -131,11 +135,11 @@ fn workers() -> usize {
 }
 
 /// Steps 4 to 7; returns the CA certificate to announce, if intercepting.
-fn prepare(spec: &ProxySpec) -> Result<(Prepared, Option<String>), Error> {
+fn prepare(spec: &ProxySpec, programs: Vec<OwnedFd>) -> Result<(Prepared, Option<String>), Error> {
     // 4.
     let allow = AllowList::parse(&spec.allow, &spec.internal)?;
     // 5.
-    let creds = Credentials::resolve(&spec.credentials)?;
+    let creds = Credentials::resolve(&spec.credentials, programs)?;
     // 6.
     let intercept = if creds.is_empty() {
         None
@@ -143,7 +147,7 @@ fn prepare(spec: &ProxySpec) -> Result<(Prepared, Option<String>), Error> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let hosts = creds.hosts();
         let ca = Ca::mint(&spec.run_id, &spec.zone, &hosts, provider.clone())?;
-        let upstream = ca::upstream_config(provider)?;
+        let upstream = ca::upstream_config(provider, &spec.roots)?;
         Some(Interceptor { ca, upstream })
     };
     let ca_pem = intercept.as_ref().map(|i| i.ca.pem().to_string());

@@ -2,7 +2,7 @@
 //! Nothing else in the crate uses `unsafe` (every other module is `#![forbid(unsafe_code)]`).
 
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 use nix::sys::socket::{
@@ -50,6 +50,55 @@ pub fn own_received_fd(fd: RawFd) -> OwnedFd {
     // SAFETY: the kernel installed this descriptor in our table during the recvmsg that
     // returned it; nothing else has seen the number, so this is its only owner.
     unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Make `cmd` start the program `exe` holds open (execveat, AT_EMPTY_PATH), never a
+/// path, with the arguments and the environment `cmd` was given (cleared first, so that
+/// what it was given is the whole): a credential's command, opened by the broker when
+/// the run started. Registered last: it runs after every other step.
+pub fn exec_from(
+    cmd: &mut std::process::Command,
+    exe: RawFd,
+) -> io::Result<&mut std::process::Command> {
+    use std::ffi::CString;
+    use std::os::unix::{ffi::OsStrExt, process::CommandExt};
+    let c = |s: &[u8]| CString::new(s).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
+    let args = [cmd.get_program()].into_iter().chain(cmd.get_args());
+    let args: Vec<CString> = args.map(|a| c(a.as_bytes())).collect::<io::Result<_>>()?;
+    let env = cmd
+        .get_envs()
+        .filter_map(|(k, v)| Some([k.as_bytes(), b"=", v?.as_bytes()].concat()));
+    let env: Vec<CString> = env.map(|e| c(&e)).collect::<io::Result<_>>()?;
+    // NULL-terminated tables of the strings' addresses (the strings move with the closure).
+    let table = |v: &[CString]| Vec::from_iter(v.iter().map(|s| s.as_ptr() as usize).chain([0]));
+    let (argv, envp) = (table(&args), table(&env));
+    // A copy above the descriptors the child places (0 to 2), closed with `cmd`.
+    // SAFETY: integer arguments; the kernel returns a new descriptor or -1.
+    let copy = cerr(unsafe { libc::fcntl(exe, libc::F_DUPFD_CLOEXEC, 10) })?;
+    // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
+    let copy = unsafe { OwnedFd::from_raw_fd(copy) };
+    let exe = copy.as_raw_fd();
+    // SAFETY: between fork and exec the closure makes only async-signal-safe system calls
+    // (fcntl, execveat) on an integer and on tables it owns, whose entries point into
+    // strings it owns too (`args`, `env`), each NUL-terminated, the tables ending in NULL.
+    unsafe {
+        cmd.pre_exec(move || {
+            let _owned = (&args, &env, &copy);
+            // A script's interpreter opens it again as /dev/fd/N: left open across exec.
+            libc::fcntl(exe, libc::F_SETFD, 0);
+            let (path, flags) = (c"".as_ptr(), libc::AT_EMPTY_PATH);
+            libc::syscall(
+                libc::SYS_execveat,
+                exe,
+                path,
+                argv.as_ptr(),
+                envp.as_ptr(),
+                flags,
+            );
+            Err(io::Error::last_os_error())
+        })
+    };
+    Ok(cmd)
 }
 
 /// prctl(PR_SET_DUMPABLE, 0): no same-uid process may ptrace us, read our memory or

@@ -123,6 +123,17 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
     // 5. Secret files nobody else may read, before anything starts; write paths that
     //    are not there, said once.
     credentials::check_sources(&plan)?;
+    // The certificates a proxy that attaches a credential trusts upstream, read now, once,
+    // before any sandbox of the run exists (a bundle in a tree a sandbox writes is then
+    // what it was when the run started).
+    if !plan.credentials.is_empty() {
+        let env = |k: &str| std::env::var(k).ok();
+        plan.upstream_roots = wardcell_common::helper::read_roots(&env).map_err(|e| {
+            Error::Refused(format!(
+                "{e}; SSL_CERT_FILE and SSL_CERT_DIR must name certificates in regular files"
+            ))
+        })?;
+    }
     if let Some((_, profile)) = plan.start_profile() {
         profile
             .runnable(open_file_limit())
@@ -249,13 +260,15 @@ fn place_at_launch_fd(socket: UnixStream) -> Result<(), Error> {
     Ok(())
 }
 
-/// Where the broker is: next to this binary (a cargo build), or in the package's
-/// libexec directory. Never through PATH or an environment variable.
+/// Where a helper of this build is: next to this binary (a cargo build), or, for the
+/// packaged client, in the package's libexec directory (`paths::helper_dir`). Never
+/// another installation's, never through PATH or an environment variable.
 pub fn find_helper(name: &str) -> Result<PathBuf, Error> {
     paths::helper(name).ok_or_else(|| {
+        let dir = std::env::current_exe().map(|e| paths::helper_dir(&e));
         Error::Launch(format!(
-            "{name} was found neither next to wardcell nor in {}; reinstall wardcell",
-            paths::LIBEXEC_DIR
+            "{name} is not in {}, where this build of wardcell keeps its helpers; reinstall wardcell",
+            dir.unwrap_or_default().display()
         ))
     })
 }

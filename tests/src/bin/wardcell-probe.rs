@@ -424,8 +424,7 @@ fn main() {
             for i in 0..count {
                 let mut s = std::os::unix::net::UnixStream::connect(a(1)).expect("connect");
                 // The supervisor's Hello, sent back as ours (whatever the version).
-                let mut frames = vec![0u8; 5];
-                s.read_exact(&mut frames).expect("the supervisor's Hello");
+                let mut frames = read_frame(&mut s);
                 // Enter { zone: "push", argv: ["true"], env: [], closed: 0 }
                 frames.extend([14, 0, 0, 0, 1, 4]);
                 frames.extend(b"push");
@@ -446,8 +445,7 @@ fn main() {
             // turn while the entry runs), then read to the end: prints what came after.
             // With a 3rd argument `early`, sends it before any answer instead.
             let mut s = std::os::unix::net::UnixStream::connect(a(1)).expect("connect");
-            let mut frames = vec![0u8; 5];
-            s.read_exact(&mut frames).expect("the supervisor's Hello");
+            let mut frames = read_frame(&mut s);
             let hello = frames.clone();
             frames.extend([18, 0, 0, 0, 1, 4]);
             frames.extend(b"push");
@@ -466,8 +464,7 @@ fn main() {
                 println!("answered {}", String::from_utf8_lossy(&rest));
                 return;
             }
-            let mut started = [0u8; 5];
-            s.read_exact(&mut started).expect("Started");
+            let started = read_frame(&mut s);
             println!("answer {started:?}");
             let t = std::time::Instant::now();
             s.write_all(&hello).expect("write out of turn");
@@ -561,4 +558,15 @@ fn main() {
             std::process::exit(2);
         }
     }
+}
+
+/// One frame as it came (its length prefix and its payload): the supervisor's Hello, sent
+/// back as ours whatever it says, or its first answer.
+fn read_frame(s: &mut std::os::unix::net::UnixStream) -> Vec<u8> {
+    let mut frame = vec![0u8; 4];
+    s.read_exact(&mut frame).expect("a frame's length");
+    let len = u32::from_le_bytes(frame[..4].try_into().unwrap()) as usize;
+    frame.resize(4 + len, 0);
+    s.read_exact(&mut frame[4..]).expect("a frame");
+    frame
 }

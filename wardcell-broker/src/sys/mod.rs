@@ -57,11 +57,6 @@ pub fn watch(child: std::process::Child) -> io::Result<(std::process::Child, Chi
     wardcell_host::process::watch(child, Process::of_child)
 }
 
-/// Start `cmd` as a helper (`for_helper`: it dies with the thread starting it), watched.
-pub fn spawn_helper(cmd: &mut std::process::Command) -> io::Result<(std::process::Child, Child)> {
-    watch(for_helper(cmd).spawn()?)
-}
-
 /// The descriptor on which the client hands over the plan.
 pub const LAUNCH_FD: RawFd = 3;
 

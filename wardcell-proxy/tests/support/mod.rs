@@ -83,6 +83,7 @@ pub fn spec(allow: &[String], credentials: Vec<CredentialPlan>) -> ProxySpec {
         allow: allow.to_vec(),
         internal: Vec::new(),
         credentials,
+        roots: Vec::new(),
         trace: None,
     }
 }
@@ -109,7 +110,17 @@ pub fn basic_credential(
 impl Proxy {
     /// Start the proxy with fd 3 = a socketpair end, only `env` (plus PATH) in its
     /// environment, hand it a listener on 127.0.0.1:0, and read its first event.
-    pub fn start(spec: ProxySpec, env: &[(&str, &str)]) -> Proxy {
+    pub fn start(mut spec: ProxySpec, env: &[(&str, &str)]) -> Proxy {
+        // The roots it trusts upstream, read as `wardcell run` reads them: from the
+        // environment the proxy is started in.
+        if !spec.credentials.is_empty() {
+            let get = |k: &str| {
+                env.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            };
+            spec.roots = wardcell_common::helper::read_roots(&get).unwrap();
+        }
         let (mut ours, theirs) = UnixStream::pair().unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();

@@ -1,4 +1,5 @@
-//! The broker's Linux system calls: pidfds, clone3 (spawn.rs), helpers' pre-exec, and
+//! The broker's Linux system calls: pidfds, clone3 (spawn.rs), helpers' pre-exec and
+//! their start from a held descriptor (execveat), and
 //! the peer's credentials, pidfd and namespace (peer.rs).
 
 pub mod peer;
@@ -6,6 +7,10 @@ pub mod spawn;
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::process::{Child, Command};
+
+use wardcell_common::helper::Exec;
+use wardcell_host::exe::Exe;
 
 use super::{cerr, LAUNCH_FD};
 
@@ -57,14 +62,20 @@ pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: i32) -> io::Result<()> {
     cerr(unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd, sig, info, 0) }).map(drop)
 }
 
-/// Start a helper (the proxy) outside any sandbox with `control` as its fd 3, dying with
-/// the thread that starts it. Its environment is the broker's (the caller's).
-pub fn spawn_with_control(
-    path: &std::path::Path,
-    control: RawFd,
-) -> io::Result<std::process::Child> {
-    let mut cmd = std::process::Command::new(path);
-    helper(cmd.stdin(std::process::Stdio::null()), Some(control)).spawn()
+/// Start the proxy `exe` outside any sandbox with `control` as its fd 3, dying with the
+/// thread that starts it. Its environment is the broker's (the caller's).
+pub fn spawn_with_control(exe: &Exe, control: RawFd) -> io::Result<Child> {
+    let (mut cmd, env) = (Command::new(&exe.path), std::env::vars_os());
+    cmd.stdin(std::process::Stdio::null()).env_clear().envs(env);
+    helper(&mut cmd, exe, Some(control))?;
+    cmd.spawn()
+}
+
+/// Start `cmd` from the program `exe` holds open (the approval plugin), dying with the
+/// thread that starts it, and watched.
+pub fn spawn_from(exe: &Exe, cmd: &mut Command) -> io::Result<(Child, super::Child)> {
+    helper(cmd, exe, None)?;
+    super::watch(cmd.spawn()?)
 }
 
 /// pidfd_open(2) for a child of ours that has not been reaped (so `pid` is still its).
@@ -75,26 +86,31 @@ fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-/// Ready `cmd` to start a helper (the approval plugin): it is killed when the thread
-/// starting it exits (a helper must not outlive the broker thread waiting for it).
-pub fn for_helper(cmd: &mut std::process::Command) -> &mut std::process::Command {
-    helper(cmd, None)
-}
-
-/// [`for_helper`], with `control`, when given, as the helper's fd 3.
-fn helper(cmd: &mut std::process::Command, control: Option<RawFd>) -> &mut std::process::Command {
+/// Ready `cmd` to start the program `exe` holds open (execveat: never its path), with
+/// `control`, when given, as its fd 3, killed when the thread starting it exits (a helper
+/// must not outlive the broker thread waiting for it). Its arguments and environment are
+/// those `cmd` was given (`Exec`: cleared first, so that what it was given is the whole).
+fn helper(cmd: &mut Command, exe: &Exe, control: Option<RawFd>) -> io::Result<()> {
     use std::os::unix::process::CommandExt;
+    let (exec, fd) = (Exec::of(cmd)?, exe.as_fd().as_raw_fd());
     // SAFETY: the closure runs in the child between fork and exec and makes only
-    // async-signal-safe calls (dup2, fcntl, prctl) on integers captured by value.
+    // async-signal-safe calls (dup2, fcntl, prctl, execveat) on integers captured by value
+    // and on `exec`'s tables, NULL-terminated, of NUL-terminated strings it owns.
     unsafe {
         cmd.pre_exec(move || {
-            let placed = control.is_none_or(|fd| super::fds::place(fd, LAUNCH_FD));
-            if !placed || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            let placed = control.is_none_or(|c| super::fds::place(c, LAUNCH_FD));
+            // A script's interpreter reads it again as /dev/fd/N: left open across exec.
+            let kept = libc::fcntl(fd, libc::F_SETFD, 0) == 0;
+            let dies = libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) == 0;
+            if !(placed && kept && dies) {
                 return Err(io::Error::last_os_error());
             }
-            Ok(())
+            let (nr, flags) = (libc::SYS_execveat, libc::AT_EMPTY_PATH);
+            libc::syscall(nr, fd, c"".as_ptr(), exec.argv(), exec.envp(), flags);
+            Err(io::Error::last_os_error())
         })
-    }
+    };
+    Ok(())
 }
 
 impl wardcell_host::process::Watched for Process {

@@ -8,7 +8,9 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use wardcell_host::exe::Exe;
 
 /// Exit status of a child that failed before exec: this plus the failed [`Step`].
 pub const CHILD_EXIT_BASE: i32 = 200;
@@ -53,11 +55,11 @@ struct CapData {
 
 const CAP_VERSION_3: u32 = 0x2008_0522;
 
-/// Start `shim` as PID 1 of new namespaces with `stdio` as its 0, 1, 2 and `control` as
+/// Start the shim `exe` holds open (execveat: never its path) as PID 1 of new namespaces with `stdio` as its 0, 1, 2 and `control` as
 /// its fd 3, ignoring the signals in `ignored` (bit N-1 for signal N) and every other at
 /// its default. The user namespace maps the caller's uid and gid to themselves.
 pub fn spawn_sandbox(
-    shim: &CStr,
+    shim: &Exe,
     stdio: [RawFd; 3],
     control: RawFd,
     ignored: u64,
@@ -90,7 +92,7 @@ pub fn spawn_sandbox(
         0 => {
             // SAFETY: we are the child of a fork-like clone; child_setup upholds the
             // async-signal-safety rule (raw syscalls only) and ends in execve or _exit.
-            unsafe { child_setup(shim, maps, stdio, control, ignored) }
+            unsafe { child_setup(shim.as_fd().as_raw_fd(), maps, stdio, control, ignored) }
         }
         pid => {
             // SAFETY: CLONE_PIDFD stored a new descriptor we now own.
@@ -125,7 +127,7 @@ unsafe fn write_file(path: &CStr, data: &[u8]) -> bool {
 /// # Safety
 /// Must only be called in the child of `spawn_sandbox`'s clone3. Uses raw syscalls only.
 unsafe fn child_setup(
-    shim: &CStr,
+    shim: RawFd,
     (uid_map, gid_map): (&[u8], &[u8]),
     stdio: [RawFd; 3],
     control: RawFd,
@@ -181,7 +183,7 @@ unsafe fn child_setup(
     }
 
     // 7. Descriptors: stdio to 0-2 (closed where it is -1), control to 3, everything
-    //    else closed on exec.
+    //    else closed on exec (the shim's is 10 or above: wardcell_host::exe).
     //    Signal dispositions: what the command's caller ignored (never SIGPIPE, which the
     //    broker ignores because Rust does) stays ignored, everything else is default.
     // SAFETY: this is the child between clone3 and exec.
@@ -195,11 +197,12 @@ unsafe fn child_setup(
     // SAFETY: as above.
     unsafe { crate::sys::fds::dispositions_for_exec(ignored) };
 
-    // 8. Exec the shim with an empty environment.
+    // 8. Exec the shim, from its descriptor, with an empty environment.
     let argv = [c"wardcell-shim".as_ptr(), std::ptr::null()];
     let envp = [std::ptr::null::<libc::c_char>()];
-    // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
-    unsafe { libc::execve(shim.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    let (nr, flags) = (libc::SYS_execveat, libc::AT_EMPTY_PATH);
+    // SAFETY: argv and envp are NULL-terminated arrays of valid C strings; the path is "".
+    unsafe { libc::syscall(nr, shim, c"".as_ptr(), argv.as_ptr(), envp.as_ptr(), flags) };
     fail(Step::Exec)
 }
 

@@ -190,6 +190,15 @@ pub fn for_helper(cmd: &mut std::process::Command) -> &mut std::process::Command
     }
 }
 
+/// Start `cmd` as a helper (`for_helper`), watched. macOS has no execveat: the program
+/// `exe` holds is started by the path it was opened at (README, "macOS").
+pub fn spawn_from(
+    _exe: &wardcell_host::exe::Exe,
+    cmd: &mut std::process::Command,
+) -> io::Result<(std::process::Child, super::Child)> {
+    super::watch(for_helper(cmd).spawn()?)
+}
+
 /// Wake the thread blocked in `accept` on a listener that is being stopped: shutting a
 /// listening socket down does not wake it here, so connect to it once.
 pub fn wake_listener(_listener: BorrowedFd<'_>, path: &std::path::Path) {

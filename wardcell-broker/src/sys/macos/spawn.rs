@@ -3,10 +3,8 @@
 //! environment, and the signal dispositions the command is to start with. The shim
 //! applies the Seatbelt profile itself, then execs the command in its place.
 
-use std::ffi::{CStr, OsStr};
 use std::io;
 use std::os::fd::RawFd;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 
 use super::Process;
@@ -15,12 +13,13 @@ use super::Process;
 /// ignoring the signals in `ignored` (bit N-1 for signal N) and every other at its
 /// default.
 pub fn spawn_sandbox(
-    shim: &CStr,
+    shim: &wardcell_host::exe::Exe,
     stdio: [RawFd; 3],
     control: RawFd,
     ignored: u64,
 ) -> io::Result<crate::sys::Child> {
-    let mut cmd = std::process::Command::new(OsStr::from_bytes(shim.to_bytes()));
+    // macOS has no execveat: the shim is started by the path it was opened at.
+    let mut cmd = std::process::Command::new(&shim.path);
     cmd.arg0("wardcell-shim").env_clear();
     // SAFETY: the closure runs in the child between fork and exec and makes only
     // async-signal-safe calls (dup2, fcntl, close, signal) on integers captured by value.

@@ -1,0 +1,246 @@
+//! What a run trusts cannot be changed by its sandboxes (issue 35, item 1): the
+//! client, the broker and its helpers, the approval plugin and a credential's command,
+//! lying in a tree the sandbox writes (README's "Try it" runs a build in the project), are
+//! read-only in every view, their directories there cannot be moved, and each program the
+//! run starts is the file opened when it started, whatever replaces it later. CA bundles
+//! are read once, never from a device. A helper of another build is refused.
+//! Real sandboxes, as the invoking user and as the unprivileged uid.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use wardcell_tests::{both, wait_until, Fixture, Out, Watched};
+
+const HELPERS: &[&str] = &[
+    "wardcell",
+    "wardcell-broker",
+    "wardcell-shim",
+    "wardcell-proxy",
+];
+
+/// A build of wardcell inside the project, as `cargo build --release` leaves one, and the
+/// client in it.
+fn build_in_project(fx: &Fixture) -> PathBuf {
+    let release = fx.proj.join("target/release");
+    fs::create_dir_all(&release).unwrap();
+    for name in HELPERS {
+        fs::copy(fx.bin.join(name), release.join(name)).unwrap();
+        fs::set_permissions(release.join(name), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    fx.own(&fx.proj);
+    release.join("wardcell")
+}
+
+/// An executable script at `path` (written beside it, then renamed over it, as a build
+/// or an editor replaces a file).
+fn put_script(fx: &Fixture, path: &Path, body: &str) {
+    let tmp = path.with_extension("new");
+    fx.write(&tmp, &format!("#!/bin/sh\n{body}\n"));
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::rename(&tmp, path).unwrap();
+}
+
+/// Zones `agent` (writes the project), `other`, `push` (its proxy attaches a credential
+/// whose command is in the project) and `appr` (asks the plugin in the project, which
+/// refuses).
+fn config(fx: &Fixture) {
+    let (proj, bin) = (fx.proj.display(), fx.bin.display());
+    put_script(
+        fx,
+        &fx.proj.join("approve.sh"),
+        r#"read l; echo '{"approved": false, "reason": "the original plugin"}'"#,
+    );
+    put_script(fx, &fx.proj.join("token.sh"), "echo original-token");
+    fx.config(&format!(
+        r#"
+[zones.agent]
+profile = "dev"
+default = true
+
+[zones.other]
+profile = "ro"
+enter_from = ["agent"]
+
+[zones.push]
+profile = "pusher"
+authenticated = true
+enter_from = ["agent"]
+
+[zones.appr]
+profile = "ro"
+enter_from = ["agent"]
+requires_approval = true
+
+[approval]
+plugin = ["{proj}/approve.sh"]
+
+[profiles.dev]
+extends = "developer-readonly"
+read = ["{bin}"]
+
+[profiles.ro]
+extends = "readonly"
+
+[profiles.pusher]
+extends = "readonly"
+network = {{ allow = ["example.com:443"] }}
+credentials = ["tok"]
+
+[credentials.tok]
+hosts = ["example.com"]
+scheme = "bearer"
+secret = {{ command = ["{proj}/token.sh"] }}
+"#
+    ));
+}
+
+fn digest(path: &Path) -> Vec<u8> {
+    fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+both!(what_the_run_trusts_cannot_be_changed_from_inside, |fx| {
+    let client = build_in_project(&fx);
+    config(&fx);
+    let trusted: Vec<PathBuf> = HELPERS
+        .iter()
+        .map(|n| fx.proj.join("target/release").join(n))
+        .chain([fx.proj.join("approve.sh"), fx.proj.join("token.sh")])
+        .collect();
+    let before: Vec<Vec<u8>> = trusted.iter().map(|p| digest(p)).collect();
+    // Every way a sandbox could change what the host runs next: write in place, replace,
+    // remove, move the file or a directory above it away.
+    let script = r#"
+w() { if "$@" 2>/dev/null; then echo "ALLOWED: $*"; else echo "refused: $*"; fi; }
+cd target/release
+for f in wardcell wardcell-broker wardcell-shim wardcell-proxy; do
+  w sh -c "echo x >> $f"
+  w cp /bin/true $f
+  w rm -f $f
+  w mv $f $f.old
+done
+w mv ../release ../moved
+w mv ../../target ../../moved
+w sh -c 'echo "echo approved" > ../../approve.sh'
+w rm -f ../../token.sh
+w mv ../../token.sh ../../t
+w ln -sf /bin/true ../../approve.sh
+cd ../..
+wardcell zone enter other -- /bin/echo entered-other
+wardcell zone enter push -- /bin/true && echo entered-push
+wardcell zone enter appr -- /bin/echo approved-entry; echo appr=$?
+"#;
+    let out: Out = fx.run_binary(&client, &["run", "--", "/bin/sh", "-c", script]);
+    assert!(!out.stdout.contains("ALLOWED"), "{out:#?}");
+    assert_eq!(out.stdout.matches("refused: ").count(), 22, "{out:#?}");
+    assert!(out.stdout.contains("entered-other\n"), "{out:#?}");
+    assert!(out.stdout.contains("entered-push\n"), "{out:#?}");
+    assert!(!out.stdout.contains("approved-entry"), "{out:#?}");
+    assert!(out.stdout.contains("appr=1\n"), "{out:#?}");
+    assert!(out.stderr.contains("the original plugin"), "{out:#?}");
+    let after: Vec<Vec<u8>> = trusted.iter().map(|p| digest(p)).collect();
+    assert!(before == after, "a trusted file changed: {out:#?}");
+});
+
+both!(what_runs_is_what_was_opened_when_the_run_started, |fx| {
+    let client = build_in_project(&fx);
+    config(&fx);
+    let release = fx.proj.join("target/release");
+    let marker = fx.outside.join("replacement-ran");
+    // The host replaces the helpers, the plugin and the command mid-run (a rebuild, an
+    // edit): the run goes on with the files it opened, and no replacement ever runs.
+    let script = "touch ready; while [ ! -e go ]; do sleep 0.05; done
+wardcell zone enter other -- /bin/echo entered-other
+wardcell zone enter push -- /bin/true && echo entered-push
+wardcell zone enter appr -- /bin/true; echo appr=$?";
+    let cmd = fx.cmd_of(&client, &["run", "--", "/bin/sh", "-c", script]);
+    let run = Watched::spawn(&fx, cmd, "replaced");
+    wait_until(20, "the run to start", || fx.proj.join("ready").exists());
+    let evil = format!("touch {}; echo '{{\"approved\": true}}'", marker.display());
+    for path in [
+        release.join("wardcell-shim"),
+        release.join("wardcell-proxy"),
+        fx.proj.join("approve.sh"),
+        fx.proj.join("token.sh"),
+    ] {
+        put_script(&fx, &path, &evil);
+    }
+    fx.write(&fx.proj.join("go"), "");
+    let (out, _) = run.finish(60);
+    assert!(out.stdout.contains("entered-other\n"), "{out:#?}");
+    assert!(out.stdout.contains("entered-push\n"), "{out:#?}");
+    assert!(out.stdout.contains("appr=1\n"), "{out:#?}");
+    assert!(out.stderr.contains("the original plugin"), "{out:#?}");
+    assert!(!marker.exists(), "a replaced program ran: {out:#?}");
+});
+
+both!(ca_bundles_are_regular_files_read_once, |fx| {
+    config(&fx);
+    for bad in ["/dev/zero", "/dev/null"] {
+        let mut cmd = fx.cmd(&["run", "--", "/bin/true"]);
+        let out: Out = cmd.env("SSL_CERT_FILE", bad).output().unwrap().into();
+        out.expect_code(1);
+        assert_eq!(
+            out.stderr,
+            format!("error: CA certificates: {bad} is not a regular file; SSL_CERT_FILE and SSL_CERT_DIR must name certificates in regular files\n"),
+            "{out:#?}"
+        );
+    }
+    // A bundle in the project, which the sandbox writes: the proxy trusts what it held
+    // when the run started. Here an empty one: the entry's proxy says it has no roots,
+    // however the sandbox fills the file first.
+    let bundle = fx.proj.join("roots.pem");
+    fx.write(&bundle, "");
+    let script = "echo '-----BEGIN CERTIFICATE-----' > roots.pem; echo wrote=$?
+wardcell zone enter push -- /bin/true; echo push=$?";
+    let mut cmd = fx.cmd(&["run", "--", "/bin/sh", "-c", script]);
+    let out: Out = cmd.env("SSL_CERT_FILE", &bundle).output().unwrap().into();
+    assert!(
+        out.stdout.contains("wrote=2\n"),
+        "the bundle was writable: {out:#?}"
+    );
+    assert!(
+        out.stderr.contains("roots.pem: Read-only file system"),
+        "{out:#?}"
+    );
+    assert!(out.stdout.contains("push=1\n"), "{out:#?}");
+    assert!(
+        out.stderr.contains("no trusted root certificates"),
+        "{out:#?}"
+    );
+});
+
+both!(a_helper_of_another_build_is_refused, |fx| {
+    let bin = fx.dir.join("mixed-bin");
+    fs::create_dir_all(&bin).unwrap();
+    for name in ["wardcell", "wardcell-broker", "wardcell-shim"] {
+        fs::copy(fx.bin.join(name), bin.join(name)).unwrap();
+    }
+    // A proxy that speaks the protocol but is release 0.0.9.
+    fx.write(
+        &bin.join("wardcell-proxy"),
+        "#!/usr/bin/python3\nimport os, struct\n\
+         n = struct.unpack('<I', os.read(3, 4))[0]; os.read(3, n)\n\
+         hello = bytes([5]) + b'0.0.9'.ljust(16, b'\\0')\n\
+         os.write(3, struct.pack('<I', len(hello)) + hello)\n\
+         os.read(3, 1)\n",
+    );
+    for name in [
+        "wardcell",
+        "wardcell-broker",
+        "wardcell-shim",
+        "wardcell-proxy",
+    ] {
+        fs::set_permissions(bin.join(name), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    fx.own(&bin);
+    let args = ["run", "--allow", "example.com:443", "--", "/bin/true"];
+    let out = fx.run_binary(&bin.join("wardcell"), &args);
+    out.expect_code(1);
+    let release = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        out.stderr,
+        format!("error: could not start the sandbox: starting zone 'agent''s proxy: hello: the peer is another build of wardcell: this side is wardcell {release} (protocol 5), the peer is wardcell 0.0.9 (protocol 5); install matching wardcell binaries\n"),
+        "{out:#?}"
+    );
+});
