@@ -5,7 +5,7 @@
 //! Every path in a plan is absolute and canonical; paths that did not exist were left
 //! out and are listed in [`ProfilePlan::skipped`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -276,6 +276,11 @@ pub struct ProfilePlan {
     pub write: Vec<PathBuf>,
     /// Masked even inside an allowed tree.
     pub deny: Vec<PathBuf>,
+    /// `deny` entries that do not exist yet (their existing part canonical): nothing to
+    /// mask, but held all the same, so that the host creating one while the run holds
+    /// it ends the run (wardcell_host::guard).
+    #[serde(default)]
+    pub absent: Vec<PathBuf>,
     /// Paths the profile names that do not exist here: left out, reported by `policy show`.
     pub skipped: Vec<Skipped>,
     pub env: EnvPlan,
@@ -448,6 +453,10 @@ pub struct SandboxSpec {
     pub pid_max: Option<u64>,
     /// Tracing, when the run traces (set by the broker as it sends the spec).
     pub trace: Option<TraceSpec>,
+    /// What this view protects that the host could undo ([`held`]), each with its tree:
+    /// the broker's, watched for the whole run (wardcell_host::guard). Never sent.
+    #[serde(skip)]
+    pub held: Vec<(PathBuf, PathBuf)>,
 }
 
 /// One path of a sandbox's view.
@@ -491,6 +500,45 @@ impl SandboxSpec {
             .filter(move |e| e.what == kind)
             .map(|e| &e.path)
     }
+}
+
+/// The paths a view holds against the host, each with the innermost tree of the view it
+/// lies in: every mask inside one of its trees, present or not (a name created there
+/// later would not be hidden), and every read-only path inside a writable tree (the git
+/// paths, what the run trusts). A mount protects a directory entry only until the host
+/// replaces it; these are the entries the run watches (THREAT_MODEL 3.16).
+pub fn held(view: &[ViewEntry], masks: &[PathBuf]) -> Vec<(PathBuf, PathBuf)> {
+    use std::collections::HashMap;
+    let trees: HashMap<&Path, bool> = view
+        .iter()
+        .filter_map(|e| match e.what {
+            ViewKind::Read => Some((e.path.as_path(), false)),
+            ViewKind::Write => Some((e.path.as_path(), true)),
+            _ => None,
+        })
+        .collect();
+    // The nearest tree above `p` (not `p` itself), by ancestors: long lists stay cheap.
+    let tree_of = |p: &Path| {
+        let found = p
+            .ancestors()
+            .skip(1)
+            .find_map(|a| Some((a, *trees.get(a)?)));
+        found.map(|(t, w)| (t.to_path_buf(), w))
+    };
+    let masked = masks
+        .iter()
+        .filter_map(|m| Some((m.clone(), tree_of(m)?.0)));
+    let read_only = trees
+        .iter()
+        .filter(|(_, w)| !**w)
+        .filter_map(|(p, _)| match tree_of(p) {
+            Some((t, true)) => Some((p.to_path_buf(), t)),
+            _ => None,
+        });
+    let mut out: Vec<_> = masked.chain(read_only).collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Where the CA bundle is, inside a sandbox whose proxy intercepts TLS.
@@ -548,6 +596,37 @@ pub struct ProxySpec {
 #[cfg(test)]
 mod egress_tests {
     use super::*;
+
+    #[test]
+    fn a_view_holds_its_masks_and_its_read_only_paths_in_writable_trees() {
+        let e = |p: &str, what| ViewEntry::new(p.into(), what, None);
+        let view = [
+            e("/usr", ViewKind::Read),
+            e("/home/u", ViewKind::Read),
+            e("/home/u/proj", ViewKind::Write),
+            e("/home/u/proj/.git/config", ViewKind::Read),
+            e("/home/u/proj/target/release/wardcell", ViewKind::Read),
+            e("/home/u/.ssh", ViewKind::Mask),
+        ];
+        let masks = [
+            "/home/u/.ssh",
+            "/home/u/.aws",
+            "/home/u/proj/.env",
+            "/etc/wardcell",
+        ];
+        let masks: Vec<PathBuf> = masks.iter().map(PathBuf::from).collect();
+        let pair = |p: &str, t: &str| (PathBuf::from(p), PathBuf::from(t));
+        assert_eq!(
+            held(&view, &masks),
+            [
+                pair("/home/u/.aws", "/home/u"),
+                pair("/home/u/.ssh", "/home/u"),
+                pair("/home/u/proj/.env", "/home/u/proj"),
+                pair("/home/u/proj/.git/config", "/home/u/proj"),
+                pair("/home/u/proj/target/release/wardcell", "/home/u/proj"),
+            ]
+        );
+    }
 
     #[test]
     fn egress_ports_are_distinct_sorted_and_bounded() {

@@ -46,6 +46,7 @@ env.deny = [
     "GITHUB_*", "GITLAB_*", "NPM_CONFIG__AUTH*", "NPM_CONFIG_//*", "CARGO_REGISTRY_TOKEN",
     "CARGO_REGISTRIES_*", "TWINE_*", "DOCKER_AUTH_CONFIG", "VAULT_*", "PGPASSWORD",
     "MYSQL_PWD", "DATABASE_URL", "*_DATABASE_URL", "HISTFILE",
+    "PRIVATE_KEY", "*_KEY", "*_DSN", "*_WEBHOOK_URL", "*_WEBHOOK",
 ]
 
 [profiles.readonly]

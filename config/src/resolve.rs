@@ -363,6 +363,15 @@ fn resolve_effective(
             entry: s.path.clone(),
         });
     }
+    // Deny entries not there yet, held all the same (where they would be, links resolved).
+    let missing = |x: &PathBuf| {
+        std::fs::symlink_metadata(x).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+    };
+    let absent = p
+        .deny
+        .iter()
+        .filter_map(|e| paths::expand(e, home, cwd).ok());
+    let absent = absent.filter(missing).map(|x| real_prefix(&x)).collect();
     for secret in etc_secrets(&read, &write) {
         if !deny.contains(&secret) {
             deny.push(secret);
@@ -398,6 +407,7 @@ fn resolve_effective(
         read,
         write,
         deny,
+        absent,
         skipped,
         env: EnvPlan {
             deny: p.env_deny,
@@ -730,6 +740,17 @@ fn in_canonical_dir(p: &Path, known: &mut HashSet<PathBuf>) -> bool {
         known.insert(dir.to_path_buf());
     }
     canonical
+}
+
+/// `p` with its deepest existing ancestor canonical: where a missing path would be.
+fn real_prefix(p: &Path) -> PathBuf {
+    let found = p
+        .ancestors()
+        .find_map(|a| Some((a, std::fs::canonicalize(a).ok()?)));
+    match found {
+        Some((a, real)) => real.join(p.strip_prefix(a).unwrap_or(Path::new(""))),
+        None => p.to_path_buf(),
+    }
 }
 
 fn canonical_or_given(p: &Path) -> PathBuf {

@@ -268,6 +268,7 @@ fn run_first_sandbox(
     sb.retire_first();
     let (code, message) = sb.ended(run, &ended);
     run.end_entries();
+    run.guard.end();
     for line in run.check_git(&sb.name) {
         wardcell_common::eprintln_line!("{}", messages::git_code_appeared(&line, &run.plan.cwd));
     }
@@ -321,6 +322,10 @@ fn start_first(
         // Forwarded signals (and SIGWINCH with a pty, and SIGCHLD), read from a descriptor.
         let signals = sys::Signals::take(&signals::to_take(terminal.has_pty(), ignored))
             .map_err(|e| BrokerError::Sandbox(e.to_string()))?;
+        // What the views hold, watched from a thread that inherits the blocked signals.
+        let weak = Arc::downgrade(run);
+        run.guard
+            .start(move |p| weak.upgrade().iter().for_each(|r| r.lost(p)))?;
         // The plan writer exits right after sending the plan. Reaped here if it has, else
         // on the SIGCHLD the relay now reads: never a zombie for the whole run.
         if let Some(writer) = writer {

@@ -13,6 +13,7 @@ use wardcell_common::plan::Plan;
 
 use wardcell_host::entries::Entries;
 use wardcell_host::exe::Programs;
+use wardcell_host::guard::Guard;
 use wardcell_host::process::Watched;
 
 use crate::sys;
@@ -25,6 +26,8 @@ pub struct Run {
     pub dir: PathBuf,
     /// Every program the run may start, held open since it started.
     pub programs: Programs,
+    /// What the views hold against the host: replaced there, the run ends (`lost`).
+    pub guard: Guard,
     pub audit: AuditLog,
     /// The environment `wardcell run` started in (see spec::Request::host_env).
     pub host_env: Vec<(String, String)>,
@@ -65,6 +68,7 @@ impl Run {
             id,
             dir,
             programs,
+            guard: Guard::new(),
             audit,
             host_env,
             next_sandbox: AtomicU32::new(1),
@@ -113,6 +117,16 @@ impl Run {
         if self.audit.failure().is_some() {
             self.end_unaudited();
         }
+    }
+
+    /// A path a view held was replaced on the host (wardcell_host::guard): audited, said,
+    /// and every sandbox of the run ended.
+    pub fn lost(&self, path: &std::path::Path) {
+        // Ended first: every microsecond after the host's rename, the name is unprotected.
+        self.end_unaudited();
+        let fields = serde_json::json!({"path": path});
+        let _ = self.record("sandbox", "sandbox.protection_lost", fields);
+        wardcell_common::eprintln_line!("{}", wardcell_host::messages::protection_lost(path));
     }
 
     fn end_unaudited(&self) {

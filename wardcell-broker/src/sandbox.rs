@@ -236,6 +236,8 @@ pub fn complete<T>(
     spec.trace = wardcell_common::trace::spec(&run.id);
     (spec.processes, spec.pid_max) = (limits.nproc(), limits.pid_max());
     peer::stamp(&mut spec, &mark);
+    // What its view holds, watched before the shim opens anything (events queue until read).
+    run.guard.hold(&spec.held)?;
     tracing::debug!(zone = request.asked.zone, profile = %profile.name, "sandbox spec sent");
 
     // Hand it over.

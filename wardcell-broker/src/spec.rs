@@ -129,6 +129,7 @@ pub fn build_with(
     let profile = req.asked.profile;
     let own = own_dirs(req, exists, is_symlink)?;
     let (view, denied) = view_of(req, own)?;
+    let held = wardcell_common::plan::held(&view, &masks(req, &denied));
     let network = profile.network.enabled();
     let intercept = network && req.asked.authenticated && !profile.credentials.is_empty();
     // A CA bundle where the proxy intercepts, or where the host names CA files of its
@@ -174,6 +175,7 @@ pub fn build_with(
         processes: None,
         pid_max: None,
         trace: None,
+        held,
     })
 }
 
@@ -300,7 +302,7 @@ fn cwd_in(req: &Request<'_>, view: &[ViewEntry], mask: &[PathBuf]) -> Result<(),
 fn masks(req: &Request<'_>, denied: &[PathBuf]) -> Vec<PathBuf> {
     let profile = req.asked.profile;
     let mut mask: Vec<PathBuf> = profile.deny.clone();
-    mask.extend(denied.iter().cloned());
+    mask.extend(denied.iter().chain(&profile.absent).cloned());
     let named: Vec<&PathBuf> = profile.read.iter().chain(&profile.write).collect();
     for s in envrules::host_socket_dirs(req.host_env) {
         if !named.iter().any(|n| n.starts_with(&s)) {

@@ -15,6 +15,8 @@
 pub mod entries;
 pub mod error;
 pub mod exe;
+#[cfg_attr(target_os = "macos", path = "guard_macos.rs")]
+pub mod guard;
 pub mod launch;
 pub mod listener;
 pub mod messages;

@@ -236,6 +236,17 @@ pub fn chain_too_deep(target: &str, max: usize) -> String {
     )
 }
 
+/// The host side of a view could not be watched (the user's inotify limits).
+pub fn unheld(e: &std::io::Error) -> String {
+    format!("{e}: a sandbox's masks and read-only paths are watched on the host for the whole run, and this one's cannot be; raise fs.inotify.max_user_watches or narrow the profile")
+}
+
+/// A path a sandbox's view held was replaced on the host: the run is ended.
+pub fn protection_lost(path: &std::path::Path) -> String {
+    let path = wardcell_common::text::shown(&path.display().to_string()).into_owned();
+    format!("error: {path} was replaced, removed or created on the host while a sandbox of this run held it masked or read-only; every sandbox of the run was ended rather than let it see {path} unprotected")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

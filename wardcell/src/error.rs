@@ -21,6 +21,8 @@ pub enum Error {
     },
     /// No usable home directory.
     NoHome,
+    /// The home directory named is not an existing directory.
+    HomeMissing(std::path::PathBuf),
     /// The current directory cannot be determined.
     Cwd(io::Error),
     /// The plan cannot be written as JSON (a path that is not UTF-8).
@@ -59,6 +61,11 @@ impl fmt::Display for Error {
             ),
             Error::NoHome => f.write_str(
                 "cannot find your home directory: set HOME to its absolute path",
+            ),
+            Error::HomeMissing(h) => write!(
+                f,
+                "your home directory {} does not exist, and wardcell does not create it: create it, or set HOME to one that exists",
+                crate::output::shown(&h.display().to_string())
             ),
             Error::Cwd(e) => write!(
                 f,

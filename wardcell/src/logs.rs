@@ -370,6 +370,10 @@ fn summary(v: &Value) -> String {
                     .unwrap_or_default()
             })
         }
+        "sandbox.protection_lost" => format!(
+            "{} was replaced, removed or created on the host while held; every sandbox was ended",
+            w("path")
+        ),
         "sandbox.limit_reached" => format!(
             "sandbox {} reached its {} limit of {} ({}, counted {})",
             w("sandbox"),

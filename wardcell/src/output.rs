@@ -170,7 +170,11 @@ fn profile(out: &mut Vec<String>, p: &ProfilePlan, indent: &str) {
         "skipped",
         p.skipped
             .iter()
-            .map(|s| format!("{} {}: {}", s.rule, s.path, s.reason))
+            .map(|s| match (s.rule.as_str(), s.reason.as_str()) {
+                // Held all the same: created on the host during a run, it ends the run.
+                ("deny", "does not exist") => format!("deny {}: not there yet, held", s.path),
+                _ => format!("{} {}: {}", s.rule, s.path, s.reason),
+            })
             .collect(),
     );
     let tmp = std::path::Path::new("/tmp");

@@ -606,7 +606,7 @@ fn policy_show_json_is_the_resolved_plan() {
         "{text}"
     );
     assert!(text.contains("      git.example.com:443\n"), "{text}");
-    assert!(text.contains("deny ~/.aws: does not exist"), "{text}");
+    assert!(text.contains("deny ~/.aws: not there yet, held"), "{text}");
 
     let o = s.host(&[
         "policy",

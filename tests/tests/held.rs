@@ -1,0 +1,147 @@
+//! Masks and read-only paths hold for the whole run, whatever the host does to them
+//! (issue 35, item 2). A mount protects a directory entry only until the host replaces
+//! it; the run watches what its views hold and, the moment the host replaces, removes or
+//! creates one of those names, ends every sandbox, audits `sandbox.protection_lost` and
+//! says so in one line. What the host does elsewhere leaves the run alone. Real sandboxes,
+//! real git, as the invoking user and as the unprivileged uid.
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use wardcell_tests::{both, wait_until, Fixture, Out, Watched};
+
+/// A run that says it is ready, then reads `target` (relative to the home) once the test
+/// says go, and goes on for a while: it must never get there.
+const SCRIPT: &str = "touch ready; while [ ! -e go ]; do sleep 0.05; done
+cat ~/$TARGET; echo read=$?; sleep 2; echo survived";
+
+fn config(fx: &Fixture) {
+    fx.config(&format!(
+        "[zones.agent]\nprofile = \"dev\"\ndefault = true\n\n[profiles.dev]\nextends = \"developer-readonly\"\nread = [\"{}\"]\ndeny = [\"~/.secret\", \"~/.aws\"]\n",
+        fx.bin.display()
+    ));
+}
+
+/// Start the run reading `target`; once it is ready, do `change` on the host and wait
+/// for the run to end by itself (then say go, so a run the change did not end reads
+/// `target`, and fails the test in what it prints rather than hanging).
+fn run_while(fx: &Fixture, target: &str, change: impl FnOnce()) -> Out {
+    let mut cmd = fx.cmd(&["run", "--", "/bin/sh", "-c", SCRIPT]);
+    cmd.env("TARGET", target);
+    let mut run = Watched::spawn(fx, cmd, "held");
+    wait_until(20, "the run to start", || fx.proj.join("ready").exists());
+    change();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while run.child.try_wait().unwrap().is_none() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    fx.write(&fx.proj.join("go"), "");
+    run.finish(30).0
+}
+
+#[track_caller]
+fn ended_for(fx: &Fixture, out: &Out, path: &Path) {
+    assert!(
+        !out.stdout.contains("read="),
+        "the sandbox went on: {out:#?}"
+    );
+    assert!(!out.stdout.contains("new-secret"), "{out:#?}");
+    assert_ne!(out.code, 0, "{out:#?}");
+    let line = format!(
+        "error: {} was replaced, removed or created on the host while a sandbox of this run held it masked or read-only; every sandbox of the run was ended rather than let it see {} unprotected\n",
+        path.display(),
+        path.display()
+    );
+    assert!(out.stderr.contains(&line), "{out:#?}");
+    let runs = fx.home.join(".local/state/wardcell/runs");
+    let log = fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
+    let log = fs::read_to_string(log).unwrap();
+    let lost = format!(
+        r#""event":"sandbox.protection_lost","path":"{}""#,
+        path.display()
+    );
+    assert!(log.contains(&lost), "{log}");
+}
+
+/// Write `content` beside `path`, then rename it over `path` (as git, editors and
+/// credential helpers replace a file), as the fixture's user.
+fn replace(fx: &Fixture, path: &Path, content: &str) {
+    let tmp = path.with_extension("tmp");
+    fx.write(&tmp, content);
+    fs::rename(&tmp, path).unwrap();
+}
+
+both!(a_masked_file_replaced_on_the_host_ends_the_run, |fx| {
+    config(&fx);
+    let secret = fx.home.join(".secret");
+    fx.write(&secret, "old-secret\n");
+    let out = run_while(&fx, ".secret", || replace(&fx, &secret, "new-secret\n"));
+    ended_for(&fx, &out, &secret);
+});
+
+both!(a_masked_path_created_on_the_host_ends_the_run, |fx| {
+    config(&fx);
+    // `aws configure` after the run started: ~/.aws did not exist.
+    let aws = fx.home.join(".aws");
+    let out = run_while(&fx, ".aws/credentials", || {
+        fx.write(&aws.join("credentials"), "new-secret\n");
+    });
+    ended_for(&fx, &out, &aws);
+});
+
+both!(
+    git_config_on_the_host_ends_the_run_before_the_sandbox_can_write_it,
+    |fx| {
+        config(&fx);
+        let git = |args: &[&str]| {
+            let mut c = Command::new("git");
+            c.arg("-C").arg(&fx.proj).args(args).env("HOME", &fx.home);
+            if let Some((uid, gid)) = fx.who.ids() {
+                use std::os::unix::process::CommandExt;
+                c.uid(uid).gid(gid);
+            }
+            let out: Out = c.output().unwrap().into();
+            out.ok();
+        };
+        git(&["init", "-q"]);
+        // The sandbox would write `core.fsmonitor` into the config the host's git rewrote.
+        let script = "touch ready; while [ ! -e go ]; do sleep 0.05; done
+printf '[core]\\n\\tfsmonitor = touch pwned\\n' >> .git/config; echo wrote=$?; sleep 2";
+        let mut run = Watched::spawn(&fx, fx.cmd(&["run", "--", "/bin/sh", "-c", script]), "git");
+        wait_until(20, "the run to start", || fx.proj.join("ready").exists());
+        git(&["config", "user.name", "x"]);
+        wait_until(10, "the run to end", || {
+            run.child.try_wait().unwrap().is_some()
+        });
+        fx.write(&fx.proj.join("go"), "");
+        let (out, _) = run.finish(30);
+        assert!(!out.stdout.contains("wrote="), "{out:#?}");
+        let config = fs::read_to_string(fx.proj.join(".git/config")).unwrap();
+        assert!(!config.contains("fsmonitor"), "{config}");
+        assert!(
+            out.stderr
+                .contains(".git/config was replaced, removed or created on the host"),
+            "{out:#?}"
+        );
+    }
+);
+
+both!(what_the_host_does_elsewhere_leaves_the_run_alone, |fx| {
+    config(&fx);
+    fx.write(&fx.home.join(".secret"), "old-secret\n");
+    let script = "touch ready; while [ ! -e go ]; do sleep 0.05; done; echo done";
+    let mut run = Watched::spawn(&fx, fx.cmd(&["run", "--", "/bin/sh", "-c", script]), "calm");
+    wait_until(20, "the run to start", || fx.proj.join("ready").exists());
+    // Files beside the held ones, a file written in place: nothing is held there.
+    replace(&fx, &fx.home.join("notes.md"), "ls\n");
+    fx.write(&fx.home.join(".secret.bak"), "x");
+    fx.write(&fx.proj.join("notes.txt"), "x");
+    fs::write(fx.home.join(".secret"), "in place\n").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(run.child.try_wait().unwrap().is_none(), "the run ended");
+    fx.write(&fx.proj.join("go"), "");
+    let (out, _) = run.finish(30);
+    out.ok();
+    assert_eq!(out.stdout, "done\n", "{out:#?}");
+});
