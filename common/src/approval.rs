@@ -100,6 +100,11 @@ pub struct Entry<'a> {
     pub target: &'a ZonePlan,
     pub command: &'a [String],
     pub cwd: &'a str,
+    /// The command's executable as the target's view shows it, and the zones that may
+    /// write it (`why::command`); the names of the variables the caller set otherwise
+    /// than the run's environment (`envrules::entered`).
+    pub executable: &'a (Option<std::path::PathBuf>, Vec<String>),
+    pub env_changes: &'a [String],
 }
 
 /// The JSON object the plugin reads on its stdin (docs/PROTOCOL.md, section 7).
@@ -112,6 +117,9 @@ pub fn request(plan: &Plan, e: &Entry<'_>) -> Value {
         "chain": e.chain,
         "target": e.target.name,
         "command": e.command,
+        "executable": e.executable.0,
+        "executable_writable_by": e.executable.1,
+        "env_changes": e.env_changes,
         "cwd": e.cwd,
         "log": paths::run_log(&plan.dirs, e.run),
         "timeout_secs": e.target.approval_timeout_secs,
@@ -321,6 +329,50 @@ mod tests {
         }
     }
 
+    /// What `zone enter` shows of a command: its executable in the target's view, with
+    /// the entry's PATH, and which zones may write it.
+    #[test]
+    fn an_entered_commands_executable_and_who_may_write_it() {
+        // Not under /tmp: every sandbox has a /tmp of its own, never the host's.
+        let dir =
+            std::path::Path::new("/var/tmp").join(format!("wardcell-exe-{}", std::process::id()));
+        let bin = dir.join("proj/evilbin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let git = bin.join("git");
+        std::fs::write(&git, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&git, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let proj = dir.join("proj");
+        let mut agent = zone("agent", &[proj.to_str().unwrap()], &[], &[], &[]);
+        let mut appr = zone("appr", &[], &[], &[], &[]);
+        for z in [&mut agent, &mut appr] {
+            z.profile.read = vec!["/usr".into(), "/bin".into(), dir.clone()];
+        }
+        let p = plan(vec![agent, appr]);
+        let argv = ["git".to_string(), "status".to_string()];
+        let evil = format!("{}:/usr/bin:/bin", bin.display());
+        let env = [("PATH".to_string(), evil)];
+        let (exe, writers) = crate::why::command(&p, "appr", (&argv, &env, "/"), &[]);
+        assert_eq!(exe.as_deref(), Some(git.as_path()));
+        assert_eq!(writers, ["agent"]);
+        // With the run's PATH, the system's git (where this machine has one), written by none.
+        let env = [("PATH".to_string(), "/usr/bin:/bin".to_string())];
+        let (exe, writers) = crate::why::command(&p, "appr", (&argv, &env, "/"), &[]);
+        if let Some(exe) = exe {
+            assert!(
+                exe.starts_with("/usr/bin") || exe.starts_with("/bin"),
+                "{exe:?}"
+            );
+            assert!(writers.is_empty(), "{writers:?}");
+        }
+        // A zone not in the plan shows nothing.
+        assert_eq!(
+            crate::why::command(&p, "nope", (&argv, &env, "/"), &[]),
+            (None, vec![])
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn what_an_entry_adds() {
         let agent = zone("agent", &["/p", "/tmp"], &["crates.io:443"], &[], &[]);
@@ -390,8 +442,13 @@ mod tests {
                 target: &push,
                 command: &command,
                 cwd: "/p",
+                executable: &(Some("/usr/bin/git".into()), vec!["agent".into()]),
+                env_changes: &["GIT_SSH_COMMAND".to_string()],
             },
         );
+        assert_eq!(r["executable"], "/usr/bin/git");
+        assert_eq!(r["executable_writable_by"][0], "agent");
+        assert_eq!(r["env_changes"][0], "GIT_SSH_COMMAND");
         assert_eq!(r["log"], "/h/.local/state/wardcell/runs/r1.jsonl");
         assert_eq!(r["timeout_secs"], 600);
         assert_eq!(r["target"], "push");

@@ -132,6 +132,154 @@ pub fn filter(
     out
 }
 
+/// Variables a `zone enter` caller's environment never carries into the entered zone:
+/// what makes a loader, a shell, git or a language runtime run or read code the caller
+/// chose (`env PATH=~/proj/evilbin:$PATH wardcell zone enter ...`, `LD_PRELOAD`,
+/// `BASH_ENV`, `GIT_SSH_COMMAND`, `GIT_CONFIG_GLOBAL`). A profile that wants one sets it
+/// (`env.set`), which comes after. `PATH` is the run's own ([`entered`]).
+pub const ENTRY_REMOVED: &[&str] = &[
+    "LD_*",
+    "DYLD_*",
+    "GCONV_PATH",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LOCPATH",
+    "NLSPATH",
+    "MALLOC_*",
+    "BASH_ENV",
+    "ENV",
+    "BASH_FUNC_*",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "PROMPT_COMMAND",
+    "IFS",
+    "CDPATH",
+    "ZDOTDIR",
+    "GIT_*",
+    "SSH_ASKPASS*",
+    "SUDO_ASKPASS",
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "MANPAGER",
+    "BROWSER",
+    "PYTHONSTARTUP",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "PYTHONINSPECT",
+    "PYTHONBREAKPOINT",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "NODE_REPL_EXTERNAL_MODULE",
+    "PERL5OPT",
+    "PERL5LIB",
+    "PERLLIB",
+    "PERL5DB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "CLASSPATH",
+    "LUA_INIT*",
+    "LUA_PATH*",
+    "LUA_CPATH*",
+    "TCLLIBPATH",
+    "PHPRC",
+    "PHP_INI_SCAN_DIR",
+    "RUSTC_WRAPPER",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "CARGO_BUILD_RUSTC*",
+    "CARGO_TARGET_*_RUNNER",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "NPM_CONFIG_*",
+    "npm_config_*",
+    "PIP_*",
+    "UV_*",
+    "GEM_HOME",
+    "GEM_PATH",
+    "BUNDLE_*",
+    "GOFLAGS",
+    "GOPATH",
+    "GOROOT",
+    "GOTOOLCHAIN",
+    "XDG_CONFIG_HOME",
+    "XDG_CONFIG_DIRS",
+    "XDG_DATA_HOME",
+    "XDG_DATA_DIRS",
+    "SSL_CERT_*",
+    "CURL_CA_BUNDLE",
+    "CURL_HOME",
+    "WGETRC",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "TERMINFO",
+    "TERMINFO_DIRS",
+    "INPUTRC",
+    "HOME",
+];
+
+/// A `zone enter` caller's environment as the entered command gets it, before its
+/// profile's rules: [`ENTRY_REMOVED`] and `PATH` are the environment's `wardcell run`
+/// started in (`host`: the user's own, as the first sandbox got them), never the
+/// caller's. Returns it and the names the caller set that differ from `host`'s, sorted:
+/// what the approval request shows the caller's environment changes.
+pub fn entered(
+    caller: Vec<(String, String)>,
+    host: &[(String, String)],
+) -> (Vec<(String, String)>, Vec<String>) {
+    let own = |k: &str| host.iter().find(|(h, _)| h == k).map(|(_, v)| v);
+    let mut changed: Vec<String> = caller
+        .iter()
+        .filter(|(k, v)| own(k) != Some(v))
+        .map(|(k, _)| k.clone())
+        .collect();
+    changed.sort();
+    changed.dedup();
+    let removed = |k: &str| ENTRY_REMOVED.iter().any(|p| glob_match(p, k)) || k == "PATH";
+    let mut out: Vec<(String, String)> = caller.into_iter().filter(|(k, _)| !removed(k)).collect();
+    out.extend(host.iter().filter(|(k, _)| removed(k)).cloned());
+    (out, changed)
+}
+
+/// Where `command` (an entered command's `argv[0]`) is, looked up as `execvp` would in the
+/// entered sandbox: itself when it names a path (relative to `cwd`), else the first
+/// regular, executable file of that name in `path`'s directories that `in_view` says the
+/// entered zone's view shows. `None`: not found there.
+pub fn resolve(
+    command: &str,
+    path: Option<&str>,
+    cwd: &Path,
+    in_view: &dyn Fn(&Path) -> bool,
+) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &Path| {
+        in_view(p)
+            && std::fs::metadata(p)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if command.contains('/') {
+        return Some(cwd.join(command));
+    }
+    let dirs = path
+        .unwrap_or("/usr/bin:/bin")
+        .split(':')
+        .filter(|d| d.starts_with('/'));
+    dirs.map(|d| Path::new(d).join(command))
+        .find(|p| runnable(p))
+}
+
 /// The loopback names NO_PROXY may hold, as NO_PROXY writes them.
 pub const LOOPBACK_NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
 
@@ -228,6 +376,85 @@ pub const SYSTEM_ROOTS: &[&str] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_keeps_the_runs_loader_shell_and_tool_variables_never_the_callers() {
+        let v = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let host = v(&[
+            ("PATH", "/usr/bin:/bin"),
+            ("HOME", "/home/u"),
+            ("CARGO_HOME", "/opt/cargo"),
+            ("LANG", "C"),
+        ]);
+        let caller = v(&[
+            ("PATH", "/home/u/proj/evilbin:/usr/bin:/bin"),
+            ("LD_PRELOAD", "/home/u/proj/evil.so"),
+            ("BASH_ENV", "/home/u/proj/rc"),
+            ("GIT_SSH_COMMAND", "sh -c evil"),
+            ("GIT_CONFIG_GLOBAL", "/home/u/proj/gitconfig"),
+            ("NODE_OPTIONS", "--require /home/u/proj/x.js"),
+            ("CARGO_HOME", "/home/u/proj/cargo"),
+            ("LANG", "C"),
+            ("MY_FLAG", "1"),
+        ]);
+        let (env, changed) = entered(caller, &host);
+        let mut env = env;
+        env.sort();
+        assert_eq!(
+            env,
+            v(&[
+                ("CARGO_HOME", "/opt/cargo"),
+                ("HOME", "/home/u"),
+                ("LANG", "C"),
+                ("MY_FLAG", "1"),
+                ("PATH", "/usr/bin:/bin")
+            ])
+        );
+        assert_eq!(
+            changed,
+            [
+                "BASH_ENV",
+                "CARGO_HOME",
+                "GIT_CONFIG_GLOBAL",
+                "GIT_SSH_COMMAND",
+                "LD_PRELOAD",
+                "MY_FLAG",
+                "NODE_OPTIONS",
+                "PATH"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_entered_command_is_looked_up_where_its_view_shows_it() {
+        let cwd = Path::new("/home/u/proj");
+        let all = |_: &Path| true;
+        assert_eq!(
+            resolve("sh", Some("/nonexistent:/bin"), cwd, &all),
+            Some(PathBuf::from("/bin/sh"))
+        );
+        // A directory the view does not show is passed over.
+        let no_bin = |p: &Path| !p.starts_with("/bin");
+        assert_eq!(
+            resolve("sh", Some("/bin:/usr/bin"), cwd, &no_bin),
+            Some(PathBuf::from("/usr/bin/sh"))
+        );
+        assert_eq!(
+            resolve("./x", None, cwd, &all),
+            Some(PathBuf::from("/home/u/proj/./x"))
+        );
+        assert_eq!(
+            resolve("no-such-command-here", Some("/bin"), cwd, &all),
+            None
+        );
+        // Relative entries of PATH are never looked in.
+        assert_eq!(resolve("sh", Some("bin:."), Path::new("/"), &all), None);
+    }
 
     #[test]
     fn sandbox_tools_go_first_from_beside_the_client_then_the_package() {

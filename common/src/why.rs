@@ -293,6 +293,39 @@ fn decide_path(rules: &Rules, path: &Path, write: bool) -> Verdict {
     }
 }
 
+/// An entered command's executable (`argv[0]` looked up as the sandbox will, with the
+/// `PATH` of `env`, the entry's: `envrules::resolve`) as the view of `target` (a zone of
+/// `plan`; none for another name) shows it, and the zones of `plan` whose sandboxes may
+/// write it: what the approval request and `audit.decision` show of the command. A
+/// sandbox's own `/tmp`, `/dev` and `/proc` are never the host's, so nothing there is
+/// looked at. `host_env` is the environment `wardcell run` started in.
+pub fn command(
+    plan: &Plan,
+    target: &str,
+    (argv, env, cwd): (&[String], &[(String, String)], &str),
+    host_env: &[(String, String)],
+) -> (Option<PathBuf>, Vec<String>) {
+    let (Some(target), Some(argv0)) = (plan.zone(target), argv.first()) else {
+        return (None, Vec::new());
+    };
+    let sockets = crate::envrules::host_socket_dirs(host_env);
+    let rules = |z: &crate::plan::ZonePlan| Rules::of(plan, &z.profile, Some(&z.name), &sockets);
+    let own = |p: &Path| OWN.iter().any(|(o, _, _)| p.starts_with(o));
+    let may = |r: &Rules, p: &Path, write| !own(p) && decide_path(r, p, write).allowed;
+    let target = rules(target);
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    let exe = crate::envrules::resolve(argv0, path, Path::new(cwd), &|p| may(&target, p, false));
+    let writers = exe.iter().flat_map(|e| {
+        let writes = plan.zones.iter().filter(move |z| may(&rules(z), e, true));
+        writes.map(|z| z.name.clone())
+    });
+    let writers = writers.collect();
+    (exe, writers)
+}
+
 /// `*.example.com` matches names under example.com, not example.com itself; hosts in
 /// any case, without a trailing dot; IPv6 with or without brackets.
 fn matches(entry: &str, host: &str, port: u16) -> bool {

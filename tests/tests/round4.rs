@@ -36,3 +36,83 @@ both!(secret_shaped_variables_stay_outside, |fx| {
     }
     assert!(out.stdout.contains("KEYBOARD=kept\n"), "{out:#?}");
 });
+
+/// Zones `agent` (writes the project) and `appr` (asks a plugin outside the project that
+/// keeps each request it gets in `outside/requests` and approves).
+fn entry_config(fx: &wardcell_tests::Fixture) {
+    let plugin = fx.outside.join("approve.sh");
+    let requests = fx.outside.join("requests");
+    fx.write(
+        &plugin,
+        &format!(
+            "#!/bin/sh\nhead -n 1 >> {}\necho '{{\"approved\": true}}'\n",
+            requests.display()
+        ),
+    );
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    fx.config(&format!(
+        "[zones.agent]\nprofile = \"dev\"\ndefault = true\n\n[zones.appr]\nprofile = \"dev\"\nenter_from = [\"agent\"]\nrequires_approval = true\n\n[approval]\nplugin = [\"{}\"]\n\n[profiles.dev]\nextends = \"developer-readonly\"\nread = [\"{}\"]\n",
+        plugin.display(),
+        fx.bin.display()
+    ));
+}
+
+// What the approver approves is what runs: the caller's PATH, loader and shell variables
+// stay behind; the request and the audit show the executable found with the run's PATH,
+// and what the caller's environment changed.
+both!(an_entry_runs_what_was_approved_with_the_runs_path, |fx| {
+    entry_config(&fx);
+    let evil = fx.proj.join("evilbin");
+    let marker = fx.outside.join("evil-ran");
+    fx.write(
+        &evil.join("env"),
+        &format!("#!/bin/sh\ntouch {}\n", marker.display()),
+    );
+    std::fs::set_permissions(
+        evil.join("env"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let script = format!(
+        "PATH={}:$PATH LD_PRELOAD=/nonexistent.so BASH_ENV=/x GIT_SSH_COMMAND=evil wardcell zone enter appr -- env",
+        evil.display()
+    );
+    let out = fx.sh(&script);
+    out.ok();
+    assert!(!marker.exists(), "the caller's own env ran: {out:#?}");
+    for gone in ["LD_PRELOAD=", "BASH_ENV=", "GIT_SSH_COMMAND=", "evilbin"] {
+        assert!(!out.stdout.contains(gone), "{gone}: {out:#?}");
+    }
+    let requests = std::fs::read_to_string(fx.outside.join("requests")).unwrap();
+    let request: serde_json::Value =
+        serde_json::from_str(requests.lines().next().unwrap()).unwrap();
+    let exe = request["executable"].as_str().unwrap_or_default();
+    assert!(
+        exe.ends_with("/env") && !exe.contains("evilbin"),
+        "{request}"
+    );
+    assert_eq!(
+        request["executable_writable_by"],
+        serde_json::json!([]),
+        "{request}"
+    );
+    let changes = request["env_changes"].to_string();
+    for name in ["PATH", "LD_PRELOAD", "BASH_ENV", "GIT_SSH_COMMAND"] {
+        assert!(changes.contains(name), "{name}: {request}");
+    }
+});
+
+// Only what a command may be given is its stdio: a namespace's descriptor is refused.
+both!(a_namespace_descriptor_is_no_stdio, |fx| {
+    entry_config(&fx);
+    let out = fx.sh("wardcell zone enter appr -- /bin/true < /proc/self/ns/net; echo rc=$?");
+    assert!(out.stdout.contains("rc=1\n"), "{out:#?}");
+    assert!(
+        out.stderr.contains("stdin is a kernel object, not a file: `wardcell zone enter` passes on only pipes, sockets, character devices and regular files"),
+        "{out:#?}"
+    );
+    assert!(
+        !fx.outside.join("requests").exists(),
+        "the plugin was asked"
+    );
+});

@@ -22,13 +22,17 @@ const HELPERS: &[&str] = &[
 /// A build of wardcell inside the project, as `cargo build --release` leaves one, and the
 /// client in it.
 fn build_in_project(fx: &Fixture) -> PathBuf {
-    let release = fx.proj.join("target/release");
-    fs::create_dir_all(&release).unwrap();
+    build_in(fx, &fx.proj.join("target/release"))
+}
+
+/// A build of wardcell in `release`, and the client in it.
+fn build_in(fx: &Fixture, release: &Path) -> PathBuf {
+    fs::create_dir_all(release).unwrap();
     for name in HELPERS {
         fs::copy(fx.bin.join(name), release.join(name)).unwrap();
         fs::set_permissions(release.join(name), fs::Permissions::from_mode(0o755)).unwrap();
     }
-    fx.own(&fx.proj);
+    fx.own(&fx.dir);
     release.join("wardcell")
 }
 
@@ -45,13 +49,18 @@ fn put_script(fx: &Fixture, path: &Path, body: &str) {
 /// whose command is in the project) and `appr` (asks the plugin in the project, which
 /// refuses).
 fn config(fx: &Fixture) {
-    let (proj, bin) = (fx.proj.display(), fx.bin.display());
+    config_with(fx, &fx.proj)
+}
+
+/// [`config`] with the plugin and the command in `dir`.
+fn config_with(fx: &Fixture, dir: &Path) {
+    let (proj, bin) = (dir.display(), fx.bin.display());
     put_script(
         fx,
-        &fx.proj.join("approve.sh"),
+        &dir.join("approve.sh"),
         r#"read l; echo '{"approved": false, "reason": "the original plugin"}'"#,
     );
-    put_script(fx, &fx.proj.join("token.sh"), "echo original-token");
+    put_script(fx, &dir.join("token.sh"), "echo original-token");
     fx.config(&format!(
         r#"
 [zones.agent]
@@ -142,13 +151,14 @@ wardcell zone enter appr -- /bin/echo approved-entry; echo appr=$?
     assert!(before == after, "a trusted file changed: {out:#?}");
 });
 
+// The run's own programs, outside every tree a sandbox holds (so nothing of them is in
+// any view), replaced on the host mid-run (a rebuild, an edit): the run goes on with the
+// files it opened, and no replacement ever runs.
 both!(what_runs_is_what_was_opened_when_the_run_started, |fx| {
-    let client = build_in_project(&fx);
-    config(&fx);
-    let release = fx.proj.join("target/release");
+    let release = fx.outside.join("build");
+    let client = build_in(&fx, &release);
+    config_with(&fx, &fx.outside);
     let marker = fx.outside.join("replacement-ran");
-    // The host replaces the helpers, the plugin and the command mid-run (a rebuild, an
-    // edit): the run goes on with the files it opened, and no replacement ever runs.
     let script = "touch ready; while [ ! -e go ]; do sleep 0.05; done
 wardcell zone enter other -- /bin/echo entered-other
 wardcell zone enter push -- /bin/true && echo entered-push
@@ -160,8 +170,8 @@ wardcell zone enter appr -- /bin/true; echo appr=$?";
     for path in [
         release.join("wardcell-shim"),
         release.join("wardcell-proxy"),
-        fx.proj.join("approve.sh"),
-        fx.proj.join("token.sh"),
+        fx.outside.join("approve.sh"),
+        fx.outside.join("token.sh"),
     ] {
         put_script(&fx, &path, &evil);
     }
@@ -171,6 +181,33 @@ wardcell zone enter appr -- /bin/true; echo appr=$?";
     assert!(out.stdout.contains("entered-push\n"), "{out:#?}");
     assert!(out.stdout.contains("appr=1\n"), "{out:#?}");
     assert!(out.stderr.contains("the original plugin"), "{out:#?}");
+    assert!(!marker.exists(), "a replaced program ran: {out:#?}");
+});
+
+// The same in the project, where every view holds them read-only: the host replacing
+// one ends the run at once (3.16), and no replacement runs either.
+both!(a_program_replaced_in_the_project_ends_the_run, |fx| {
+    let client = build_in_project(&fx);
+    config(&fx);
+    let marker = fx.outside.join("replacement-ran");
+    let script = "touch ready; while [ ! -e go ]; do sleep 0.05; done
+wardcell zone enter push -- /bin/true; echo push=$?";
+    let cmd = fx.cmd_of(&client, &["run", "--", "/bin/sh", "-c", script]);
+    let mut run = Watched::spawn(&fx, cmd, "replaced");
+    wait_until(20, "the run to start", || fx.proj.join("ready").exists());
+    let proxy = fx.proj.join("target/release/wardcell-proxy");
+    put_script(&fx, &proxy, &format!("touch {}", marker.display()));
+    wait_until(10, "the run to end", || {
+        run.child.try_wait().unwrap().is_some()
+    });
+    fx.write(&fx.proj.join("go"), "");
+    let (out, _) = run.finish(30);
+    assert!(!out.stdout.contains("push="), "{out:#?}");
+    let line = format!(
+        "error: {} was replaced, removed or created on the host",
+        proxy.display()
+    );
+    assert!(out.stderr.contains(&line), "{out:#?}");
     assert!(!marker.exists(), "a replaced program ran: {out:#?}");
 });
 

@@ -29,7 +29,7 @@ use wardcell_common::auditlog::{Rate, COUNTED_PER_SECOND};
 use wardcell_common::envrules;
 use wardcell_common::plan::ZonePlan;
 use wardcell_common::protocol::{self, ZoneEntry, ZoneRequest, ZoneResponse};
-use wardcell_common::why::Rules;
+use wardcell_common::why::{self, Rules};
 
 use crate::peer::{self, Peer};
 use crate::run::{Entry, Run};
@@ -174,11 +174,21 @@ impl Supervisor {
         if let Err(why) = session.on(Event::Descriptors) {
             return self.closed(&peer, &why);
         }
+        // The caller's loader, shell and tool variables never pass (envrules::entered).
+        let (env, env_changes) = envrules::entered(env, &self.run.host_env);
+        let executable = why::command(
+            &self.run.plan,
+            &target,
+            (&argv, &env, peer.cwd()),
+            &self.run.host_env,
+        );
         let asked = Asked {
             peer: &peer,
             target,
             argv,
             env,
+            env_changes,
+            executable,
             stdio,
         };
         self.enter(&mut conn, &mut session, asked);
@@ -301,6 +311,8 @@ impl Supervisor {
             target: zone,
             command: &asked.argv,
             cwd: asked.peer.cwd(),
+            executable: &asked.executable,
+            env_changes: &asked.env_changes,
         };
         let request = approval::request(plan, &entry);
         let Some(held) = self.run.entry() else {
@@ -486,8 +498,14 @@ struct Asked<'a> {
     target: String,
     argv: Vec<String>,
     env: Vec<(String, String)>,
+    /// The names the caller set otherwise than the run's environment.
+    env_changes: Vec<String>,
+    executable: Executable,
     stdio: [Option<OwnedFd>; 3],
 }
+
+/// An entered command's executable, and the zones that may write it (why::command).
+type Executable = (Option<PathBuf>, Vec<String>);
 
 impl Asked<'_> {
     /// An `audit.decision` event's fields.
@@ -501,7 +519,9 @@ impl Asked<'_> {
         let (cwd, pid) = (self.peer.cwd(), self.peer.pid());
         json!({
             "calling_zone": sup.zone(), "chain": sup.chain, "target": self.target,
-            "command": self.argv, "cwd": cwd, "pid": pid, "decision": decision,
+            "command": self.argv, "executable": self.executable.0,
+            "executable_writable_by": self.executable.1, "env_changes": self.env_changes,
+            "cwd": cwd, "pid": pid, "decision": decision,
             "reason": reason, "approval": plugin.map(approval::Answer::to_json),
         })
     }

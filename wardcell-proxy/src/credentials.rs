@@ -231,12 +231,27 @@ fn decodes_plainly(b: &[u8]) -> Result<(), &'static str> {
     if decoded.contains(&0) {
         return Err("it has an encoded NUL (`%00`)");
     }
-    if std::str::from_utf8(&decoded).is_err() {
+    let Ok(text) = std::str::from_utf8(&decoded) else {
         return Err(
             "its escapes decode to bytes that are not UTF-8 (an overlong or broken sequence)",
         );
+    };
+    if text.chars().any(folds_to_syntax) {
+        return Err("it has a character a server may fold into `.`, `/`, `\\`, `;` or `%` (a fullwidth or compatibility form)");
     }
     Ok(())
+}
+
+/// A character Unicode compatibility normalisation (NFKC, which servers and frameworks
+/// apply) or IDNA-style mapping turns into path syntax, or into ASCII at all: every
+/// fullwidth ASCII form (U+FF01 to U+FF5E, `．` and `／` among them), the halfwidth
+/// ideographic full stop, and the dot, slash, backslash, semicolon and percent look-alikes.
+fn folds_to_syntax(c: char) -> bool {
+    const LOOK_ALIKES: &[char] = &[
+        '\u{2024}', '\u{2025}', '\u{2026}', '\u{FE52}', '\u{3002}', '\u{FF61}', '\u{2215}',
+        '\u{2044}', '\u{29F8}', '\u{FE68}', '\u{FE54}', '\u{FE6A}', '\u{2216}', '\u{29F5}',
+    ];
+    ('\u{FF01}'..='\u{FF5E}').contains(&c) || LOOK_ALIKES.contains(&c)
 }
 
 /// `host` or `host:port` from a credential's `hosts`: without a port, 443.
@@ -894,6 +909,13 @@ mod tests {
             ("/a/%ED%A0%80", "not UTF-8"),
             ("/a/%C3", "not UTF-8"),
             ("/a/%FF", "not UTF-8"),
+            // Fullwidth dots and slash (U+FF0E, U+FF0F), escaped and raw, and look-alikes.
+            ("/company/%EF%BC%8E%EF%BC%8E/secret", "fold"),
+            ("/company/\u{FF0E}\u{FF0E}/secret", "fold"),
+            ("/company\u{FF0F}..", "fold"),
+            ("/a/\u{2024}\u{2024}/b", "fold"),
+            ("/a/%E2%88%95b", "fold"),
+            ("/a/%EF%BD%81", "fold"),
         ] {
             let e = normalise_path(raw).unwrap_err();
             assert!(e.contains(why), "{raw}: {e}");

@@ -84,11 +84,34 @@ pub fn unfit_stdio(fd: BorrowedFd<'_>) -> Option<&'static str> {
         return Some("a descriptor that cannot be inspected");
     };
     match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG if kernel_object(fd) => Some("a kernel object, not a file"),
         libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR | libc::S_IFREG => None,
         libc::S_IFDIR => Some("a directory"),
         libc::S_IFBLK => Some("a block device"),
         _ => Some("neither a pipe, a socket, a character device nor a regular file"),
     }
+}
+
+/// Whether a "regular file" is one of the kernel's own: a namespace (nsfs), a process
+/// (pidfs), an anonymous inode, a file of /proc or /sys, a BPF object. None is a command's
+/// stdio; an unreadable file system counts as one.
+#[cfg(target_os = "linux")]
+fn kernel_object(fd: BorrowedFd<'_>) -> bool {
+    const KERNEL: [i64; 6] = [
+        0x6e73_6673,
+        0x5049_4446,
+        0x0904_1934,
+        0x9fa0,
+        0x6265_6572,
+        0xcafe_4a11,
+    ];
+    let fs = nix::sys::statfs::fstatfs(fd).map(|s| s.filesystem_type().0 as i64);
+    fs.map_or(true, |t| KERNEL.contains(&t))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn kernel_object(_fd: BorrowedFd<'_>) -> bool {
+    false
 }
 
 /// Send `fds` with a 1-byte message ('F') by SCM_RIGHTS (to a proxy: Linux only so far).
@@ -179,6 +202,22 @@ pub unsafe fn dispositions_for_exec(ignored: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn kernel_objects_are_no_stdio() {
+        use std::os::fd::AsFd;
+        for k in ["/proc/self/ns/net", "/proc/self/status"] {
+            let f = std::fs::File::open(k).unwrap();
+            assert_eq!(
+                unfit_stdio(f.as_fd()),
+                Some("a kernel object, not a file"),
+                "{k}"
+            );
+        }
+        let f = std::fs::File::open("/etc/hostname").unwrap();
+        assert_eq!(unfit_stdio(f.as_fd()), None);
+    }
     use std::os::unix::net::UnixStream;
 
     #[test]
