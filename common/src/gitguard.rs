@@ -71,13 +71,16 @@ const MAX_REPORTED: usize = 64;
 /// A configuration file larger than this is reported rather than parsed.
 const MAX_CONFIG: u64 = 1 << 20;
 
+/// A configuration file's entries that are not known to be harmless ([`untrusted`]).
+type Keys = Vec<(String, Option<Vec<u8>>)>;
+
 /// The snapshot of one repository, taken when the run starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watch {
     cwd: PathBuf,
     /// What each path was (its kind, and a config's code-running keys), by path: a
     /// sandbox may leave 20,000 hooks, and each is looked up.
-    before: std::collections::BTreeMap<PathBuf, (Seen, Vec<String>)>,
+    before: std::collections::BTreeMap<PathBuf, (Seen, Keys)>,
 }
 
 /// Everything under `cwd` that can make git run code, as it is now. Only when a sandbox
@@ -94,7 +97,7 @@ pub fn watch(cwd: &Path, writable: bool) -> Option<Watch> {
 
 /// The git directory a `.git` file names (`gitdir: PATH`, relative to `cwd`).
 fn gitdir_of(cwd: &Path, dot_git: &Path) -> Option<PathBuf> {
-    let text = read_small(dot_git, 4096)?;
+    let text = String::from_utf8(read_small(dot_git, 4096)?).ok()?;
     let line = text.lines().next()?.trim();
     let dir = line.strip_prefix("gitdir:")?.trim();
     Some(if dir.starts_with('/') {
@@ -104,15 +107,15 @@ fn gitdir_of(cwd: &Path, dot_git: &Path) -> Option<PathBuf> {
     })
 }
 
-fn survey(cwd: &Path) -> Vec<(PathBuf, Role, Seen, Vec<String>)> {
-    let mut out: Vec<(PathBuf, Role, Seen, Vec<String>)> = Vec::new();
+fn survey(cwd: &Path) -> Vec<(PathBuf, Role, Seen, Keys)> {
+    let mut out: Vec<(PathBuf, Role, Seen, Keys)> = Vec::new();
     let dot_git = cwd.join(".git");
     let add = |p: PathBuf, role: Role, out: &mut Vec<_>| {
         let s = seen(&p);
         let keys = match (&role, &s) {
             (Role::Config, Seen::File { size, .. }) if *size <= MAX_CONFIG => {
                 read_small(&p, MAX_CONFIG)
-                    .map(|t| code_keys(&t))
+                    .map(|t| untrusted(&t))
                     .unwrap_or_default()
             }
             _ => Vec::new(),
@@ -189,12 +192,38 @@ fn survey(cwd: &Path) -> Vec<(PathBuf, Role, Seen, Vec<String>)> {
             }
         }
     }
+    // The files those configurations include (`include.path`, `includeIf.*.path`, as a
+    // path relative to the including file or absolute), and theirs, as git follows them
+    // (at most ten deep): each is read as a configuration too.
+    let mut i = 0;
+    while i < out.len() && out.len() < MAX_ENTRIES {
+        let (file, role, _, keys) = &out[i];
+        let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        let included: Vec<PathBuf> = match role {
+            Role::Config => keys
+                .iter()
+                .filter(|(k, _)| {
+                    k == "include.path" || k.starts_with("includeif.") && k.ends_with(".path")
+                })
+                .filter_map(|(_, v)| String::from_utf8(v.clone()?).ok())
+                .filter(|v| !v.starts_with('~'))
+                .map(|v| dir.join(v))
+                .collect(),
+            _ => Vec::new(),
+        };
+        for f in included.into_iter().take(16) {
+            if !out.iter().any(|(p, ..)| *p == f) {
+                add(f, Role::Config, &mut out);
+            }
+        }
+        i += 1;
+    }
     out
 }
 
 /// The common directory a git directory's `commondir` names, if it has one.
 fn common_dir(g: &Path) -> Option<PathBuf> {
-    let common = read_small(&g.join("commondir"), 4096)?;
+    let common = String::from_utf8(read_small(&g.join("commondir"), 4096)?).ok()?;
     let c = PathBuf::from(common.trim());
     Some(if c.is_absolute() { c } else { g.join(c) })
 }
@@ -220,94 +249,33 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Config keys whose value git runs, or that point git at code: `section.key` with any
-/// subsection left out (`gpg.ssh.defaultKeyCommand` is `gpg.defaultkeycommand`), lower
-/// case; `section.*` for every key of a section.
-const RUNS_CODE: &[&str] = &[
-    "core.hookspath",
-    "core.fsmonitor",
-    "core.sshcommand",
-    "core.editor",
-    "core.pager",
-    "core.askpass",
-    "core.gitproxy",
-    "core.alternaterefscommand",
-    "core.worktree",
-    "sequence.editor",
-    "diff.external",
-    "diff.textconv",
-    "diff.command",
-    "merge.driver",
-    "mergetool.cmd",
-    "difftool.cmd",
-    "filter.clean",
-    "filter.smudge",
-    "filter.process",
-    "credential.helper",
-    "gpg.program",
-    "gpg.defaultkeycommand",
-    "include.path",
-    "includeif.path",
-    "uploadpack.packobjectshook",
-    "remote.uploadpack",
-    "remote.receivepack",
-    "remote.vcs",
-    "submodule.update",
-    "trailer.command",
-    "trailer.cmd",
-    "protocol.allow",
-    "extensions.worktreeconfig",
-    "pager.*",
-    "alias.*",
-    "man.*",
-    "web.browser",
-    "browser.*",
-];
-
-/// Code-running keys set in a git config file's text, as `section.key` (first of each).
-pub fn code_keys(text: &str) -> Vec<String> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut section = String::new();
-    let mut out: Vec<String> = Vec::new();
-    for line in text.lines() {
-        let line = line.trim();
-        if let Some(inner) = line.strip_prefix('[') {
-            // [section], [section "subsection"] or [section.subsection].
-            let name: String = inner
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
-                .collect();
-            section = name.to_ascii_lowercase();
-            // A key may follow on the same line: `[core] hooksPath = x`.
-            let rest = line.split_once(']').map(|(_, r)| r.trim()).unwrap_or("");
-            check(&section, rest, &mut out);
-            continue;
-        }
-        check(&section, line, &mut out);
+/// What a configuration file's bytes hold that git might run code with: every entry
+/// whose key is not known to be harmless (`gitconfig::HARMLESS`), as git reads the file
+/// (`gitconfig::parse`), as `section.key` for reports with its value to compare. A file
+/// git cannot read is one entry, `(unreadable)`: git refuses it, another reader may not.
+pub fn untrusted(text: &[u8]) -> Vec<(String, Option<Vec<u8>>)> {
+    match crate::gitconfig::parse(text) {
+        Ok(entries) => entries
+            .into_iter()
+            .filter(|e| !crate::gitconfig::harmless(&e.key))
+            .map(|e| (e.key, e.value))
+            .collect(),
+        Err(bad) => vec![(format!("(unreadable from line {})", bad.0), None)],
     }
-    out
 }
 
-fn check(section: &str, line: &str, out: &mut Vec<String>) {
-    if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
-        return;
+/// The names of the entries of `now` that `was` lacked (a new key, or a new value of
+/// one), each once, in order.
+fn new_keys(now: &[(String, Option<Vec<u8>>)], was: &[(String, Option<Vec<u8>>)]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (k, _) in now.iter().filter(|e| !was.contains(e)) {
+        // Subsections as written can hold anything a sandbox chose: shown escaped.
+        let k = crate::text::shown(k).into_owned();
+        if !out.contains(&k) {
+            out.push(k);
+        }
     }
-    let key: String = line
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
-        .collect::<String>()
-        .to_ascii_lowercase();
-    if key.is_empty() {
-        return;
-    }
-    let full = format!("{section}.{key}");
-    let hit = RUNS_CODE.iter().any(|k| match k.strip_suffix(".*") {
-        Some(s) => s == section,
-        None => *k == full,
-    });
-    if hit && !out.contains(&full) {
-        out.push(full);
-    }
+    out
 }
 
 /// What changed since the snapshot that can make git run code, one line each naming the
@@ -343,12 +311,11 @@ pub fn changes(w: &Watch) -> Vec<String> {
                     format!("{path:?} (changed, and too large to check)")
                 }
                 Seen::File { .. } => {
-                    let new: Vec<&String> = keys.iter().filter(|k| !old_keys.contains(k)).collect();
+                    let new = new_keys(keys, &old_keys);
                     if new.is_empty() {
                         continue;
                     }
-                    let names: Vec<&str> = new.iter().map(|k| k.as_str()).collect();
-                    format!("{path:?} ({})", names.join(", "))
+                    format!("{path:?} ({})", new.join(", "))
                 }
                 _ => format!("{path:?} (not a plain file: git may still read it)"),
             },
@@ -361,9 +328,8 @@ pub fn changes(w: &Watch) -> Vec<String> {
     out
 }
 
-/// A regular file's text, opened without following a link or blocking, at most `max`
-/// bytes.
-fn read_small(path: &Path, max: u64) -> Option<String> {
+/// A regular file's bytes, opened without following a link or blocking, at most `max`.
+fn read_small(path: &Path, max: u64) -> Option<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     const O_NOFOLLOW: i32 = 0o400000;
@@ -378,7 +344,7 @@ fn read_small(path: &Path, max: u64) -> Option<String> {
     }
     let mut buf = Vec::new();
     f.take(max).read_to_end(&mut buf).ok()?;
-    Some(String::from_utf8_lossy(&buf).into_owned())
+    Some(buf)
 }
 
 #[cfg(test)]
@@ -393,22 +359,71 @@ mod tests {
     }
 
     #[test]
-    fn code_running_keys_are_found_in_any_spelling() {
+    fn every_key_not_known_harmless_is_found_as_git_reads_it() {
         let text = "\u{feff}[core]\n\trepositoryformatversion = 0\n\thooksPath = /tmp/h\n\
                     [filter \"lfs\"]\n\tsmudge = evil\n[alias]\n\tco = !sh -c x\n\
                     [user]\n\tname = me\n[core] fsmonitor = ./x\n# core.editor = no\n\
-                    [mergetool \"x\"]\n\tcmd = evil\n";
+                    [mergetool \"x\"]\n\tcmd = evil\n[user][core] fsmonitor = a\n\
+                    [user]\r[core] sshCommand = b\n[interactive]\n\tdiffFilter = c\n\
+                    [mergetool \"m\"]\n\tpath = d\n[imap]\n\ttunnel = e\n";
+        let keys: Vec<String> = untrusted(text.as_bytes())
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
         assert_eq!(
-            code_keys(text),
+            keys,
             [
                 "core.hookspath",
-                "filter.smudge",
+                "filter.lfs.smudge",
                 "alias.co",
                 "core.fsmonitor",
-                "mergetool.cmd"
+                "mergetool.x.cmd",
+                "core.fsmonitor",
+                "core.sshcommand",
+                "interactive.difffilter",
+                "mergetool.m.path",
+                "imap.tunnel",
             ]
         );
-        assert!(code_keys("[core]\nbare = false\n[user]\nemail = a@b\n").is_empty());
+        assert!(untrusted(b"[core]\nbare = false\n[user]\nemail = a@b\n").is_empty());
+        // What git cannot read is reported as such.
+        assert_eq!(untrusted(b"[core\n").len(), 1);
+        // A key that was there with the same value is not new; a new value is.
+        let was = untrusted(b"[core]\neditor = vim\n");
+        assert!(new_keys(
+            &untrusted(b"[core]\n\teditor = vim\n[user]\nname = x\n"),
+            &was
+        )
+        .is_empty());
+        assert_eq!(
+            new_keys(&untrusted(b"[core]\neditor = evil\n"), &was),
+            ["core.editor"]
+        );
+    }
+
+    #[test]
+    fn a_file_an_existing_config_includes_is_read_as_one() {
+        let dir = tmp("include");
+        std::fs::create_dir_all(dir.join(".git/hooks")).unwrap();
+        std::fs::write(
+            dir.join(".git/config"),
+            "[include]\n\tpath = ../shared.cfg\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("shared.cfg"), "[user]\n\tname = me\n").unwrap();
+        let w = watch(&dir, true).expect("a watch");
+        assert!(changes(&w).is_empty());
+        std::fs::write(
+            dir.join("shared.cfg"),
+            "[user]\n\tname = me\n[user][core] fsmonitor = x\n",
+        )
+        .unwrap();
+        let c = changes(&w);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(
+            c[0].contains("shared.cfg") && c[0].contains("core.fsmonitor"),
+            "{c:?}"
+        );
     }
 
     #[test]

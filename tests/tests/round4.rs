@@ -116,3 +116,54 @@ both!(a_namespace_descriptor_is_no_stdio, |fx| {
         "the plugin was asked"
     );
 });
+
+// Git config read as git reads it (item 3): `[user][core] fsmonitor` and a section after
+// a lone carriage return are found, and reported while the run goes on, not only at its
+// end (the host runs git while the agent works): the audit has it within seconds, and
+// zone entries are refused from then on.
+both!(
+    git_code_hidden_from_a_line_reader_is_reported_while_the_run_goes_on,
+    |fx| {
+        entry_config(&fx);
+        let git = |args: &[&str]| {
+            let mut c = std::process::Command::new("git");
+            c.arg("-C").arg(&fx.proj).args(args).env("HOME", &fx.home);
+            if let Some((uid, gid)) = fx.who.ids() {
+                use std::os::unix::process::CommandExt;
+                c.uid(uid).gid(gid);
+            }
+            let out: Out = c.output().unwrap().into();
+            out.ok();
+        };
+        git(&["init", "-q"]);
+        let script = "printf '[user][core] fsmonitor = touch one\\n[user]\\r[core] sshCommand = two\\n' > .git/config.worktree
+touch written; while [ ! -e go ]; do sleep 0.05; done
+wardcell zone enter appr -- /bin/true; echo enter=$?";
+        let mut run = wardcell_tests::Watched::spawn(
+            &fx,
+            fx.cmd(&["run", "--", "/bin/sh", "-c", script]),
+            "git",
+        );
+        wardcell_tests::wait_until(20, "the config to be written", || {
+            fx.proj.join("written").exists()
+        });
+        let runs = fx.home.join(".local/state/wardcell/runs");
+        let log = || {
+            let entry = std::fs::read_dir(&runs).ok()?.next()?.ok()?;
+            std::fs::read_to_string(entry.path()).ok()
+        };
+        wardcell_tests::wait_until(10, "sandbox.git_changed while the run goes on", || {
+            log().is_some_and(|l| l.contains("sandbox.git_changed"))
+        });
+        assert!(run.child.try_wait().unwrap().is_none(), "the run ended");
+        let text = log().unwrap();
+        assert!(
+            text.contains("core.fsmonitor") && text.contains("core.sshcommand"),
+            "{text}"
+        );
+        fx.write(&fx.proj.join("go"), "");
+        let (out, _) = run.finish(30);
+        assert!(out.stdout.contains("enter=1\n"), "{out:#?}");
+        assert!(out.stderr.contains("core.fsmonitor"), "{out:#?}");
+    }
+);

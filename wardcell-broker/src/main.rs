@@ -322,10 +322,10 @@ fn start_first(
         // Forwarded signals (and SIGWINCH with a pty, and SIGCHLD), read from a descriptor.
         let signals = sys::Signals::take(&signals::to_take(terminal.has_pty(), ignored))
             .map_err(|e| BrokerError::Sandbox(e.to_string()))?;
-        // What the views hold, watched from a thread that inherits the blocked signals.
-        let weak = Arc::downgrade(run);
-        run.guard
-            .start(move |p| weak.upgrade().iter().for_each(|r| r.lost(p)))?;
+        // What the views hold, watched from a thread that inherits the blocked signals,
+        // and the run's repository looked at every second (what appears is audited then).
+        let tick = |r: &Run| drop(r.check_git("run"));
+        run.guard.start(Arc::downgrade(run), Run::lost, tick)?;
         // The plan writer exits right after sending the plan. Reaped here if it has, else
         // on the SIGCHLD the relay now reads: never a zombie for the whole run.
         if let Some(writer) = writer {

@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
@@ -49,6 +49,9 @@ pub struct Guard {
     state: Arc<Mutex<State>>,
 }
 
+/// How often the broker's `tick` runs while the run lasts.
+pub const TICK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The events that change a directory's entries, or the directory itself.
 fn events() -> AddWatchFlags {
     use AddWatchFlags as F;
@@ -78,10 +81,17 @@ impl Guard {
     }
 
     /// Start the watching thread (in the broker: once the signals it takes are blocked,
-    /// which the thread inherits); `lost` is called with the held path an event undid
-    /// (once per event; `/` for events the kernel dropped). Without inotify nothing is
-    /// started: nothing can be held then, and no sandbox is built ([`Guard::hold`]).
-    pub fn start(&self, lost: impl Fn(&Path) + Send + 'static) -> Result<(), BrokerError> {
+    /// which the thread inherits). While `owner` (the run) lives, `lost` is called with
+    /// the held path an event undid (once per event; `/` for events the kernel dropped),
+    /// and `tick` once every [`TICK`] (the broker looks at the run's repository then).
+    /// Without inotify nothing is started: nothing can be held then, and no sandbox is
+    /// built ([`Guard::hold`]).
+    pub fn start<T: Send + Sync + 'static>(
+        &self,
+        owner: Weak<T>,
+        lost: fn(&T, &Path),
+        tick: fn(&T),
+    ) -> Result<(), BrokerError> {
         let Ok(inotify) = self.inotify.clone() else {
             return Ok(());
         };
@@ -89,8 +99,13 @@ impl Guard {
             inotify: Ok(inotify),
             state: self.state.clone(),
         };
+        let lost = {
+            let owner = owner.clone();
+            move |p: &Path| owner.upgrade().iter().for_each(|o| lost(o, p))
+        };
+        let tick = move || owner.upgrade().iter().for_each(|o| tick(o));
         let spawned = std::thread::Builder::new().name("guard".into());
-        let spawned = spawned.spawn(move || watcher.watch(lost));
+        let spawned = spawned.spawn(move || watcher.watch(lost, tick));
         spawned
             .map(drop)
             .map_err(|e| BrokerError::Sandbox(format!("starting a thread: {e}")))
@@ -158,11 +173,24 @@ impl Guard {
         Ok(())
     }
 
-    fn watch(self, lost: impl Fn(&Path)) {
+    fn watch(self, lost: impl Fn(&Path), tick: impl Fn()) {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
         let Ok(inotify) = self.inotify.clone() else {
             return;
         };
+        let mut next = std::time::Instant::now() + TICK;
         loop {
+            let left = next.saturating_duration_since(std::time::Instant::now());
+            let mut fds = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
+            let ms = PollTimeout::try_from(left.as_millis() as i32).unwrap_or(PollTimeout::ZERO);
+            if matches!(poll(&mut fds, ms), Ok(0)) || left.is_zero() {
+                if !self.state.lock().unwrap_or_else(|p| p.into_inner()).ended {
+                    tick();
+                }
+                next = std::time::Instant::now() + TICK;
+                continue;
+            }
             let events = match inotify.read_events() {
                 Ok(events) => events,
                 Err(nix::errno::Errno::EINTR) => continue,
@@ -238,15 +266,16 @@ mod tests {
     use std::sync::mpsc::{channel, Receiver};
     use std::time::Duration;
 
-    fn guard() -> (Guard, Receiver<PathBuf>) {
+    /// What the broker's run stands for here: where reports go.
+    type Owner = Mutex<std::sync::mpsc::Sender<PathBuf>>;
+
+    fn guard() -> (Guard, Receiver<PathBuf>, Arc<Owner>) {
         let (tx, rx) = channel();
-        let tx = Mutex::new(tx);
+        let owner = Arc::new(Mutex::new(tx));
         let g = Guard::new();
-        g.start(move |p| {
-            let _ = tx.lock().unwrap().send(p.to_path_buf());
-        })
-        .unwrap();
-        (g, rx)
+        let lost = |o: &Owner, p: &Path| drop(o.lock().unwrap().send(p.to_path_buf()));
+        g.start(Arc::downgrade(&owner), lost, |_| {}).unwrap();
+        (g, rx, owner)
     }
 
     fn quiet(rx: &Receiver<PathBuf>) {
@@ -267,7 +296,7 @@ mod tests {
         std::fs::create_dir_all(t.join(".git")).unwrap();
         std::fs::write(t.join(".git/config"), "").unwrap();
         std::fs::write(t.join("secret"), "").unwrap();
-        let (g, rx) = guard();
+        let (g, rx, _owner) = guard();
         let held = |p: &str| (t.join(p), t.clone());
         g.hold(&[
             held(".git/config"),
@@ -303,7 +332,7 @@ mod tests {
         let t = std::env::temp_dir().join(format!("wardcell-guard-mv-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&t);
         std::fs::create_dir_all(t.join(".config/gcloud")).unwrap();
-        let (g, rx) = guard();
+        let (g, rx, _owner) = guard();
         g.hold(&[(t.join(".config/gcloud"), t.clone())]).unwrap();
         std::fs::rename(t.join(".config"), t.join(".config.old")).unwrap();
         got(&rx, &t.join(".config/gcloud"));

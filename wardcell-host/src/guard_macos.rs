@@ -3,8 +3,12 @@
 //! leaves the rule over its path in force (THREAT_MODEL 9.1). Same API as the Linux guard.
 
 use std::path::{Path, PathBuf};
+use std::sync::Weak;
 
 use crate::error::BrokerError;
+
+/// How often the broker's `tick` runs while the run lasts.
+pub const TICK: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[derive(Default)]
 pub struct Guard;
@@ -14,8 +18,24 @@ impl Guard {
         Guard
     }
 
-    pub fn start(&self, _lost: impl Fn(&Path) + Send + 'static) -> Result<(), BrokerError> {
-        Ok(())
+    /// `tick` is called every [`TICK`] while `owner` lives, as on Linux.
+    pub fn start<T: Send + Sync + 'static>(
+        &self,
+        owner: Weak<T>,
+        _lost: fn(&T, &Path),
+        tick: fn(&T),
+    ) -> Result<(), BrokerError> {
+        let spawned = std::thread::Builder::new().name("guard".into());
+        let spawned = spawned.spawn(move || loop {
+            std::thread::sleep(TICK);
+            match owner.upgrade() {
+                Some(o) => tick(&o),
+                None => return,
+            }
+        });
+        spawned
+            .map(drop)
+            .map_err(|e| BrokerError::Sandbox(format!("starting a thread: {e}")))
     }
 
     pub fn hold(&self, _paths: &[(PathBuf, PathBuf)]) -> Result<(), BrokerError> {
