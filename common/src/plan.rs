@@ -321,6 +321,12 @@ impl ProfilePlan {
     pub fn runnable(&self, open_files: Option<u64>) -> Result<(), String> {
         egress_ports(&self.network.entries())
             .map_err(|e| format!("profile '{}': {e}", self.name))?;
+        // The broker refuses it too, as it builds the view (spec.rs): said here first,
+        // so that `policy check` refuses what `run` refuses.
+        if let Some(p) = self.read.iter().chain(&self.write).find(|p| p.starts_with("/proc")) {
+            let (name, shown) = (&self.name, p.display());
+            return Err(format!("profile '{name}' names {shown}, but every sandbox has a /proc of its own; remove it from the profile"));
+        }
         let needed = self.open_files_needed();
         match open_files {
             Some(limit) if limit < needed => Err(format!(

@@ -105,6 +105,13 @@ pub fn restore(fd: BorrowedFd<'_>, saved: &Termios) {
     let _ = termios::tcsetattr(fd, SetArg::TCSADRAIN, saved);
 }
 
+/// [`restore`] at the run's end, discarding what arrived on the terminal meanwhile and
+/// was not read: the terminal's answers to queries the sandbox sent (a cursor position, a
+/// colour) arrive after it has gone, and the user's shell would read them as typed.
+pub fn restore_at_end(fd: BorrowedFd<'_>, saved: &Termios) {
+    let _ = termios::tcsetattr(fd, SetArg::TCSAFLUSH, saved);
+}
+
 /// Copy what `master` shows to `output` until it is gone or quiet for `quiet` (a
 /// `poll` timeout in milliseconds; 0: only what is there now).
 pub fn drain(master: BorrowedFd<'_>, output: BorrowedFd<'_>, quiet: u16) {
@@ -164,6 +171,31 @@ pub fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    /// What arrived on a terminal and was not read (the answer to a query the sandbox
+    /// sent) is gone once the run restores the terminal at its end; a plain restore keeps it.
+    #[test]
+    fn input_left_at_the_end_is_discarded() {
+        use std::os::fd::AsFd;
+        let pending = |fd: BorrowedFd<'_>| {
+            let mut ready = [PollFd::new(fd, PollFlags::POLLIN)];
+            poll(&mut ready, PollTimeout::from(100u16)).is_ok_and(|n| n > 0)
+        };
+        for at_end in [false, true] {
+            let pty = nix::pty::openpty(None, None).unwrap();
+            let saved = termios::tcgetattr(pty.slave.as_fd()).unwrap();
+            // Raw, as the run's terminal is while the sandbox runs.
+            let mut raw = saved.clone();
+            termios::cfmakeraw(&mut raw);
+            termios::tcsetattr(pty.slave.as_fd(), SetArg::TCSANOW, &raw).unwrap();
+            nix::unistd::write(&pty.master, b"\x1b[12;1R").unwrap();
+            assert!(pending(pty.slave.as_fd()));
+            match at_end {
+                true => restore_at_end(pty.slave.as_fd(), &saved),
+                false => restore(pty.slave.as_fd(), &saved),
+            }
+            assert_eq!(pending(pty.slave.as_fd()), !at_end, "at the end: {at_end}");
+        }
+    }
     use super::*;
 
     #[test]

@@ -167,3 +167,33 @@ wardcell zone enter appr -- /bin/true; echo enter=$?";
         assert!(out.stderr.contains("core.fsmonitor"), "{out:#?}");
     }
 );
+
+// `policy check` refuses what `run` refuses: a profile naming /proc, with the same words.
+both!(policy_check_refuses_what_run_refuses, |fx| {
+    fx.config(&format!(
+        "[zones.agent]\nprofile = \"p\"\ndefault = true\n[profiles.p]\nextends = \"developer-readonly\"\nread = [\"{}\", \"/proc\"]\n",
+        fx.bin.display()
+    ));
+    let check = fx.run(&["policy", "check"]);
+    let run = fx.run(&["run", "--", "/bin/true"]);
+    check.expect_code(1);
+    run.expect_code(1);
+    assert!(check.stderr.contains("names /proc, but every sandbox has a /proc of its own"), "{check:#?}");
+    assert_eq!(check.stderr, run.stderr, "{check:#?} {run:#?}");
+});
+
+// A best-effort limit this machine cannot enforce is not shown as applied. Unprivileged
+// here, no cgroup takes a memory limit (cgroup v2 is not delegated; v1 is root's).
+both!(a_best_effort_limit_not_enforced_is_not_shown_as_applied, |fx| {
+    fx.config(&format!(
+        "[zones.agent]\nprofile = \"p\"\ndefault = true\n[profiles.p]\nextends = \"developer-readonly\"\nread = [\"{}\"]\nlimits = {{ memory = \"1G\", best_effort = true }}\n",
+        fx.bin.display()
+    ));
+    let out = fx.run(&["policy", "show"]);
+    out.ok();
+    let line = out.stdout.lines().find(|l| l.contains("limits:")).unwrap_or_default().to_string();
+    assert!(line.contains("memory 1G (best effort"), "{out:#?}");
+    let doctor = fx.run(&["doctor"]);
+    let enforced = doctor.stdout.lines().any(|l| l.contains("limits.memory") && !l.contains("cannot be enforced"));
+    assert_eq!(line.contains("not enforced on this machine"), !enforced, "{line}\n{}", doctor.stdout);
+});

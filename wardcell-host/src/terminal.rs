@@ -173,13 +173,14 @@ impl PtyRelay<'_> {
     }
 
     /// The sandbox is gone: what it wrote is relayed until the pty stays quiet (a
-    /// process entered from it may still hold it), and the caller's terminal restored.
+    /// process entered from it may still hold it), and the caller's terminal restored,
+    /// discarding input the sandbox provoked that no one read (its queries' answers).
     pub fn finish(&mut self) {
         if self.master_open {
             terminal::drain(self.master.as_fd(), self.output, 200);
         }
         if let (Some(input), Some(saved)) = (self.input, &self.saved) {
-            terminal::restore(input, saved);
+            terminal::restore_at_end(input, saved);
         }
     }
 }

@@ -210,7 +210,12 @@ fn profile(out: &mut Vec<String>, p: &ProfilePlan, indent: &str) {
         .limits
         .set_ones()
         .map(|(kind, b)| {
-            let effort = if b.best_effort { " (best effort)" } else { "" };
+            // A best-effort limit this machine cannot enforce is shown as not applied.
+            let effort = match (b.best_effort, machine().mechanism(kind, b.value)) {
+                (false, _) => "",
+                (true, Ok(_)) => " (best effort)",
+                (true, Err(_)) => " (best effort: not enforced on this machine)",
+            };
             format!("{} {}{effort}", kind.name(), kind.show(b.value))
         })
         .collect();
@@ -218,6 +223,12 @@ fn profile(out: &mut Vec<String>, p: &ProfilePlan, indent: &str) {
         true => format!("{inner}limits: -"),
         false => format!("{inner}limits: {}", limits.join(", ")),
     });
+}
+
+/// What this machine can enforce, looked at once.
+fn machine() -> &'static wardcell_common::limits::Machine {
+    static MACHINE: std::sync::OnceLock<wardcell_common::limits::Machine> = std::sync::OnceLock::new();
+    MACHINE.get_or_init(|| wardcell_common::limits::Machine::probe(true))
 }
 
 fn zone(out: &mut Vec<String>, z: &ZonePlan) {
