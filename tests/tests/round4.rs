@@ -197,3 +197,16 @@ both!(a_best_effort_limit_not_enforced_is_not_shown_as_applied, |fx| {
     let enforced = doctor.stdout.lines().any(|l| l.contains("limits.memory") && !l.contains("cannot be enforced"));
     assert_eq!(line.contains("not enforced on this machine"), !enforced, "{line}\n{}", doctor.stdout);
 });
+
+// When `wardcell run` returns, nothing of the run is left for its caller to reap: a
+// caller that is a subreaper (CI runners, init systems) collected a shim a run before.
+both!(nothing_of_a_run_is_left_for_a_subreaper, |fx| {
+    fx.test_config("");
+    let probe = fx.bin.join("wardcell-probe");
+    let client = fx.bin.join("wardcell");
+    for _ in 0..3 {
+        let out = fx.run_binary(&probe, &["subreaper", client.to_str().unwrap(), "run", "--", "/bin/true"]);
+        out.ok();
+        assert_eq!(out.stdout, "status=0 orphans=0\n", "{out:#?}");
+    }
+});

@@ -75,14 +75,14 @@ impl Sandbox {
 
     /// The run's first sandbox has ended, and the broker with it once the entries still
     /// running end: as [`Sandbox::retire`], the supervisor's thread left to the exit
-    /// (stopped first this way, its `stop` then does nothing). Its shim, if not reaped yet, is left to end with the broker: never waited for
-    /// while its namespaces are torn down.
+    /// (stopped first this way, its `stop` then does nothing). Its shim, if not reaped yet,
+    /// is killed and reaped when the sandbox is dropped, before the broker exits: nothing
+    /// of the run is left for the caller to reap (a subreaper collected it before).
     pub fn retire_first(&mut self) {
         if let Some(s) = &self.supervisor {
             s.listener().stop_at_exit();
         }
         self.retire();
-        self.running.process.detach();
     }
 
     /// Wait for it (wardcell_host::wait: signals forwarded, a pty relayed, reports read):

@@ -472,6 +472,30 @@ fn main() {
             let _ = s.read_to_end(&mut rest);
             println!("after {} bytes in {} s", rest.len(), t.elapsed().as_secs());
         }
+        "subreaper" => {
+            // As a CI runner or an init system: a subreaper runs CMD (the rest of the
+            // arguments) and waits for it; then, after a moment, counts the processes left
+            // to it to reap (orphans of CMD reparented here). Prints `orphans=N`.
+            // SAFETY: integer arguments only.
+            assert_eq!(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }, 0);
+            let status = std::process::Command::new(a(1)).args(&args[2..]).status().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let mut orphans = 0;
+            loop {
+                let mut st = 0;
+                // SAFETY: waitpid writes one int.
+                let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
+                if pid <= 0 {
+                    break;
+                }
+                orphans += 1;
+            }
+            // Still running ones count too (not zombies yet).
+            let me = std::process::id();
+            let children = std::fs::read_to_string(format!("/proc/{me}/task/{me}/children")).unwrap_or_default();
+            orphans += children.split_whitespace().count();
+            println!("status={} orphans={orphans}", status.code().unwrap_or(-1));
+        }
         "shm-create" => {
             // SAFETY: integer arguments; creates a System V segment under the key.
             report(
