@@ -323,7 +323,12 @@ impl ProfilePlan {
             .map_err(|e| format!("profile '{}': {e}", self.name))?;
         // The broker refuses it too, as it builds the view (spec.rs): said here first,
         // so that `policy check` refuses what `run` refuses.
-        if let Some(p) = self.read.iter().chain(&self.write).find(|p| p.starts_with("/proc")) {
+        if let Some(p) = self
+            .read
+            .iter()
+            .chain(&self.write)
+            .find(|p| p.starts_with("/proc"))
+        {
             let (name, shown) = (&self.name, p.display());
             return Err(format!("profile '{name}' names {shown}, but every sandbox has a /proc of its own; remove it from the profile"));
         }

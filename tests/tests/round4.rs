@@ -178,25 +178,46 @@ both!(policy_check_refuses_what_run_refuses, |fx| {
     let run = fx.run(&["run", "--", "/bin/true"]);
     check.expect_code(1);
     run.expect_code(1);
-    assert!(check.stderr.contains("names /proc, but every sandbox has a /proc of its own"), "{check:#?}");
+    assert!(
+        check
+            .stderr
+            .contains("names /proc, but every sandbox has a /proc of its own"),
+        "{check:#?}"
+    );
     assert_eq!(check.stderr, run.stderr, "{check:#?} {run:#?}");
 });
 
 // A best-effort limit this machine cannot enforce is not shown as applied. Unprivileged
 // here, no cgroup takes a memory limit (cgroup v2 is not delegated; v1 is root's).
-both!(a_best_effort_limit_not_enforced_is_not_shown_as_applied, |fx| {
-    fx.config(&format!(
+both!(
+    a_best_effort_limit_not_enforced_is_not_shown_as_applied,
+    |fx| {
+        fx.config(&format!(
         "[zones.agent]\nprofile = \"p\"\ndefault = true\n[profiles.p]\nextends = \"developer-readonly\"\nread = [\"{}\"]\nlimits = {{ memory = \"1G\", best_effort = true }}\n",
         fx.bin.display()
     ));
-    let out = fx.run(&["policy", "show"]);
-    out.ok();
-    let line = out.stdout.lines().find(|l| l.contains("limits:")).unwrap_or_default().to_string();
-    assert!(line.contains("memory 1G (best effort"), "{out:#?}");
-    let doctor = fx.run(&["doctor"]);
-    let enforced = doctor.stdout.lines().any(|l| l.contains("limits.memory") && !l.contains("cannot be enforced"));
-    assert_eq!(line.contains("not enforced on this machine"), !enforced, "{line}\n{}", doctor.stdout);
-});
+        let out = fx.run(&["policy", "show"]);
+        out.ok();
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.contains("limits:"))
+            .unwrap_or_default()
+            .to_string();
+        assert!(line.contains("memory 1G (best effort"), "{out:#?}");
+        let doctor = fx.run(&["doctor"]);
+        let enforced = doctor
+            .stdout
+            .lines()
+            .any(|l| l.contains("limits.memory") && !l.contains("cannot be enforced"));
+        assert_eq!(
+            line.contains("not enforced on this machine"),
+            !enforced,
+            "{line}\n{}",
+            doctor.stdout
+        );
+    }
+);
 
 // When `wardcell run` returns, nothing of the run is left for its caller to reap: a
 // caller that is a subreaper (CI runners, init systems) collected a shim a run before.
@@ -205,8 +226,67 @@ both!(nothing_of_a_run_is_left_for_a_subreaper, |fx| {
     let probe = fx.bin.join("wardcell-probe");
     let client = fx.bin.join("wardcell");
     for _ in 0..3 {
-        let out = fx.run_binary(&probe, &["subreaper", client.to_str().unwrap(), "run", "--", "/bin/true"]);
+        let out = fx.run_binary(
+            &probe,
+            &[
+                "subreaper",
+                client.to_str().unwrap(),
+                "run",
+                "--",
+                "/bin/true",
+            ],
+        );
         out.ok();
         assert_eq!(out.stdout, "status=0 orphans=0\n", "{out:#?}");
     }
 });
+
+// Item 4: eight processes connecting to the zone socket and closing, as fast as they can,
+// cost the broker a bounded share of a CPU, and a real entry made meanwhile gets in.
+both!(
+    a_socket_flood_costs_the_broker_little_and_an_entry_still_gets_in,
+    |fx| {
+        entry_config(&fx);
+        fx.config(&format!(
+        "[zones.agent]\nprofile = \"dev\"\ndefault = true\n\n[zones.other]\nprofile = \"dev\"\nenter_from = [\"agent\"]\n\n[profiles.dev]\nextends = \"developer-readonly\"\nread = [\"{}\"]\n",
+        fx.bin.display()
+    ));
+        let probe = fx.bin.join("wardcell-probe");
+        let script = format!(
+            "for i in 1 2 3 4 5 6 7 8; do {p} flood \"$WARDCELL_ZONE_SOCKET\" 4 > /dev/null & done
+touch flooding; sleep 1; wardcell zone enter other -- /bin/echo got-in; echo enter=$?; wait",
+            p = probe.display()
+        );
+        let run = wardcell_tests::Watched::spawn(
+            &fx,
+            fx.cmd(&["run", "--", "/bin/sh", "-c", &script]),
+            "flood",
+        );
+        let broker = run.child.id();
+        wardcell_tests::wait_until(20, "the flood to start", || {
+            fx.proj.join("flooding").exists()
+        });
+        let cpu = || {
+            let stat = std::fs::read_to_string(format!("/proc/{broker}/stat")).unwrap_or_default();
+            let fields: Vec<u64> = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|f| f.parse().ok())
+                .collect();
+            fields.iter().sum::<u64>()
+        };
+        let (before, t) = (cpu(), std::time::Instant::now());
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let used = (cpu() - before) as f64 / 100.0 / t.elapsed().as_secs_f64();
+        let (out, _) = run.finish(60);
+        assert!(out.stdout.contains("got-in\nenter=0\n"), "{out:#?}");
+        assert!(
+            used < 0.5,
+            "the broker used {used:.2} of a CPU under the flood"
+        );
+    }
+);

@@ -12,6 +12,17 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use wardcell_common::throttle::Throttle;
+
+/// Connections a supervisor takes a second, past [`ACCEPT_BURST`].
+pub const ACCEPTS_PER_SECOND: u32 = 100;
+
+/// Connections a supervisor takes at once before [`ACCEPTS_PER_SECOND`] applies.
+pub const ACCEPT_BURST: u32 = 50;
+
+/// How long a connection waits for one being served to end before it is answered busy.
+pub const SLOT_WAIT: Duration = Duration::from_millis(500);
+
 /// Wakes the thread blocked in `accept` on a listener being stopped (the broker's sys).
 pub type Wake = fn(BorrowedFd<'_>, &Path);
 
@@ -51,13 +62,36 @@ impl Listener {
     }
 
     /// Answer until stopped: each connection to `handle` in a thread of its own while
-    /// fewer than `max` are served (counted from `accept`), else to `busy` in this one.
+    /// fewer than `max` are served (counted from `accept`), else, after waiting up to
+    /// [`SLOT_WAIT`] for one to end, to `busy` in this one. Connections are taken at most
+    /// [`ACCEPTS_PER_SECOND`] a second past a burst of [`ACCEPT_BURST`], and those whose
+    /// peer has already gone (a flood's: connect, close) dropped unanswered, at most
+    /// twenty times as many: a sandbox that connects and closes as fast as it can costs
+    /// the broker a bounded share of a CPU, and the kernel keeps the rest in the socket's
+    /// queue, in order, so that a real request among them is still taken within seconds.
     pub fn serve(&self, max: usize, handle: Handler, busy: &dyn Fn(UnixStream)) {
+        let mut rate = Throttle::new(Instant::now(), ACCEPT_BURST, ACCEPTS_PER_SECOND);
+        let mut dead = Throttle::new(Instant::now(), 10 * ACCEPT_BURST, 20 * ACCEPTS_PER_SECOND);
         for conn in self.listener.incoming() {
             if self.stopped.load(Ordering::SeqCst) {
                 break;
             }
             let Ok(conn) = conn else { continue };
+            // Gone already (a flood's connections close at once and wait, dead, in the
+            // queue): nothing to answer, and nothing it may cost.
+            if hung_up(conn.as_fd()) {
+                while !dead.admit(Instant::now()) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                continue;
+            }
+            while !rate.admit(Instant::now()) {
+                std::thread::sleep(Duration::from_millis(1000 / u64::from(ACCEPTS_PER_SECOND)));
+            }
+            let until = Instant::now() + SLOT_WAIT;
+            while self.active.load(Ordering::SeqCst) >= max && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
             if self.active.fetch_add(1, Ordering::SeqCst) >= max {
                 self.active.fetch_sub(1, Ordering::SeqCst);
                 busy(conn);
@@ -93,6 +127,16 @@ impl Listener {
             let _ = std::fs::remove_file(&self.path);
         }
     }
+}
+
+/// Whether the peer of `conn` has closed it.
+fn hung_up(conn: BorrowedFd<'_>) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(conn, PollFlags::empty())];
+    poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLHUP))
 }
 
 /// Reads that give up at a fixed instant, however the bytes trickle in.

@@ -227,7 +227,8 @@ fn profile(out: &mut Vec<String>, p: &ProfilePlan, indent: &str) {
 
 /// What this machine can enforce, looked at once.
 fn machine() -> &'static wardcell_common::limits::Machine {
-    static MACHINE: std::sync::OnceLock<wardcell_common::limits::Machine> = std::sync::OnceLock::new();
+    static MACHINE: std::sync::OnceLock<wardcell_common::limits::Machine> =
+        std::sync::OnceLock::new();
     MACHINE.get_or_init(|| wardcell_common::limits::Machine::probe(true))
 }
 

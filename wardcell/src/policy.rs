@@ -59,8 +59,11 @@ fn checked(config: &ConfigArg) -> Result<(String, Vec<String>), Error> {
     crate::credentials::check_sources(&plan)?;
     // A plan over the limit of what the broker takes (its frame) is refused by `run`.
     let launch = wardcell_common::protocol::Launch::Run(Box::new(plan.clone()));
-    wardcell_common::protocol::encode_frame(&launch)
-        .map_err(|e| Error::Refused(format!("the plan of this configuration cannot be handed to the broker: {e}")))?;
+    wardcell_common::protocol::encode_frame(&launch).map_err(|e| {
+        Error::Refused(format!(
+            "the plan of this configuration cannot be handed to the broker: {e}"
+        ))
+    })?;
     // What `run` would refuse of each profile: the zones' as resolved, the others
     // (`run --profile`) alone.
     let open_files = crate::run::open_file_limit();

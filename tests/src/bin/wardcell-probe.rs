@@ -472,13 +472,31 @@ fn main() {
             let _ = s.read_to_end(&mut rest);
             println!("after {} bytes in {} s", rest.len(), t.elapsed().as_secs());
         }
+        "flood" => {
+            // Connect to the socket at a(1) and close at once, as fast as possible, for
+            // a(2) seconds; prints how many connections were made.
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(num(2) as u64);
+            let mut n = 0u64;
+            while std::time::Instant::now() < until {
+                if std::os::unix::net::UnixStream::connect(a(1)).is_ok() {
+                    n += 1;
+                }
+            }
+            println!("flooded {n}");
+        }
         "subreaper" => {
             // As a CI runner or an init system: a subreaper runs CMD (the rest of the
             // arguments) and waits for it; then, after a moment, counts the processes left
             // to it to reap (orphans of CMD reparented here). Prints `orphans=N`.
             // SAFETY: integer arguments only.
-            assert_eq!(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }, 0);
-            let status = std::process::Command::new(a(1)).args(&args[2..]).status().unwrap();
+            assert_eq!(
+                unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) },
+                0
+            );
+            let status = std::process::Command::new(a(1))
+                .args(&args[2..])
+                .status()
+                .unwrap();
             std::thread::sleep(std::time::Duration::from_millis(300));
             let mut orphans = 0;
             loop {
@@ -492,7 +510,8 @@ fn main() {
             }
             // Still running ones count too (not zombies yet).
             let me = std::process::id();
-            let children = std::fs::read_to_string(format!("/proc/{me}/task/{me}/children")).unwrap_or_default();
+            let children = std::fs::read_to_string(format!("/proc/{me}/task/{me}/children"))
+                .unwrap_or_default();
             orphans += children.split_whitespace().count();
             println!("status={} orphans={orphans}", status.code().unwrap_or(-1));
         }
