@@ -489,10 +489,8 @@ fn main() {
             // arguments) and waits for it; then, after a moment, counts the processes left
             // to it to reap (orphans of CMD reparented here). Prints `orphans=N`.
             // SAFETY: integer arguments only.
-            assert_eq!(
-                unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) },
-                0
-            );
+            let made = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+            assert_eq!(made, 0);
             let status = std::process::Command::new(a(1))
                 .args(&args[2..])
                 .status()
