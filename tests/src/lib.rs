@@ -322,6 +322,23 @@ impl Fixture {
         self.cmd(args).output().expect("spawn wardcell").into()
     }
 
+    /// The real git on the host, in `dir`, as the fixture's uid would run it there (its
+    /// home, no system configuration, a name and address for commits).
+    pub fn host_git(&self, dir: &Path, args: &[&str]) -> Out {
+        let mut c = Command::new("git");
+        c.args(["-c", "user.name=t", "-c", "user.email=t@example.org"])
+            .args(args)
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &self.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1");
+        if let Some((uid, gid)) = self.who.ids() {
+            c.uid(uid).gid(gid);
+        }
+        c.output().expect("git").into()
+    }
+
     /// `wardcell run -- /bin/sh -c SCRIPT`
     pub fn sh(&self, script: &str) -> Out {
         self.run(&["run", "--", "/bin/sh", "-c", script])

@@ -7,7 +7,6 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
 use wardcell_tests::{both, wait_until, Fixture, Out, Watched};
 
@@ -95,14 +94,7 @@ both!(
     |fx| {
         config(&fx);
         let git = |args: &[&str]| {
-            let mut c = Command::new("git");
-            c.arg("-C").arg(&fx.proj).args(args).env("HOME", &fx.home);
-            if let Some((uid, gid)) = fx.who.ids() {
-                use std::os::unix::process::CommandExt;
-                c.uid(uid).gid(gid);
-            }
-            let out: Out = c.output().unwrap().into();
-            out.ok();
+            fx.host_git(&fx.proj, args).ok();
         };
         git(&["init", "-q"]);
         // The sandbox would write `core.fsmonitor` into the config the host's git rewrote.

@@ -126,14 +126,7 @@ both!(
     |fx| {
         entry_config(&fx);
         let git = |args: &[&str]| {
-            let mut c = std::process::Command::new("git");
-            c.arg("-C").arg(&fx.proj).args(args).env("HOME", &fx.home);
-            if let Some((uid, gid)) = fx.who.ids() {
-                use std::os::unix::process::CommandExt;
-                c.uid(uid).gid(gid);
-            }
-            let out: Out = c.output().unwrap().into();
-            out.ok();
+            fx.host_git(&fx.proj, args).ok();
         };
         git(&["init", "-q"]);
         let script = "printf '[user][core] fsmonitor = touch one\\n[user]\\r[core] sshCommand = two\\n' > .git/config.worktree

@@ -598,40 +598,15 @@ both!(root_only_etc_secrets_are_masked_for_root, |fx| {
     );
 });
 
-/// Real git on the host, as the fixture's user, with no system or user configuration.
-fn host_git(fx: &Fixture, dir: &Path, args: &[&str]) -> Out {
-    use std::os::unix::process::CommandExt;
-    let mut c = std::process::Command::new("git");
-    c.args(["-c", "user.name=t", "-c", "user.email=t@example.org"])
-        .args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", &fx.home)
-        .env("GIT_CONFIG_NOSYSTEM", "1");
-    if let Some((uid, gid)) = fx.who.ids() {
-        c.uid(uid).gid(gid);
-    }
-    c.output().expect("git").into()
-}
-
 /// The project as a git repository with a linked worktree `wt` beside it, and a program
 /// that leaves `outside/pwned` when git runs it. Returns the worktree and the program.
 fn repo_with_worktree(fx: &Fixture) -> (PathBuf, PathBuf) {
-    host_git(fx, &fx.proj, &["init", "-q"]).ok();
-    host_git(
-        fx,
-        &fx.proj,
-        &["commit", "-q", "--allow-empty", "-m", "one"],
-    )
-    .ok();
+    fx.host_git(&fx.proj, &["init", "-q"]).ok();
+    fx.host_git(&fx.proj, &["commit", "-q", "--allow-empty", "-m", "one"])
+        .ok();
     let wt = fx.home.join("wt");
-    host_git(
-        fx,
-        &fx.proj,
-        &["worktree", "add", "-q", wt.to_str().unwrap()],
-    )
-    .ok();
+    fx.host_git(&fx.proj, &["worktree", "add", "-q", wt.to_str().unwrap()])
+        .ok();
     let program = fx.outside.join("fsmonitor");
     fx.write(
         &program,
@@ -644,11 +619,12 @@ fn repo_with_worktree(fx: &Fixture) -> (PathBuf, PathBuf) {
 /// `git status` in the worktree on the host runs no planted program; and git here does run
 /// a configured fsmonitor (so that the first check can fail).
 fn assert_git_runs_nothing_planted(fx: &Fixture, wt: &Path, program: &Path) {
-    host_git(fx, wt, &["status", "--short"]).ok();
+    fx.host_git(wt, &["status", "--short"]).ok();
     let pwned = fx.outside.join("pwned");
     assert!(!pwned.exists(), "git ran the planted program");
     let fsmonitor = format!("core.fsmonitor={}", program.display());
-    host_git(fx, wt, &["-c", &fsmonitor, "status", "--short"]).ok();
+    fx.host_git(wt, &["-c", &fsmonitor, "status", "--short"])
+        .ok();
     assert!(pwned.exists(), "this git runs a configured fsmonitor");
 }
 
@@ -681,13 +657,10 @@ both!(a_linked_worktrees_commondir_cannot_be_repointed, |fx| {
 both!(a_linked_worktrees_config_worktree_cannot_be_written, |fx| {
     fx.test_config("");
     let (wt, program) = repo_with_worktree(&fx);
-    host_git(
-        &fx,
-        &fx.proj,
-        &["config", "extensions.worktreeConfig", "true"],
-    )
-    .ok();
-    host_git(&fx, &wt, &["config", "--worktree", "status.short", "false"]).ok();
+    fx.host_git(&fx.proj, &["config", "extensions.worktreeConfig", "true"])
+        .ok();
+    fx.host_git(&wt, &["config", "--worktree", "status.short", "false"])
+        .ok();
     let out = fx.sh(&format!(
         "printf '[core]\\n\\tfsmonitor = {}\\n' >> .git/worktrees/wt/config.worktree && echo written; true",
         program.display()
