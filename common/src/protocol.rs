@@ -396,6 +396,10 @@ pub enum ProxyEvent {
         credential: Option<String>,
         bytes_up: u64,
         bytes_down: u64,
+        /// How many connections or requests this event sums up: 1, or, past the rate
+        /// the proxy reports one by one, all of them to this host, port and credential
+        /// since the last summary (their bytes added up).
+        connections: u64,
     },
     /// A connection or request was refused (403).
     Denied {

@@ -1068,3 +1068,41 @@ both!(internal_names_reach_internal_addresses, |fx| {
         srv.seen.lock().unwrap().clear();
     }
 });
+
+// Issue 35, item 6: allowed connections are summarised in the log, so a long, busy,
+// legitimate run (here 2,000 connections under the smallest `max_log_kib`, which one
+// line each would pass four times over) is never ended for its log's size, and every
+// connection is counted.
+both!(a_busy_run_is_summarised_not_ended_for_its_log, |fx| {
+    let echo = Server::start(Kind::Echo, 0);
+    let e = echo.port;
+    let client = fx.home.join("e2e/busy.py");
+    fx.write(
+        &client,
+        "import socket, sys\np = int(sys.argv[1])\nfor i in range(2000):\n    s = socket.create_connection(('127.0.0.1', p), timeout=10)\n    s.sendall(b'x')\n    s.recv(100)\n    s.close()\nprint('done', flush=True)\n",
+    );
+    fx.test_config(&format!(
+        "network = {{ allow = [\"127.0.0.1:{e}\"] }}\n\n[audit]\nmax_log_kib = 128\n"
+    ));
+    let py = python();
+    let (out, log) = run(
+        &fx,
+        &[
+            py.to_str().unwrap(),
+            client.to_str().unwrap(),
+            &e.to_string(),
+        ],
+    );
+    out.ok();
+    assert_eq!(out.stdout, "done\n", "{out:#?}");
+    let connects: Vec<&Value> = log
+        .iter()
+        .filter(|l| l["event"] == "proxy.connect")
+        .collect();
+    let counted: u64 = connects
+        .iter()
+        .map(|c| c["connections"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(counted, 2000, "{} events", connects.len());
+    assert!(connects.len() < 400, "{} events", connects.len());
+});

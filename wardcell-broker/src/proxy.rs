@@ -102,12 +102,14 @@ fn audit_events(run: &Run, zone: &str, mut events: UnixStream) -> bool {
                 credential,
                 bytes_up,
                 bytes_down,
+                connections,
             }) => run.record(
                 "proxy",
                 "proxy.connect",
                 json!({
                     "zone": zone, "host": host, "port": port, "credential": credential,
                     "bytes_up": bytes_up, "bytes_down": bytes_down, "decision": "allowed",
+                    "connections": connections,
                 }),
             ),
             Ok(ProxyEvent::Denied { host, port, reason }) => {

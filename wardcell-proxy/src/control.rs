@@ -207,6 +207,62 @@ pub fn report(control: &mut UnixStream, event: &ProxyEvent) -> Result<(), FrameE
 pub const DENIED_BURST: u32 = 100;
 pub const DENIED_PER_SECOND: u32 = 20;
 
+/// Allowed connections reported one by one: a burst of [`CONNECT_BURST`], then
+/// [`CONNECT_PER_SECOND`]. Past that they are summed up per host, port and credential
+/// (how many, and their bytes), and each sum goes as one `Connect` event before the next
+/// one reported, after a second without events, or when the proxy ends: a long, busy,
+/// legitimate run (a package manager fetching thousands of files) writes a bounded
+/// number of audit lines, and never reaches `[audit] max_log_kib` for it.
+pub const CONNECT_BURST: u32 = 100;
+pub const CONNECT_PER_SECOND: u32 = 1;
+
+/// Allowed connections held back, summed up per host, port and credential.
+#[derive(Default)]
+struct Sums {
+    by: Vec<ProxyEvent>,
+}
+
+impl Sums {
+    fn add(&mut self, e: ProxyEvent) {
+        let ProxyEvent::Connect {
+            host,
+            port,
+            credential,
+            bytes_up,
+            bytes_down,
+            connections,
+        } = e
+        else {
+            return;
+        };
+        let same = |o: &&mut ProxyEvent| matches!(o, ProxyEvent::Connect { host: h, port: p, credential: c, .. } if *h == host && *p == port && *c == credential);
+        match self.by.iter_mut().find(same) {
+            Some(ProxyEvent::Connect {
+                bytes_up: u,
+                bytes_down: d,
+                connections: n,
+                ..
+            }) => {
+                *u = u.saturating_add(bytes_up);
+                *d = d.saturating_add(bytes_down);
+                *n = n.saturating_add(connections);
+            }
+            _ => self.by.push(ProxyEvent::Connect {
+                host,
+                port,
+                credential,
+                bytes_up,
+                bytes_down,
+                connections,
+            }),
+        }
+    }
+
+    fn take(&mut self) -> Vec<ProxyEvent> {
+        std::mem::take(&mut self.by)
+    }
+}
+
 /// The refusals held back since the last call, as one event, if there were any.
 fn summary(t: &mut Throttle) -> Option<ProxyEvent> {
     let n = t.take_held();
@@ -230,6 +286,8 @@ fn throttle(now: std::time::Instant) -> Throttle {
 pub struct Events {
     tx: mpsc::UnboundedSender<ProxyEvent>,
     throttle: Arc<Mutex<Throttle>>,
+    /// The rate of allowed connections reported one by one, and the sums of the rest.
+    allowed: Arc<Mutex<(Throttle, Sums)>>,
     /// Every refusal, for the sandbox to read (`wardcell zone denials`), the throttled
     /// ones included.
     pub denials: Denials,
@@ -240,16 +298,24 @@ pub struct Events {
 pub struct Queue {
     rx: mpsc::UnboundedReceiver<ProxyEvent>,
     throttle: Arc<Mutex<Throttle>>,
+    allowed: Arc<Mutex<(Throttle, Sums)>>,
+    /// Summaries taken and not yet written.
+    pending: Vec<ProxyEvent>,
     done: bool,
 }
 
 impl Events {
     pub fn channel() -> (Events, Queue) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let throttle = Arc::new(Mutex::new(throttle(std::time::Instant::now())));
+        let now = std::time::Instant::now();
+        let throttle = Arc::new(Mutex::new(throttle(now)));
+        let rate = Throttle::new(now, CONNECT_BURST, CONNECT_PER_SECOND);
+        let allowed = Arc::new(Mutex::new((rate, Sums::default())));
         let queue = Queue {
             rx,
             throttle: throttle.clone(),
+            allowed: allowed.clone(),
+            pending: Vec::new(),
             done: false,
         };
         let denials = Denials::default();
@@ -257,6 +323,7 @@ impl Events {
             Events {
                 tx,
                 throttle,
+                allowed,
                 denials,
             },
             queue,
@@ -270,6 +337,7 @@ impl Events {
         if let ProxyEvent::Denied { host, port, reason } = &event {
             self.denials.record(host, *port, reason);
         }
+        let mut sums = Vec::new();
         if matches!(event, ProxyEvent::Denied { .. }) {
             let mut t = self.throttle.lock().unwrap_or_else(|p| p.into_inner());
             if !t.admit(std::time::Instant::now()) {
@@ -277,8 +345,16 @@ impl Events {
             }
             first = summary(&mut t);
         }
+        if matches!(event, ProxyEvent::Connect { .. }) {
+            let mut a = self.allowed.lock().unwrap_or_else(|p| p.into_inner());
+            if !a.0.admit(std::time::Instant::now()) {
+                a.1.add(event);
+                return;
+            }
+            sums = a.1.take();
+        }
         // Fails only once the writer is gone, i.e. the process is ending.
-        for e in first.into_iter().chain(Some(event)) {
+        for e in first.into_iter().chain(sums).chain(Some(event)) {
             let _ = self.tx.send(e);
         }
     }
@@ -288,7 +364,13 @@ impl Queue {
     /// The next event; a count of refusals held back once the channel has been quiet
     /// for a second, and after the last event.
     pub async fn recv(&mut self) -> Option<ProxyEvent> {
-        while !self.done {
+        loop {
+            if let Some(e) = self.pending.pop() {
+                return Some(e);
+            }
+            if self.done {
+                return None;
+            }
             let quiet = std::time::Duration::from_secs(1);
             match tokio::time::timeout(quiet, self.rx.recv()).await {
                 Ok(Some(e)) => return Some(e),
@@ -296,11 +378,15 @@ impl Queue {
                 Err(_) => {}
             }
             let held = summary(&mut self.throttle.lock().unwrap_or_else(|p| p.into_inner()));
-            if held.is_some() {
-                return held;
-            }
+            self.pending.extend(held);
+            let sums = self
+                .allowed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .1
+                .take();
+            self.pending.extend(sums.into_iter().rev());
         }
-        None
     }
 }
 
@@ -392,5 +478,55 @@ mod tests {
         );
         // Time going backwards (it cannot, but) admits nothing new.
         assert!(!t.admit(t0));
+    }
+
+    /// Past the rate reported one by one, allowed connections are summed up per host,
+    /// port and credential, and nothing is lost: every connection and byte is counted
+    /// once, in a bounded number of events.
+    #[test]
+    fn allowed_connections_past_the_rate_are_summed_not_dropped() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let (events, mut queue) = Events::channel();
+        let connect = |host: &str| ProxyEvent::Connect {
+            host: host.into(),
+            port: 443,
+            credential: None,
+            bytes_up: 1,
+            bytes_down: 10,
+            connections: 1,
+        };
+        for i in 0..5000 {
+            events.send(connect(if i % 2 == 0 { "a.example" } else { "b.example" }));
+        }
+        drop(events);
+        let got: Vec<ProxyEvent> = rt.block_on(async {
+            let mut got = Vec::new();
+            while let Some(e) = queue.recv().await {
+                got.push(e);
+            }
+            got
+        });
+        assert!(
+            got.len() <= CONNECT_BURST as usize + 10,
+            "{} events",
+            got.len()
+        );
+        let (mut n, mut up, mut down) = (0, 0, 0);
+        for e in &got {
+            let ProxyEvent::Connect {
+                bytes_up,
+                bytes_down,
+                connections,
+                ..
+            } = e
+            else {
+                panic!("{e:?}");
+            };
+            (n, up, down) = (n + connections, up + bytes_up, down + bytes_down);
+        }
+        assert_eq!((n, up, down), (5000, 5000, 50_000));
     }
 }

@@ -114,6 +114,7 @@ impl Drop for Tally {
             credential: self.credential.take(),
             bytes_up: *self.up.get_mut(),
             bytes_down: *self.down.get_mut(),
+            connections: 1,
         });
     }
 }

@@ -103,5 +103,6 @@ fn tunnelled(events: &Events, target: &Target, up: u64, down: u64) {
         credential: None,
         bytes_up: up,
         bytes_down: down,
+        connections: 1,
     });
 }

@@ -87,10 +87,11 @@ fn connect_tunnel_carries_bytes_and_reports_them() {
             credential,
             bytes_up,
             bytes_down,
+            connections,
         } => {
             assert_eq!(
-                (host.as_str(), port, credential),
-                ("127.0.0.1", upstream, None)
+                (host.as_str(), port, credential, connections),
+                ("127.0.0.1", upstream, None, 1)
             );
             assert_eq!(bytes_up, request.len() as u64);
             assert_eq!(bytes_down, got.len() as u64);

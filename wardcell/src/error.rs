@@ -65,7 +65,7 @@ impl fmt::Display for Error {
             Error::HomeMissing(h) => write!(
                 f,
                 "your home directory {} does not exist, and wardcell does not create it: create it, or set HOME to one that exists",
-                crate::output::shown(&h.display().to_string())
+                wardcell_common::text::shown(&h.display().to_string())
             ),
             Error::Cwd(e) => write!(
                 f,
