@@ -322,3 +322,18 @@ both!(after_fg_a_single_key_reaches_the_command, |fx| {
     sh.wait_for_prompt_after_echo("fg\r\n", "k");
     sh.finish(0);
 });
+
+// Issue 35, item 4: a command that stops itself (no Ctrl-Z typed) never stops the run:
+// the broker, which decides, goes on (its time limit, supervisors and audit with it), and
+// the command is continued. Ctrl-Z typed by the user still stops the job (tests above).
+both!(a_command_stopping_itself_never_stops_the_run, |fx| {
+    fx.test_config("");
+    let mut sh = Shell::start(&fx);
+    sh.type_in(
+        "wardcell run -- /bin/sh -c 'kill -STOP $$; kill -TSTP $$; echo contin\"\"ued-$((6*7))'\n",
+    );
+    sh.wait_for("continued-42");
+    sh.wait_for_prompt_after("continued-42");
+    assert!(!sh.seen().contains("Stopped"), "{}", sh.seen());
+    sh.finish(0);
+});

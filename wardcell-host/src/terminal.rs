@@ -82,6 +82,7 @@ impl Terminal {
             copy_winsize,
             input_open: input.is_some(),
             master_open: true,
+            suspend_typed: false,
         })
     }
 }
@@ -97,6 +98,9 @@ pub struct PtyRelay<'a> {
     copy_winsize: CopyWinsize,
     input_open: bool,
     master_open: bool,
+    /// The user typed the suspend character (Ctrl-Z) since the last stop: the stop that
+    /// follows is theirs. Any other stop is the command's own, and never stops the run.
+    suspend_typed: bool,
 }
 
 impl PtyRelay<'_> {
@@ -116,6 +120,11 @@ impl PtyRelay<'_> {
     /// when continued (`fg`), take the terminal again. The caller then continues the
     /// command.
     pub fn suspend(&mut self) {
+        if !std::mem::take(&mut self.suspend_typed) {
+            // The command stopped itself, or was stopped from inside: the run goes on
+            // (the caller continues the command).
+            return;
+        }
         // What the pty echoed before the stop (`^Z`) shows before the shell's prompt.
         terminal::drain(self.master.as_fd(), self.output, 0);
         if let (Some(input), Some(saved)) = (self.input, self.saved.take()) {
@@ -158,7 +167,12 @@ impl PtyRelay<'_> {
                 return true;
             }
         }
-        if terminal::relay_once(input, self.master.as_fd(), buf) {
+        // The user's own suspend character, as their terminal has it (never the pty's,
+        // which the sandbox may change).
+        let suspend = self.saved.as_ref().map(|t| t.control_chars[libc::VSUSP]);
+        if let Ok(n @ 1..) = terminal::read_some(input, buf) {
+            self.suspend_typed |= suspend.is_some_and(|c| c != 0 && buf[..n].contains(&c));
+            let _ = terminal::write_all(self.master.as_fd(), &buf[..n]);
             return true;
         }
         self.input_open = false;

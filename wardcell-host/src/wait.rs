@@ -178,6 +178,9 @@ pub fn wait<W: Watched>(
     }
 }
 
+/// The most reports kept of one shim (besides its stops, which are never kept).
+const MAX_REPORTS: usize = 16;
+
 /// One report from the shim, handed to `on_report` and kept (Ctrl-Z relayed as a stop
 /// of this process): `Some(true)` when it is the command's end, `None` when the control
 /// socket closed, `Err` when what came is no report.
@@ -191,13 +194,21 @@ fn read_report<W: Watched>(
     match protocol::read_frame::<ShimReport>(control) {
         Ok(r) => {
             on_report(&r);
-            if let (ShimReport::Stopped { .. }, Some(p)) = (&r, pty) {
-                // Ctrl-Z: this process stops as the command did, and when it is
-                // continued, continues the command.
-                p.suspend();
-                let _ = shim.signal(libc::SIGCONT);
+            if let ShimReport::Stopped { .. } = &r {
+                // Ctrl-Z: this process stops as the command did (only for a stop the
+                // user typed: PtyRelay::suspend), and when it is continued, continues
+                // the command. Not kept: a command can stop as often as it likes.
+                if let Some(p) = pty {
+                    p.suspend();
+                    let _ = shim.signal(libc::SIGCONT);
+                }
+                return Ok(Some(false));
             }
             let last = matches!(r, ShimReport::Exited { .. } | ShimReport::Signaled { .. });
+            // The few reports a sandbox's end is told from; more is none of the shim's.
+            if reports.len() >= MAX_REPORTS {
+                return Err(format!("more than {MAX_REPORTS} reports"));
+            }
             reports.push(r);
             Ok(Some(last))
         }
