@@ -31,6 +31,21 @@ pub fn text(status: StatusCode, msg: String) -> Response<Body> {
     r
 }
 
+/// How long an upstream server may take to answer a request with its response's head:
+/// a server that accepts and never answers would hold the connection, and the proxy's
+/// slot, for ever. Generous: a model's API answers a long request only once it is done.
+pub const RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// 504: the upstream server did not answer within [`RESPONSE_TIMEOUT`].
+pub fn gateway_timeout(target: &Target) -> Response<Body> {
+    let secs = RESPONSE_TIMEOUT.as_secs();
+    let why = format!(
+        "wardcell: {}:{}: no answer within {secs} s\n",
+        target.host, target.port
+    );
+    text(StatusCode::GATEWAY_TIMEOUT, why)
+}
+
 pub fn bad_gateway(target: &Target, e: &dyn std::fmt::Display) -> Response<Body> {
     text(
         StatusCode::BAD_GATEWAY,

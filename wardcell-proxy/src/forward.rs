@@ -23,7 +23,7 @@ use hyper_util::rt::TokioIo;
 use wardcell_common::protocol::ProxyEvent;
 
 use crate::allow::Target;
-use crate::answer::{bad_gateway, Body};
+use crate::answer::{bad_gateway, gateway_timeout, Body, RESPONSE_TIMEOUT};
 use crate::control::Events;
 use crate::ctx::Ctx;
 
@@ -198,9 +198,10 @@ pub async fn plain(req: Request<Incoming>, target: Target, ctx: Arc<Ctx>) -> Res
     tokio::spawn(async move {
         let _ = conn.await;
     });
-    match sender.send_request(req).await {
-        Ok(resp) => relay_response(resp, tally),
-        Err(e) => bad_gateway(&target, &e),
+    match tokio::time::timeout(RESPONSE_TIMEOUT, sender.send_request(req)).await {
+        Ok(Ok(resp)) => relay_response(resp, tally),
+        Ok(Err(e)) => bad_gateway(&target, &e),
+        Err(_) => gateway_timeout(&target),
     }
 }
 

@@ -30,7 +30,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use wardcell_common::protocol::ProxyEvent;
 
 use crate::allow::{Host, Target};
-use crate::answer::{bad_gateway, text, Body};
+use crate::answer::{bad_gateway, gateway_timeout, text, Body, RESPONSE_TIMEOUT};
 use crate::ctx::{Ctx, HEADER_TIMEOUT};
 use crate::dns;
 use crate::forward::{self, Counted, Direction, Tally};
@@ -200,9 +200,10 @@ async fn request(req: Request<Incoming>, up: &Upstream, ctx: &Ctx) -> Response<B
     let req = Request::from_parts(parts, Counted::new(body, tally.clone(), Direction::Up));
     let sent = sender.as_mut().expect("set just above").send_request(req);
     drop(sender);
-    match sent.await {
-        Ok(resp) => forward::relay_response(resp, tally),
-        Err(e) => bad_gateway(&up.target, &e),
+    match tokio::time::timeout(RESPONSE_TIMEOUT, sent).await {
+        Ok(Ok(resp)) => forward::relay_response(resp, tally),
+        Ok(Err(e)) => bad_gateway(&up.target, &e),
+        Err(_) => gateway_timeout(&up.target),
     }
 }
 
