@@ -118,8 +118,16 @@ impl Programs {
         let plugin = argv0
             .map(|p| program("the approval plugin", p))
             .transpose()?;
+        // The commands of the credentials an authenticated zone's proxy may attach: no
+        // other proxy ever runs one.
+        let attached = |name: &String| {
+            let zones = plan.zones.iter().filter(|z| z.authenticated);
+            zones
+                .into_iter()
+                .any(|z| z.profile.credentials.contains(name))
+        };
         let mut commands = Vec::new();
-        for c in &plan.credentials {
+        for c in plan.credentials.iter().filter(|c| attached(&c.name)) {
             if let SecretPlan::Command(argv) = &c.secret {
                 let what = format!("credential '{}''s command", c.name);
                 let prog = argv

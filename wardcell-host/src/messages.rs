@@ -243,6 +243,9 @@ pub fn unheld(e: &std::io::Error) -> String {
 
 /// A path a sandbox's view held was replaced on the host: the run is ended.
 pub fn protection_lost(path: &std::path::Path) -> String {
+    if path == std::path::Path::new("/") {
+        return "error: the host changed more at once than the run could follow (the kernel's queue of file events overflowed) while sandboxes of this run held paths masked or read-only; every sandbox of the run was ended rather than go on unwatched".into();
+    }
     let path = wardcell_common::text::shown(&path.display().to_string()).into_owned();
     format!("error: {path} was replaced, removed or created on the host while a sandbox of this run held it masked or read-only; every sandbox of the run was ended rather than let it see {path} unprotected")
 }
