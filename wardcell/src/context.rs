@@ -13,19 +13,14 @@ fn env(k: &str) -> Option<String> {
     std::env::var(k).ok()
 }
 
-/// The home directory: `$HOME` when absolute, else the password database's entry. It
-/// must exist: wardcell never creates it (its own directories lie beneath it).
+/// The home directory: `$HOME` when absolute, else the password database's entry.
 fn home() -> Result<PathBuf, Error> {
-    let home = match env("HOME").filter(|h| h.starts_with('/')) {
-        Some(h) => PathBuf::from(h),
-        None => match nix::unistd::User::from_uid(nix::unistd::getuid()) {
-            Ok(Some(u)) if u.dir.is_absolute() => u.dir,
-            _ => return Err(Error::NoHome),
-        },
-    };
-    match std::fs::metadata(&home) {
-        Ok(m) if m.is_dir() => Ok(home),
-        _ => Err(Error::HomeMissing(home)),
+    if let Some(h) = env("HOME").filter(|h| h.starts_with('/')) {
+        return Ok(PathBuf::from(h));
+    }
+    match nix::unistd::User::from_uid(nix::unistd::getuid()) {
+        Ok(Some(u)) if u.dir.is_absolute() => Ok(u.dir),
+        _ => Err(Error::NoHome),
     }
 }
 

@@ -120,6 +120,10 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
         }
     }
     tracing::debug!(config = %plan.source, zones = plan.zones.len(), "plan resolved");
+    // A run keeps its state under the home directory, and wardcell never creates one.
+    if !plan.home.is_dir() {
+        return Err(Error::HomeMissing(plan.home.clone()));
+    }
     // 5. Secret files nobody else may read, before anything starts; write paths that
     //    are not there, said once.
     credentials::check_sources(&plan)?;
