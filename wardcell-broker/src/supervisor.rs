@@ -461,7 +461,9 @@ impl sandbox::Served for Supervisor {
                 let me = self.clone();
                 let handle: Handler = Arc::new(move |conn| me.handle(conn));
                 let busy = |conn| self.refuse_busy(conn);
-                self.listener.serve(MAX_CONNECTIONS, handle, &busy);
+                let gone = json!({"zone": self.zone(), "reason": "closed before it was answered"});
+                let gone = || drop(self.counted("sandbox", "supervisor.closed", gone.clone()));
+                self.listener.serve(MAX_CONNECTIONS, handle, &busy, &gone);
             })
             .map(drop)
     }

@@ -69,7 +69,8 @@ impl Listener {
     /// twenty times as many: a sandbox that connects and closes as fast as it can costs
     /// the broker a bounded share of a CPU, and the kernel keeps the rest in the socket's
     /// queue, in order, so that a real request among them is still taken within seconds.
-    pub fn serve(&self, max: usize, handle: Handler, busy: &dyn Fn(UnixStream)) {
+    /// `gone` is told of each connection dropped because its peer had closed it already.
+    pub fn serve(&self, max: usize, handle: Handler, busy: &dyn Fn(UnixStream), gone: &dyn Fn()) {
         let mut rate = Throttle::new(Instant::now(), ACCEPT_BURST, ACCEPTS_PER_SECOND);
         let mut dead = Throttle::new(Instant::now(), 10 * ACCEPT_BURST, 20 * ACCEPTS_PER_SECOND);
         for conn in self.listener.incoming() {
@@ -80,6 +81,7 @@ impl Listener {
             // Gone already (a flood's connections close at once and wait, dead, in the
             // queue): nothing to answer, and nothing it may cost.
             if hung_up(conn.as_fd()) {
+                gone();
                 while !dead.admit(Instant::now()) {
                     std::thread::sleep(Duration::from_millis(1));
                 }
