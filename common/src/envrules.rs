@@ -132,124 +132,51 @@ pub fn filter(
     out
 }
 
-/// Variables a `zone enter` caller's environment never carries into the entered zone:
-/// what makes a loader, a shell, git or a language runtime run or read code the caller
-/// chose (`env PATH=~/proj/evilbin:$PATH wardcell zone enter ...`, `LD_PRELOAD`,
-/// `BASH_ENV`, `GIT_SSH_COMMAND`, `GIT_CONFIG_GLOBAL`). A profile that wants one sets it
-/// (`env.set`), which comes after. `PATH` is the run's own ([`entered`]).
-pub const ENTRY_REMOVED: &[&str] = &[
-    "LD_*",
-    "DYLD_*",
-    "GCONV_PATH",
-    "GLIBC_TUNABLES",
-    "HOSTALIASES",
-    "LOCPATH",
-    "NLSPATH",
-    "MALLOC_*",
-    "BASH_ENV",
-    "ENV",
-    "BASH_FUNC_*",
-    "SHELLOPTS",
-    "BASHOPTS",
-    "PS4",
-    "PROMPT_COMMAND",
-    "IFS",
-    "CDPATH",
-    "ZDOTDIR",
-    "GIT_*",
-    "SSH_ASKPASS*",
-    "SUDO_ASKPASS",
-    "EDITOR",
-    "VISUAL",
-    "PAGER",
-    "LESSOPEN",
-    "LESSCLOSE",
-    "MANPAGER",
-    "BROWSER",
-    "PYTHONSTARTUP",
-    "PYTHONPATH",
-    "PYTHONHOME",
-    "PYTHONUSERBASE",
-    "PYTHONINSPECT",
-    "PYTHONBREAKPOINT",
-    "NODE_OPTIONS",
-    "NODE_PATH",
-    "NODE_REPL_EXTERNAL_MODULE",
-    "PERL5OPT",
-    "PERL5LIB",
-    "PERLLIB",
-    "PERL5DB",
-    "RUBYOPT",
-    "RUBYLIB",
-    "JAVA_TOOL_OPTIONS",
-    "_JAVA_OPTIONS",
-    "JDK_JAVA_OPTIONS",
-    "CLASSPATH",
-    "LUA_INIT*",
-    "LUA_PATH*",
-    "LUA_CPATH*",
-    "TCLLIBPATH",
-    "PHPRC",
-    "PHP_INI_SCAN_DIR",
-    "RUSTC_WRAPPER",
-    "RUSTC_WORKSPACE_WRAPPER",
-    "CARGO_BUILD_RUSTC*",
-    "CARGO_TARGET_*_RUNNER",
-    "CARGO_HOME",
-    "RUSTUP_HOME",
-    "NPM_CONFIG_*",
-    "npm_config_*",
-    "PIP_*",
-    "UV_*",
-    "GEM_HOME",
-    "GEM_PATH",
-    "BUNDLE_*",
-    "GOFLAGS",
-    "GOPATH",
-    "GOROOT",
-    "GOTOOLCHAIN",
-    "XDG_CONFIG_HOME",
-    "XDG_CONFIG_DIRS",
-    "XDG_DATA_HOME",
-    "XDG_DATA_DIRS",
-    "SSL_CERT_*",
-    "CURL_CA_BUNDLE",
-    "CURL_HOME",
-    "WGETRC",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-    "NO_PROXY",
-    "no_proxy",
-    "TERMINFO",
-    "TERMINFO_DIRS",
-    "INPUTRC",
-    "HOME",
+/// The only variables a `zone enter` caller's own values of reach the entered command:
+/// what says how to show things (terminal, colours, language, time zone, size). Every
+/// other variable is the value it had where `wardcell run` started (the user's own, as
+/// the first sandbox got it), whatever the caller set: a list of what is dangerous is
+/// never complete (`LD_PRELOAD`, `BASH_ENV`, `GIT_SSH_COMMAND`, `MAKEFILES`, `VIMINIT`
+/// with `SHELL`, `RUSTC_WRAPPER`, `OPENSSL_CONF`, ...). A profile that wants a value sets
+/// it (`env.set`), which comes after.
+pub const ENTRY_PASSED: &[&str] = &[
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "CLICOLOR",
+    "CLICOLOR_FORCE",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "COLUMNS",
+    "LINES",
 ];
 
+/// Names the caller's environment always holds otherwise than the run's, by how a
+/// sandbox is made or a shell works: not worth an approver's look.
+const UNREMARKABLE: &[&str] = &["WARDCELL_*", "OLDPWD", "PWD", "SHLVL", "_"];
+
 /// A `zone enter` caller's environment as the entered command gets it, before its
-/// profile's rules: [`ENTRY_REMOVED`] and `PATH` are the environment's `wardcell run`
-/// started in (`host`: the user's own, as the first sandbox got them), never the
-/// caller's. Returns it and the names the caller set that differ from `host`'s, sorted:
-/// what the approval request shows the caller's environment changes.
+/// profile's rules: the environment `wardcell run` started in (`host`), with the caller's
+/// values of [`ENTRY_PASSED`] only. Returns it and the names the caller set otherwise
+/// than `host`, sorted: what the approval request shows the caller's environment changes.
 pub fn entered(
     caller: Vec<(String, String)>,
     host: &[(String, String)],
 ) -> (Vec<(String, String)>, Vec<String>) {
     let own = |k: &str| host.iter().find(|(h, _)| h == k).map(|(_, v)| v);
+    let plain = |k: &str| UNREMARKABLE.iter().any(|p| glob_match(p, k));
     let mut changed: Vec<String> = caller
         .iter()
-        .filter(|(k, v)| own(k) != Some(v))
+        .filter(|(k, v)| own(k) != Some(v) && !plain(k))
         .map(|(k, _)| k.clone())
         .collect();
     changed.sort();
     changed.dedup();
-    let removed = |k: &str| ENTRY_REMOVED.iter().any(|p| glob_match(p, k)) || k == "PATH";
-    let mut out: Vec<(String, String)> = caller.into_iter().filter(|(k, _)| !removed(k)).collect();
-    out.extend(host.iter().filter(|(k, _)| removed(k)).cloned());
+    let passed = |k: &str| ENTRY_PASSED.iter().any(|p| glob_match(p, k));
+    let mut out: Vec<(String, String)> = host.iter().filter(|(k, _)| !passed(k)).cloned().collect();
+    out.extend(caller.into_iter().filter(|(k, _)| passed(k)));
     (out, changed)
 }
 
@@ -401,6 +328,10 @@ mod tests {
             ("CARGO_HOME", "/home/u/proj/cargo"),
             ("LANG", "C"),
             ("MY_FLAG", "1"),
+            ("MAKEFILES", "/home/u/proj/evil.mk"),
+            ("TERM", "dumb"),
+            ("WARDCELL_ZONE", "agent"),
+            ("OLDPWD", "/x"),
         ]);
         let (env, changed) = entered(caller, &host);
         let mut env = env;

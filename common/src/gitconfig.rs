@@ -377,6 +377,15 @@ pub const HARMLESS: &[&str] = &[
     "protocol.version",
 ];
 
+/// Whether an entry is harmless: its key one of [`HARMLESS`], and a URL not one that
+/// names a remote helper git runs by name (`X::address` runs `git-remote-X`, found on
+/// `PATH`; `ext::` runs a command).
+pub fn harmless_entry(key: &str, value: Option<&[u8]>) -> bool {
+    let url = key.ends_with(".url") || key.ends_with(".pushurl");
+    let helper = value.is_some_and(|v| v.windows(2).any(|w| w == b"::"));
+    harmless(key) && !(url && helper)
+}
+
 /// Whether `key` (as [`parse`] gives it) is one of [`HARMLESS`].
 pub fn harmless(key: &str) -> bool {
     let parts: Vec<&str> = key.splitn(2, '.').collect();
@@ -464,6 +473,14 @@ mod tests {
             "user.name.x.y",
         ] {
             assert!(!harmless(k), "{k}");
+        }
+        assert!(harmless_entry(
+            "remote.origin.url",
+            Some(b"https://example.com/r.git")
+        ));
+        for helper in [&b"ext::sh -c evil"[..], b"evil::whatever", b"fd::3"] {
+            assert!(!harmless_entry("remote.origin.url", Some(helper)));
+            assert!(!harmless_entry("submodule.x.url", Some(helper)));
         }
     }
 }

@@ -257,7 +257,7 @@ pub fn untrusted(text: &[u8]) -> Vec<(String, Option<Vec<u8>>)> {
     match crate::gitconfig::parse(text) {
         Ok(entries) => entries
             .into_iter()
-            .filter(|e| !crate::gitconfig::harmless(&e.key))
+            .filter(|e| !crate::gitconfig::harmless_entry(&e.key, e.value.as_deref()))
             .map(|e| (e.key, e.value))
             .collect(),
         Err(bad) => vec![(format!("(unreadable from line {})", bad.0), None)],

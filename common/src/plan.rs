@@ -276,9 +276,10 @@ pub struct ProfilePlan {
     pub write: Vec<PathBuf>,
     /// Masked even inside an allowed tree.
     pub deny: Vec<PathBuf>,
-    /// `deny` entries that do not exist yet (their existing part canonical): nothing to
-    /// mask, but held all the same, so that the host creating one while the run holds
-    /// it ends the run (wardcell_host::guard).
+    /// `deny` entries that do not exist yet (their existing part canonical), and those
+    /// reached through a symbolic link, as written: nothing to mask there, but held all
+    /// the same, so that the host creating one, or replacing the link, while the run
+    /// holds it ends the run (wardcell_host::guard).
     #[serde(default)]
     pub absent: Vec<PathBuf>,
     /// Paths the profile names that do not exist here: left out, reported by `policy show`.

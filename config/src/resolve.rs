@@ -363,15 +363,21 @@ fn resolve_effective(
             entry: s.path.clone(),
         });
     }
-    // Deny entries not there yet, held all the same (where they would be, links resolved).
+    // Deny entries not there yet, held all the same (where they would be, links resolved),
+    // and those reached through a symbolic link, held as written too: the mask is on the
+    // link's target, and the host replacing the link would show what it then names.
     let missing = |x: &PathBuf| {
         std::fs::symlink_metadata(x).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
     };
-    let absent = p
+    let written = p
         .deny
         .iter()
         .filter_map(|e| paths::expand(e, home, cwd).ok());
-    let absent = absent.filter(missing).map(|x| real_prefix(&x)).collect();
+    let absent = written.filter_map(|x| match missing(&x) {
+        true => Some(real_prefix(&x)),
+        false => (std::fs::canonicalize(&x).ok()? != x).then_some(x),
+    });
+    let absent = absent.collect();
     for secret in etc_secrets(&read, &write) {
         if !deny.contains(&secret) {
             deny.push(secret);

@@ -48,7 +48,7 @@ fn ended_for(fx: &Fixture, out: &Out, path: &Path) {
     assert!(!out.stdout.contains("new-secret"), "{out:#?}");
     assert_ne!(out.code, 0, "{out:#?}");
     let line = format!(
-        "error: {} was replaced, removed or created on the host while a sandbox of this run held it masked or read-only; every sandbox of the run was ended rather than let it see {} unprotected\n",
+        "error: {} was replaced, removed or created while a sandbox of this run held it masked or read-only; every sandbox of the run was ended rather than let it see {} unprotected\n",
         path.display(),
         path.display()
     );
@@ -113,7 +113,7 @@ printf '[core]\\n\\tfsmonitor = touch pwned\\n' >> .git/config; echo wrote=$?; s
         assert!(!config.contains("fsmonitor"), "{config}");
         assert!(
             out.stderr
-                .contains(".git/config was replaced, removed or created on the host"),
+                .contains(".git/config was replaced, removed or created while"),
             "{out:#?}"
         );
     }
@@ -136,4 +136,20 @@ both!(what_the_host_does_elsewhere_leaves_the_run_alone, |fx| {
     let (out, _) = run.finish(30);
     out.ok();
     assert_eq!(out.stdout, "done\n", "{out:#?}");
+});
+
+// A deny entry that is a symbolic link (a dotfile manager's `~/.tok -> dots/tok`) is
+// masked at its target; the host replacing the link itself (as tools that write a
+// config by renaming do) is seen as well, and ends the run.
+both!(a_masked_link_replaced_on_the_host_ends_the_run, |fx| {
+    fx.config(&format!(
+        "[zones.agent]\nprofile = \"dev\"\ndefault = true\n\n[profiles.dev]\nextends = \"developer-readonly\"\nread = [\"{}\"]\ndeny = [\"~/.tok\"]\n",
+        fx.bin.display()
+    ));
+    fx.write(&fx.home.join("dots/tok"), "old-secret\n");
+    std::os::unix::fs::symlink("dots/tok", fx.home.join(".tok")).unwrap();
+    fx.own(&fx.home);
+    let link = fx.home.join(".tok");
+    let out = run_while(&fx, ".tok", || replace(&fx, &link, "new-secret\n"));
+    ended_for(&fx, &out, &link);
 });

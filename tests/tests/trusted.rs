@@ -204,7 +204,7 @@ wardcell zone enter push -- /bin/true; echo push=$?";
     let (out, _) = run.finish(30);
     assert!(!out.stdout.contains("push="), "{out:#?}");
     let line = format!(
-        "error: {} was replaced, removed or created on the host",
+        "error: {} was replaced, removed or created while",
         proxy.display()
     );
     assert!(out.stderr.contains(&line), "{out:#?}");
@@ -278,6 +278,73 @@ both!(a_helper_of_another_build_is_refused, |fx| {
     assert_eq!(
         out.stderr,
         format!("error: could not start the sandbox: starting zone 'agent''s proxy: hello: the peer is another build of wardcell: this side is wardcell {release} (protocol 5), the peer is wardcell 0.0.9 (protocol 5); install matching wardcell binaries\n"),
+        "{out:#?}"
+    );
+});
+
+// A trusted file with a second name in a tree a sandbox writes (cargo links
+// `target/release/X` to `target/release/deps/X-<hash>`; the review found a plugin
+// replaced through such a link ran on the host) is refused by `run` and `policy check`
+// alike, naming the file and the profile; a secret file with a second name, wherever.
+both!(
+    a_trusted_file_with_another_name_in_a_writable_tree_is_refused,
+    |fx| {
+        let client = build_in_project(&fx);
+        config(&fx);
+        let release = fx.proj.join("target/release");
+        fs::create_dir_all(release.join("deps")).unwrap();
+        fs::hard_link(
+            release.join("wardcell-proxy"),
+            release.join("deps/wardcell_proxy-0123"),
+        )
+        .unwrap();
+        fx.own(&fx.proj);
+        for args in [&["run", "--", "/bin/true"][..], &["policy", "check"]] {
+            let out = fx.run_binary(&client, args);
+            out.expect_code(1);
+            let proxy = release.join("wardcell-proxy");
+            assert_eq!(
+            out.stderr,
+            format!(
+                "error: {} (a helper of wardcell) has 2 names (hard links), and profile 'dev' writes {}, so a sandbox could change it through another one; copy it to a file of its own (`cp --remove-destination`), or run wardcell from outside {}\n",
+                proxy.display(), fx.proj.display(), fx.proj.display()
+            ),
+            "{out:#?}"
+        );
+        }
+        // The plugin the same way.
+        fs::remove_file(release.join("deps/wardcell_proxy-0123")).unwrap();
+        fs::hard_link(
+            fx.proj.join("approve.sh"),
+            release.join("deps/approve-0123"),
+        )
+        .unwrap();
+        let out = fx.run_binary(&client, &["run", "--", "/bin/true"]);
+        out.expect_code(1);
+        assert!(
+            out.stderr.contains("(the approval plugin) has 2 names"),
+            "{out:#?}"
+        );
+        fs::remove_file(release.join("deps/approve-0123")).unwrap();
+        assert!(fx.run_binary(&client, &["policy", "check"]).code == 0);
+    }
+);
+
+both!(a_secret_file_with_another_name_is_refused, |fx| {
+    let secret = fx.outside.join("token");
+    fx.write(&secret, "s3cret\n");
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::hard_link(&secret, fx.outside.join("token-copy")).unwrap();
+    fx.config(&format!(
+        "[zones.agent]\nprofile = \"p\"\ndefault = true\nauthenticated = true\n[profiles.p]\nextends = \"developer-readonly\"\nread = [\"{}\"]\nnetwork = {{ allow = [\"example.com:443\"] }}\ncredentials = [\"c\"]\n[credentials.c]\nhosts = [\"example.com\"]\nscheme = \"bearer\"\nsecret = {{ file = \"{}\" }}\n",
+        fx.bin.display(),
+        secret.display()
+    ));
+    let out = fx.run(&["run", "--", "/bin/true"]);
+    out.expect_code(1);
+    assert_eq!(
+        out.stderr,
+        format!("error: the secret file {} has 2 names (hard links): every sandbox is kept from this one only; give the secret a file of its own\n", secret.display()),
         "{out:#?}"
     );
 });

@@ -247,7 +247,7 @@ pub fn protection_lost(path: &std::path::Path) -> String {
         return "error: the host changed more at once than the run could follow (the kernel's queue of file events overflowed) while sandboxes of this run held paths masked or read-only; every sandbox of the run was ended rather than go on unwatched".into();
     }
     let path = wardcell_common::text::shown(&path.display().to_string()).into_owned();
-    format!("error: {path} was replaced, removed or created on the host while a sandbox of this run held it masked or read-only; every sandbox of the run was ended rather than let it see {path} unprotected")
+    format!("error: {path} was replaced, removed or created while a sandbox of this run held it masked or read-only; every sandbox of the run was ended rather than let it see {path} unprotected")
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ mod output;
 mod policy;
 mod run;
 mod sys;
+mod trusted;
 mod zones;
 
 use std::process::ExitCode;

@@ -57,6 +57,7 @@ fn checked(config: &ConfigArg) -> Result<(String, Vec<String>), Error> {
         &host.context,
     )?;
     crate::credentials::check_sources(&plan)?;
+    crate::trusted::check(&plan)?;
     // A plan over the limit of what the broker takes (its frame) is refused by `run`.
     let launch = wardcell_common::protocol::Launch::Run(Box::new(plan.clone()));
     wardcell_common::protocol::encode_frame(&launch).map_err(|e| {
