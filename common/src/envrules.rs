@@ -305,7 +305,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_entry_keeps_the_runs_loader_shell_and_tool_variables_never_the_callers() {
+    fn an_entry_gets_the_callers_display_variables_and_the_runs_others() {
         let v = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
             pairs
                 .iter()
@@ -342,8 +342,8 @@ mod tests {
                 ("CARGO_HOME", "/opt/cargo"),
                 ("HOME", "/home/u"),
                 ("LANG", "C"),
-                ("MY_FLAG", "1"),
-                ("PATH", "/usr/bin:/bin")
+                ("PATH", "/usr/bin:/bin"),
+                ("TERM", "dumb")
             ])
         );
         assert_eq!(
@@ -354,9 +354,11 @@ mod tests {
                 "GIT_CONFIG_GLOBAL",
                 "GIT_SSH_COMMAND",
                 "LD_PRELOAD",
+                "MAKEFILES",
                 "MY_FLAG",
                 "NODE_OPTIONS",
-                "PATH"
+                "PATH",
+                "TERM"
             ]
         );
     }
