@@ -1421,11 +1421,14 @@ both!(an_entered_zone_with_network_gets_the_callers_ca, |fx| {
              https://localhost:$UPSTREAM_PORT/tunnelled; echo \"rc=$?\"\n\
          fi\n",
     );
+    // An entered zone's environment is the run's, not the caller's (issue 35, item 5):
+    // the port is given to the run.
+    let port = port.to_string();
     let (out, _, _) = run_env(
         &fx,
         &up,
-        &[],
-        &format!("export UPSTREAM_PORT={port}; sh {check}; wardcell zone enter net -- sh {check}"),
+        &[("UPSTREAM_PORT", &port)],
+        &format!("sh {check}; wardcell zone enter net -- sh {check}"),
     );
     out.ok();
     // No network, no bundle.
