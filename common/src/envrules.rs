@@ -180,6 +180,21 @@ pub fn entered(
     (out, changed)
 }
 
+/// Where `execvp` finds `prog`: as named (relative to `cwd`) when it names a path, else
+/// the first of `path`'s absolute directories where `found` says it is. `None`: not found.
+pub fn lookup(
+    prog: &str,
+    path: &str,
+    cwd: &Path,
+    found: &dyn Fn(&Path) -> bool,
+) -> Option<PathBuf> {
+    if prog.contains('/') {
+        return Some(cwd.join(prog));
+    }
+    let dirs = path.split(':').filter(|d| d.starts_with('/'));
+    dirs.map(|d| Path::new(d).join(prog)).find(|p| found(p))
+}
+
 /// Where `command` (an entered command's `argv[0]`) is, looked up as `execvp` would in the
 /// entered sandbox: itself when it names a path (relative to `cwd`), else the first
 /// regular, executable file of that name in `path`'s directories that `in_view` says the
@@ -196,15 +211,7 @@ pub fn resolve(
             && std::fs::metadata(p)
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
-    if command.contains('/') {
-        return Some(cwd.join(command));
-    }
-    let dirs = path
-        .unwrap_or("/usr/bin:/bin")
-        .split(':')
-        .filter(|d| d.starts_with('/'));
-    dirs.map(|d| Path::new(d).join(command))
-        .find(|p| runnable(p))
+    lookup(command, path.unwrap_or("/usr/bin:/bin"), cwd, &runnable)
 }
 
 /// The loopback names NO_PROXY may hold, as NO_PROXY writes them.

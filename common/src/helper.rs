@@ -37,13 +37,8 @@ pub const HELPER_VARS: &[(&str, Kind)] = &[
 /// looked up in [`HELPER_PATH`] when a bare name, else (a relative path) from
 /// [`HELPER_CWD`]. `None`: not found.
 pub fn program_path(prog: &str, is_file: &dyn Fn(&Path) -> bool) -> Option<PathBuf> {
-    if prog.contains('/') {
-        return Some(Path::new(HELPER_CWD).join(prog)).filter(|p| is_file(p));
-    }
-    HELPER_PATH
-        .split(':')
-        .map(|d| Path::new(d).join(prog))
-        .find(|p| is_file(p))
+    let found = crate::envrules::lookup(prog, HELPER_PATH, Path::new(HELPER_CWD), is_file);
+    found.filter(|p| is_file(p))
 }
 
 /// Open `path` once, as a program the run will start from this descriptor (a link is

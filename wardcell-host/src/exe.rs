@@ -121,10 +121,8 @@ impl Programs {
         // The commands of the credentials an authenticated zone's proxy may attach: no
         // other proxy ever runs one.
         let attached = |name: &String| {
-            let zones = plan.zones.iter().filter(|z| z.authenticated);
-            zones
-                .into_iter()
-                .any(|z| z.profile.credentials.contains(name))
+            let mut zones = plan.zones.iter().filter(|z| z.authenticated);
+            zones.any(|z| z.profile.credentials.contains(name))
         };
         let mut commands = Vec::new();
         for c in plan.credentials.iter().filter(|c| attached(&c.name)) {

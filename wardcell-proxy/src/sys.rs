@@ -60,18 +60,8 @@ pub fn exec_from(
     cmd: &mut std::process::Command,
     exe: RawFd,
 ) -> io::Result<&mut std::process::Command> {
-    use std::ffi::CString;
-    use std::os::unix::{ffi::OsStrExt, process::CommandExt};
-    let c = |s: &[u8]| CString::new(s).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
-    let args = [cmd.get_program()].into_iter().chain(cmd.get_args());
-    let args: Vec<CString> = args.map(|a| c(a.as_bytes())).collect::<io::Result<_>>()?;
-    let env = cmd
-        .get_envs()
-        .filter_map(|(k, v)| Some([k.as_bytes(), b"=", v?.as_bytes()].concat()));
-    let env: Vec<CString> = env.map(|e| c(&e)).collect::<io::Result<_>>()?;
-    // NULL-terminated tables of the strings' addresses (the strings move with the closure).
-    let table = |v: &[CString]| Vec::from_iter(v.iter().map(|s| s.as_ptr() as usize).chain([0]));
-    let (argv, envp) = (table(&args), table(&env));
+    use std::os::unix::process::CommandExt;
+    let exec = wardcell_common::helper::Exec::of(cmd)?;
     // A copy above the descriptors the child places (0 to 2), closed with `cmd`.
     // SAFETY: integer arguments; the kernel returns a new descriptor or -1.
     let copy = cerr(unsafe { libc::fcntl(exe, libc::F_DUPFD_CLOEXEC, 10) })?;
@@ -79,11 +69,11 @@ pub fn exec_from(
     let copy = unsafe { OwnedFd::from_raw_fd(copy) };
     let exe = copy.as_raw_fd();
     // SAFETY: between fork and exec the closure makes only async-signal-safe system calls
-    // (fcntl, execveat) on an integer and on tables it owns, whose entries point into
-    // strings it owns too (`args`, `env`), each NUL-terminated, the tables ending in NULL.
+    // (fcntl, execveat) on an integer and on `exec`'s tables, NULL-terminated, of
+    // NUL-terminated strings it owns.
     unsafe {
         cmd.pre_exec(move || {
-            let _owned = (&args, &env, &copy);
+            let _owned = &copy;
             // A script's interpreter opens it again as /dev/fd/N: left open across exec.
             libc::fcntl(exe, libc::F_SETFD, 0);
             let (path, flags) = (c"".as_ptr(), libc::AT_EMPTY_PATH);
@@ -91,8 +81,8 @@ pub fn exec_from(
                 libc::SYS_execveat,
                 exe,
                 path,
-                argv.as_ptr(),
-                envp.as_ptr(),
+                exec.argv(),
+                exec.envp(),
                 flags,
             );
             Err(io::Error::last_os_error())
