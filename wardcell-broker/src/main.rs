@@ -224,16 +224,9 @@ fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
     }
     paths.extend(plan.dirs.all());
     paths.extend(plan.credential_files());
+    // What the run trusts (`plan.pinned`) includes the CA certificates the shim makes a
+    // bundle of, where they really are (take_and_prepare).
     paths.extend(plan.client.iter().chain(&plan.pinned).cloned());
-    // The CA certificates the shim makes a bundle of, where they really are: only a
-    // sandbox with network gets a bundle (spec::build_with).
-    if plan.profiles().any(|p| p.network.enabled()) {
-        paths.extend(
-            spec::ca_files(host_env, &|p| p.exists())
-                .into_iter()
-                .filter_map(|p| fs::canonicalize(p).ok()),
-        );
-    }
     for path in paths {
         if let Some(m) = fs::symlink_metadata(&path).ok().filter(|m| !m.is_symlink()) {
             plan.identities.insert(path, Identity::of(&m));
