@@ -74,6 +74,12 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Entry>, Bad> {
     if bytes.first() == Some(&0xef) {
         return Err(Bad(1));
     }
+    // A NUL byte: git reads on, but hands each key on as a C string, cut at the NUL
+    // (`[remote "origin.uploadpack\0"] url = ...` is `remote.origin.uploadpack` to it).
+    // Such a file is never one a person wrote: refused, so that it is reported.
+    if let Some(at) = bytes.iter().position(|&b| b == 0) {
+        return Err(Bad(1 + bytes[..at].iter().filter(|&&b| b == b'\n').count()));
+    }
     let (mut out, mut base, mut comment) = (Vec::new(), String::new(), false);
     loop {
         let c = s.next();
@@ -305,8 +311,6 @@ pub const HARMLESS: &[&str] = &[
     "init.defaultbranch",
     "pull.rebase",
     "pull.ff",
-    "pull.twohead",
-    "pull.octopus",
     "push.default",
     "push.autosetupremote",
     "push.followtags",
@@ -344,7 +348,6 @@ pub const HARMLESS: &[&str] = &[
     "commit.verbose",
     "commit.cleanup",
     "tag.sort",
-    "help.autocorrect",
     "gc.auto",
     "gc.autodetach",
     "gc.autopacklimit",
@@ -377,13 +380,23 @@ pub const HARMLESS: &[&str] = &[
     "protocol.version",
 ];
 
+/// The URL schemes git serves itself (or with the remote helpers it ships): any other
+/// `X://address` runs `git-remote-X`, found on `PATH`.
+const OWN_SCHEMES: &[&[u8]] = &[
+    b"http", b"https", b"ftp", b"ftps", b"ssh", b"git", b"file", b"git+ssh", b"ssh+git",
+];
+
 /// Whether an entry is harmless: its key one of [`HARMLESS`], and a URL not one that
-/// names a remote helper git runs by name (`X::address` runs `git-remote-X`, found on
-/// `PATH`; `ext::` runs a command).
+/// names a remote helper git runs by name (`X::address` and, for a scheme git does not
+/// serve itself, `X://address` run `git-remote-X`, found on `PATH`; `ext::` runs a
+/// command).
 pub fn harmless_entry(key: &str, value: Option<&[u8]>) -> bool {
     let url = key.ends_with(".url") || key.ends_with(".pushurl");
-    let helper = value.is_some_and(|v| v.windows(2).any(|w| w == b"::"));
-    harmless(key) && !(url && helper)
+    let v = value.unwrap_or_default();
+    let helper = v.windows(2).any(|w| w == b"::");
+    let scheme = v.windows(3).position(|w| w == b"://").map(|i| &v[..i]);
+    let foreign = scheme.is_some_and(|s| !OWN_SCHEMES.iter().any(|o| s.eq_ignore_ascii_case(o)));
+    harmless(key) && !(url && (helper || foreign))
 }
 
 /// Whether `key` (as [`parse`] gives it) is one of [`HARMLESS`].
@@ -478,7 +491,27 @@ mod tests {
             "remote.origin.url",
             Some(b"https://example.com/r.git")
         ));
-        for helper in [&b"ext::sh -c evil"[..], b"evil::whatever", b"fd::3"] {
+        // A key git would cut at a NUL: the file is refused, so reported.
+        let cut = b"[core]\nbare = false\n[remote \"origin.uploadpack\0\"]\n\turl = x\n";
+        assert_eq!(parse(cut).unwrap_err().0, 3);
+        for own in [
+            &b"HTTPS://h/r"[..],
+            b"ssh://h/r",
+            b"git@h:r.git",
+            b"/srv/r.git",
+        ] {
+            assert!(harmless_entry("remote.origin.url", Some(own)));
+        }
+        for key in ["pull.twohead", "pull.octopus", "help.autocorrect"] {
+            assert!(!harmless_entry(key, Some(b"x")), "{key}");
+        }
+        for helper in [
+            &b"ext::sh -c evil"[..],
+            b"evil::whatever",
+            b"fd::3",
+            b"evil://x",
+            b"a.b://x",
+        ] {
             assert!(!harmless_entry("remote.origin.url", Some(helper)));
             assert!(!harmless_entry("submodule.x.url", Some(helper)));
         }
