@@ -129,6 +129,8 @@ for f in wardcell wardcell-broker wardcell-shim wardcell-proxy; do
   w mv $f $f.old
 done
 w mv ../release ../moved
+w sh -c 'echo "echo planted" > git'
+w mkdir wardcell-nested
 w mv ../../target ../../moved
 w sh -c 'echo "echo approved" > ../../approve.sh'
 w rm -f ../../token.sh
@@ -141,7 +143,7 @@ wardcell zone enter appr -- /bin/echo approved-entry; echo appr=$?
 "#;
     let out: Out = fx.run_binary(&client, &["run", "--", "/bin/sh", "-c", script]);
     assert!(!out.stdout.contains("ALLOWED"), "{out:#?}");
-    assert_eq!(out.stdout.matches("refused: ").count(), 22, "{out:#?}");
+    assert_eq!(out.stdout.matches("refused: ").count(), 24, "{out:#?}");
     assert!(out.stdout.contains("entered-other\n"), "{out:#?}");
     assert!(out.stdout.contains("entered-push\n"), "{out:#?}");
     assert!(!out.stdout.contains("approved-entry"), "{out:#?}");
@@ -184,8 +186,9 @@ wardcell zone enter appr -- /bin/true; echo appr=$?";
     assert!(!marker.exists(), "a replaced program ran: {out:#?}");
 });
 
-// The same in the project, where every view holds them read-only: the host replacing
-// one ends the run at once (3.16), and no replacement runs either.
+// The same in the project, where every view holds the build's directory read-only: the
+// host replacing it (as a clean build does) ends the run at once (3.16), and no
+// replacement runs either.
 both!(a_program_replaced_in_the_project_ends_the_run, |fx| {
     let client = build_in_project(&fx);
     config(&fx);
@@ -195,8 +198,14 @@ wardcell zone enter push -- /bin/true; echo push=$?";
     let cmd = fx.cmd_of(&client, &["run", "--", "/bin/sh", "-c", script]);
     let mut run = Watched::spawn(&fx, cmd, "replaced");
     wait_until(20, "the run to start", || fx.proj.join("ready").exists());
-    let proxy = fx.proj.join("target/release/wardcell-proxy");
-    put_script(&fx, &proxy, &format!("touch {}", marker.display()));
+    let release = fx.proj.join("target/release");
+    fs::rename(&release, fx.proj.join("target/old")).unwrap();
+    fs::create_dir(&release).unwrap();
+    put_script(
+        &fx,
+        &release.join("wardcell-proxy"),
+        &format!("touch {}", marker.display()),
+    );
     wait_until(10, "the run to end", || {
         run.child.try_wait().unwrap().is_some()
     });
@@ -205,7 +214,7 @@ wardcell zone enter push -- /bin/true; echo push=$?";
     assert!(!out.stdout.contains("push="), "{out:#?}");
     let line = format!(
         "error: {} was replaced, removed or created while",
-        proxy.display()
+        release.display()
     );
     assert!(out.stderr.contains(&line), "{out:#?}");
     assert!(!marker.exists(), "a replaced program ran: {out:#?}");

@@ -180,7 +180,14 @@ fn take_and_prepare(
     let programs = Programs::open(&plan, shim).map_err(Some)?;
     // The environment `wardcell run` started in, read once for the whole run.
     let host_env = wardcell_common::envrules::text_vars();
-    plan.pinned = programs.pinned(spec::ca_files(&host_env, &|p| p.exists()));
+    let mut more = spec::ca_files(&host_env, &|p| p.exists());
+    more.extend(
+        plan.client
+            .as_ref()
+            .and_then(|c| c.parent())
+            .map(PathBuf::from),
+    );
+    plan.pinned = programs.pinned(more);
     let (run_dir, audit) = prepare_run(&mut plan, &run_id, &host_env).map_err(Some)?;
     Ok(Run::new(plan, run_id, run_dir, programs, audit, host_env))
 }

@@ -154,10 +154,13 @@ impl Programs {
     }
 
     /// What every view binds read-only where a tree is writable (`Plan::pinned`): these
-    /// programs, this broker (the next run starts it) and `more` (the CA files), where
-    /// they really are.
+    /// programs, this broker (the next run starts it), the directory of this build's
+    /// helpers (so that none this run does not start, and no program named like a tool
+    /// beside them or in `wardcell-nested`, which goes first on a sandbox's `PATH`, can be
+    /// put there) and `more` (the client's directory, the CA files), where they really are.
     pub fn pinned(&self, more: Vec<PathBuf>) -> Vec<PathBuf> {
         let mut paths = Vec::from_iter(self.paths().map(Path::to_path_buf));
+        paths.extend(self.shim.path.parent().map(Path::to_path_buf));
         let real = std::env::current_exe().into_iter().chain(more);
         paths.extend(real.filter_map(|p| std::fs::canonicalize(p).ok()));
         paths

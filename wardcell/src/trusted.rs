@@ -25,6 +25,23 @@ pub fn check(plan: &Plan) -> Result<(), Error> {
         .profiles()
         .flat_map(|p| p.write.iter().map(move |w| (p.name.as_str(), w)))
         .collect();
+    // The directories of wardcell's programs are bound read-only where a tree is
+    // writable; one that is a written tree itself cannot be.
+    let client = std::env::current_exe().ok();
+    let dirs = client.iter().flat_map(|c| {
+        [
+            c.parent().map(Path::to_path_buf),
+            Some(paths::helper_dir(c)),
+        ]
+    });
+    for dir in dirs.flatten().filter_map(|d| std::fs::canonicalize(d).ok()) {
+        if let Some((profile, _)) = writes.iter().find(|(_, w)| **w == dir) {
+            return Err(Error::Refused(format!(
+                "{} holds wardcell's programs, and profile '{profile}' writes it, so a sandbox could replace them or put a program beside them that a later run or another zone starts; install wardcell outside every tree a profile writes (README, \"Try it\")",
+                dir.display()
+            )));
+        }
+    }
     for (file, what) in trusted(plan) {
         let Ok(real) = std::fs::canonicalize(&file) else {
             continue;
