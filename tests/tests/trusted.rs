@@ -339,6 +339,28 @@ both!(
     }
 );
 
+// A build of wardcell whose directory is a tree a profile writes cannot be held
+// read-only there (a sandbox could put a `git` beside the client, which goes on every
+// sandbox's PATH, or replace a helper this run does not start, which the next one
+// does): refused by `run` and `policy check` alike.
+both!(a_build_in_a_written_tree_itself_is_refused, |fx| {
+    let client = build_in(&fx, &fx.proj);
+    config(&fx);
+    fx.own(&fx.proj);
+    for args in [&["run", "--", "/bin/true"][..], &["policy", "check"]] {
+        let out = fx.run_binary(&client, args);
+        out.expect_code(1);
+        assert_eq!(
+            out.stderr,
+            format!(
+                "error: {} holds wardcell's programs, and profile 'dev' writes it, so a sandbox could replace them or put a program beside them that a later run or another zone starts; install wardcell outside every tree a profile writes (README, \"Try it\")\n",
+                fx.proj.display()
+            ),
+            "{out:#?}"
+        );
+    }
+});
+
 both!(a_secret_file_with_another_name_is_refused, |fx| {
     let secret = fx.outside.join("token");
     fx.write(&secret, "s3cret\n");
