@@ -16,6 +16,43 @@ use std::time::Instant;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::termios::{self, SetArg, Termios};
 
+/// Signals `wardcell run` passes on to its command: its terminal keeper (the client) to
+/// the broker, the broker to the sandbox's init, init to the command. SIGTSTP is the
+/// user's Ctrl-Z where the command has no pty (then the keeper stops once it has passed
+/// it on); SIGCONT continues the command after a stop.
+pub const FORWARDED: &[nix::sys::signal::Signal] = &[
+    nix::sys::signal::Signal::SIGINT,
+    nix::sys::signal::Signal::SIGTERM,
+    nix::sys::signal::Signal::SIGHUP,
+    nix::sys::signal::Signal::SIGQUIT,
+    nix::sys::signal::Signal::SIGUSR1,
+    nix::sys::signal::Signal::SIGUSR2,
+    nix::sys::signal::Signal::SIGCONT,
+    nix::sys::signal::Signal::SIGTSTP,
+];
+
+/// What `wardcell run`'s terminal keeper (the client, which the caller's shell waits on)
+/// and its broker (a child in a session of its own) say on the broker's descriptor
+/// [`keeper::FD`]: one byte each. The keeper holds the caller's terminal and does job
+/// control with it; the broker decides and never stops (ssh's client keeps the terminal
+/// while sshd decides).
+pub mod keeper {
+    /// The broker's end of the socket.
+    pub const FD: i32 = 4;
+    /// Broker to keeper: the command's pty master comes with this byte (SCM_RIGHTS); its
+    /// low three bits say which of 0, 1, 2 are terminals (the pty in their place).
+    pub const PTY: u8 = 0x10;
+    /// Broker to keeper: the command stopped (only sent with a pty). The keeper stops as
+    /// a job if the user typed their suspend character, and then, or at once, sends the
+    /// broker SIGCONT.
+    pub const STOPPED: u8 = b'S';
+    /// Broker to keeper: the sandbox is gone: relay what the pty still shows until it is
+    /// quiet, give the terminal back as it was, and answer [`FINISHED`].
+    pub const FINISH: u8 = b'F';
+    /// Keeper to broker: done; what the broker says now goes to a restored terminal.
+    pub const FINISHED: u8 = b'f';
+}
+
 /// Whether `fd` is a terminal.
 pub fn is_tty(fd: BorrowedFd<'_>) -> bool {
     termios::tcgetattr(fd).is_ok()

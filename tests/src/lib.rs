@@ -507,39 +507,46 @@ pub fn descendants(pid: u32) -> Vec<Proc> {
     found
 }
 
-/// Everything a run started: the broker's descendants, collected each time
+/// Everything a run started: the client's descendants (the broker among them),
+/// collected each time
 /// [`Tree::look`] is called, so that a process seen once is checked at the end even if
 /// it was reparented (a plugin's child) or its parent died first.
 pub struct Tree {
-    pub broker: Proc,
+    /// `wardcell run` as spawned: the terminal keeper, whose child the broker is.
+    pub client: Proc,
     pub seen: Vec<Proc>,
 }
 
 impl Tree {
-    /// Start tracking the broker (the pid `wardcell run` was spawned with: it execs the
-    /// broker).
-    pub fn of(broker: u32) -> Tree {
+    /// Start tracking the run (the pid `wardcell run` was spawned with: the keeper).
+    pub fn of(client: u32) -> Tree {
         // It may have ended already (a zombie until waited for).
-        let stat = fs::read_to_string(format!("/proc/{broker}/stat")).unwrap_or_default();
+        let stat = fs::read_to_string(format!("/proc/{client}/stat")).unwrap_or_default();
         let start = stat
             .rsplit_once(')')
             .and_then(|(_, rest)| rest.split_whitespace().nth(19)?.parse().ok())
             .unwrap_or(0);
-        let broker = Proc {
-            pid: broker,
+        let client = Proc {
+            pid: client,
             start,
             comm: "wardcell".into(),
         };
         Tree {
-            broker,
+            client,
             seen: Vec::new(),
         }
     }
 
-    /// Add the broker's descendants now alive; return them.
+    /// The broker (waiting up to 10 s for it to be there).
+    #[track_caller]
+    pub fn broker(&mut self) -> Proc {
+        self.wait_for("wardcell-broker", 1).remove(0)
+    }
+
+    /// Add the client's descendants now alive; return them.
     pub fn look(&mut self) -> Vec<Proc> {
-        let now = if alive(&self.broker) {
-            descendants(self.broker.pid)
+        let now = if alive(&self.client) {
+            descendants(self.client.pid)
         } else {
             Vec::new()
         };
@@ -562,20 +569,20 @@ impl Tree {
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "no {want} processes named {comm} under the broker: {:?}",
+                "no {want} processes named {comm} under the run: {:?}",
                 self.seen
             );
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
 
-    /// Nothing the run started is left: every process seen (the broker included) is gone
+    /// Nothing the run started is left: every process seen (the client included) is gone
     /// within 3 s (SIGKILL is delivered and the PID namespace torn down asynchronously).
     #[track_caller]
     pub fn assert_all_gone(&self) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
         let left = || -> Vec<&Proc> {
-            std::iter::once(&self.broker)
+            std::iter::once(&self.client)
                 .chain(&self.seen)
                 .filter(|p| alive(p))
                 .collect()
@@ -689,8 +696,8 @@ impl Watched {
             }
             if std::time::Instant::now() > deadline {
                 // What each process is doing, for the report.
-                let states: Vec<String> = std::iter::once(self.tree.broker.clone())
-                    .chain(descendants(self.tree.broker.pid))
+                let states: Vec<String> = std::iter::once(self.tree.client.clone())
+                    .chain(descendants(self.tree.client.pid))
                     .map(|p| {
                         let status = fs::read_to_string(format!("/proc/{}/status", p.pid))
                             .unwrap_or_default();
@@ -738,6 +745,13 @@ pub fn run_dirs(rt: &Path) -> Vec<String> {
             .collect(),
         Err(_) => Vec::new(),
     }
+}
+
+/// The broker of the run whose client (`wardcell run`, its terminal keeper) is `client`,
+/// waiting up to 10 s for it.
+#[track_caller]
+pub fn broker_of(client: u32) -> u32 {
+    Tree::of(client).broker().pid
 }
 
 /// Run `cmd` (stdout and stderr discarded) and return its exit code and the most memory

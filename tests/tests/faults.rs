@@ -232,8 +232,7 @@ both!(the_broker_relays_term_and_int_and_finishes, |fx| {
         }
         let run = Watched::spawn(&fx, cmd, "run");
         wait_file(&beat);
-        let broker = run.tree.broker.pid;
-        kill_as(&fx, broker, sig);
+        kill_as(&fx, run.tree.client.pid, sig);
         let (out, tree) = run.finish(30);
         out.expect_code(code);
         assert_eq!(out.stderr, "", "{out:#?}");
@@ -262,7 +261,8 @@ both!(a_broker_killed_takes_every_sandbox_with_it, |fx| {
         let shims = run.tree.wait_for("wardcell-shim", 1 + entered as usize);
         assert_eq!(shims.len(), 1 + entered as usize, "{shims:?}");
         run.tree.look();
-        kill_as(&fx, run.tree.broker.pid, "KILL");
+        let broker = run.tree.broker().pid;
+        kill_as(&fx, broker, "KILL");
         let (out, tree) = run.finish(30);
         out.expect_code(137);
         // Every process of the sandboxes dies (asynchronously) with the broker.
@@ -621,9 +621,10 @@ both!(a_killed_plan_writer_ends_the_run_as_it_died, |fx| {
     let scene = Scene::new(&fx, "writer", None);
     let marker = fx.proj.join("ran");
     let mut run = scene.start(&format!("touch {}", marker.display()));
-    let writer = run.tree.wait_for("wardcell", 1).remove(0);
-    // The first sandbox's shim is started before the plan is taken.
+    // The first sandbox's shim is started before the plan is taken (and once it is there,
+    // the broker is: the only `wardcell` left under the run is the plan writer).
     run.tree.wait_for("wardcell-shim", 1);
+    let writer = run.tree.wait_for("wardcell", 1).remove(0);
     kill_as(&fx, writer.pid, "KILL");
     let (out, tree) = run.finish(30);
     out.expect_code(137);
@@ -734,9 +735,11 @@ both!(a_broker_ended_before_the_plan_takes_its_writer, |fx| {
         let scene = Scene::new(&fx, &format!("early-{sig}"), None);
         let marker = fx.proj.join("ran");
         let mut run = scene.start(&format!("touch {}", marker.display()));
-        let writer = run.tree.wait_for("wardcell", 1).remove(0);
         run.tree.wait_for("wardcell-shim", 1);
-        kill_as(&fx, run.tree.broker.pid, sig);
+        let writer = run.tree.wait_for("wardcell", 1).remove(0);
+        // `wardcell run` signalled: the keeper passes TERM on, and KILL takes the broker
+        // with it (its death signal).
+        kill_as(&fx, run.tree.client.pid, sig);
         let (out, tree) = run.finish(30);
         out.expect_code(code);
         assert_eq!(out.stderr, "", "{sig}: {out:#?}");

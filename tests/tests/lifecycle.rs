@@ -408,8 +408,8 @@ network = {{ allow = ["example.com:80"] }}
             stdout.read_line(&mut first).unwrap();
         }
         assert_eq!(first, "ok\nready\n", "the proxy did not serve at first");
-        // `wardcell run` execs the broker: the child is the broker.
-        let proxies = proxies_of(run.id());
+        // The broker: the child of `wardcell run`'s terminal keeper.
+        let proxies = proxies_of(wardcell_tests::broker_of(run.id()));
         assert_eq!(proxies.len(), 1, "{proxies:?}");
         let killed = std::process::Command::new("kill")
             .args(["-KILL", &proxies[0].to_string()])
@@ -565,7 +565,7 @@ limits = {{ time = "1s" }}
             fx.cmd(&["run", "--", "/bin/sh", "-c", &script]),
             "run",
         );
-        let broker = run.child.id();
+        let broker = wardcell_tests::broker_of(run.child.id());
         wardcell_tests::wait_until(20, "the entry's proxy", || {
             children_named(broker, "wardcell-proxy").len() == 1
         });

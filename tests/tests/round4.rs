@@ -267,7 +267,7 @@ touch flooding; sleep 1; wardcell zone enter other -- /bin/echo got-in; echo ent
             fx.cmd(&["run", "--", "/bin/sh", "-c", &script]),
             "flood",
         );
-        let broker = run.child.id();
+        let broker = wardcell_tests::broker_of(run.child.id());
         wardcell_tests::wait_until(20, "the flood to start", || {
             fx.proj.join("flooding").exists()
         });

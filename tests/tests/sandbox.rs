@@ -462,8 +462,8 @@ both!(the_broker_and_init_are_out_of_reach, |fx| {
         ])
         .spawn()
         .unwrap();
-    // The client execs the broker: this pid is the broker's.
-    let broker = child.id().to_string();
+    // The broker: the child of `wardcell run`'s terminal keeper.
+    let broker = wardcell_tests::broker_of(child.id()).to_string();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !fx.proj.join("beat").exists() {
         assert!(Instant::now() < deadline, "the heartbeat never started");
@@ -887,7 +887,7 @@ both!(the_plan_writer_does_not_outlive_the_start, |fx| {
         .spawn()
         .expect("spawn wardcell");
     wait_until(10, "the command to start", || ready.exists());
-    let broker = run.id();
+    let broker = wardcell_tests::broker_of(run.id());
     let children =
         std::fs::read_to_string(format!("/proc/{broker}/task/{broker}/children")).unwrap();
     let comms: Vec<String> = children

@@ -155,8 +155,9 @@ fn start_stopped(fx: &Fixture, script: &str, tag: &str) -> (Watched, u32) {
         assert!(Instant::now() < until, "the command did not stop");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let broker = w.tree.broker.pid;
-    (w, broker)
+    // Signals go to `wardcell run` (its keeper passes them on).
+    let client = w.tree.client.pid;
+    (w, client)
 }
 
 fn signal(pid: u32, sig: i32) {
@@ -336,4 +337,113 @@ both!(a_command_stopping_itself_never_stops_the_run, |fx| {
     sh.wait_for_prompt_after("continued-42");
     assert!(!sh.seen().contains("Stopped"), "{}", sh.seen());
     sh.finish(0);
+});
+
+// Issue 35, item 4: the user's Ctrl-Z stops the job (the command, and `wardcell run`, the
+// terminal keeper the shell waits on), never the broker: while the job is stopped, an
+// entry from a process of the sandbox outside the stopped group is decided, and the time
+// limit ends the run. `fg` then gives the status. Before, the broker stopped itself with
+// its time limit and supervisors until `fg`.
+both!(ctrl_z_never_stops_the_broker, |fx| {
+    fx.config(&format!(
+        r#"
+[zones.agent]
+profile = "dev"
+default = true
+
+[zones.build]
+profile = "dev"
+enter_from = ["agent"]
+
+[profiles.dev]
+extends = "developer-readonly"
+read = ["{}"]
+limits = {{ time = "6s" }}
+"#,
+        fx.bin.display()
+    ));
+    let mut sh = Shell::start(&fx);
+    let entered = fx.proj.join("entered");
+    let go = fx.proj.join("go");
+    // A process in a session of its own waits for `go` (made once the job is stopped),
+    // then enters `build`; the command itself waits in the foreground.
+    sh.type_in(concat!(
+        "wardcell run -- /bin/sh -c '",
+        "setsid /bin/sh -c \"while [ ! -e go ]; do sleep 0.05; done; wardcell zone enter build -- /bin/true && touch entered\" & ",
+        "echo STAR\"\"TED; sleep 60'\n"
+    ));
+    sh.wait_for("STARTED\r\n");
+    let started = Instant::now();
+    let until = Instant::now() + Duration::from_secs(20);
+    while !sh.seen().contains("Stopped") {
+        sh.type_in("\x1a");
+        let tried = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < tried && !sh.seen().contains("Stopped") {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(Instant::now() < until, "never stopped: {}", sh.seen());
+    }
+    let procs = wardcell_tests::descendants(sh.pid());
+    let client = procs.iter().find(|p| p.comm == "wardcell").expect("client");
+    let broker = procs
+        .iter()
+        .find(|p| p.comm == "wardcell-broker")
+        .expect("broker");
+    wardcell_tests::wait_until(10, "the client to stop", || state(client.pid) == Some('T'));
+    assert_ne!(state(broker.pid), Some('T'), "the broker stopped");
+    // Supervisors answer while the job is stopped.
+    fs::write(&go, "").unwrap();
+    wardcell_tests::wait_until(20, "an entry while the job is stopped", || entered.exists());
+    // The time limit runs on: the broker ends the run while the job is still stopped.
+    wardcell_tests::wait_until(30, "the broker to end at the time limit", || {
+        !wardcell_tests::alive(broker)
+    });
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(!sh.seen().contains("rc="), "{}", sh.seen());
+    sh.type_in("fg\n");
+    sh.wait_for_prompt_after("fg\r\n");
+    // The time limit's status (124), given by `wardcell run` once continued.
+    sh.finish(124);
+});
+
+// Without a pty, the shell's Ctrl-Z (SIGTSTP to `wardcell run`) stops the command and the
+// keeper, never the broker; SIGCONT (`fg`) continues both. Before, the broker stopped and
+// the command ran on.
+both!(
+    sigtstp_without_a_pty_stops_the_command_not_the_broker,
+    |fx| {
+        fx.test_config("");
+        let script = "while [ ! -e go ]; do sleep 0.05; done; echo DONE";
+        let mut w = Watched::spawn(&fx, fx.cmd(&["run", "--", "/bin/sh", "-c", script]), "tstp");
+        let sh = w.tree.wait_for("sh", 1)[0].pid;
+        let broker = w.tree.broker();
+        let client = w.tree.client.pid;
+        signal(client, libc::SIGTSTP);
+        wardcell_tests::wait_until(10, "the command and the client to stop", || {
+            state(sh) == Some('T') && state(client) == Some('T')
+        });
+        assert_ne!(state(broker.pid), Some('T'), "the broker stopped");
+        fs::write(fx.proj.join("go"), "").unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(state(sh), Some('T'), "the command ran on");
+        signal(client, libc::SIGCONT);
+        let (out, tree) = w.finish(10);
+        out.ok();
+        assert!(out.stdout.contains("DONE"), "{out:?}");
+        tree.assert_all_gone();
+    }
+);
+
+// `wardcell run` killed (SIGKILL to the keeper) takes the broker and every sandbox with
+// it, as killing the broker did before there was a keeper.
+both!(a_killed_client_takes_the_broker_with_it, |fx| {
+    fx.test_config("");
+    let mut w = Watched::spawn(&fx, fx.cmd(&["run", "--", "/bin/sleep", "60"]), "killed");
+    w.tree.wait_for("sleep", 1);
+    let broker = w.tree.broker();
+    signal(w.tree.client.pid, libc::SIGKILL);
+    let (out, tree) = w.finish(10);
+    assert_eq!(out.code, 128 + libc::SIGKILL, "{out:?}");
+    assert!(tree.seen.contains(&broker));
+    tree.assert_all_gone();
 });

@@ -1,6 +1,8 @@
 //! wardcell-broker: the trusted part of a run, small enough to audit on its own.
 //!
-//! `wardcell run` execs this binary at once, and a copy of the client (the plan writer)
+//! `wardcell run` starts this binary at once, in a session of its own, and stays as its
+//! terminal keeper (fd 4: it relays the command's pty and does job control with the
+//! user's shell, so nothing stops this process); a copy of the client (the plan writer)
 //! resolves the configuration into a plan and sends it on fd 3. The broker never parses
 //! TOML or command lines and never reads a secret. It takes these steps:
 //!
@@ -18,8 +20,9 @@
 //!    take over the signals it forwards (before any thread starts), start the
 //!    supervisor (supervisor.rs answers `zone list` and decides `zone enter`) and, with
 //!    network, the proxy; then tell the shim to proceed;
-//! 5. relay until it ends, restore the terminal, audit the end, remove the run's
-//!    directory, and exit with the command's status (128+N for a signal).
+//! 5. hand the pty to the keeper, wait until the sandbox ends, have the keeper restore the
+//!    terminal, audit the end, remove the run's directory, and exit with the command's
+//!    status (128+N for a signal).
 //!
 //! The same steps, and every decision, on Linux and macOS: what differs is in `sys/linux`
 //! and `sys/macos` (starting the shim: new namespaces, or a plain child whose shim applies
@@ -28,7 +31,7 @@
 //! or by their Seatbelt identity). macOS has no proxy yet: a sandbox with network is
 //! refused there (proxy_macos.rs). README, "macOS".
 //!
-//! What is done here that decides nothing (the terminal relay, waiting, helper processes,
+//! What is done here that decides nothing (the pty, waiting, helper processes,
 //! run directories, the words of messages) is wardcell-host's: docs/AUDITING.md says
 //! what its API promises.
 
@@ -71,7 +74,7 @@ use crate::supervisor::Supervisor;
 use error::BrokerError;
 use wardcell_common::auditlog::AuditLog;
 use wardcell_host::exe::{Exe, Programs};
-use wardcell_host::terminal::Terminal;
+use wardcell_host::terminal::{Keeper, Terminal};
 use wardcell_host::wait::Watch;
 
 fn main() {
@@ -93,7 +96,10 @@ fn main() {
         ))),
         Err(e) => fail(e),
     };
-    let code = run(writer).unwrap_or_else(|e| {
+    // Started by `wardcell run`: its terminal keeper (the client, this process's parent)
+    // is on fd 4, and holds the caller's terminal (wardcell_host::terminal::Keeper).
+    let keeper = writer.map(|_| Keeper::take(sys::inherited_socket).unwrap_or_else(|e| fail(e)));
+    let code = run(writer, keeper.as_ref()).unwrap_or_else(|e| {
         wardcell_common::eprintln_line!("error: {}", shown(&e.to_string()));
         1
     });
@@ -104,7 +110,7 @@ fn main() {
     std::process::exit(code)
 }
 
-fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
+fn run(writer: Option<Pid>, keeper: Option<&Keeper>) -> Result<i32, BrokerError> {
     // 0. The run id first: every trace line carries it.
     let run_id = runid::new().map_err(|e| BrokerError::Launch(format!("/dev/urandom: {e}")))?;
     trace::set_run(&run_id);
@@ -130,7 +136,7 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
     // an exec, and they are not forwarded (or taken over) either.
     let ignored = sys::ignored_signals();
     let started = shim.and_then(|shim| {
-        let terminal = Terminal::for_stdio(sys::copy_winsize)?;
+        let terminal = Terminal::for_stdio(sys::copy_winsize, keeper.is_some())?;
         let spawned = sandbox::spawn(&shim, terminal.stdio(sys::closed_at_start()), ignored)?;
         Ok((terminal, spawned))
     });
@@ -156,7 +162,7 @@ fn run(writer: Option<Pid>) -> Result<i32, BrokerError> {
             };
         }
     };
-    let result = run_first_sandbox(&run, spawned, terminal, writer, ignored);
+    let result = run_first_sandbox(&run, spawned, (terminal, keeper), writer, ignored);
     // Empty by now (each supervisor removed its socket): one rmdir, or all that is left.
     if fs::remove_dir(&run.dir).is_err() {
         let _ = fs::remove_dir_all(&run.dir);
@@ -174,7 +180,8 @@ fn take_and_prepare(
     run_id: String,
     shim: Result<Exe, String>,
 ) -> Result<Run, Option<BrokerError>> {
-    let fd = sys::launch_fd().map_err(|e| Some(BrokerError::Launch(e.to_string())))?;
+    let fd = sys::inherited_socket(sys::LAUNCH_FD)
+        .map_err(|e| Some(BrokerError::Launch(e.to_string())))?;
     let mut plan = launch::take_plan(fd).map_err(Some)?.ok_or(None)?;
     launch::trace_plan(&mut plan, writer);
     let programs = Programs::open(&plan, shim).map_err(Some)?;
@@ -244,20 +251,25 @@ fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
 fn run_first_sandbox(
     run: &Arc<Run>,
     spawned: sandbox::Spawned,
-    terminal: Terminal,
+    (terminal, keeper): (Terminal, Option<&Keeper>),
     writer: Option<Pid>,
     ignored: u64,
 ) -> Result<i32, BrokerError> {
     let (mut sb, signals) = start_first(run, spawned, &terminal, writer, ignored)?;
     run.set_first(sb.running.process.watch());
-    // 6. Relay to the end (or the time limit's): signals forwarded, its pty relayed to
-    //    the caller's terminal, its confinement audited (and a kernel that lacks a part
-    //    of it said once), a bad report audited.
-    let std = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    // 6. Wait for the end (or the time limit's): signals forwarded, its pty relayed to
+    //    the caller's terminal by the keeper, its confinement audited (and a kernel that
+    //    lacks a part of it said once), a bad report audited.
+    // Only with a pty has the keeper anything to do with the command (without one, a
+    // command stopped stays stopped until continued, as under a shell).
+    let keeper = keeper.filter(|_| terminal.has_pty());
+    if terminal.hand_to(keeper, sys::fds::send_fds).is_err() {
+        let _ = sb.running.process.signal(libc::SIGKILL); // no one to relay its terminal
+    }
     let watch = Watch {
         signals: Some(&signals),
         reap: writer,
-        pty: terminal.relay(&std, sys::copy_winsize),
+        keeper,
         caller: None,
         deadline: sb.deadline(),
     };
@@ -319,8 +331,8 @@ fn start_first(
     let before_proceed = || {
         logged = true;
         log_started().map_err(|e| audit_failed().unwrap_or(BrokerError::Audit(e.to_string())))?;
-        // Forwarded signals (and SIGWINCH with a pty, and SIGCHLD), read from a descriptor.
-        let signals = sys::Signals::take(&signals::to_take(terminal.has_pty(), ignored))
+        // Forwarded signals (and SIGCHLD), read from a descriptor.
+        let signals = sys::Signals::take(&signals::to_take(ignored))
             .map_err(|e| BrokerError::Sandbox(e.to_string()))?;
         // What the views hold, watched from a thread that inherits the blocked signals,
         // and the run's repository looked at every second (what appears is audited then).

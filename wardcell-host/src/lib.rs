@@ -1,5 +1,5 @@
 //! wardcell-host: what the broker (`wardcell-broker`) needs done on the host that decides
-//! nothing: the first sandbox's terminal relay and job control, the programs a run
+//! nothing: the first sandbox's pty (relayed by `wardcell run`'s keeper), the programs a run
 //! starts held open (exe.rs), the approval plugin's process, run directories (private, locked, swept), the run id, the signals taken
 //! over, and the words of what the broker tells its user.
 //!

@@ -85,7 +85,7 @@ pub struct Hooks<E, D> {
 /// certificate (PEM) when it intercepts TLS.
 pub fn start<W, E, D>(
     spawn: impl FnOnce(RawFd) -> std::io::Result<Child<W>>,
-    send_fds: fn(RawFd, &[RawFd]) -> std::io::Result<()>,
+    send_fds: crate::terminal::SendFds,
     (listeners, programs): (Vec<OwnedFd>, Vec<RawFd>),
     spec: ProxySpec,
     hooks: Hooks<E, D>,
@@ -107,13 +107,13 @@ where
     protocol::send_hello(&mut ours).map_err(frame("hello"))?;
     protocol::expect_hello(&mut ours).map_err(frame("hello"))?;
     let raw: Vec<_> = listeners.iter().map(|l| l.as_raw_fd()).collect();
-    send_fds(ours.as_raw_fd(), &raw).map_err(fail("listeners"))?;
+    send_fds(ours.as_raw_fd(), b'F', &raw).map_err(fail("listeners"))?;
     drop(listeners);
     let zone = spec.zone.clone();
     protocol::write_frame(&mut ours, &ProxyRequest::Start(Box::new(spec)))
         .map_err(frame("spec"))?;
     for some in programs.chunks(8) {
-        send_fds(ours.as_raw_fd(), some).map_err(fail("credential commands"))?;
+        send_fds(ours.as_raw_fd(), b'F', some).map_err(fail("credential commands"))?;
     }
     let ca_pem = match protocol::read_frame::<ProxyEvent>(&mut ours) {
         Ok(ProxyEvent::Ready { ca_pem }) => ca_pem,

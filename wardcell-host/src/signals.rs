@@ -2,16 +2,8 @@
 
 use nix::sys::signal::Signal;
 
-/// Signals the broker passes to the sandbox.
-pub const FORWARDED: &[Signal] = &[
-    Signal::SIGINT,
-    Signal::SIGTERM,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
-    Signal::SIGCONT,
-];
+/// Signals the broker passes to the sandbox (from its keeper, the client, or anyone).
+pub use wardcell_common::terminal::FORWARDED;
 
 /// The signals 1 to 31 process `pid` ignores, as /proc's `SigIgn` writes them (bit N-1
 /// for signal N), SIGPIPE left out (a `zone enter` caller is a Rust program: it always
@@ -26,17 +18,14 @@ pub fn ignored_by(pid: libc::pid_t) -> u64 {
 /// Which signals the broker takes: one this process was started ignoring (bit N-1 of
 /// `ignored` for signal N) stays ignored and is never forwarded (a blocked signal is
 /// queued even when ignored, so taking it would forward it or not depending on when it
-/// came); SIGCHLD, and SIGWINCH with a pty.
-pub fn to_take(pty: bool, ignored: u64) -> Vec<Signal> {
+/// came); and SIGCHLD. (The window size is the terminal keeper's: the client.)
+pub fn to_take(ignored: u64) -> Vec<Signal> {
     let mut take: Vec<Signal> = FORWARDED
         .iter()
         .copied()
         .filter(|&s| ignored & (1 << (s as i32 - 1)) == 0)
         .collect();
     take.push(Signal::SIGCHLD);
-    if pty {
-        take.push(Signal::SIGWINCH);
-    }
     take
 }
 
@@ -118,14 +107,14 @@ mod tests {
 
     #[test]
     fn signals_the_broker_takes() {
-        let all = to_take(false, 0);
+        let all = to_take(0);
         assert_eq!(&all[..FORWARDED.len()], FORWARDED);
         assert_eq!(all[FORWARDED.len()..], [Signal::SIGCHLD]);
-        // With a pty, the window size too.
-        assert_eq!(to_take(true, 0).last(), Some(&Signal::SIGWINCH));
+        // Ctrl-Z without a pty, passed on by the keeper: the broker never stops for it.
+        assert!(all.contains(&Signal::SIGTSTP));
         // One it was started ignoring (nohup: SIGHUP) is neither taken nor forwarded.
         let hup = 1 << (Signal::SIGHUP as i32 - 1);
-        let taken = to_take(false, hup);
+        let taken = to_take(hup);
         assert!(!taken.contains(&Signal::SIGHUP), "{taken:?}");
         assert!(taken.contains(&Signal::SIGINT), "{taken:?}");
     }

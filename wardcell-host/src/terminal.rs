@@ -1,21 +1,25 @@
 //! The first sandbox's terminal: a pty of its own in place of each of the caller's
-//! standard descriptors that is a terminal, relayed to the caller's terminal, with job
-//! control (Ctrl-Z and `fg`) and the window size. It only carries bytes: which
-//! descriptors the sandbox gets, and when it ends, is the broker's.
+//! standard descriptors that is a terminal, whose master goes to `wardcell run`'s
+//! terminal keeper (the client), which relays it, does job control with the caller's
+//! shell and copies the window size. Which descriptors the sandbox gets, and when it
+//! ends, is the broker's.
 
-use std::io::{self, Stderr, Stdin, Stdout};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
 
-use nix::sys::signal::Signal;
-use nix::sys::termios::{self, Termios};
+use nix::sys::termios;
 
-use wardcell_common::terminal;
+use wardcell_common::terminal::{self, keeper};
 
 use crate::error::BrokerError;
 
 /// Copies the window size of one terminal to another (the broker's `sys`, the one
 /// place its `unsafe` lives).
 pub type CopyWinsize = fn(BorrowedFd<'_>, BorrowedFd<'_>) -> io::Result<()>;
+
+/// Sends descriptors with a one-byte message (the broker's `sys`).
+pub type SendFds = fn(RawFd, u8, &[RawFd]) -> io::Result<()>;
 
 /// The first sandbox's stdio: the broker's own, with a new pty (master, slave) in place
 /// of each that is a terminal (`ttys`): the command never holds the caller's terminal.
@@ -25,11 +29,16 @@ pub struct Terminal {
 }
 
 impl Terminal {
-    pub fn for_stdio(copy_winsize: CopyWinsize) -> Result<Terminal, BrokerError> {
+    /// `kept`: `wardcell run`'s keeper is there to relay a pty (not for `--plan`).
+    pub fn for_stdio(copy_winsize: CopyWinsize, kept: bool) -> Result<Terminal, BrokerError> {
         let ttys = terminal::std_ttys();
         let Some(tty) = terminal::output_fd(ttys) else {
             return Ok(Terminal { pty: None, ttys });
         };
+        if !kept {
+            let why = "a terminal needs `wardcell run`, which keeps it";
+            return Err(BrokerError::Launch(why.into()));
+        }
         // The caller's settings and window size. Without a terminal stdin, the caller's is
         // never raw: it does the output processing (`\n` to `\r\n`), not the pty.
         let pty = terminal::with_std(tty, |tty| {
@@ -60,141 +69,57 @@ impl Terminal {
         terminal::stdio_for(slave, self.ttys, closed)
     }
 
-    /// The relay of the pty to the caller's terminal, once the sandbox holds the slave
-    /// (dropped here); raw mode entered when in the foreground.
-    pub fn relay(
-        self,
-        std: &(Stdin, Stdout, Stderr),
-        copy_winsize: CopyWinsize,
-    ) -> Option<PtyRelay<'_>> {
-        let (master, _slave) = self.pty?;
-        let output = match terminal::output_fd(self.ttys)? {
-            0 => std.0.as_fd(),
-            1 => std.1.as_fd(),
-            _ => std.2.as_fd(),
+    /// The sandbox holds the slave now: the master goes to `wardcell run`'s keeper (the
+    /// client, which relays it to the caller's terminal), and this process keeps neither.
+    pub fn hand_to(self, keeper: Option<&Keeper>, send: SendFds) -> io::Result<()> {
+        let Some((master, _slave)) = self.pty else {
+            return Ok(());
         };
-        let input = (self.ttys & 1 != 0).then(|| std.0.as_fd());
-        Some(PtyRelay {
-            master,
-            input,
-            output,
-            saved: input.and_then(terminal::raw_mode),
-            copy_winsize,
-            input_open: input.is_some(),
-            master_open: true,
-            suspend_typed: false,
-        })
+        let Some(keeper) = keeper else {
+            return Err(io::Error::other("no keeper to relay the pty"));
+        };
+        let said = keeper::PTY | (self.ttys & 7);
+        send(keeper.0.as_raw_fd(), said, &[master.as_raw_fd()])
     }
 }
 
-/// The caller's terminal when the sandbox got a pty: the master, the terminal read
-/// (stdin, when it is one) and the one written (wardcell_common::terminal::output_fd);
-/// `saved`, the settings of `input` before raw mode (entered only in the foreground).
-pub struct PtyRelay<'a> {
-    master: OwnedFd,
-    input: Option<BorrowedFd<'a>>,
-    output: BorrowedFd<'a>,
-    saved: Option<Termios>,
-    copy_winsize: CopyWinsize,
-    input_open: bool,
-    master_open: bool,
-    /// The user typed the suspend character (Ctrl-Z) since the last stop: the stop that
-    /// follows is theirs. Any other stop is the command's own, and never stops the run.
-    suspend_typed: bool,
-}
+/// `wardcell run`'s terminal keeper (the client, this process's parent), on fd
+/// [`keeper::FD`]: it holds the caller's terminal and does job control with it, so this
+/// process never stops (wardcell_common::terminal::keeper).
+pub struct Keeper(UnixStream);
 
-impl PtyRelay<'_> {
-    /// The caller's terminal to read, while it has not hung up.
-    pub fn input(&self) -> Option<BorrowedFd<'_>> {
-        self.input.filter(|_| self.input_open)
+impl Keeper {
+    /// The keeper's socket, which `wardcell run` left at fd [`keeper::FD`] (`inherited`
+    /// takes it, refusing anything but a socket).
+    pub fn take(inherited: fn(RawFd) -> io::Result<OwnedFd>) -> Result<Keeper, BrokerError> {
+        let fd = inherited(keeper::FD).map_err(|e| BrokerError::Launch(e.to_string()))?;
+        Ok(Keeper(UnixStream::from(fd)))
     }
 
-    /// The pty's master to read, while it is open.
-    pub fn master(&self) -> Option<BorrowedFd<'_>> {
-        self.master_open.then(|| self.master.as_fd())
+    /// The command stopped (Ctrl-Z, or of itself): the keeper stops too if the user asked,
+    /// and has it continued (SIGCONT, forwarded).
+    pub fn stopped(&self) {
+        let _ = (&self.0).write_all(&[keeper::STOPPED]);
     }
 
-    /// The command stopped (Ctrl-Z): do as a stopped job does under the user's shell.
-    /// Give the terminal back as it was and stop (SIGTSTP: a shell without job control,
-    /// which ignores it, or an orphaned group, which never gets it, resumes at once);
-    /// when continued (`fg`), take the terminal again. The caller then continues the
-    /// command.
-    pub fn suspend(&mut self) {
-        if !std::mem::take(&mut self.suspend_typed) {
-            // The command stopped itself, or was stopped from inside: the run goes on
-            // (the caller continues the command).
+    /// The sandbox is gone: the keeper relays what its pty still shows and gives the
+    /// caller's terminal back; waited for (at most [`FINISH_WAIT`]) so that what this
+    /// process says next shows after it, on a terminal as the caller had it.
+    pub fn finish(&self) {
+        if (&self.0).write_all(&[keeper::FINISH]).is_err() {
             return;
         }
-        // What the pty echoed before the stop (`^Z`) shows before the shell's prompt.
-        terminal::drain(self.master.as_fd(), self.output, 0);
-        if let (Some(input), Some(saved)) = (self.input, self.saved.take()) {
-            terminal::restore(input, &saved);
-        }
-        let _ = nix::sys::signal::raise(Signal::SIGTSTP);
-        self.resume();
-    }
-
-    /// Continued (`fg`, or after a stop of our own): raw mode again if in the foreground
-    /// now, and the window size, which may have changed meanwhile.
-    pub fn resume(&mut self) {
-        if let (Some(input), None) = (self.input, &self.saved) {
-            self.saved = terminal::raw_mode(input);
-        }
-        self.window_changed();
-    }
-
-    /// SIGWINCH: the caller's window size, copied to the pty.
-    pub fn window_changed(&self) {
-        let _ = (self.copy_winsize)(self.output, self.master.as_fd());
-    }
-
-    /// Relay what the caller typed; false once the terminal hung up (in raw mode, a read
-    /// returns at least one byte otherwise): then the command gets the hangup a terminal
-    /// gives, and the input is no longer read.
-    pub fn relay_input(&mut self, buf: &mut [u8]) -> bool {
-        let Some(input) = self.input() else {
-            return false;
-        };
-        // In the background a read would stop this process inside it (SIGTTIN) and, after
-        // `fg`, go on reading in the shell's line mode until a whole line came. Stop
-        // before reading instead, as a background reader does; once continued in the
-        // foreground, take raw mode again and look anew. (Where the stop is discarded, in
-        // an orphaned process group, the read below fails as it would.)
-        if !terminal::in_foreground(input) {
-            let _ = nix::sys::signal::raise(Signal::SIGTTIN);
-            if terminal::in_foreground(input) {
-                self.resume();
-                return true;
-            }
-        }
-        // The user's own suspend character, as their terminal has it (never the pty's,
-        // which the sandbox may change).
-        let suspend = self.saved.as_ref().map(|t| t.control_chars[libc::VSUSP]);
-        if let Ok(n @ 1..) = terminal::read_some(input, buf) {
-            self.suspend_typed |= suspend.is_some_and(|c| c != 0 && buf[..n].contains(&c));
-            let _ = terminal::write_all(self.master.as_fd(), &buf[..n]);
-            return true;
-        }
-        self.input_open = false;
-        false
-    }
-
-    /// Relay what the command wrote; the master is no longer read once it has ended.
-    pub fn relay_output(&mut self, buf: &mut [u8]) {
-        if !terminal::relay_once(self.master.as_fd(), self.output, buf) {
-            self.master_open = false;
-        }
-    }
-
-    /// The sandbox is gone: what it wrote is relayed until the pty stays quiet (a
-    /// process entered from it may still hold it), and the caller's terminal restored,
-    /// discarding input the sandbox provoked that no one read (its queries' answers).
-    pub fn finish(&mut self) {
-        if self.master_open {
-            terminal::drain(self.master.as_fd(), self.output, 200);
-        }
-        if let (Some(input), Some(saved)) = (self.input, &self.saved) {
-            terminal::restore_at_end(input, saved);
-        }
+        let _ = self.0.set_read_timeout(Some(FINISH_WAIT));
+        let mut answer = [0u8; 1];
+        let _ = (&self.0).read(&mut answer);
     }
 }
+
+impl AsFd for Keeper {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// How long the run's end waits for the keeper to give the terminal back.
+const FINISH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);

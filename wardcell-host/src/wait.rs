@@ -1,6 +1,6 @@
 //! Waiting for a sandbox: the signals the broker took over forwarded (an ending one
-//! with a grace, then SIGKILL), the first sandbox's pty relayed, the `zone enter`
-//! caller and the time limit watched, and the shim's reports read until it is gone.
+//! with a grace, then SIGKILL), the first sandbox's stops told to `wardcell run`'s
+//! terminal keeper, the `zone enter` caller and the time limit watched, and the shim's reports read until it is gone.
 //! It returns what the reports and the shim's status add up to ([`Outcome::of`]: what
 //! the shim reports is untrusted, and at most its exit status is relayed).
 
@@ -19,7 +19,7 @@ use wardcell_common::terminal;
 pub use crate::messages::Outcome;
 use crate::process::Child;
 pub use crate::process::Watched;
-use crate::terminal::PtyRelay;
+use crate::terminal::Keeper;
 
 /// Signals taken over, read from a descriptor (`crate::signals::Signals` on Linux).
 pub trait Taken: AsFd {
@@ -37,12 +37,13 @@ pub const GRACE: Duration = Duration::from_secs(5);
 /// What to watch besides the sandbox itself.
 #[derive(Default)]
 pub struct Watch<'a> {
-    /// Signals the broker forwards (and SIGWINCH when a pty is relayed, and SIGCHLD).
+    /// Signals the broker forwards (and SIGCHLD).
     pub signals: Option<&'a dyn Taken>,
     /// A child of the broker to reap when it exits (the client's plan writer), on SIGCHLD.
     pub reap: Option<Pid>,
-    /// The first sandbox's pty, relayed to the caller's terminal.
-    pub pty: Option<PtyRelay<'a>>,
+    /// `wardcell run`'s terminal keeper, which relays the first sandbox's pty: told when
+    /// the command stops, and when the sandbox is gone.
+    pub keeper: Option<&'a Keeper>,
     /// The `zone enter` connection: when the caller goes away, the sandbox is ended.
     pub caller: Option<BorrowedFd<'a>>,
     /// The time limit's end: then the sandbox is ended as by SIGTERM to `wardcell run`.
@@ -73,7 +74,7 @@ pub fn wait<W: Watched>(
 ) -> Waited {
     let Watch {
         signals,
-        mut pty,
+        keeper,
         caller,
         reap,
         mut deadline,
@@ -87,19 +88,10 @@ pub fn wait<W: Watched>(
     let mut bad_report: Option<String> = None;
     let mut kill_at: Option<Instant> = None;
     let mut timed_out = false;
-    let mut buf = vec![0u8; 16 * 1024];
     let status = loop {
         let wake = kill_at.into_iter().chain(deadline).min();
-        let [child_ready, sig_ready, control_ready, caller_ready, stdin_ready, master_ready] =
-            match poll_ready(
-                shim.watch(),
-                control,
-                signals,
-                caller,
-                pty.as_ref(),
-                &open,
-                wake,
-            ) {
+        let [child_ready, sig_ready, control_ready, caller_ready] =
+            match poll_ready(shim.watch(), control, signals, caller, &open, wake) {
                 Ok(r) => r,
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(_) => break None,
@@ -122,15 +114,15 @@ pub fn wait<W: Watched>(
             let _ = shim.signal(libc::SIGKILL);
         }
         if let (true, Some(signals)) = (sig_ready, signals) {
-            on_signals(signals, shim.watch(), pty.as_mut(), reap, &mut kill_at);
+            on_signals(signals, shim.watch(), reap, &mut kill_at);
         }
         if control_ready {
-            match read_report(shim, control, pty.as_mut(), on_report, &mut reports) {
-                // The command's status is known and there is no pty output to drain:
-                // finish now rather than wait for the namespaces to be torn down. What is
-                // left of the sandbox is being killed by its init's exit, and dies with
-                // the broker in any case.
-                Ok(Some(true)) if pty.is_none() => {
+            match read_report(control, keeper, on_report, &mut reports) {
+                // The command's status is known: finish now rather than wait for the
+                // namespaces to be torn down (the keeper drains the pty meanwhile). What
+                // is left of the sandbox is being killed by its init's exit, and dies
+                // with the broker in any case.
+                Ok(Some(true)) => {
                     open.control = false;
                     break None;
                 }
@@ -145,27 +137,18 @@ pub fn wait<W: Watched>(
                 }
             }
         }
-        if let Some(p) = pty.as_mut() {
-            // The caller's terminal hung up: the command gets the hangup a terminal gives.
-            if stdin_ready && !p.relay_input(&mut buf) {
-                end(shim.watch(), libc::SIGHUP, &mut kill_at);
-            }
-            if master_ready {
-                p.relay_output(&mut buf);
-            }
-        }
         if child_ready {
             break shim.wait();
         }
     };
 
-    // The shim is gone: what its sandbox wrote is all there will be. On Linux every
+    // The command is gone: what its sandbox wrote is all there will be. On Linux every
     // process of that sandbox is gone with it, and the pty ends at once unless a sandbox
     // entered from it (`zone enter`) still holds it; on macOS one the command left behind
-    // may. So the drain stops once the pty stays quiet: what such a process writes later
-    // is not relayed (entries are killed when the run's first sandbox ends).
-    if let Some(p) = pty.as_mut() {
-        p.finish();
+    // may. So the keeper's drain stops once the pty stays quiet: what such a process
+    // writes later is not relayed (entries are killed when the run's first sandbox ends).
+    if let Some(k) = keeper {
+        k.finish();
     }
     if open.control {
         read_remaining(control, on_report, &mut reports, &mut bad_report);
@@ -181,13 +164,12 @@ pub fn wait<W: Watched>(
 /// The most reports kept of one shim (besides its stops, which are never kept).
 const MAX_REPORTS: usize = 16;
 
-/// One report from the shim, handed to `on_report` and kept (Ctrl-Z relayed as a stop
-/// of this process): `Some(true)` when it is the command's end, `None` when the control
-/// socket closed, `Err` when what came is no report.
-fn read_report<W: Watched>(
-    shim: &Child<W>,
+/// One report from the shim, handed to `on_report` and kept (a stop told to the keeper):
+/// `Some(true)` when it is the command's end, `None` when the control socket closed,
+/// `Err` when what came is no report.
+fn read_report(
     control: &mut UnixStream,
-    pty: Option<&mut PtyRelay<'_>>,
+    keeper: Option<&Keeper>,
     on_report: &mut dyn FnMut(&ShimReport),
     reports: &mut Vec<ShimReport>,
 ) -> Result<Option<bool>, String> {
@@ -195,12 +177,11 @@ fn read_report<W: Watched>(
         Ok(r) => {
             on_report(&r);
             if let ShimReport::Stopped { .. } = &r {
-                // Ctrl-Z: this process stops as the command did (only for a stop the
-                // user typed: PtyRelay::suspend), and when it is continued, continues
-                // the command. Not kept: a command can stop as often as it likes.
-                if let Some(p) = pty {
-                    p.suspend();
-                    let _ = shim.signal(libc::SIGCONT);
+                // Ctrl-Z: the keeper stops as the command did (only for a stop the user
+                // asked for), and has it continued (SIGCONT, forwarded). This process
+                // never stops. Not kept: a command can stop as often as it likes.
+                if let Some(k) = keeper {
+                    k.stopped();
                 }
                 return Ok(Some(false));
             }
@@ -243,32 +224,21 @@ struct Open {
 }
 
 /// Poll once (until the grace's end, if one runs): which are ready, in the order child,
-/// signals, control, caller, stdin, master.
-#[allow(clippy::too_many_arguments)]
+/// signals, control, caller.
 fn poll_ready(
     process: &dyn Watched,
     control: &UnixStream,
     signals: Option<&dyn Taken>,
     caller: Option<BorrowedFd<'_>>,
-    pty: Option<&PtyRelay<'_>>,
     open: &Open,
     kill_at: Option<Instant>,
-) -> nix::Result<[bool; 6]> {
+) -> nix::Result<[bool; 4]> {
     let mut fds = vec![PollFd::new(process.as_fd(), PollFlags::POLLIN)];
-    let mut idx = [
-        0,
-        usize::MAX,
-        usize::MAX,
-        usize::MAX,
-        usize::MAX,
-        usize::MAX,
-    ];
+    let mut idx = [0, usize::MAX, usize::MAX, usize::MAX];
     let watched = [
         signals.map(|s| s.as_fd()),
         open.control.then(|| control.as_fd()),
         caller.filter(|_| open.caller),
-        pty.and_then(|p| p.input()),
-        pty.and_then(|p| p.master()),
     ];
     for (i, fd) in watched.into_iter().enumerate() {
         if let Some(fd) = fd {
@@ -285,35 +255,23 @@ fn poll_ready(
 }
 
 /// Handle the signals taken: forward them (an ending one with SIGCONT and the grace),
-/// copy the window size, reap the plan writer.
+/// reap the plan writer.
 fn on_signals(
     signals: &dyn Taken,
     run: &dyn Watched,
-    mut pty: Option<&mut PtyRelay<'_>>,
     reap: Option<Pid>,
     kill_at: &mut Option<Instant>,
 ) {
     while let Some(sig) = signals.next() {
-        if sig == Signal::SIGWINCH as i32 {
-            if let Some(p) = &pty {
-                p.window_changed();
-            }
-        } else if sig == Signal::SIGCHLD as i32 {
+        if sig == Signal::SIGCHLD as i32 {
             // Never forwarded. The sandbox's own end is watched through its process.
             if let Some(pid) = reap {
                 let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
             }
+        } else if ENDING.contains(&sig) {
+            end(run, sig, kill_at);
         } else {
-            if sig == libc::SIGCONT {
-                if let Some(p) = pty.as_mut() {
-                    p.resume();
-                }
-            }
-            if ENDING.contains(&sig) {
-                end(run, sig, kill_at);
-            } else {
-                let _ = run.signal(sig);
-            }
+            let _ = run.signal(sig);
         }
     }
 }

@@ -76,6 +76,8 @@ const FORWARDED: &[Signal] = &[
     Signal::SIGUSR2,
     Signal::SIGWINCH,
     Signal::SIGCONT,
+    // The user's Ctrl-Z where the command has no pty (wardcell_common::terminal::FORWARDED).
+    Signal::SIGTSTP,
 ];
 
 fn report(control: &mut UnixStream, msg: &ShimReport) {
@@ -371,6 +373,14 @@ fn supervise(child: Pid, waited: &SigSet, control: &mut UnixStream) -> ShimRepor
             Err(_) => continue,
         };
         if sig != Signal::SIGCHLD {
+            // The user's Ctrl-Z, passed on by `wardcell run`: without a pty the command's
+            // group is orphaned (its session is its own), where the kernel discards a
+            // SIGTSTP at its default action, so it is stopped as a job is.
+            let sig = if sig == Signal::SIGTSTP {
+                Signal::SIGSTOP
+            } else {
+                sig
+            };
             // The command leads its own process group (it called setsid).
             if kill(Pid::from_raw(-child.as_raw()), sig).is_err() {
                 let _ = kill(child, sig);

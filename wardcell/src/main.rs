@@ -17,6 +17,7 @@ mod doctor;
 #[cfg(target_os = "linux")]
 mod enter_tty;
 mod error;
+mod keeper;
 mod location;
 mod logs;
 mod nested;

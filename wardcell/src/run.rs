@@ -16,6 +16,7 @@ use wardcell_common::limits;
 use wardcell_common::paths;
 use wardcell_common::plan::{Plan, PlanTrace};
 use wardcell_common::protocol::{self, Launch};
+use wardcell_common::terminal;
 use wardcell_common::trace;
 use wardcell_config::resolve::{self, StartRequest};
 
@@ -161,16 +162,48 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
     std::process::exit(0)
 }
 
-/// Start `wardcell run`'s broker at once. The process forks: the original execs the
-/// broker (keeping its pid, so whoever started `wardcell run` waits on the broker), and
-/// the copy, the plan writer, returns here with its end of the socket the broker reads
-/// the plan from (fd 3). The broker starts building the sandbox while the plan writer
-/// parses the command line and resolves the configuration; if the writer ends without
-/// a plan (a usage error, `--help`, a bad configuration), the broker ends with the
-/// writer's exit status and says nothing: the writer already did.
+/// Start `wardcell run`'s broker at once. The process forks twice. The original stays
+/// as the terminal keeper (crate::keeper: the process the caller's shell waits on, which
+/// holds its terminal and does job control with it) and never returns from here. Its
+/// child, in a session of its own, forks again: it execs the broker, and the copy, the
+/// plan writer, returns here with its end of the socket the broker reads the plan from
+/// (fd 3). The broker starts building the sandbox while the plan writer parses the
+/// command line and resolves the configuration; if the writer ends without a plan (a
+/// usage error, `--help`, a bad configuration), the broker ends with the writer's exit
+/// status and says nothing: the writer already did.
 pub fn start_broker_early() -> Result<UnixStream, Error> {
     let broker = find_helper("wardcell-broker")?;
     let _ = OPEN_FILES.set(raise_open_files());
+    let (keeper_end, broker_end) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
+    let keeper_pid = unistd::getpid();
+    match sys::fork().map_err(|e| fail("fork", &e))? {
+        sys::Forked::Parent(child) => {
+            drop(broker_end);
+            crate::keeper::keep(child, keeper_end)
+        }
+        sys::Forked::Child => {
+            drop(keeper_end);
+            // The broker dies with its keeper (killed, say): as before there was a keeper,
+            // when `wardcell run` killed was the broker killed.
+            #[cfg(target_os = "linux")]
+            if nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).is_err()
+                || unistd::getppid() != keeper_pid
+            {
+                std::process::exit(1);
+            }
+            #[cfg(not(target_os = "linux"))]
+            let _ = keeper_pid;
+            // A session of its own: no terminal's signal or job control ever stops it.
+            unistd::setsid().map_err(|e| fail("setsid", &e))?;
+            place_at(broker_end, terminal::keeper::FD)?;
+            start_broker(&broker)
+        }
+    }
+}
+
+/// In the keeper's child: fork the plan writer (which returns with its end of fd 3's
+/// socket) and exec the broker.
+fn start_broker(broker: &Path) -> Result<UnixStream, Error> {
     let (ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
     let broker_pid = unistd::getpid();
     match sys::fork().map_err(|e| fail("fork", &e))? {
@@ -192,13 +225,13 @@ pub fn start_broker_early() -> Result<UnixStream, Error> {
         }
         sys::Forked::Parent(writer) => {
             drop(ours);
-            place_at_launch_fd(theirs)?;
+            place_at(theirs, LAUNCH_FD)?;
             // What was closed when we started goes to the broker closed, not as the
             // runtime's /dev/null.
             for fd in (0..3).filter(|fd| sys::closed_at_start() & (1 << fd) != 0) {
                 let _ = unistd::close(fd);
             }
-            let e = Command::new(&broker)
+            let e = Command::new(broker)
                 .arg("--plan-writer")
                 .arg(writer.to_string())
                 .exec();
@@ -252,15 +285,15 @@ fn send_plan(socket: &mut UnixStream, launch: &Launch) -> Result<(), Error> {
     std::io::Write::write_all(socket, &frame).map_err(|e| fail("handing over the plan", &e))
 }
 
-/// Leave `socket` at fd 3, inheritable, for the broker.
-fn place_at_launch_fd(socket: UnixStream) -> Result<(), Error> {
-    if socket.as_raw_fd() != LAUNCH_FD {
-        unistd::dup2(socket.as_raw_fd(), LAUNCH_FD).map_err(|e| fail("dup2", &e))?;
+/// Leave `socket` at `fd` (3: the plan, 4: the keeper), inheritable, for the broker.
+fn place_at(socket: UnixStream, fd: i32) -> Result<(), Error> {
+    if socket.as_raw_fd() != fd {
+        unistd::dup2(socket.as_raw_fd(), fd).map_err(|e| fail("dup2", &e))?;
     } else {
-        // Already at fd 3: keep it open past this function.
+        // Already there: keep it open past this function.
         std::mem::forget(socket);
     }
-    fcntl::fcntl(LAUNCH_FD, fcntl::FcntlArg::F_SETFD(fcntl::FdFlag::empty()))
+    fcntl::fcntl(fd, fcntl::FcntlArg::F_SETFD(fcntl::FdFlag::empty()))
         .map_err(|e| fail("fcntl", &e))?;
     Ok(())
 }
@@ -289,6 +322,6 @@ pub fn hand_over(plan: Plan) -> Result<PathBuf, Error> {
     let (mut ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
     send_plan(&mut ours, &Launch::Run(Box::new(plan)))?;
     drop(ours);
-    place_at_launch_fd(theirs)?;
+    place_at(theirs, LAUNCH_FD)?;
     Ok(broker)
 }

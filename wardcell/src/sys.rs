@@ -175,7 +175,6 @@ pub fn peer_pidfd() -> std::io::Result<()> {
 }
 
 /// Copy the window size of terminal `from` to terminal `to`.
-#[cfg(target_os = "linux")]
 pub fn copy_winsize(
     from: std::os::fd::BorrowedFd<'_>,
     to: std::os::fd::BorrowedFd<'_>,
@@ -192,4 +191,94 @@ pub fn copy_winsize(
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Where the handler [`catch`] installs writes each signal caught (-1: nowhere yet).
+static SIGNAL_PIPE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    let saved = nix::errno::Errno::last_raw();
+    let byte = sig as u8;
+    let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
+    // SAFETY: write(2) is async-signal-safe; one byte from our stack to a pipe that stays
+    // open for the process's life (a full pipe fails with EAGAIN: a signal already waits).
+    unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) };
+    nix::errno::Errno::set_raw(saved);
+}
+
+/// Catch `signals` into a pipe: each one caught writes its number there, which the
+/// returned end reads (non-blocking). For one process's life, called once.
+pub fn catch(signals: &[nix::sys::signal::Signal]) -> std::io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet};
+    use std::os::fd::{AsRawFd, IntoRawFd};
+    let (read, write) = nix::unistd::pipe()?;
+    for fd in [&read, &write] {
+        fcntl(fd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+        fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+    }
+    SIGNAL_PIPE.store(write.into_raw_fd(), Ordering::Relaxed);
+    let action = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for &s in signals {
+        // SAFETY: the handler only writes one byte with write(2) and restores errno.
+        unsafe { sigaction(s, &action) }?;
+    }
+    Ok(read)
+}
+
+/// Whether this process ignores `sig` (as it was started: nothing here ignores one).
+pub fn ignores(sig: nix::sys::signal::Signal) -> bool {
+    // SAFETY: sigaction with no new action only writes the current one into `old`.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `old` outlives the call.
+    let r = unsafe { libc::sigaction(sig as libc::c_int, std::ptr::null(), &mut old) };
+    r == 0 && old.sa_sigaction == libc::SIG_IGN
+}
+
+/// Stop this process as a job stops (SIGTSTP at its default action, whatever [`catch`]
+/// made of it), and return once it is continued.
+pub fn stop_self() {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    // SAFETY: setting a default action installs no code.
+    let Ok(before) = (unsafe { sigaction(Signal::SIGTSTP, &default) }) else {
+        return;
+    };
+    let _ = nix::sys::signal::raise(Signal::SIGTSTP);
+    // SAFETY: the action that was there before, as `catch` made it.
+    let _ = unsafe { sigaction(Signal::SIGTSTP, &before) };
+}
+
+/// One byte from `sock` and the descriptors sent with it; `None` once the peer has
+/// closed. (For a process that never execs: the descriptors are not close-on-exec.)
+pub fn recv_byte(
+    sock: std::os::fd::BorrowedFd<'_>,
+) -> std::io::Result<Option<(u8, Vec<std::os::fd::OwnedFd>)>> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    let mut byte = [0u8; 1];
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([RawFd; 4]);
+    let msg = recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::empty(),
+    )?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = c {
+            // SAFETY: the kernel just installed these descriptors in this process for
+            // this message; nothing else owns them.
+            fds.extend(
+                raw.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
+        }
+    }
+    Ok((msg.bytes == 1).then_some((byte[0], fds)))
 }

@@ -114,10 +114,9 @@ fn kernel_object(_fd: BorrowedFd<'_>) -> bool {
     false
 }
 
-/// Send `fds` with a 1-byte message ('F') by SCM_RIGHTS (to a proxy: Linux only so far).
-/// At most 12 descriptors, as [`recv_fds`] takes.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-pub fn send_fds(sock: RawFd, fds: &[RawFd]) -> io::Result<()> {
+/// Send `fds` with the 1-byte message `byte` by SCM_RIGHTS (to a proxy, or the terminal
+/// keeper). At most 12 descriptors, as [`recv_fds`] takes.
+pub fn send_fds(sock: RawFd, byte: u8, fds: &[RawFd]) -> io::Result<()> {
     let len = std::mem::size_of_val(fds);
     let mut space = [0u64; 8];
     // SAFETY: CMSG_SPACE is arithmetic.
@@ -126,7 +125,7 @@ pub fn send_fds(sock: RawFd, fds: &[RawFd]) -> io::Result<()> {
             "between 1 and 12 descriptors are sent at once",
         ));
     }
-    let mut byte = *b"F";
+    let mut byte = [byte];
     let mut iov = libc::iovec {
         iov_base: byte.as_mut_ptr().cast(),
         iov_len: 1,
@@ -224,7 +223,7 @@ mod tests {
     fn descriptors_sent_arrive_and_a_wrong_count_is_refused() {
         let (a, b) = UnixStream::pair().unwrap();
         let (p, q) = UnixStream::pair().unwrap();
-        send_fds(a.as_raw_fd(), &[p.as_raw_fd(), q.as_raw_fd()]).unwrap();
+        send_fds(a.as_raw_fd(), b'F', &[p.as_raw_fd(), q.as_raw_fd()]).unwrap();
         let got = recv_fds(b.as_raw_fd(), 2).unwrap();
         assert_eq!(got.len(), 2);
         // What arrived is the same socket: a byte written to it reaches `q`.
@@ -233,12 +232,12 @@ mod tests {
         let mut byte = [0u8; 1];
         io::Read::read_exact(&mut &q, &mut byte).unwrap();
         assert_eq!(&byte, b"x");
-        send_fds(a.as_raw_fd(), &[p.as_raw_fd()]).unwrap();
+        send_fds(a.as_raw_fd(), b'F', &[p.as_raw_fd()]).unwrap();
         let e = recv_fds(b.as_raw_fd(), 2).unwrap_err();
         assert!(
             e.to_string().contains("expected 2 descriptors, 1 arrived"),
             "{e}"
         );
-        assert!(send_fds(a.as_raw_fd(), &[p.as_raw_fd(); 13]).is_err());
+        assert!(send_fds(a.as_raw_fd(), b'F', &[p.as_raw_fd(); 13]).is_err());
     }
 }

@@ -1,7 +1,8 @@
 //! Everything in the broker that needs `unsafe`, each block with its reason.
 //!
 //! Here, the same on Linux and macOS:
-//! - [`launch_fd`]: taking the plan descriptor the client left at fd 3;
+//! - [`inherited_socket`]: taking the descriptors the client left at fd 3 (the plan)
+//!   and 4 (its terminal keeper);
 //! - terminal helpers: window size;
 //! - which signals this process was started ignoring ([`ignored_signals`]) and which
 //!   standard descriptors were closed at start ([`closed_at_start`]);
@@ -60,15 +61,16 @@ pub fn watch(child: std::process::Child) -> io::Result<(std::process::Child, Chi
 /// The descriptor on which the client hands over the plan.
 pub const LAUNCH_FD: RawFd = 3;
 
-/// Take ownership of the launch descriptor, refusing anything but a socket.
-pub fn launch_fd() -> io::Result<OwnedFd> {
-    let st = nix::sys::stat::fstat(LAUNCH_FD)?;
+/// Descriptor `fd`, which `wardcell run` left open for this process, when it is a socket
+/// (3: the plan; 4: the terminal keeper), close-on-exec from now on.
+pub fn inherited_socket(fd: RawFd) -> io::Result<OwnedFd> {
+    let st = nix::sys::stat::fstat(fd)?;
     if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
-        return Err(io::Error::other("fd 3 is not a socket"));
+        return Err(io::Error::other(format!("fd {fd} is not a socket")));
     }
-    // SAFETY: fd 3 is open and a socket; nothing else in the broker owns it (taken once,
-    // first thing in main).
-    let fd = unsafe { OwnedFd::from_raw_fd(LAUNCH_FD) };
+    // SAFETY: `fd` is open and a socket; nothing else in the broker owns it (each is
+    // taken once, first thing).
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     set_cloexec(fd.as_raw_fd())?;
     Ok(fd)
 }
