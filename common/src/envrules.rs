@@ -157,10 +157,25 @@ pub const ENTRY_PASSED: &[&str] = &[
 /// sandbox is made or a shell works: not worth an approver's look.
 const UNREMARKABLE: &[&str] = &["WARDCELL_*", "OLDPWD", "PWD", "SHLVL", "_"];
 
+/// Whether a `zone enter` caller's `value` of `name` (one of [`ENTRY_PASSED`]) is a name
+/// as those variables hold, never a path: glibc reads a locale (`LANG=/proj/x`, its
+/// message catalogs' format strings included), a time zone file (`TZ=:/proj/x`,
+/// `TZ=../../proj/x`) and ncurses a terminfo entry from a path a sandbox may have
+/// written. At most 256 bytes of printable ASCII, no `..`; a `/` only inside a time zone
+/// name (`Europe/Paris`), never first.
+fn a_name_not_a_path(name: &str, value: &str) -> bool {
+    let tz = name == "TZ" && !value.starts_with([':', '/']);
+    value.len() <= 256
+        && !value.contains("..")
+        && value.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && (tz || !value.contains('/'))
+}
+
 /// A `zone enter` caller's environment as the entered command gets it, before its
 /// profile's rules: the environment `wardcell run` started in (`host`), with the caller's
-/// values of [`ENTRY_PASSED`] only. Returns it and the names the caller set otherwise
-/// than `host`, sorted: what the approval request shows the caller's environment changes.
+/// values of [`ENTRY_PASSED`] only, each where it is a name, not a path (else the run's
+/// value stays). Returns it and the names the caller set otherwise than `host`, sorted:
+/// what the approval request shows the caller's environment changes.
 pub fn entered(
     caller: Vec<(String, String)>,
     host: &[(String, String)],
@@ -175,8 +190,22 @@ pub fn entered(
     changed.sort();
     changed.dedup();
     let passed = |k: &str| ENTRY_PASSED.iter().any(|p| glob_match(p, k));
-    let mut out: Vec<(String, String)> = host.iter().filter(|(k, _)| !passed(k)).cloned().collect();
-    out.extend(caller.into_iter().filter(|(k, _)| passed(k)));
+    // A name the caller holds a path in keeps the run's value.
+    let kept: Vec<&String> = caller
+        .iter()
+        .filter(|(k, v)| passed(k) && !a_name_not_a_path(k, v))
+        .map(|(k, _)| k)
+        .collect();
+    let mut out: Vec<(String, String)> = host
+        .iter()
+        .filter(|(k, _)| !passed(k) || kept.contains(&k))
+        .cloned()
+        .collect();
+    out.extend(
+        caller
+            .into_iter()
+            .filter(|(k, v)| passed(k) && a_name_not_a_path(k, v)),
+    );
     (out, changed)
 }
 
@@ -310,6 +339,54 @@ pub const SYSTEM_ROOTS: &[&str] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn display_variables_holding_a_path_keep_the_runs_value() {
+        let v = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let host = v(&[("TZ", "UTC"), ("LANG", "C.UTF-8"), ("LC_ALL", "C")]);
+        for (name, value) in [
+            ("TZ", ":/home/u/proj/tz"),
+            ("TZ", "/home/u/proj/tz"),
+            ("TZ", "../../../home/u/proj/tz"),
+            ("TZ", "Europe/../../x"),
+            ("LANG", "/home/u/proj/locale"),
+            ("LC_ALL", "/home/u/proj/locale"),
+            ("LC_MESSAGES", "/home/u/proj/locale"),
+            ("LANGUAGE", "../../proj"),
+            ("TERM", "../../home/u/proj/terminfo"),
+            ("TERM", "xterm\x1b]0;x\x07"),
+            ("COLUMNS", "80\n"),
+        ] {
+            let value = value.to_string();
+            let (env, changed) = entered(v(&[(name, &value)]), &host);
+            assert!(
+                !env.iter().any(|(_, v)| *v == value),
+                "{name}={value}: {env:?}"
+            );
+            assert!(changed.contains(&name.to_string()), "{name}={value}");
+            // The run's own value, where it had one.
+            let own = host.iter().find(|(k, _)| k == name);
+            assert_eq!(env.iter().find(|(k, _)| k == name), own, "{name}={value}");
+        }
+        // Names pass: a time zone with its region, POSIX rules, locales with modifiers.
+        for (name, value) in [
+            ("TZ", "Europe/Paris"),
+            ("TZ", "EST5EDT,M3.2.0/2:00:00,M11.1.0"),
+            ("LANG", "sr_RS.UTF-8@latin"),
+            ("TERM", "xterm-256color"),
+        ] {
+            let (env, _) = entered(v(&[(name, value)]), &host);
+            assert!(
+                env.contains(&(name.to_string(), value.to_string())),
+                "{name}={value}"
+            );
+        }
+    }
 
     #[test]
     fn an_entry_gets_the_callers_display_variables_and_the_runs_others() {

@@ -6,10 +6,12 @@
 //! --list` on generated inputs (`common/tests/gitconfig.rs`). Bounded: bytes in, entries
 //! out, no recursion, nothing read from disk.
 
+use serde::{Deserialize, Serialize};
+
 /// One `key = value` as git lists it: `section.name` or `section.subsection.name`, the
 /// section and the name lower case, a quoted subsection as written; `None` for a key
 /// without `=` (a boolean true).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     pub key: String,
     pub value: Option<Vec<u8>>,
@@ -19,6 +21,42 @@ pub struct Entry {
 /// a line more or less on some errors).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bad(pub usize);
+
+/// The largest file parsed: one larger is reported as such, never read.
+pub const MAX_FILE: usize = 1 << 20;
+
+/// What parsing one file (at most [`MAX_FILE`] bytes) gave, as the process that parses a
+/// file a sandbox may have written (`wardcell-shim --git-config`) hands it back, in one
+/// frame on its stdout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Parsed {
+    /// [`parse`]'s entries.
+    Entries(Vec<Entry>),
+    /// [`parse`]'s [`Bad`]: where git stops reading it.
+    Bad(usize),
+    /// Its entries would take more than [`Parsed`]'s frame may hold (every entry repeats
+    /// its section: a long subsection over many short lines), or the file was larger
+    /// than [`MAX_FILE`].
+    TooLarge,
+}
+
+impl crate::protocol::Message for Parsed {
+    const MAX_LEN: usize = 8 << 20;
+    const WHAT: &'static str = "a git configuration's entries";
+}
+
+impl Parsed {
+    /// What [`parse`] makes of `bytes`, framed; [`Parsed::TooLarge`] when over the limits.
+    pub fn frame_of(bytes: &[u8]) -> Vec<u8> {
+        let parsed = match bytes.len() <= MAX_FILE {
+            false => Parsed::TooLarge,
+            true => parse(bytes).map_or_else(|Bad(line)| Parsed::Bad(line), Parsed::Entries),
+        };
+        crate::protocol::encode_frame(&parsed)
+            .or_else(|_| crate::protocol::encode_frame(&Parsed::TooLarge))
+            .unwrap_or_default()
+    }
+}
 
 struct Source<'a> {
     bytes: &'a [u8],

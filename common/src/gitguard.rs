@@ -13,13 +13,22 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::gitconfig::Parsed;
+
+/// Parses a configuration file's bytes as git does (`gitconfig::parse`): the broker's
+/// runs it in a process of its own (`wardcell-shim --git-config`), where a bug in it
+/// cannot change what the broker does, and hands back its typed result.
+pub type Parser<'a> = &'a dyn Fn(&[u8]) -> Parsed;
+
 /// What a linked worktree's git reads from the main repository's `.git`: the files that
 /// say where its common directory is and its own configuration (watched here, bound
 /// read-only by the plan).
 pub const WORKTREE_FILES: &[&str] = &["commondir", "gitdir", "config.worktree", "config"];
 
 /// Whether a file's lines or an entry changed: what `lstat` says, never the content
-/// alone (a sandbox can make content look innocent to a parser and still matter).
+/// alone (a sandbox can make content look innocent to a parser and still matter). The
+/// change time is the kernel's own: a sandbox can set a file's modification time back
+/// (`touch -r`), never its change time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Seen {
     Missing,
@@ -29,6 +38,7 @@ enum Seen {
         ino: u64,
         size: u64,
         mtime: (i64, i64),
+        ctime: (i64, i64),
     },
     Other,
 }
@@ -45,6 +55,7 @@ fn seen(p: &Path) -> Seen {
             ino: m.ino(),
             size: m.size(),
             mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
         },
         Ok(_) => Seen::Other,
     }
@@ -69,7 +80,7 @@ const MAX_ENTRIES: usize = 20_000;
 /// At most this many paths are reported.
 const MAX_REPORTED: usize = 64;
 /// A configuration file larger than this is reported rather than parsed.
-const MAX_CONFIG: u64 = 1 << 20;
+const MAX_CONFIG: u64 = crate::gitconfig::MAX_FILE as u64;
 
 /// A configuration file's entries that are not known to be harmless ([`untrusted`]).
 type Keys = Vec<(String, Option<Vec<u8>>)>;
@@ -85,15 +96,18 @@ pub struct Watch {
 
 /// Everything under `cwd` that can make git run code, as it is now. Only when a sandbox
 /// may write `cwd` (`writable`).
-pub fn watch(cwd: &Path, writable: bool) -> Option<Watch> {
+pub fn watch(cwd: &Path, writable: bool, parse: Parser<'_>) -> Option<Watch> {
     writable.then(|| Watch {
         cwd: cwd.to_path_buf(),
-        before: survey(cwd)
+        before: survey(cwd, None, parse)
             .into_iter()
             .map(|(p, _, s, k)| (p, (s, k)))
             .collect(),
     })
 }
+
+/// What was there before.
+type Before = std::collections::BTreeMap<PathBuf, (Seen, Keys)>;
 
 /// The git directory a `.git` file names (`gitdir: PATH`, relative to `cwd`).
 fn gitdir_of(cwd: &Path, dot_git: &Path) -> Option<PathBuf> {
@@ -107,15 +121,26 @@ fn gitdir_of(cwd: &Path, dot_git: &Path) -> Option<PathBuf> {
     })
 }
 
-fn survey(cwd: &Path) -> Vec<(PathBuf, Role, Seen, Keys)> {
+/// Every path that can make git run code, what it is, and each configuration's entries
+/// not known to be harmless: parsed by `parse` unless `before` holds the same file
+/// unchanged.
+fn survey(
+    cwd: &Path,
+    before: Option<&Before>,
+    parse: Parser<'_>,
+) -> Vec<(PathBuf, Role, Seen, Keys)> {
     let mut out: Vec<(PathBuf, Role, Seen, Keys)> = Vec::new();
     let dot_git = cwd.join(".git");
     let add = |p: PathBuf, role: Role, out: &mut Vec<_>| {
         let s = seen(&p);
+        let unchanged = before
+            .and_then(|b| b.get(&p))
+            .filter(|(was, _)| *was == s && role == Role::Config);
         let keys = match (&role, &s) {
+            _ if unchanged.is_some() => unchanged.map(|(_, k)| k.clone()).unwrap_or_default(),
             (Role::Config, Seen::File { size, .. }) if *size <= MAX_CONFIG => {
                 read_small(&p, MAX_CONFIG)
-                    .map(|t| untrusted(&t))
+                    .map(|t| untrusted(parse(&t)))
                     .unwrap_or_default()
             }
             _ => Vec::new(),
@@ -249,19 +274,27 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// What a configuration file's bytes hold that git might run code with: every entry
-/// whose key is not known to be harmless (`gitconfig::HARMLESS`), as git reads the file
-/// (`gitconfig::parse`), as `section.key` for reports with its value to compare. A file
-/// git cannot read is one entry, `(unreadable)`: git refuses it, another reader may not.
-pub fn untrusted(text: &[u8]) -> Vec<(String, Option<Vec<u8>>)> {
-    match crate::gitconfig::parse(text) {
-        Ok(entries) => entries
+/// What a configuration file holds that git might run code with: every entry whose key
+/// is not known to be harmless (`gitconfig::HARMLESS`), as git reads the file (`parsed`),
+/// as `section.key` for reports with its value to compare. A file git cannot read is one
+/// entry, `(unreadable)`: git refuses it, another reader may not; one too large to check,
+/// or whose parser failed, is one entry too.
+pub fn untrusted(parsed: Parsed) -> Vec<(String, Option<Vec<u8>>)> {
+    match parsed {
+        Parsed::Entries(entries) => entries
             .into_iter()
             .filter(|e| !crate::gitconfig::harmless_entry(&e.key, e.value.as_deref()))
             .map(|e| (e.key, e.value))
             .collect(),
-        Err(bad) => vec![(format!("(unreadable from line {})", bad.0), None)],
+        Parsed::Bad(line) => vec![(format!("(unreadable from line {line})"), None)],
+        Parsed::TooLarge => vec![("(too many entries to check)".into(), None)],
     }
+}
+
+/// [`Parser`] for when a bug in the parser decides nothing (tests, tools): in this process.
+pub fn parse_here(bytes: &[u8]) -> Parsed {
+    let frame = Parsed::frame_of(bytes);
+    crate::protocol::decode_payload(frame.get(4..).unwrap_or_default()).unwrap_or(Parsed::TooLarge)
 }
 
 /// The names of the entries of `now` that `was` lacked (a new key, or a new value of
@@ -280,8 +313,8 @@ fn new_keys(now: &[(String, Option<Vec<u8>>)], was: &[(String, Option<Vec<u8>>)]
 
 /// What changed since the snapshot that can make git run code, one line each naming the
 /// path (quoted and escaped: names come from the sandbox) and why.
-pub fn changes(w: &Watch) -> Vec<String> {
-    let now = survey(&w.cwd);
+pub fn changes(w: &Watch, parse: Parser<'_>) -> Vec<String> {
+    let now = survey(&w.cwd, Some(&w.before), parse);
     let mut out: Vec<String> = Vec::new();
     for (path, role, s, keys) in &now {
         let (was, old_keys) = match w.before.get(path) {
@@ -366,7 +399,7 @@ mod tests {
                     [mergetool \"x\"]\n\tcmd = evil\n[user][core] fsmonitor = a\n\
                     [user]\r[core] sshCommand = b\n[interactive]\n\tdiffFilter = c\n\
                     [mergetool \"m\"]\n\tpath = d\n[imap]\n\ttunnel = e\n";
-        let keys: Vec<String> = untrusted(text.as_bytes())
+        let keys: Vec<String> = untrusted(parse_here(text.as_bytes()))
             .into_iter()
             .map(|(k, _)| k)
             .collect();
@@ -385,18 +418,18 @@ mod tests {
                 "imap.tunnel",
             ]
         );
-        assert!(untrusted(b"[core]\nbare = false\n[user]\nemail = a@b\n").is_empty());
+        assert!(untrusted(parse_here(b"[core]\nbare = false\n[user]\nemail = a@b\n")).is_empty());
         // What git cannot read is reported as such.
-        assert_eq!(untrusted(b"[core\n").len(), 1);
+        assert_eq!(untrusted(parse_here(b"[core\n")).len(), 1);
         // A key that was there with the same value is not new; a new value is.
-        let was = untrusted(b"[core]\neditor = vim\n");
+        let was = untrusted(parse_here(b"[core]\neditor = vim\n"));
         assert!(new_keys(
-            &untrusted(b"[core]\n\teditor = vim\n[user]\nname = x\n"),
+            &untrusted(parse_here(b"[core]\n\teditor = vim\n[user]\nname = x\n")),
             &was
         )
         .is_empty());
         assert_eq!(
-            new_keys(&untrusted(b"[core]\neditor = evil\n"), &was),
+            new_keys(&untrusted(parse_here(b"[core]\neditor = evil\n")), &was),
             ["core.editor"]
         );
     }
@@ -411,14 +444,14 @@ mod tests {
         )
         .unwrap();
         std::fs::write(dir.join("shared.cfg"), "[user]\n\tname = me\n").unwrap();
-        let w = watch(&dir, true).expect("a watch");
-        assert!(changes(&w).is_empty());
+        let w = watch(&dir, true, &parse_here).expect("a watch");
+        assert!(changes(&w, &parse_here).is_empty());
         std::fs::write(
             dir.join("shared.cfg"),
             "[user]\n\tname = me\n[user][core] fsmonitor = x\n",
         )
         .unwrap();
-        let c = changes(&w);
+        let c = changes(&w, &parse_here);
         assert_eq!(c.len(), 1, "{c:?}");
         assert!(
             c[0].contains("shared.cfg") && c[0].contains("core.fsmonitor"),
@@ -427,18 +460,55 @@ mod tests {
     }
 
     #[test]
+    fn a_config_rewritten_to_the_same_size_and_time_is_read_again_and_only_then() {
+        let dir = tmp("same-size");
+        std::fs::create_dir_all(dir.join(".git/hooks")).unwrap();
+        let config = dir.join(".git/config");
+        std::fs::write(&config, "[core]\n\teditor = vi\n").unwrap();
+        let parsed = std::cell::Cell::new(0);
+        let counting = |b: &[u8]| {
+            parsed.set(parsed.get() + 1);
+            parse_here(b)
+        };
+        let w = watch(&dir, true, &counting).expect("a watch");
+        assert_eq!(parsed.get(), 1);
+        // Unchanged: compared by what lstat says, not parsed again.
+        assert!(changes(&w, &counting).is_empty());
+        assert_eq!(parsed.get(), 1);
+        // The same size, the modification time put back (as `touch -r` does): the change
+        // time still says it changed.
+        let mtime = std::fs::metadata(&config).unwrap().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&config, "[core]\n\tpager = vim\n").unwrap();
+        assert_eq!(std::fs::metadata(&config).unwrap().len(), 20);
+        let f = std::fs::File::options().write(true).open(&config).unwrap();
+        f.set_modified(mtime).unwrap();
+        assert_eq!(
+            std::fs::metadata(&config).unwrap().modified().unwrap(),
+            mtime
+        );
+        let c = changes(&w, &counting);
+        assert_eq!(parsed.get(), 2);
+        assert!(c.len() == 1 && c[0].contains("core.pager"), "{c:?}");
+    }
+
+    #[test]
     fn new_hooks_config_and_pointers_are_reported_samples_are_not() {
         let dir = tmp("new");
-        let w = watch(&dir, true).expect("a watch");
-        assert!(changes(&w).is_empty());
+        let w = watch(&dir, true, &parse_here).expect("a watch");
+        assert!(changes(&w, &parse_here).is_empty());
         std::fs::create_dir_all(dir.join(".git/hooks")).unwrap();
         std::fs::write(dir.join(".git/hooks/pre-commit.sample"), "").unwrap();
         std::fs::write(dir.join(".git/config"), "[core]\nbare = false\n").unwrap();
-        assert!(changes(&w).is_empty(), "{:?}", changes(&w));
+        assert!(
+            changes(&w, &parse_here).is_empty(),
+            "{:?}",
+            changes(&w, &parse_here)
+        );
         std::fs::write(dir.join(".git/hooks/pre-commit"), "#!/bin/sh\n").unwrap();
         std::fs::write(dir.join(".git/config"), "[core]\nfsmonitor = x\n").unwrap();
         std::fs::write(dir.join(".git/commondir"), "../elsewhere\n").unwrap();
-        let got = changes(&w);
+        let got = changes(&w, &parse_here);
         assert_eq!(got.len(), 3, "{got:?}");
         assert!(
             got.iter().any(|l| l.contains("hooks/pre-commit\" (a hook")),
@@ -449,7 +519,7 @@ mod tests {
             "{got:?}"
         );
         assert!(got.iter().any(|l| l.contains("commondir")), "{got:?}");
-        assert!(watch(&dir, false).is_none());
+        assert!(watch(&dir, false, &parse_here).is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -460,14 +530,18 @@ mod tests {
         std::fs::create_dir_all(dir.join(".git/modules/sub/hooks")).unwrap();
         std::fs::write(dir.join(".git/config"), "[core]\nbare = false\n").unwrap();
         std::fs::write(dir.join(".git/modules/sub/config"), "[core]\n").unwrap();
-        let w = watch(&dir, true).unwrap();
+        let w = watch(&dir, true, &parse_here).unwrap();
         // Untouched config content rewritten without new keys: nothing to say.
         std::fs::write(
             dir.join(".git/config"),
             "[core]\nbare = false\n[user]\nname = x\n",
         )
         .unwrap();
-        assert!(changes(&w).is_empty(), "{:?}", changes(&w));
+        assert!(
+            changes(&w, &parse_here).is_empty(),
+            "{:?}",
+            changes(&w, &parse_here)
+        );
         std::fs::write(
             dir.join(".git/config.worktree"),
             "[core]\nfsmonitor = ./x\n",
@@ -483,7 +557,7 @@ mod tests {
             "#!/bin/sh\n",
         )
         .unwrap();
-        let got = changes(&w);
+        let got = changes(&w, &parse_here);
         assert_eq!(got.len(), 3, "{got:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -494,14 +568,18 @@ mod tests {
         std::fs::create_dir_all(dir.join(".git/worktrees/wt")).unwrap();
         std::fs::write(dir.join(".git/config"), "[core]\n").unwrap();
         std::fs::write(dir.join(".git/worktrees/wt/commondir"), "../..\n").unwrap();
-        let w = watch(&dir, true).unwrap();
+        let w = watch(&dir, true, &parse_here).unwrap();
         // The usual `../..` is the main git directory, surveyed once.
-        let once = survey(&dir)
+        let once = survey(&dir, None, &parse_here)
             .iter()
             .filter(|(p, ..)| p.ends_with("config") && p.parent().unwrap().ends_with("wt/../.."))
             .count();
         assert_eq!(once, 0);
-        assert!(changes(&w).is_empty(), "{:?}", changes(&w));
+        assert!(
+            changes(&w, &parse_here).is_empty(),
+            "{:?}",
+            changes(&w, &parse_here)
+        );
         std::fs::create_dir_all(dir.join("planted")).unwrap();
         std::fs::write(dir.join("planted/config"), "[core]\nfsmonitor = x\n").unwrap();
         std::fs::create_dir_all(dir.join(".git/worktrees/evil")).unwrap();
@@ -515,7 +593,7 @@ mod tests {
             "[alias]\nx = !y\n",
         )
         .unwrap();
-        let got = changes(&w);
+        let got = changes(&w, &parse_here);
         assert!(got.iter().any(|l| l.contains("evil/commondir")), "{got:?}");
         assert!(
             got.iter()
@@ -535,30 +613,37 @@ mod tests {
         let dir = tmp("file");
         std::fs::create_dir_all(dir.join("real/hooks")).unwrap();
         std::fs::write(dir.join(".git"), "gitdir: real\n").unwrap();
-        let w = watch(&dir, true).unwrap();
+        let w = watch(&dir, true, &parse_here).unwrap();
         std::fs::write(dir.join("real/hooks/pre-push"), "#!/bin/sh\n").unwrap();
-        assert_eq!(changes(&w).len(), 1, "{:?}", changes(&w));
+        assert_eq!(
+            changes(&w, &parse_here).len(),
+            1,
+            "{:?}",
+            changes(&w, &parse_here)
+        );
         std::fs::write(dir.join(".git"), "gitdir: planted-somewhere-else\n").unwrap();
         assert!(
-            changes(&w).iter().any(|l| l.contains("\".git\"")
-                || l.ends_with(".git\" (changed: git reads where the repository is from it)")),
+            changes(&w, &parse_here)
+                .iter()
+                .any(|l| l.contains("\".git\"")
+                    || l.ends_with(".git\" (changed: git reads where the repository is from it)")),
             "{:?}",
-            changes(&w)
+            changes(&w, &parse_here)
         );
         std::fs::remove_dir_all(&dir).unwrap();
 
         let dir = tmp("link");
         std::fs::create_dir_all(dir.join(".git/hooks")).unwrap();
         std::fs::create_dir_all(dir.join("mine")).unwrap();
-        let w = watch(&dir, true).unwrap();
+        let w = watch(&dir, true, &parse_here).unwrap();
         std::fs::remove_dir(dir.join(".git/hooks")).unwrap();
         std::os::unix::fs::symlink("../mine", dir.join(".git/hooks")).unwrap();
         assert!(
-            changes(&w)
+            changes(&w, &parse_here)
                 .iter()
                 .any(|l| l.contains("points git at other hooks")),
             "{:?}",
-            changes(&w)
+            changes(&w, &parse_here)
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -567,13 +652,13 @@ mod tests {
     fn a_fifo_in_the_place_of_the_config_neither_blocks_nor_goes_unreported() {
         let dir = tmp("fifo");
         std::fs::create_dir_all(dir.join(".git")).unwrap();
-        let w = watch(&dir, true).unwrap();
+        let w = watch(&dir, true, &parse_here).unwrap();
         let ok = std::process::Command::new("mkfifo")
             .arg(dir.join(".git/config"))
             .status()
             .unwrap();
         assert!(ok.success());
-        let got = changes(&w);
+        let got = changes(&w, &parse_here);
         assert!(
             got.iter().any(|l| l.contains("not a plain file")),
             "{got:?}"

@@ -295,3 +295,80 @@ touch flooding; sleep 1; wardcell zone enter other -- /bin/echo got-in; echo ent
         );
     }
 );
+
+// Issue 35, item 3: git configuration a sandbox wrote is parsed where a parser bug cannot
+// change what the broker does: `wardcell-shim --git-config`, which has confined itself
+// (no new privileges, a seccomp allow list, a bounded address space) before it looks at
+// a byte, and hands back one typed frame.
+both!(git_configuration_is_parsed_in_a_confined_process, |fx| {
+    use std::io::{Read, Write};
+    let mut config = String::from("[core]\n\tfsmonitor = evil\n[user]\n");
+    for i in 0..20_000 {
+        config.push_str(&format!("\tk{i} = v\n"));
+    }
+    let mut child = fx
+        .cmd_of(&fx.bin.join("wardcell-shim"), &["--git-config"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(config.as_bytes())
+        .unwrap();
+    // Its answer is larger than a pipe holds: it waits, confined, in its write.
+    let status = format!("/proc/{}/status", child.id());
+    wardcell_tests::wait_until(10, "the parser to confine itself", || {
+        std::fs::read_to_string(&status).is_ok_and(|s| s.contains("Seccomp:\t2"))
+    });
+    let text = std::fs::read_to_string(&status).unwrap();
+    assert!(text.contains("NoNewPrivs:\t1"), "{text}");
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    assert!(
+        limits
+            .lines()
+            .any(|l| l.starts_with("Max address space") && l.contains("536870912")),
+        "{limits}"
+    );
+    let mut frame = Vec::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut frame)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let parsed: wardcell_common::gitconfig::Parsed =
+        wardcell_common::protocol::read_frame(&mut frame.as_slice()).unwrap();
+    let wardcell_common::gitconfig::Parsed::Entries(entries) = parsed else {
+        panic!("{parsed:?}")
+    };
+    assert_eq!(entries.len(), 20_001);
+    assert_eq!(entries[0].key, "core.fsmonitor");
+});
+
+// A configuration built to make its parser's output explode (every entry repeats a long
+// subsection: a megabyte in, hundreds of megabytes of entries) costs the broker nothing:
+// its parser, alone, gives up, and the file is reported as one it could not check.
+both!(
+    a_git_configuration_that_explodes_its_parser_is_reported,
+    |fx| {
+        entry_config(&fx);
+        fx.host_git(&fx.proj, &["init", "-q"]).ok();
+        let script = "{ printf '[a \"%s\"]\\n' $(head -c 4000 /dev/zero | tr '\\0' b); yes k | head -n 400000; } > .git/config.worktree
+wardcell zone enter appr -- /bin/true; echo enter=$?";
+        let out: wardcell_tests::Out = fx
+            .cmd(&["run", "--", "/bin/sh", "-c", script])
+            .output()
+            .unwrap()
+            .into();
+        assert!(out.stdout.contains("enter=1\n"), "{out:#?}");
+        assert!(
+            out.stderr.contains("config.worktree")
+                && out.stderr.contains("too many entries to check"),
+            "{out:#?}"
+        );
+    }
+);

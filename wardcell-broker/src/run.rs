@@ -11,10 +11,11 @@ use wardcell_common::auditlog::{AuditLog, Rate};
 use wardcell_common::gitguard;
 use wardcell_common::plan::Plan;
 
+use wardcell_common::gitconfig::Parsed;
 use wardcell_host::entries::Entries;
-use wardcell_host::exe::Programs;
 use wardcell_host::guard::Guard;
 use wardcell_host::process::Watched;
+use wardcell_host::{exe::Exe, exe::Programs, gitcheck};
 
 use crate::sys;
 
@@ -62,7 +63,7 @@ impl Run {
         audit: AuditLog,
         host_env: Vec<(String, String)>,
     ) -> Run {
-        let git_watch = git_watch(&plan);
+        let git_watch = git_watch(&plan, &|b| parse_git(&programs.shim, b));
         Run {
             plan,
             id,
@@ -149,7 +150,7 @@ impl Run {
     pub fn git_now(&self) -> Vec<String> {
         self.git_watch
             .as_ref()
-            .map(gitguard::changes)
+            .map(|w| gitguard::changes(w, &|b| parse_git(&self.programs.shim, b)))
             .unwrap_or_default()
     }
 
@@ -188,11 +189,16 @@ impl Run {
 
 /// The run's directory is watched when a sandbox may write it: a snapshot of what can make
 /// git run code there, taken before any sandbox runs code.
-fn git_watch(plan: &Plan) -> Option<gitguard::Watch> {
+fn git_watch(plan: &Plan, parse: gitguard::Parser<'_>) -> Option<gitguard::Watch> {
     let writable = plan
         .profiles()
         .any(|p| p.write.iter().any(|w| plan.cwd.starts_with(w)));
-    gitguard::watch(&plan.cwd, writable)
+    gitguard::watch(&plan.cwd, writable, parse)
+}
+
+/// A git config file's bytes parsed by the shim, confined, alone (wardcell_host::gitcheck).
+fn parse_git(shim: &Exe, bytes: &[u8]) -> Parsed {
+    gitcheck::parse(&|cmd| sys::spawn_from(shim, cmd), bytes)
 }
 
 /// An entered sandbox (or an approval plugin) the run's end waits for, from its

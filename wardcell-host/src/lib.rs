@@ -15,6 +15,7 @@
 pub mod entries;
 pub mod error;
 pub mod exe;
+pub mod gitcheck;
 #[cfg_attr(target_os = "macos", path = "guard_macos.rs")]
 pub mod guard;
 pub mod launch;

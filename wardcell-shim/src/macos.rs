@@ -31,6 +31,12 @@ use wardcell_common::seatbelt;
 
 use crate::{exec, greet_broker, read_spec, report, setup_failed};
 
+/// A Seatbelt profile that denies everything (`--git-config`: only its stdio, open
+/// already, and memory are left).
+pub fn deny_everything() -> Result<(), String> {
+    sys::apply("(version 1)\n(deny default)\n", "git-config")
+}
+
 pub fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("--version") => {
@@ -38,6 +44,7 @@ pub fn main() {
             return;
         }
         Some("--probe") => probe(),
+        Some("--git-config") => crate::gitcheck::main(),
         _ => {}
     }
 

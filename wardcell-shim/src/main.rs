@@ -34,6 +34,7 @@
 // from the same spec (macos.rs); what both use (the spec, reports, exec) is shared here.
 #[cfg(target_os = "linux")]
 mod caps;
+mod gitcheck;
 #[cfg(target_os = "linux")]
 mod landlock;
 #[cfg(target_os = "macos")]
@@ -109,6 +110,7 @@ fn main() {
             return;
         }
         Some("--probe") => probe(),
+        Some("--git-config") => gitcheck::main(),
         _ => {}
     }
 
