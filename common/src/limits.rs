@@ -626,6 +626,21 @@ impl Enforced {
             .map(|(_, b, _)| b.value.saturating_add(1).min(PID_MAX_LIMIT))
     }
 
+    /// The limits marked best effort that nothing here enforces for this sandbox: each
+    /// with its value as written and the warning that says so (`sandbox.limit_unenforced`).
+    pub fn unenforced(&self) -> Vec<(&'static str, String, String)> {
+        let none = self.chosen.iter().filter(|(_, _, m)| *m == Mechanism::None);
+        none.map(|(kind, bound, _)| {
+            let (name, value) = (kind.name(), kind.show(bound.value));
+            let line = format!(
+                "warning: limits.{name} = {value} of profile '{}' is best effort, and nothing on this machine enforces it: the sandbox runs without it (`wardcell doctor` says what would)",
+                self.profile
+            );
+            (name, value, line)
+        })
+        .collect()
+    }
+
     /// The command's time, if limited.
     pub fn time(&self) -> Option<Duration> {
         self.chosen
@@ -918,6 +933,22 @@ mod tests {
             choose(&l, &m, "dev").unwrap(),
             [(Kind::Memory, l.memory.unwrap(), Mechanism::None)]
         );
+        // The sandbox runs without it, and says so (`sandbox.limit_unenforced`).
+        let enforced = Enforced::prepare_on(&l, "dev", "wardcell-test", &m).unwrap();
+        let unenforced = enforced.unenforced();
+        assert_eq!(unenforced.len(), 1);
+        assert_eq!(
+            (unenforced[0].0, unenforced[0].1.as_str()),
+            ("memory", "2G")
+        );
+        assert_eq!(
+            unenforced[0].2,
+            "warning: limits.memory = 2G of profile 'dev' is best effort, and nothing on this machine enforces it: the sandbox runs without it (`wardcell doctor` says what would)"
+        );
+        // One that is enforced is not listed.
+        l.time = bound(60, true);
+        let enforced = Enforced::prepare_on(&l, "dev", "wardcell-test", &m).unwrap();
+        assert_eq!(enforced.unenforced().len(), 1);
         // Root without a pids controller anywhere: RLIMIT_NPROC would not bind it.
         let l = Limits {
             processes: bound(10, false),

@@ -221,6 +221,32 @@ both!(
             "{line}\n{}",
             doctor.stdout
         );
+        // A run says so on stderr and in its log, once per limit; where it is enforced,
+        // neither.
+        let out = fx.run(&["run", "--", "/bin/true"]);
+        out.ok();
+        let warning = "warning: limits.memory = 1G of profile 'p' is best effort, and nothing on this machine enforces it: the sandbox runs without it (`wardcell doctor` says what would)\n";
+        assert_eq!(out.stderr == warning, !enforced, "{out:#?}");
+        let runs = fx.home.join(".local/state/wardcell/runs");
+        // (Not `doctor`'s trial run's.)
+        let log = std::fs::read_dir(&runs)
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .find(|l| l.contains("\"trial\":false"))
+            .unwrap();
+        let events: Vec<serde_json::Value> = log
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|e: &serde_json::Value| e["event"] == "sandbox.limit_unenforced")
+            .collect();
+        assert_eq!(events.len(), usize::from(!enforced), "{log}");
+        if let Some(e) = events.first() {
+            assert_eq!(
+                (&e["limit"], &e["value"]),
+                (&"memory".into(), &"1G".into()),
+                "{e}"
+            );
+        }
     }
 );
 

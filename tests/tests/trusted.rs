@@ -379,3 +379,58 @@ both!(a_secret_file_with_another_name_is_refused, |fx| {
         "{out:#?}"
     );
 });
+
+// A pin binds a directory by its name. The review found a second name: the build's
+// directory bind-mounted (on the host) inside the project, which the sandbox writes,
+// stayed writable there, so a sandbox could replace the helpers the next run starts.
+// Such a run is refused, by `run` and `policy check` alike, naming the second name.
+// (Mounting needs root: as another user the test is skipped, said on stderr.)
+both!(a_second_name_by_a_bind_mount_is_refused, |fx| {
+    if !wardcell_tests::is_root() {
+        eprintln!("skipped: a bind mount needs root");
+        return;
+    }
+    let client = build_in(&fx, &fx.dir.join("opt/w"));
+    config(&fx);
+    let alias = fx.proj.join("vendor/w");
+    fs::create_dir_all(&alias).unwrap();
+    fx.own(&fx.proj);
+    struct Bound(PathBuf);
+    impl Drop for Bound {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let st = std::process::Command::new("mount")
+        .arg("--bind")
+        .arg(fx.dir.join("opt/w"))
+        .arg(&alias)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let bound = Bound(alias.clone());
+    for args in [&["run", "--", "/bin/true"][..], &["policy", "check"]] {
+        let out = fx.run_binary(&client, args);
+        out.expect_code(1);
+        assert!(
+            out.stderr.contains(&format!(
+                "(wardcell's programs) is also {} through a bind mount, and profile 'dev' writes {}",
+                alias.display(),
+                fx.proj.display()
+            )),
+            "{out:#?}"
+        );
+    }
+    // Read-only, the second name is no way in.
+    let st = std::process::Command::new("mount")
+        .args(["-o", "remount,bind,ro"])
+        .arg(&alias)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    fx.run_binary(&client, &["policy", "check"]).ok();
+    drop(bound);
+});

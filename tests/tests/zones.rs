@@ -727,10 +727,13 @@ both!(the_runs_socket_is_gone_after_a_signal_or_an_error, |fx| {
     let left: Vec<_> = fs::read_dir(&runtime).unwrap().collect();
     assert!(left.is_empty(), "run directories left behind: {left:?}");
 
-    // Killed: SIGKILL leaves the directory; the next run sweeps it away.
+    // Killed: SIGKILL to the broker leaves the directory; the next run sweeps it away.
+    // (`wardcell run`, its terminal keeper, ends once it has reaped the broker.)
     let (mut run, socket) = run_printing_socket(&fx, Some(&rt));
     let killed_dir = socket.parent().unwrap().to_path_buf();
-    run.kill().unwrap();
+    let broker = wardcell_tests::broker_of(run.id());
+    // SAFETY: kill with the pid of a process of this test's run.
+    assert_eq!(unsafe { libc::kill(broker as i32, libc::SIGKILL) }, 0);
     run.wait().unwrap();
     assert!(killed_dir.exists());
     let out: Out = fx

@@ -188,12 +188,8 @@ fn take_and_prepare(
     // The environment `wardcell run` started in, read once for the whole run.
     let host_env = wardcell_common::envrules::text_vars();
     let mut more = spec::ca_files(&host_env, &|p| p.exists());
-    more.extend(
-        plan.client
-            .as_ref()
-            .and_then(|c| c.parent())
-            .map(PathBuf::from),
-    );
+    let client_dir = plan.client.as_ref().and_then(|c| c.parent());
+    more.extend(client_dir.map(PathBuf::from));
     plan.pinned = programs.pinned(more);
     let (run_dir, audit) = prepare_run(&mut plan, &run_id, &host_env).map_err(Some)?;
     Ok(Run::new(plan, run_id, run_dir, programs, audit, host_env))
@@ -233,9 +229,7 @@ fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
     // sandbox reads, besides the plan's own paths.
     let mut paths = envrules::host_socket_dirs(host_env);
     paths.extend(spec::ALWAYS_READ.iter().map(PathBuf::from));
-    for p in plan.profiles() {
-        paths.extend(p.paths().cloned());
-    }
+    paths.extend(plan.profiles().flat_map(|p| p.paths().cloned()));
     paths.extend(plan.dirs.all());
     paths.extend(plan.credential_files());
     // What the run trusts (`plan.pinned`) includes the CA certificates the shim makes a

@@ -90,6 +90,11 @@ impl Sandbox {
     /// stderr), a report that is none audited.
     pub fn wait(&mut self, run: &Run, watch: Watch<'_>, zone: Option<&str>, warn: bool) -> Waited {
         let name = self.name.clone();
+        for (limit, value, line) in self.limits.unenforced() {
+            let fields = json!({"sandbox": name, "limit": limit, "value": value});
+            let _ = run.record("sandbox", "sandbox.limit_unenforced", fields);
+            let _ = warn.then(|| wardcell_common::eprintln_line!("{line}"));
+        }
         let mut warned = !warn;
         let Running { process, control } = &mut self.running;
         let failed_step = sys::spawn::failed_step;

@@ -34,12 +34,36 @@ pub fn check(plan: &Plan) -> Result<(), Error> {
             Some(paths::helper_dir(c)),
         ]
     });
-    for dir in dirs.flatten().filter_map(|d| std::fs::canonicalize(d).ok()) {
-        if let Some((profile, _)) = writes.iter().find(|(_, w)| **w == dir) {
+    let dirs: Vec<PathBuf> = dirs
+        .flatten()
+        .filter_map(|d| std::fs::canonicalize(d).ok())
+        .collect();
+    for dir in &dirs {
+        if let Some((profile, _)) = writes.iter().find(|(_, w)| *w == dir) {
             return Err(Error::Refused(format!(
                 "{} holds wardcell's programs, and profile '{profile}' writes it, so a sandbox could replace them or put a program beside them that a later run or another zone starts; install wardcell outside every tree a profile writes (README, \"Try it\")",
                 dir.display()
             )));
+        }
+    }
+    // A pin binds a directory by its name: a second name for it (a bind mount of it, or
+    // of a directory above it, inside a written tree) would stay writable.
+    let mounts = Mount::all();
+    let trusted_dirs = trusted(plan).into_iter().filter_map(|(f, what)| {
+        let dir = std::fs::canonicalize(f).ok()?.parent()?.to_path_buf();
+        Some((dir, what))
+    });
+    let wardcell_dirs = dirs.iter().map(|d| (d.clone(), "wardcell's programs"));
+    for (dir, what) in wardcell_dirs.chain(trusted_dirs) {
+        for (profile, tree) in &writes {
+            if let Some(alias) = reached(&mounts, tree, &dir) {
+                return Err(Error::Refused(format!(
+                    "{} ({what}) is also {} through a bind mount, and profile '{profile}' writes {}, so a sandbox could change it there; remove that mount, or install wardcell (and what the run trusts) where no written tree reaches",
+                    dir.display(),
+                    alias.display(),
+                    tree.display()
+                )));
+            }
         }
     }
     for (file, what) in trusted(plan) {
@@ -92,4 +116,168 @@ fn trusted(plan: &Plan) -> Vec<(PathBuf, &'static str)> {
         }
     }
     out
+}
+
+/// One line of /proc/self/mountinfo: which filesystem (its device), which of its
+/// directories is the root of the mount, where it is mounted, and whether it is
+/// read-only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Mount {
+    dev: (u32, u32),
+    root: PathBuf,
+    point: PathBuf,
+    read_only: bool,
+}
+
+impl Mount {
+    /// This process's mounts (none when /proc says nothing).
+    fn all() -> Vec<Mount> {
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        text.lines().filter_map(Mount::parse).collect()
+    }
+
+    /// `ID PARENT MAJOR:MINOR ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER`.
+    fn parse(line: &str) -> Option<Mount> {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (major, minor) = f.get(2)?.split_once(':')?;
+        Some(Mount {
+            dev: (major.parse().ok()?, minor.parse().ok()?),
+            root: PathBuf::from(unescape(f.get(3)?)),
+            point: PathBuf::from(unescape(f.get(4)?)),
+            read_only: f.get(5)?.split(',').any(|o| o == "ro"),
+        })
+    }
+
+    /// The mount `path` (absolute, canonical) is in: the last of the longest mount
+    /// points above it (a later mount on the same point hides an earlier one).
+    fn of<'a>(mounts: &'a [Mount], path: &Path) -> Option<&'a Mount> {
+        mounts
+            .iter()
+            .filter(|m| path.starts_with(&m.point))
+            .max_by_key(|m| m.point.components().count())
+    }
+
+    /// Where `path`, in this mount, is within its filesystem.
+    fn inside(&self, path: &Path) -> PathBuf {
+        let rest = path.strip_prefix(&self.point).unwrap_or(Path::new(""));
+        self.root.join(rest)
+    }
+}
+
+/// mountinfo's octal escapes (`\040` a space, `\011` a tab, `\012` a newline, `\134` a
+/// backslash).
+fn unescape(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) if b[i] == b'\\' => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            _ => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Where `dir` can also be written inside written tree `tree`: a path under `tree` that
+/// is `dir` (or a directory under it) by another mount of the same filesystem, writable.
+/// `tree`'s own name for `dir` (when `dir` is under it) is no second name: the pin
+/// covers it.
+fn reached(mounts: &[Mount], tree: &Path, dir: &Path) -> Option<PathBuf> {
+    let target = Mount::of(mounts, dir)?;
+    let want = target.inside(dir);
+    // The mount `tree` is in, seen from `tree` down; then every mount below `tree`.
+    let top = Mount::of(mounts, tree).map(|m| (m, tree.to_path_buf()));
+    let below = mounts
+        .iter()
+        .filter(|m| m.point.starts_with(tree) && m.point != tree)
+        .map(|m| (m, m.point.clone()));
+    for (m, seen_at) in top.into_iter().chain(below) {
+        if m.read_only || m.dev != target.dev {
+            continue;
+        }
+        let from = m.inside(&seen_at);
+        let Ok(rest) = want.strip_prefix(&from) else {
+            continue;
+        };
+        let alias = match rest.as_os_str().is_empty() {
+            true => seen_at,
+            false => seen_at.join(rest),
+        };
+        // Hidden by a mount on top of it, or its own name: not another one.
+        let shown = Mount::of(mounts, &alias).is_some_and(|a| std::ptr::eq(a, m));
+        if shown && alias != dir {
+            return Some(alias);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mounts(text: &str) -> Vec<Mount> {
+        text.lines().filter_map(Mount::parse).collect()
+    }
+
+    const HOST: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+30 22 8:1 /opt/wardcell /home/u/proj/vendor/w rw,relatime shared:1 - ext4 /dev/sda1 rw
+31 22 8:2 / /home/u/data rw,relatime shared:2 - ext4 /dev/sdb1 rw
+32 22 8:1 /opt /home/u/ro\\040view ro,relatime shared:1 - ext4 /dev/sda1 rw
+33 22 8:1 /opt /srv/opt rw,relatime shared:1 - ext4 /dev/sda1 rw";
+
+    #[test]
+    fn a_bind_mount_of_a_trusted_directory_in_a_written_tree_is_found() {
+        let m = mounts(HOST);
+        let proj = Path::new("/home/u/proj");
+        // Bound below the tree.
+        assert_eq!(
+            reached(&m, proj, Path::new("/opt/wardcell")),
+            Some(PathBuf::from("/home/u/proj/vendor/w"))
+        );
+        // A directory under the bound one too.
+        assert_eq!(
+            reached(&m, proj, Path::new("/opt/wardcell/bin")),
+            Some(PathBuf::from("/home/u/proj/vendor/w/bin"))
+        );
+        // The tree itself a bind of a directory above it.
+        assert_eq!(
+            reached(&m, Path::new("/srv/opt"), Path::new("/opt/wardcell")),
+            Some(PathBuf::from("/srv/opt/wardcell"))
+        );
+        // Its own name, another filesystem, a read-only mount: no second name.
+        assert_eq!(
+            reached(&m, Path::new("/opt"), Path::new("/opt/wardcell")),
+            None
+        );
+        assert_eq!(
+            reached(&m, Path::new("/home/u/data"), Path::new("/opt/wardcell")),
+            None
+        );
+        assert_eq!(
+            reached(&m, Path::new("/home/u/ro view"), Path::new("/opt/wardcell")),
+            None
+        );
+        assert_eq!(
+            reached(&m, Path::new("/home/u/other"), Path::new("/opt/wardcell")),
+            None
+        );
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_read() {
+        assert_eq!(unescape("/a\\040b\\134c\\011"), "/a b\\c\t");
+        assert_eq!(unescape("/plain\\9"), "/plain\\9");
+    }
 }
