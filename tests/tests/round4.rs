@@ -398,3 +398,34 @@ wardcell zone enter appr -- /bin/true; echo enter=$?";
         );
     }
 );
+
+// The round's review: each connection that said nothing held one of the supervisor's
+// four slots until its 5 s were up, so a hundred idle connections kept `zone list`
+// waiting half a minute. Silent connections now wait without a slot (at most 64, the
+// longest waiting closed to make room), and a caller that speaks is served at once.
+both!(idle_connections_never_keep_a_caller_waiting, |fx| {
+    entry_config(&fx);
+    let probe = fx.bin.join("wardcell-probe");
+    let script = format!(
+        "{p} connect-hold \"$WARDCELL_ZONE_SOCKET\" 100 8000 | {{ read held; echo $held; \
+         s=$(date +%s%N); wardcell zone list >/dev/null; echo list-rc=$?; \
+         echo ms=$(( ($(date +%s%N) - s) / 1000000 )); cat >/dev/null; }}",
+        p = probe.display()
+    );
+    let out: wardcell_tests::Out = fx
+        .cmd(&["run", "--", "/bin/sh", "-c", &script])
+        .output()
+        .unwrap()
+        .into();
+    assert!(out.stdout.contains("held 100\nlist-rc=0\n"), "{out:#?}");
+    let ms: u64 = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("ms=")?.parse().ok())
+        .unwrap();
+    // Before: 5 s for each four idle connections ahead of it (36 s measured).
+    assert!(
+        ms < 3000,
+        "zone list took {ms} ms behind 100 idle connections"
+    );
+});

@@ -386,10 +386,12 @@ both!(
     |fx| {
         zones_config(&fx, "");
         let probe = fx.bin.join("wardcell-probe");
+        // A connection that says nothing is closed at 5 s; four that started a request
+        // and stalled fill the supervisor, and a fifth that speaks is told why.
         let out = inside(
         &fx,
         &format!(
-            "{p} connect-silent \"$WARDCELL_ZONE_SOCKET\" | {{ read connected; {p} connect-many \"$WARDCELL_ZONE_SOCKET\" 5; cat; }}",
+            "{p} connect-silent \"$WARDCELL_ZONE_SOCKET\" | {{ read connected; for i in 1 2 3 4; do {p} connect-stall \"$WARDCELL_ZONE_SOCKET\" & done | {{ for i in 1 2 3 4; do read connected; done; sleep 0.2; wardcell zone list; cat >/dev/null; }}; cat; }}",
             p = probe.display()
         ),
     );
@@ -410,10 +412,9 @@ both!(
             log.contains(r#""reason":"the connection sent no request within 5 s""#),
             "{log}"
         );
-        // 1 silent (connected first) + 4 from connect-many: the last of them is the fifth
-        // and is told why.
+        // 4 stalled requests fill the supervisor: the fifth is told why.
         assert!(
-            out.stdout.contains("already serves 4 connections"),
+            out.stderr.contains("already serves 4 connections"),
             "{out:?}"
         );
         // Oversized and malformed frames close only their own connection.
@@ -939,14 +940,14 @@ both!(stdio_that_is_a_directory_or_o_path_is_refused, |fx| {
 both!(a_fifth_caller_is_told_why_and_audited, |fx| {
     zones_config(&fx, "");
     let probe = fx.bin.join("wardcell-probe");
-    // Four silent connections fill the supervisor (each has connected once it says so:
-    // the supervisor counts in the order of connection); each later request is told
-    // why, with the supervisor's message (not "Broken pipe"), and audited.
+    // Four requests begun and stalled fill the supervisor (each has sent its byte once it
+    // says so; `sleep` lets the supervisor take them); each later request is told why,
+    // with the supervisor's message (not "Broken pipe"), and audited.
     let out = inside(
         &fx,
         &format!(
-            "for i in 1 2 3 4; do {p} connect-silent \"$WARDCELL_ZONE_SOCKET\" & done | {{ \
-             for i in 1 2 3 4; do read connected; done; exec 4<&0 </dev/null; \
+            "for i in 1 2 3 4; do {p} connect-stall \"$WARDCELL_ZONE_SOCKET\" & done | {{ \
+             for i in 1 2 3 4; do read connected; done; sleep 0.2; exec 4<&0 </dev/null; \
              for i in 1 2 3; do wardcell zone list; echo list-rc=$?; wardcell zone enter push -- true; echo enter-rc=$?; done; \
              cat <&4 >/dev/null; }}",
             p = probe.display()

@@ -134,10 +134,8 @@ pub fn build_with(
     let intercept = network && req.asked.authenticated && !profile.credentials.is_empty();
     // A CA bundle where the proxy intercepts, or where the host names CA files of its
     // own (a corporate CA): read by the shim only as recorded at the start.
-    let named_ca = req
-        .host_env
-        .iter()
-        .any(|(n, _)| CA_VARS.contains(&n.as_str()));
+    let named = |(n, _): &(String, String)| CA_VARS.contains(&n.as_str());
+    let named_ca = req.host_env.iter().any(named);
     let ca_files: Vec<_> = if intercept || (network && named_ca) {
         ca_files(req.host_env, exists)
             .into_iter()

@@ -460,9 +460,11 @@ impl sandbox::Served for Supervisor {
             .spawn(move || {
                 let me = self.clone();
                 let handle: Handler = Arc::new(move |conn| me.handle(conn));
+                let gone = |why: &str| {
+                    let fields = json!({"zone": self.zone(), "reason": why});
+                    drop(self.counted("sandbox", "supervisor.closed", fields))
+                };
                 let busy = |conn| self.refuse_busy(conn);
-                let gone = json!({"zone": self.zone(), "reason": "closed before it was answered"});
-                let gone = || drop(self.counted("sandbox", "supervisor.closed", gone.clone()));
                 self.listener.serve(MAX_CONNECTIONS, handle, &busy, &gone);
             })
             .map(drop)

@@ -3,6 +3,7 @@
 //! a thread; and reads that give up at a fixed instant. Who may call, and what a
 //! connection may ask, is the broker's (supervisor.rs).
 
+use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::PermissionsExt;
@@ -22,6 +23,26 @@ pub const ACCEPT_BURST: u32 = 50;
 
 /// How long a connection waits for one being served to end before it is answered busy.
 pub const SLOT_WAIT: Duration = Duration::from_millis(500);
+
+/// Connections accepted that have sent nothing yet, kept at most: they wait here, not
+/// in a slot, until their first byte comes. Past this, the one that has waited longest
+/// is closed: idle connections cannot keep a request that speaks from being served.
+pub const MAX_WAITING: usize = 64;
+
+/// How long an accepted connection may take to send its first byte.
+pub const FIRST_BYTE: Duration = Duration::from_secs(5);
+
+/// How long a connection that has sent nothing waits before it may be served anyway (a
+/// caller may wait for the supervisor's Hello before it sends its own), while fewer
+/// than half the slots are taken: the other half is always left to callers that spoke.
+pub const SILENT_GRACE: Duration = Duration::from_millis(100);
+
+/// Why a connection was dropped unanswered: its peer had closed it already.
+pub const CLOSED_BY_PEER: &str = "closed before it was answered";
+/// ...it sent nothing within [`FIRST_BYTE`].
+pub const SILENT: &str = "the connection sent no request within 5 s";
+/// ...it had sent nothing, and [`MAX_WAITING`] others that had not either came after it.
+pub const CROWDED_OUT: &str = "closed unanswered: it had sent nothing while 64 connections waited";
 
 /// Wakes the thread blocked in `accept` on a listener being stopped (the broker's sys).
 pub type Wake = fn(BorrowedFd<'_>, &Path);
@@ -62,26 +83,74 @@ impl Listener {
     }
 
     /// Answer until stopped: each connection to `handle` in a thread of its own while
-    /// fewer than `max` are served (counted from `accept`), else, after waiting up to
-    /// [`SLOT_WAIT`] for one to end, to `busy` in this one. Connections are taken at most
-    /// [`ACCEPTS_PER_SECOND`] a second past a burst of [`ACCEPT_BURST`], and those whose
-    /// peer has already gone (a flood's: connect, close) dropped unanswered, at most
-    /// twenty times as many: a sandbox that connects and closes as fast as it can costs
-    /// the broker a bounded share of a CPU, and the kernel keeps the rest in the socket's
-    /// queue, in order, so that a real request among them is still taken within seconds.
-    /// `gone` is told of each connection dropped because its peer had closed it already.
-    pub fn serve(&self, max: usize, handle: Handler, busy: &dyn Fn(UnixStream), gone: &dyn Fn()) {
+    /// fewer than `max` are served (counted from the handover), else, after waiting up to
+    /// [`SLOT_WAIT`] for one to end, to `busy` in this one. A connection is handed over
+    /// once it has said something (or hung up): until then it waits, without a slot,
+    /// among at most [`MAX_WAITING`] (the longest waiting closed to make room) for at most
+    /// [`FIRST_BYTE`], and is served silent only after [`SILENT_GRACE`] while fewer than
+    /// half the slots are taken, so that connections that stay silent cannot keep a
+    /// caller that speaks from being served. Connections are taken at most [`ACCEPTS_PER_SECOND`] a
+    /// second past a burst of [`ACCEPT_BURST`], and those whose peer has already gone (a
+    /// flood's: connect, close) dropped unanswered, at most twenty times as many: a
+    /// sandbox that connects and closes as fast as it can costs the broker a bounded
+    /// share of a CPU, and the kernel keeps the rest in the socket's queue, in order, so
+    /// that a real request among them is still taken within seconds. `gone` is told of
+    /// each connection dropped unanswered, and why ([`CLOSED_BY_PEER`], [`SILENT`],
+    /// [`CROWDED_OUT`]).
+    pub fn serve(
+        &self,
+        max: usize,
+        handle: Handler,
+        busy: &dyn Fn(UnixStream),
+        gone: &dyn Fn(&str),
+    ) {
         let mut rate = Throttle::new(Instant::now(), ACCEPT_BURST, ACCEPTS_PER_SECOND);
         let mut dead = Throttle::new(Instant::now(), 10 * ACCEPT_BURST, 20 * ACCEPTS_PER_SECOND);
-        for conn in self.listener.incoming() {
+        let mut waiting: VecDeque<(UnixStream, Instant)> = VecDeque::new();
+        let _ = self.listener.set_nonblocking(true);
+        while !self.stopped.load(Ordering::SeqCst) {
+            let room = self.active.load(Ordering::SeqCst) < max / 2;
+            let (incoming, spoke) = self.wait_for(&waiting, room);
             if self.stopped.load(Ordering::SeqCst) {
                 break;
             }
-            let Ok(conn) = conn else { continue };
+            // Those that said something, in the order they came; then those silent too long.
+            let mut still = VecDeque::with_capacity(waiting.len());
+            for (i, (conn, at)) in waiting.drain(..).enumerate() {
+                match spoke.contains(&i) {
+                    true => self.hand_over(conn, max, &handle, busy),
+                    false => still.push_back((conn, at)),
+                }
+            }
+            waiting = still;
+            let now = Instant::now();
+            // A silent one, after its grace, while half the slots are free.
+            let grace_over = |w: &VecDeque<(UnixStream, Instant)>| {
+                w.front()
+                    .is_some_and(|(_, at)| now.duration_since(*at) >= SILENT_GRACE)
+            };
+            while self.active.load(Ordering::SeqCst) < max / 2 && grace_over(&waiting) {
+                let (conn, _) = waiting.pop_front().expect("one is waiting");
+                self.hand_over(conn, max, &handle, busy);
+            }
+            while waiting
+                .front()
+                .is_some_and(|(_, at)| now.duration_since(*at) >= FIRST_BYTE)
+            {
+                waiting.pop_front();
+                gone(SILENT);
+            }
+            if !incoming {
+                continue;
+            }
+            let Ok((conn, _)) = self.listener.accept() else {
+                continue;
+            };
+            let _ = conn.set_nonblocking(false);
             // Gone already (a flood's connections close at once and wait, dead, in the
             // queue): nothing to answer, and nothing it may cost.
             if hung_up(conn.as_fd()) {
-                gone();
+                gone(CLOSED_BY_PEER);
                 while !dead.admit(Instant::now()) {
                     std::thread::sleep(Duration::from_millis(1));
                 }
@@ -90,25 +159,63 @@ impl Listener {
             while !rate.admit(Instant::now()) {
                 std::thread::sleep(Duration::from_millis(1000 / u64::from(ACCEPTS_PER_SECOND)));
             }
-            let until = Instant::now() + SLOT_WAIT;
-            while self.active.load(Ordering::SeqCst) >= max && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(5));
+            if waiting.len() >= MAX_WAITING {
+                waiting.pop_front();
+                gone(CROWDED_OUT);
             }
-            if self.active.fetch_add(1, Ordering::SeqCst) >= max {
-                self.active.fetch_sub(1, Ordering::SeqCst);
-                busy(conn);
-                continue;
-            }
-            let (active, handle) = (self.active.clone(), handle.clone());
-            let spawned = std::thread::Builder::new()
-                .name("supervisor-conn".into())
-                .spawn(move || {
-                    handle(conn);
-                    active.fetch_sub(1, Ordering::SeqCst);
-                });
-            if spawned.is_err() {
-                self.active.fetch_sub(1, Ordering::SeqCst);
-            }
+            waiting.push_back((conn, Instant::now()));
+        }
+    }
+
+    /// Wait until the listener or a waiting connection is ready, or the first of those
+    /// waits ends (its grace, when there is `room` for a silent one): whether one is
+    /// there to accept, and the indexes of those that spoke.
+    fn wait_for(
+        &self,
+        waiting: &VecDeque<(UnixStream, Instant)>,
+        room: bool,
+    ) -> (bool, Vec<usize>) {
+        use nix::poll::{poll, PollFd, PollFlags};
+        let mut fds = vec![PollFd::new(self.listener.as_fd(), PollFlags::POLLIN)];
+        fds.extend(
+            waiting
+                .iter()
+                .map(|(c, _)| PollFd::new(c.as_fd(), PollFlags::POLLIN)),
+        );
+        let wait = if room { SILENT_GRACE } else { FIRST_BYTE };
+        let until = waiting.front().map(|(_, at)| *at + wait);
+        if poll(&mut fds, wardcell_common::terminal::timeout_until(until)).is_err() {
+            return (false, Vec::new());
+        }
+        let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
+        let spoke = fds[1..]
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| ready(f))
+            .map(|(i, _)| i);
+        (ready(&fds[0]), spoke.collect())
+    }
+
+    /// Serve `conn` in a thread of its own once one of the `max` slots is free (waiting
+    /// up to [`SLOT_WAIT`]), else answer it `busy`.
+    fn hand_over(&self, conn: UnixStream, max: usize, handle: &Handler, busy: &dyn Fn(UnixStream)) {
+        let until = Instant::now() + SLOT_WAIT;
+        while self.active.load(Ordering::SeqCst) >= max && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if self.active.fetch_add(1, Ordering::SeqCst) >= max {
+            self.active.fetch_sub(1, Ordering::SeqCst);
+            return busy(conn);
+        }
+        let (active, handle) = (self.active.clone(), handle.clone());
+        let spawned = std::thread::Builder::new()
+            .name("supervisor-conn".into())
+            .spawn(move || {
+                handle(conn);
+                active.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            self.active.fetch_sub(1, Ordering::SeqCst);
         }
     }
 

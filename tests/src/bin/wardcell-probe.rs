@@ -321,6 +321,25 @@ fn main() {
             let _ = s.read_to_end(&mut sink);
             println!("closed after {} ms", start.elapsed().as_millis());
         }
+        "connect-stall" => {
+            // Connect, send one byte (the start of a request), and report how long until
+            // the other side closes: a request that never comes whole.
+            let start = std::time::Instant::now();
+            let mut s = std::os::unix::net::UnixStream::connect(a(1)).expect("connect");
+            s.write_all(&[1]).expect("one byte");
+            println!("connected");
+            let mut sink = Vec::new();
+            let _ = s.read_to_end(&mut sink);
+            println!("closed after {} ms", start.elapsed().as_millis());
+        }
+        "connect-hold" => {
+            // Open N connections that stay silent, say so, and hold them for MS.
+            let held: Vec<_> = (0..num(2))
+                .map(|_| std::os::unix::net::UnixStream::connect(a(1)).expect("connect"))
+                .collect();
+            println!("held {}", held.len());
+            std::thread::sleep(std::time::Duration::from_millis(num(3) as u64));
+        }
         "connect-churn" => {
             // Connect and close at once, again and again for MS milliseconds; print how
             // many connections were made.
