@@ -72,11 +72,20 @@ enum Role {
     Pointer,
     /// One hook.
     Hook,
+    /// More entries than are looked at (linked worktrees, hooks): what lies past them
+    /// cannot be checked, so it is reported every time, from the run's start on.
+    TooMany,
 }
 
 /// At most this many entries are looked at in a hooks or modules directory: a sandbox
 /// could make millions; more is reported as such.
 const MAX_ENTRIES: usize = 20_000;
+/// At most this many linked worktrees are looked at (two configurations each, parsed in
+/// a process of their own when they change); more is reported as such.
+const MAX_WORKTREES: usize = 256;
+/// At most this many configurations are parsed in one look (a process each); the rest
+/// are reported as not checked.
+const MAX_PARSED: usize = 64;
 /// At most this many paths are reported.
 const MAX_REPORTED: usize = 64;
 /// A configuration file larger than this is reported rather than parsed.
@@ -131,6 +140,7 @@ fn survey(
 ) -> Vec<(PathBuf, Role, Seen, Keys)> {
     let mut out: Vec<(PathBuf, Role, Seen, Keys)> = Vec::new();
     let dot_git = cwd.join(".git");
+    let parsed = std::cell::Cell::new(0usize);
     let add = |p: PathBuf, role: Role, out: &mut Vec<_>| {
         let s = seen(&p);
         let unchanged = before
@@ -138,7 +148,11 @@ fn survey(
             .filter(|(was, _)| *was == s && role == Role::Config);
         let keys = match (&role, &s) {
             _ if unchanged.is_some() => unchanged.map(|(_, k)| k.clone()).unwrap_or_default(),
+            (Role::Config, Seen::File { .. }) if parsed.get() >= MAX_PARSED => {
+                vec![("(not checked: too many changed at once)".into(), None)]
+            }
             (Role::Config, Seen::File { size, .. }) if *size <= MAX_CONFIG => {
+                parsed.set(parsed.get() + 1);
                 read_small(&p, MAX_CONFIG)
                     .map(|t| untrusted(parse(&t)))
                     .unwrap_or_default()
@@ -166,10 +180,15 @@ fn survey(
     // says where the worktree is. A common directory named there is watched as well.
     add(g.join("worktrees"), Role::Pointer, &mut out);
     let worktrees = entries(&g.join("worktrees"));
-    if worktrees.len() > MAX_ENTRIES {
-        out.push((g.join("worktrees/..."), Role::Hook, Seen::Other, Vec::new()));
+    if worktrees.len() > MAX_WORKTREES {
+        out.push((
+            g.join("worktrees/..."),
+            Role::TooMany,
+            Seen::Other,
+            Vec::new(),
+        ));
     }
-    for wt in worktrees.into_iter().take(MAX_ENTRIES) {
+    for wt in worktrees.into_iter().take(MAX_WORKTREES) {
         for name in WORKTREE_FILES {
             let role = match *name {
                 "commondir" | "gitdir" => Role::Pointer,
@@ -210,7 +229,7 @@ fn survey(
         if seen(&hooks) == Seen::Dir {
             let all = entries(&hooks);
             if all.len() > MAX_ENTRIES {
-                out.push((hooks.join("..."), Role::Hook, Seen::Other, Vec::new()));
+                out.push((hooks.join("..."), Role::TooMany, Seen::Other, Vec::new()));
             }
             for h in all.into_iter().filter(|h| !is_sample(h)).take(MAX_ENTRIES) {
                 add(h, Role::Hook, &mut out);
@@ -321,10 +340,17 @@ pub fn changes(w: &Watch, parse: Parser<'_>) -> Vec<String> {
             Some((was, k)) => (was.clone(), k.clone()),
             None => (Seen::Missing, Vec::new()),
         };
+        if *role == Role::TooMany {
+            out.push(format!(
+                "{path:?} (more than are checked: what lies past them cannot be)"
+            ));
+            continue;
+        }
         if *s == was {
             continue;
         }
         let line = match role {
+            Role::TooMany => continue,
             Role::DotGit => match s {
                 Seen::Dir if was == Seen::Missing => continue, // a new repository: its parts are checked below
                 _ => format!("{path:?} (changed: git reads where the repository is from it)"),
@@ -389,6 +415,45 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn more_worktrees_than_are_checked_are_always_reported_and_parsing_is_bounded() {
+        let dir = tmp("many");
+        std::fs::create_dir_all(dir.join(".git/hooks")).unwrap();
+        let parsed = std::cell::Cell::new(0);
+        let counting = |b: &[u8]| {
+            parsed.set(parsed.get() + 1);
+            parse_here(b)
+        };
+        let w = watch(&dir, true, &counting).expect("a watch");
+        assert!(changes(&w, &counting).is_empty());
+        // A sandbox makes worktrees, each with configuration: one look parses at most
+        // MAX_PARSED of them, and reports the rest as not checked.
+        for i in 0..MAX_PARSED + 10 {
+            let wt = dir.join(format!(".git/worktrees/w{i}"));
+            std::fs::create_dir_all(&wt).unwrap();
+            std::fs::write(wt.join("config"), "[core]\n\tbare = false\n").unwrap();
+        }
+        parsed.set(0);
+        let c = changes(&w, &counting);
+        assert_eq!(parsed.get(), MAX_PARSED);
+        assert_eq!(
+            c.iter().filter(|l| l.contains("not checked")).count(),
+            10,
+            "{c:?}"
+        );
+        // Past MAX_WORKTREES, reported every time, even when that was so at the start.
+        for i in 0..MAX_WORKTREES + 1 {
+            std::fs::create_dir_all(dir.join(format!(".git/worktrees/x{i}"))).unwrap();
+        }
+        let w = watch(&dir, true, &parse_here).expect("a watch");
+        let c = changes(&w, &parse_here);
+        assert!(
+            c.iter()
+                .any(|l| l.contains("worktrees/...") && l.contains("more than are checked")),
+            "{c:?}"
+        );
     }
 
     #[test]

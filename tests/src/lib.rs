@@ -100,10 +100,9 @@ pub fn staged() -> &'static Staged {
                 src.display()
             );
             let dst = bin.join(name);
-            // A hard link where the checkout shares the filesystem, else a copy.
-            if fs::hard_link(&src, &dst).is_err() {
-                fs::copy(&src, &dst).unwrap();
-            }
+            // A copy: a hard link would give each a second name on the filesystem of
+            // the fixtures' written trees, which `run` refuses (trusted.rs).
+            fs::copy(&src, &dst).unwrap();
             fs::set_permissions(&dst, fs::Permissions::from_mode(0o755)).unwrap();
         }
         // The sandbox tools' links, beside the client as a build's would be
@@ -928,6 +927,11 @@ impl Shell {
             let pgrp = unsafe { libc::tcgetpgrp(self.master.as_raw_fd()) };
             pgrp > 0 && pgrp != self.pid
         });
+    }
+
+    /// Another handle on the terminal's master, to type from another thread.
+    pub fn master_clone(&self) -> fs::File {
+        self.master.try_clone().unwrap()
     }
 
     /// The shell's pid (its descendants are what it runs).

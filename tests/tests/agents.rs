@@ -396,8 +396,9 @@ both!(
         out.ok();
         assert_eq!(out.stdout.matches("not-a-secret").count(), 2, "{out:#?}");
         assert!(!out.stdout.contains("planted-secret"), "{out:#?}");
+        // Held by the view's own directories, a mask in the home is not there at all.
         assert_eq!(
-            out.stdout.matches("Permission denied").count(),
+            out.stdout.matches("No such file or directory").count(),
             3,
             "{out:#?}"
         );

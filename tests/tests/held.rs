@@ -1,9 +1,13 @@
 //! Masks and read-only paths hold for the whole run, whatever the host does to them
 //! (issue 35, item 2). A mount protects a directory entry only until the host replaces
-//! it; the run watches what its views hold and, the moment the host replaces, removes or
-//! creates one of those names, ends every sandbox, audits `sandbox.protection_lost` and
-//! says so in one line. What the host does elsewhere leaves the run alone. Real sandboxes,
-//! real git, as the invoking user and as the unprivileged uid.
+//! it. A mask in a read-only tree (the home's secrets) is held by the view itself: the
+//! directories on the way to it are the view's own, holding a bind of every other entry,
+//! so what the host does to the masked name never reaches the sandbox, which goes on.
+//! What cannot be held that way (a mask or a read-only path inside a writable tree) is
+//! watched: the moment the host replaces, removes or creates one of those names, the run
+//! ends every sandbox, audits `sandbox.protection_lost` and says so in one line. What the
+//! host does elsewhere leaves the run alone. Real sandboxes, real git, as the invoking
+//! user and as the unprivileged uid.
 
 use std::fs;
 use std::path::Path;
@@ -63,6 +67,19 @@ fn ended_for(fx: &Fixture, out: &Out, path: &Path) {
     assert!(log.contains(&lost), "{log}");
 }
 
+/// The run went on, never saw the new content, and lost nothing.
+#[track_caller]
+fn held_for(fx: &Fixture, out: &Out) {
+    assert!(!out.stdout.contains("new-secret"), "{out:#?}");
+    assert!(out.stdout.contains("read=1\n"), "{out:#?}");
+    assert!(out.stdout.contains("survived"), "{out:#?}");
+    out.ok();
+    let runs = fx.home.join(".local/state/wardcell/runs");
+    let log = fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
+    let log = fs::read_to_string(log).unwrap();
+    assert!(!log.contains("sandbox.protection_lost"), "{log}");
+}
+
 /// Write `content` beside `path`, then rename it over `path` (as git, editors and
 /// credential helpers replace a file), as the fixture's user.
 fn replace(fx: &Fixture, path: &Path, content: &str) {
@@ -71,23 +88,53 @@ fn replace(fx: &Fixture, path: &Path, content: &str) {
     fs::rename(&tmp, path).unwrap();
 }
 
-both!(a_masked_file_replaced_on_the_host_ends_the_run, |fx| {
+// The run waits (`run_while`) for a change that, now, never ends it: it goes on after
+// `go` and shows what it could read.
+both!(a_masked_file_replaced_on_the_host_is_never_seen, |fx| {
     config(&fx);
     let secret = fx.home.join(".secret");
     fx.write(&secret, "old-secret\n");
     let out = run_while(&fx, ".secret", || replace(&fx, &secret, "new-secret\n"));
-    ended_for(&fx, &out, &secret);
+    held_for(&fx, &out);
 });
 
-both!(a_masked_path_created_on_the_host_ends_the_run, |fx| {
+both!(a_masked_path_created_on_the_host_is_never_seen, |fx| {
     config(&fx);
     // `aws configure` after the run started: ~/.aws did not exist.
     let aws = fx.home.join(".aws");
     let out = run_while(&fx, ".aws/credentials", || {
         fx.write(&aws.join("credentials"), "new-secret\n");
     });
-    ended_for(&fx, &out, &aws);
+    held_for(&fx, &out);
 });
+
+// The race the guard could only end the run after (10 runs in 20 read the new content
+// before it did): a sandbox reading a masked file as fast as it can while the host
+// replaces it, again and again, and the directory it is in too. It never reads it.
+both!(
+    a_sandbox_racing_the_host_never_reads_a_replaced_secret,
+    |fx| {
+        config(&fx);
+        let secret = fx.home.join(".secret");
+        fx.write(&secret, "old-secret\n");
+        let script = "touch ready; while [ ! -e go ]; do cat ~/.secret ~/.aws/credentials 2>/dev/null; done; echo survived";
+        let run = Watched::spawn(&fx, fx.cmd(&["run", "--", "/bin/sh", "-c", script]), "race");
+        wait_until(20, "the run to start", || fx.proj.join("ready").exists());
+        for i in 0..20 {
+            replace(&fx, &secret, &format!("new-secret-{i}\n"));
+            let aws = fx.home.join(format!("aws-{i}"));
+            fx.write(&aws.join("credentials"), &format!("new-secret-{i}\n"));
+            let _ = fs::remove_dir_all(fx.home.join(".aws"));
+            fs::rename(&aws, fx.home.join(".aws")).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        fx.write(&fx.proj.join("go"), "");
+        let (out, _) = run.finish(30);
+        out.ok();
+        assert!(!out.stdout.contains("new-secret"), "{out:#?}");
+        assert!(out.stdout.ends_with("survived\n"), "{out:#?}");
+    }
+);
 
 both!(
     git_config_on_the_host_ends_the_run_before_the_sandbox_can_write_it,
@@ -139,9 +186,9 @@ both!(what_the_host_does_elsewhere_leaves_the_run_alone, |fx| {
 });
 
 // A deny entry that is a symbolic link (a dotfile manager's `~/.tok -> dots/tok`) is
-// masked at its target; the host replacing the link itself (as tools that write a
-// config by renaming do) is seen as well, and ends the run.
-both!(a_masked_link_replaced_on_the_host_ends_the_run, |fx| {
+// masked at its target and as written; the host replacing the link itself (as tools
+// that write a config by renaming do) never reaches the sandbox.
+both!(a_masked_link_replaced_on_the_host_is_never_seen, |fx| {
     fx.config(&format!(
         "[zones.agent]\nprofile = \"dev\"\ndefault = true\n\n[profiles.dev]\nextends = \"developer-readonly\"\nread = [\"{}\"]\ndeny = [\"~/.tok\"]\n",
         fx.bin.display()
@@ -151,5 +198,21 @@ both!(a_masked_link_replaced_on_the_host_ends_the_run, |fx| {
     fx.own(&fx.home);
     let link = fx.home.join(".tok");
     let out = run_while(&fx, ".tok", || replace(&fx, &link, "new-secret\n"));
-    ended_for(&fx, &out, &link);
+    held_for(&fx, &out);
 });
+
+// A mask inside the writable project cannot be held by the view (the sandbox writes the
+// directory it is in): that one is watched, and its replacement ends the run.
+both!(
+    a_masked_file_in_the_project_replaced_on_the_host_ends_the_run,
+    |fx| {
+        fx.config(&format!(
+        "[zones.agent]\nprofile = \"dev\"\ndefault = true\n\n[profiles.dev]\nextends = \"developer-readonly\"\nread = [\"{}\"]\ndeny = [\"./.env\"]\n",
+        fx.bin.display()
+    ));
+        let env = fx.proj.join(".env");
+        fx.write(&env, "old-secret\n");
+        let out = run_while(&fx, "proj/.env", || replace(&fx, &env, "new-secret\n"));
+        ended_for(&fx, &out, &env);
+    }
+);

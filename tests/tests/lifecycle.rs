@@ -394,7 +394,7 @@ network = {{ allow = ["example.com:80"] }}
          while [ ! -e {go} ]; do sleep 0.05; done\n\
          s=$(date +%s%N); wardcell-probe tcp $host $port; e=$(date +%s%N)\n\
          echo ms=$(( (e - s) / 1000000 ))\nexit 0",
-            go = fx.home.join("go").display()
+            go = fx.proj.join("go").display()
         );
         let mut run = fx
             .cmd(&["run", "--", "/bin/sh", "-c", &script])
@@ -425,7 +425,7 @@ network = {{ allow = ["example.com:80"] }}
             !Path::new(&format!("/proc/{}", proxies[0])).exists(),
             "the dead proxy was not reaped"
         );
-        fx.write(&fx.home.join("go"), "");
+        fx.write(&fx.proj.join("go"), "");
         let mut rest = String::new();
         stdout.read_to_string(&mut rest).unwrap();
         let mut err = String::new();
@@ -551,13 +551,13 @@ limits = {{ time = "1s" }}
         ));
         // An entry killed with its caller, then one ended by its time limit; the run goes
         // on until `go`, so that only the entries' own ends can have ended their proxies.
-        let go = fx.home.join("go");
+        let go = fx.proj.join("go");
         let script = format!(
             "wardcell zone enter net -- sleep 60 & p=$!\n\
              while [ ! -e {h}/killed ]; do sleep 0.05; done\n\
              wardcell zone enter short -- sleep 60; echo short=$?\n\
              while [ ! -e {go} ]; do sleep 0.05; done; exit 0",
-            h = fx.home.display(),
+            h = fx.proj.display(),
             go = go.display()
         );
         let mut run = wardcell_tests::Watched::spawn(
@@ -579,7 +579,7 @@ limits = {{ time = "1s" }}
             children_named(broker, "wardcell-proxy").is_empty()
                 && children_named(broker, "wardcell-shim").len() == 1
         });
-        fx.write(&fx.home.join("killed"), "");
+        fx.write(&fx.proj.join("killed"), "");
         // The timed entry: up, then ended by its limit, with its proxy.
         let out = fx.dir.join("run.out");
         wardcell_tests::wait_until(20, "the timed entry to end", || {

@@ -370,6 +370,10 @@ limits = {{ time = "6s" }}
     sh.type_in(concat!(
         "wardcell run -- /bin/sh -c '",
         "setsid /bin/sh -c \"while [ ! -e go ]; do sleep 0.05; done; wardcell zone enter build -- /bin/true && touch entered\" & ",
+        // Another, once the job is stopped, stops and continues the command as fast as
+        // it can: each stop is told to the stopped keeper, which reads nothing (the review
+        // wedged the broker in that write, and the time limit with it).
+        "P=$$; setsid /bin/sh -c \"while [ ! -e go ]; do sleep 0.05; done; while :; do kill -CONT $P; kill -STOP $P; done\" & ",
         "echo STAR\"\"TED; sleep 60'\n"
     ));
     sh.wait_for("STARTED\r\n");
@@ -404,6 +408,34 @@ limits = {{ time = "6s" }}
     sh.wait_for_prompt_after("fg\r\n");
     // The time limit's status (124), given by `wardcell run` once continued.
     sh.finish(124);
+});
+
+// The review: a command that reads nothing while more is typed (or pasted, or answered
+// by the terminal to its queries) than its pty holds held the keeper in its write, so
+// SIGTERM to `wardcell run` was passed on to no one. What the pty cannot take is dropped,
+// as a full terminal's input is, and the run ends on SIGTERM.
+both!(a_command_that_reads_nothing_never_holds_the_keeper, |fx| {
+    fx.test_config("");
+    let mut sh = Shell::start(&fx);
+    sh.type_in("wardcell run -- /bin/sh -c 'stty raw -echo; echo STAR\"\"TED; sleep 60'\n");
+    sh.wait_for("STARTED");
+    // 64 KiB typed, from a thread: this terminal's own buffer may fill as well.
+    let mut master = sh.master_clone();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        let _ = master.write_all(&vec![b'x'; 64 * 1024]);
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let client = wardcell_tests::descendants(sh.pid())
+        .into_iter()
+        .find(|p| p.comm == "wardcell")
+        .expect("the client");
+    let t = Instant::now();
+    signal(client.pid, libc::SIGTERM);
+    wardcell_tests::wait_until(10, "the run to end on SIGTERM", || {
+        !wardcell_tests::alive(&client)
+    });
+    assert!(t.elapsed() < Duration::from_secs(7), "{:?}", t.elapsed());
 });
 
 // Without a pty, the shell's Ctrl-Z (SIGTSTP to `wardcell run`) stops the command and the

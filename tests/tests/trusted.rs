@@ -434,3 +434,129 @@ both!(a_second_name_by_a_bind_mount_is_refused, |fx| {
     fx.run_binary(&client, &["policy", "check"]).ok();
     drop(bound);
 });
+
+// The review: wardcell installed outside the project (a copy of its own), with a second
+// name (a hard link) in the project: the sandbox rewrote the installed proxy through it,
+// and the next run with network started it on the host. No inode lists its names, so a
+// trusted file with another name on the filesystem of a written tree is refused.
+both!(
+    a_trusted_file_with_another_name_on_a_written_filesystem_is_refused,
+    |fx| {
+        let inst = fx.dir.join("inst");
+        let client = build_in(&fx, &inst);
+        config(&fx);
+        fs::create_dir_all(fx.proj.join("vendor")).unwrap();
+        fs::hard_link(
+            inst.join("wardcell-proxy"),
+            fx.proj.join("vendor/proxy-copy"),
+        )
+        .unwrap();
+        fx.own(&fx.proj);
+        for args in [&["run", "--", "/bin/true"][..], &["policy", "check"]] {
+            let out = fx.run_binary(&client, args);
+            out.expect_code(1);
+            assert_eq!(
+            out.stderr,
+            format!(
+                "error: {} (a helper of wardcell) has 2 names (hard links), and profile 'dev' writes {} on the same filesystem, so a sandbox could change it through another name there; copy it to a file of its own (`cp --remove-destination`)\n",
+                inst.join("wardcell-proxy").display(),
+                fx.proj.display()
+            ),
+            "{out:#?}"
+        );
+        }
+        fs::remove_file(fx.proj.join("vendor/proxy-copy")).unwrap();
+        fx.run_binary(&client, &["policy", "check"]).ok();
+        // A cargo build's layout outside every written tree (`deps/` beside it holds the
+        // other name) is no second name a sandbox reaches; one more in the project is.
+        fs::create_dir_all(inst.join("deps")).unwrap();
+        let deps = inst.join("deps/wardcell_proxy-0123");
+        fs::hard_link(inst.join("wardcell-proxy"), deps).unwrap();
+        fx.run_binary(&client, &["policy", "check"]).ok();
+        fx.run_binary(&client, &["run", "--", "/bin/true"]).ok();
+        let again = fx.proj.join("vendor/proxy-copy");
+        fs::hard_link(inst.join("wardcell-proxy"), again).unwrap();
+        let out = fx.run_binary(&client, &["policy", "check"]);
+        out.expect_code(1);
+        assert!(out.stderr.contains("has 3 names"), "{out:#?}");
+    }
+);
+
+// A single trusted file bound into the project, or an overlay whose writes go to the
+// directory of wardcell's programs: second names the review found past the directory
+// check. (Mounting needs root: as another user the test is skipped, said on stderr.)
+both!(
+    a_file_bind_or_an_overlay_writing_a_trusted_directory_is_refused,
+    |fx| {
+        if !wardcell_tests::is_root() {
+            eprintln!("skipped: mounting needs root");
+            return;
+        }
+        let inst = fx.dir.join("inst");
+        let client = build_in(&fx, &inst);
+        config(&fx);
+        struct Mounted(PathBuf);
+        impl Drop for Mounted {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(&self.0)
+                    .status();
+            }
+        }
+        let mount = |args: &[&std::ffi::OsStr]| {
+            let st = std::process::Command::new("mount")
+                .args(args)
+                .status()
+                .unwrap();
+            assert!(st.success(), "mount {args:?}");
+        };
+        // One file.
+        let file = fx.proj.join("proxyfile");
+        fx.write(&file, "");
+        fx.own(&fx.proj);
+        mount(&[
+            "--bind".as_ref(),
+            inst.join("wardcell-proxy").as_os_str(),
+            file.as_os_str(),
+        ]);
+        let bound = Mounted(file.clone());
+        let out = fx.run_binary(&client, &["policy", "check"]);
+        out.expect_code(1);
+        assert!(
+            out.stderr
+                .contains(&format!("is also {} through a bind mount", file.display())),
+            "{out:#?}"
+        );
+        drop(bound);
+        // An overlay whose upper directory is the programs'.
+        let (low, work, ov) = (fx.dir.join("low"), fx.dir.join("work"), fx.proj.join("ov"));
+        for d in [&low, &work, &ov] {
+            fs::create_dir_all(d).unwrap();
+        }
+        let opts = format!(
+            "lowerdir={},upperdir={},workdir={}",
+            low.display(),
+            inst.display(),
+            work.display()
+        );
+        mount(&[
+            "-t".as_ref(),
+            "overlay".as_ref(),
+            "overlay".as_ref(),
+            "-o".as_ref(),
+            opts.as_ref(),
+            ov.as_os_str(),
+        ]);
+        let overlay = Mounted(ov.clone());
+        let out = fx.run_binary(&client, &["policy", "check"]);
+        out.expect_code(1);
+        assert!(
+            out.stderr
+                .contains(&format!("is also {} through a bind mount", ov.display())),
+            "{out:#?}"
+        );
+        drop(overlay);
+        fx.run_binary(&client, &["policy", "check"]).ok();
+    }
+);

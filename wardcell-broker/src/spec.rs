@@ -230,15 +230,13 @@ fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<
     }
     // Masks: deny paths, wardcell's own directories, credential sources (never readable
     // in any sandbox, whatever the profile says), and host socket directories unless the
-    // profile named something in them. A mask that did not exist at the start hides
-    // nothing; the shim applies one only where a tree shows it.
+    // profile named something in them. One missing at the start has no identity: the
+    // shim keeps its name out of the view all the same (it may be made later).
     let mut denied = own;
     denied.extend(req.plan.credential_files());
     let mask = masks(req, &denied);
     for path in &mask {
-        if let Some(id) = ids.get(path) {
-            view.push(ViewEntry::new(path.clone(), ViewKind::Mask, Some(id)));
-        }
+        view.push(ViewEntry::new(path.clone(), ViewKind::Mask, ids.get(path)));
     }
     // Unix sockets: the supervisor's (made by the broker where no sandbox reaches), and
     // those the profile names.
@@ -656,13 +654,15 @@ mod tests {
     #[test]
     fn denied_holds_own_dirs_and_credential_files_even_where_no_mask_is() {
         let mut plan = plan();
-        // Not recorded at the start: no mask in the view, still denied by path.
+        // Not recorded at the start: a mask without an identity (its name kept out of
+        // the view all the same), and denied by path.
         plan.dirs.state = "/home/u/Library/Logs/wardcell".into();
         let p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
         let argv = vec!["true".to_string()];
         let spec = build(&req(&plan, &p, &argv, Path::new("/home/u/src")), &|_| true).unwrap();
         let state = PathBuf::from("/home/u/Library/Logs/wardcell");
-        assert!(!masks(&spec).contains(&state));
+        let entry = spec.view.iter().find(|e| e.path == state).expect("a mask");
+        assert_eq!((&entry.what, entry.id), (&ViewKind::Mask, None));
         let own = [
             "/home/u/.config/wardcell",
             "/etc/wardcell",

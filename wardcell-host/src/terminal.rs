@@ -91,27 +91,48 @@ pub struct Keeper(UnixStream);
 impl Keeper {
     /// The keeper's socket, which `wardcell run` left at fd [`keeper::FD`] (`inherited`
     /// takes it, refusing anything but a socket).
+    /// Non-blocking: a keeper that does not read (stopped with the user's job) never
+    /// holds this process up.
     pub fn take(inherited: fn(RawFd) -> io::Result<OwnedFd>) -> Result<Keeper, BrokerError> {
         let fd = inherited(keeper::FD).map_err(|e| BrokerError::Launch(e.to_string()))?;
-        Ok(Keeper(UnixStream::from(fd)))
+        let sock = UnixStream::from(fd);
+        sock.set_nonblocking(true)
+            .map_err(|e| BrokerError::Launch(e.to_string()))?;
+        Ok(Keeper(sock))
     }
 
     /// The command stopped (Ctrl-Z, or of itself): the keeper stops too if the user asked,
-    /// and has it continued (SIGCONT, forwarded).
+    /// and has it continued (SIGCONT, forwarded). Not said when the keeper has not read
+    /// what was said before: it is told of a stop already.
     pub fn stopped(&self) {
-        let _ = (&self.0).write_all(&[keeper::STOPPED]);
+        let _ = (&self.0).write(&[keeper::STOPPED]);
     }
 
     /// The sandbox is gone: the keeper relays what its pty still shows and gives the
-    /// caller's terminal back; waited for (at most [`FINISH_WAIT`]) so that what this
-    /// process says next shows after it, on a terminal as the caller had it.
+    /// caller's terminal back; waited for (at most [`FINISH_WAIT`] in all, a stopped
+    /// keeper never answers) so that what this process says next shows after it, on a
+    /// terminal as the caller had it.
     pub fn finish(&self) {
-        if (&self.0).write_all(&[keeper::FINISH]).is_err() {
-            return;
+        use nix::poll::{poll, PollFd, PollFlags};
+        let until = std::time::Instant::now() + FINISH_WAIT;
+        let ready = |flags: PollFlags| {
+            let mut fds = [PollFd::new(self.0.as_fd(), flags)];
+            poll(&mut fds, terminal::timeout_until(Some(until))).is_ok_and(|n| n > 0)
+        };
+        loop {
+            match (&self.0).write(&[keeper::FINISH]) {
+                Ok(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && ready(PollFlags::POLLOUT) => {}
+                Err(_) => return,
+            }
         }
-        let _ = self.0.set_read_timeout(Some(FINISH_WAIT));
         let mut answer = [0u8; 1];
-        let _ = (&self.0).read(&mut answer);
+        while ready(PollFlags::POLLIN) {
+            match (&self.0).read(&mut answer) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                _ => return,
+            }
+        }
     }
 }
 

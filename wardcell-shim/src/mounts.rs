@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, MntFlags, MsFlags};
@@ -87,6 +88,14 @@ pub enum Op {
     },
     /// Make an existing directory of a writable tree a mount point of its own.
     Pin,
+    /// A directory of the view's own, in the place of the host's directory there (a
+    /// read-only tree, or a directory in one, on the way to masks the view holds by
+    /// construction: wardcell_common::plan::skeleton_masks), holding a read-only bind of
+    /// each of its entries but `skip` (those masks, the next directories on the way, and
+    /// what another step puts there).
+    Skeleton {
+        skip: Vec<std::ffi::OsString>,
+    },
     /// Hide what is there, keeping the listed sockets reachable.
     Mask {
         sockets: Vec<PathBuf>,
@@ -203,9 +212,10 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
             }
         }
     }
+    skeletons(view, &mut ops);
     // Parents first; at one path a tree before what hides or pins it.
     let rank = |op: &Op| match op {
-        Op::Tmp | Op::Dev | Op::Proc | Op::Tree { .. } => 0,
+        Op::Tmp | Op::Dev | Op::Proc | Op::Tree { .. } | Op::Skeleton { .. } => 0,
         Op::Pin => 1,
         Op::Mask { .. } => 2,
         Op::Socket | Op::Link(_) => 3,
@@ -228,6 +238,54 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
         out.push((p, op));
     }
     out
+}
+
+/// The masks the view holds by construction (wardcell_common::plan::skeleton_masks) lose
+/// their own step; every directory from their tree down to their parents becomes an
+/// [`Op::Skeleton`] (a read-only tree's step turns into one), skipping the names that
+/// anything else in `ops` puts there.
+fn skeletons(view: &[ViewEntry], ops: &mut Vec<(PathBuf, Op)>) {
+    use std::collections::{BTreeSet, HashMap, HashSet};
+    let held = wardcell_common::plan::skeleton_masks(view);
+    if held.is_empty() {
+        return;
+    }
+    let masks: HashSet<&Path> = held.iter().map(|(m, _)| m.as_path()).collect();
+    let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
+    for (m, tree) in &held {
+        for a in m.ancestors().skip(1) {
+            dirs.insert(a.to_path_buf());
+            if a == tree {
+                break;
+            }
+        }
+    }
+    ops.retain(|(p, op)| !(matches!(op, Op::Mask { .. }) && masks.contains(p.as_path())));
+    ops.retain(|(p, op)| !(matches!(op, Op::Tree { writable: false }) && dirs.contains(p)));
+    // What each skeleton leaves to other steps, by name.
+    let mut skip: HashMap<&Path, Vec<std::ffi::OsString>> = HashMap::new();
+    let placed = ops
+        .iter()
+        .map(|(p, _)| p)
+        .chain(dirs.iter())
+        .map(PathBuf::as_path);
+    for p in placed.chain(masks.iter().copied()) {
+        if let (Some(parent), Some(name)) = (p.parent(), p.file_name()) {
+            if dirs.contains(parent) {
+                skip.entry(parent).or_default().push(name.to_os_string());
+            }
+        }
+    }
+    let made: Vec<(PathBuf, Op)> = dirs
+        .iter()
+        .map(|d| {
+            let mut skip = skip.remove(d.as_path()).unwrap_or_default();
+            skip.sort();
+            skip.dedup();
+            (d.clone(), Op::Skeleton { skip })
+        })
+        .collect();
+    ops.extend(made);
 }
 
 /// A canonical path's bytes.
@@ -413,6 +471,7 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
         host: Vec::new(),
     };
     let mut last = LastDir::default();
+    let mut skeleton_src: HashMap<PathBuf, OwnedFd> = HashMap::new();
     for ((path, op), tree) in ops.into_iter().zip(trees) {
         // A tree mounted at the held directory, or above it, would cover it; any other
         // step may change it: let it go. (The sort puts those first, so this is a guard.)
@@ -455,6 +514,22 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
                     view.write.push(tree);
                 } else {
                     view.host.push(tree);
+                }
+            }
+            Op::Skeleton { skip } => {
+                // Its host directory: a tree's, opened and checked in step 1, or the
+                // entry of the same name in its parent skeleton's.
+                let src = match (host.get(key(&path)), split(&path)) {
+                    (Some(f), _) => Some(clone_fd(f.as_fd())?),
+                    (None, Ok((parent, name))) => match skeleton_src.get(parent) {
+                        Some(dir) => open_below(dir.as_fd(), name, &path)?,
+                        None => None,
+                    },
+                    (None, Err(e)) => return Err(e),
+                };
+                if let Some(src) = src {
+                    skeleton(&root, &path, src.as_fd(), &skip, &ours)?;
+                    skeleton_src.insert(path, src);
                 }
             }
             Op::Pin => {
@@ -784,6 +859,111 @@ fn attach_via(
         Err(e) => return Err(changed(path, e)),
     };
     sys::move_mount(mnt, target.as_fd())
+        .map_err(|e| fail(format!("mounting on {}: {e}", path.display())))
+}
+
+/// The most entries a skeleton directory holds (a bind each).
+const MAX_SKELETON_ENTRIES: usize = 8192;
+
+/// Entry `name` of the host directory `dir`, opened without following a link (an `O_PATH`
+/// descriptor to a link itself); `None` when it is not there.
+fn open_below(dir: BorrowedFd<'_>, name: &std::ffi::OsStr, path: &Path) -> Result<Option<OwnedFd>> {
+    match sys::open_nofollow(Some(dir), Path::new(name)) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(changed(path, e)),
+    }
+}
+
+/// [`Op::Skeleton`]: `path`, a directory of the view's own with the mode (and, where
+/// this user namespace maps it, the owner) of the host's directory `src`, holding each
+/// of `src`'s entries but `skip`: a read-only bind (nosuid, nodev) of each, on a mount
+/// point of our own, which nothing the host does to `src` afterwards can detach; a
+/// symbolic link made again. `src` not a directory (a link, a file): what its parent
+/// skeleton would have put there instead.
+fn skeleton(
+    root: &OwnedFd,
+    path: &Path,
+    src: BorrowedFd<'_>,
+    skip: &[std::ffi::OsString],
+    ours: &[u64],
+) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let (parent, name) = split(path)?;
+    let st = nix::sys::stat::fstat(src.as_raw_fd()).map_err(|e| fail(format!("fstat: {e}")))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        let dir = make_dirs(root, parent, ours)?
+            .ok_or_else(|| fail(format!("{} is not in the view", parent.display())))?;
+        return place(dir.as_fd(), name, src, path);
+    }
+    let dir = make_dirs(root, path, ours)?
+        .ok_or_else(|| fail(format!("{} is not in the view", path.display())))?;
+    // Its mode and owner as the host has them (an owner this namespace does not map
+    // stays ours).
+    let flags =
+        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC;
+    let mine = nix::fcntl::openat(Some(dir.as_fd().as_raw_fd()), ".", flags, Mode::empty())
+        .map_err(|e| fail(format!("opening {}: {e}", path.display())))?;
+    let mode = Mode::from_bits_truncate(st.st_mode & 0o7777);
+    let _ = nix::sys::stat::fchmod(mine, mode);
+    let (uid, gid) = (
+        nix::unistd::Uid::from_raw(st.st_uid),
+        nix::unistd::Gid::from_raw(st.st_gid),
+    );
+    let _ = nix::unistd::fchown(mine, Some(uid), Some(gid));
+    let _ = nix::unistd::close(mine);
+    let list = nix::fcntl::openat(Some(src.as_raw_fd()), ".", flags, Mode::empty())
+        .map_err(|e| changed(path, e.into()))?;
+    let mut list = nix::dir::Dir::from_fd(list).map_err(|e| changed(path, e.into()))?;
+    let mut names = Vec::new();
+    for entry in list.iter() {
+        let entry = entry.map_err(|e| changed(path, e.into()))?;
+        let n = std::ffi::OsStr::from_bytes(entry.file_name().to_bytes());
+        if n != "." && n != ".." && !skip.iter().any(|s| s == n) {
+            names.push(n.to_os_string());
+        }
+        if names.len() > MAX_SKELETON_ENTRIES {
+            return Err(fail(format!(
+                "{} has more than {MAX_SKELETON_ENTRIES} entries, and a mask inside it is held by binding each of them; narrow the profile's read paths to the directories it needs",
+                path.display()
+            )));
+        }
+    }
+    for n in names {
+        let at = path.join(&n);
+        if let Some(entry) = open_below(src, &n, &at)? {
+            place(dir.as_fd(), &n, entry.as_fd(), &at)?;
+        }
+    }
+    Ok(())
+}
+
+/// Put host entry `entry` at `name` in our directory `dir`: a symbolic link made again
+/// (never followed here), anything else a read-only bind (nosuid, nodev) on a mount
+/// point made for it.
+fn place(
+    dir: BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+    entry: BorrowedFd<'_>,
+    path: &Path,
+) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let st = nix::sys::stat::fstat(entry.as_raw_fd()).map_err(|e| changed(path, e.into()))?;
+    if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+        let target = nix::fcntl::readlinkat(Some(entry.as_raw_fd()), "")
+            .map_err(|e| fail(format!("reading the link {}: {e}", path.display())))?;
+        return nix::unistd::symlinkat(target.as_os_str(), Some(dir.as_raw_fd()), name)
+            .map_err(|e| fail(format!("making the link {}: {e}", path.display())));
+    }
+    let copy = bound_tree(entry, path, false)?;
+    let made = match st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+        true => {
+            nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), name, Mode::from_bits_truncate(0o755))
+        }
+        false => create_file(dir, name),
+    };
+    made.map_err(|e| fail(format!("creating {}: {e}", path.display())))?;
+    sys::move_mount_to(copy.as_fd(), dir, name)
         .map_err(|e| fail(format!("mounting on {}: {e}", path.display())))
 }
 
@@ -1210,6 +1390,38 @@ mod tests {
             "{got:?}"
         );
         assert!(got.contains(&"/h/agent.sock Socket".to_string()), "{got:?}");
+    }
+
+    #[test]
+    fn masks_in_a_read_only_tree_are_held_by_directories_of_the_views_own() {
+        let ops = plan(&[
+            e("/h", ViewKind::Read),
+            e("/h/proj", ViewKind::Write),
+            e("/h/.ssh", ViewKind::Mask),
+            e("/h/.config/gh", ViewKind::Mask),
+            e("/h/proj/.env", ViewKind::Mask),
+            e("/h/bin/tool", ViewKind::Link("/usr/bin/tool".into())),
+        ]);
+        let got = paths(&ops);
+        // The tree and the directory on the way are skeletons, each leaving to other
+        // steps (or out) what they place; the held masks have no step of their own; a
+        // mask under the writable tree keeps its own.
+        assert_eq!(
+            got,
+            [
+                "/dev Dev",
+                "/h Skeleton { skip: [\".config\", \".ssh\", \"proj\"] }",
+                "/h/.config Skeleton { skip: [\"gh\"] }",
+                "/h/bin/tool Link(\"/usr/bin/tool\")",
+                "/h/proj Tree { writable: true }",
+                "/h/proj/.env Mask { sockets: [] }",
+                "/proc Proc",
+                "/proc/key-users Mask { sockets: [] }",
+                "/proc/keys Mask { sockets: [] }",
+                "/tmp Tmp",
+            ],
+            "{got:?}"
+        );
     }
 
     #[test]

@@ -9,12 +9,12 @@
 //! and it ends with the broker's status. The broker dies with it (PR_SET_PDEATHSIG).
 
 use std::io::{Stderr, Stdin, Stdout};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, Signal};
-use nix::sys::termios::Termios;
+use nix::sys::termios::{self, Termios};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
@@ -220,6 +220,11 @@ impl<'a> PtyRelay<'a> {
             _ => std.2.as_fd(),
         };
         let input = (ttys & 1 != 0).then(|| std.0.as_fd());
+        // Non-blocking: a command that reads nothing never holds this process up (what
+        // the pty cannot take is dropped, as a full terminal's input is), so signals are
+        // still passed on.
+        use nix::fcntl::{fcntl, FcntlArg, OFlag};
+        let _ = fcntl(master.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
         let relay = PtyRelay {
             master,
             input,
@@ -295,11 +300,15 @@ impl<'a> PtyRelay<'a> {
                 return true;
             }
         }
-        // The user's own suspend character, as their terminal has it (never the pty's,
-        // which the sandbox may change).
+        // The user's own suspend character, as their terminal has it, when it stops the
+        // command at the pty too (which the sandbox may have changed, or told not to).
         let suspend = self.saved.as_ref().map(|t| t.control_chars[libc::VSUSP]);
+        let pty = termios::tcgetattr(self.master.as_fd()).ok();
+        let pty = pty.filter(|t| t.local_flags.contains(termios::LocalFlags::ISIG));
+        let stops = pty.map(|t| t.control_chars[libc::VSUSP]);
+        let suspend = suspend.filter(|c| *c != 0 && Some(*c) == stops);
         if let Ok(n @ 1..) = terminal::read_some(input, buf) {
-            self.suspend_typed |= suspend.is_some_and(|c| c != 0 && buf[..n].contains(&c));
+            self.suspend_typed |= suspend.is_some_and(|c| buf[..n].contains(&c));
             let _ = terminal::write_all(self.master.as_fd(), &buf[..n]);
             return true;
         }
@@ -309,8 +318,10 @@ impl<'a> PtyRelay<'a> {
 
     /// Relay what the command wrote; the master is no longer read once it has ended.
     fn relay_output(&mut self, buf: &mut [u8]) {
-        if !terminal::relay_once(self.master.as_fd(), self.output, buf) {
-            self.master_open = false;
+        match terminal::read_some(self.master.as_fd(), buf) {
+            Ok(n @ 1..) => drop(terminal::write_all(self.output, &buf[..n])),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            _ => self.master_open = false,
         }
     }
 

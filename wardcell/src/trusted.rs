@@ -49,12 +49,13 @@ pub fn check(plan: &Plan) -> Result<(), Error> {
     // A pin binds a directory by its name: a second name for it (a bind mount of it, or
     // of a directory above it, inside a written tree) would stay writable.
     let mounts = Mount::all();
-    let trusted_dirs = trusted(plan).into_iter().filter_map(|(f, what)| {
-        let dir = std::fs::canonicalize(f).ok()?.parent()?.to_path_buf();
-        Some((dir, what))
+    let trusted_paths = trusted(plan).into_iter().filter_map(|(f, what)| {
+        let file = std::fs::canonicalize(f).ok()?;
+        let dir = file.parent()?.to_path_buf();
+        Some([(dir, what), (file, what)])
     });
     let wardcell_dirs = dirs.iter().map(|d| (d.clone(), "wardcell's programs"));
-    for (dir, what) in wardcell_dirs.chain(trusted_dirs) {
+    for (dir, what) in wardcell_dirs.chain(trusted_paths.flatten()) {
         for (profile, tree) in &writes {
             if let Some(alias) = reached(&mounts, tree, &dir) {
                 return Err(Error::Refused(format!(
@@ -79,6 +80,23 @@ pub fn check(plan: &Plan) -> Result<(), Error> {
                 "{} ({what}) has {names} names (hard links), and profile '{profile}' writes {}, so a sandbox could change it through another one; copy it to a file of its own (`cp --remove-destination`), or run wardcell from outside {}",
                 real.display(),
                 tree.display(),
+                tree.display()
+            )));
+        }
+        // Its other names cannot be found in general (no inode lists its names): unless
+        // each is where a cargo build puts it (`deps/` beside it, outside every written
+        // tree), one may lie in any written tree on its filesystem.
+        if 1 + names_in_deps(&real, &writes) >= names {
+            continue;
+        }
+        let dev = Mount::of(&mounts, &real).map(|m| m.dev);
+        let same = writes
+            .iter()
+            .find(|(_, w)| writable_devs(&mounts, w).contains(&dev));
+        if let Some((profile, tree)) = same {
+            return Err(Error::Refused(format!(
+                "{} ({what}) has {names} names (hard links), and profile '{profile}' writes {} on the same filesystem, so a sandbox could change it through another name there; copy it to a file of its own (`cp --remove-destination`)",
+                real.display(),
                 tree.display()
             )));
         }
@@ -118,15 +136,59 @@ fn trusted(plan: &Plan) -> Vec<(PathBuf, &'static str)> {
     out
 }
 
+/// How many other names `file` has in `deps/` beside it (where cargo keeps the file a
+/// build's `target/<profile>/NAME` is a link to), none of them in a written tree.
+fn names_in_deps(file: &Path, writes: &[(&str, &PathBuf)]) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Some(deps) = file.parent().map(|d| d.join("deps")) else {
+        return 0;
+    };
+    let Ok(me) = std::fs::metadata(file) else {
+        return 0;
+    };
+    if writes.iter().any(|(_, w)| deps.starts_with(w)) {
+        return 0;
+    }
+    let entries = std::fs::read_dir(&deps)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(20_000);
+    let same = entries.filter(|e| {
+        e.metadata()
+            .is_ok_and(|m| m.ino() == me.ino() && m.dev() == me.dev())
+    });
+    same.count() as u64
+}
+
 /// One line of /proc/self/mountinfo: which filesystem (its device), which of its
-/// directories is the root of the mount, where it is mounted, and whether it is
-/// read-only.
+/// directories is the root of the mount, where it is mounted, whether it is read-only,
+/// and, for an overlay, the directory its writes go to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Mount {
     dev: (u32, u32),
     root: PathBuf,
     point: PathBuf,
     read_only: bool,
+    upper: Option<PathBuf>,
+}
+
+/// The filesystems a sandbox writing `tree` can write: `tree`'s own and those of every
+/// writable mount below it.
+fn writable_devs(mounts: &[Mount], tree: &Path) -> Vec<Option<(u32, u32)>> {
+    let below = mounts
+        .iter()
+        .filter(|m| m.point.starts_with(tree) && !m.read_only)
+        .map(|m| Some(m.dev));
+    let own = Mount::of(mounts, tree)
+        .filter(|m| !m.read_only)
+        .map(|m| m.dev);
+    let mut devs: Vec<_> = below
+        .chain([own].into_iter().filter(Option::is_some))
+        .collect();
+    devs.sort();
+    devs.dedup();
+    devs
 }
 
 impl Mount {
@@ -140,11 +202,20 @@ impl Mount {
     fn parse(line: &str) -> Option<Mount> {
         let f: Vec<&str> = line.split(' ').collect();
         let (major, minor) = f.get(2)?.split_once(':')?;
+        let sep = f.iter().position(|x| *x == "-")?;
+        let upper = match f.get(sep + 1) {
+            Some(&"overlay") => f.get(sep + 3).and_then(|o| {
+                let o = o.split(',').find_map(|o| o.strip_prefix("upperdir="))?;
+                Some(PathBuf::from(unescape(o)))
+            }),
+            _ => None,
+        };
         Some(Mount {
             dev: (major.parse().ok()?, minor.parse().ok()?),
             root: PathBuf::from(unescape(f.get(3)?)),
             point: PathBuf::from(unescape(f.get(4)?)),
             read_only: f.get(5)?.split(',').any(|o| o == "ro"),
+            upper,
         })
     }
 
@@ -202,17 +273,21 @@ fn reached(mounts: &[Mount], tree: &Path, dir: &Path) -> Option<PathBuf> {
         .filter(|m| m.point.starts_with(tree) && m.point != tree)
         .map(|m| (m, m.point.clone()));
     for (m, seen_at) in top.into_iter().chain(below) {
-        if m.read_only || m.dev != target.dev {
+        if m.read_only {
+            continue;
+        }
+        // An overlay writes to its upper directory: `dir` there is written through it.
+        if let Some(rest) = m.upper.as_ref().and_then(|u| dir.strip_prefix(u).ok()) {
+            return Some(joined(seen_at, rest));
+        }
+        if m.dev != target.dev {
             continue;
         }
         let from = m.inside(&seen_at);
         let Ok(rest) = want.strip_prefix(&from) else {
             continue;
         };
-        let alias = match rest.as_os_str().is_empty() {
-            true => seen_at,
-            false => seen_at.join(rest),
-        };
+        let alias = joined(seen_at, rest);
         // Hidden by a mount on top of it, or its own name: not another one.
         let shown = Mount::of(mounts, &alias).is_some_and(|a| std::ptr::eq(a, m));
         if shown && alias != dir {
@@ -220,6 +295,14 @@ fn reached(mounts: &[Mount], tree: &Path, dir: &Path) -> Option<PathBuf> {
         }
     }
     None
+}
+
+/// `at` with `rest` after it (no trailing `/` for an empty `rest`).
+fn joined(at: PathBuf, rest: &Path) -> PathBuf {
+    match rest.as_os_str().is_empty() {
+        true => at,
+        false => at.join(rest),
+    }
 }
 
 #[cfg(test)]
@@ -235,7 +318,9 @@ mod tests {
 30 22 8:1 /opt/wardcell /home/u/proj/vendor/w rw,relatime shared:1 - ext4 /dev/sda1 rw
 31 22 8:2 / /home/u/data rw,relatime shared:2 - ext4 /dev/sdb1 rw
 32 22 8:1 /opt /home/u/ro\\040view ro,relatime shared:1 - ext4 /dev/sda1 rw
-33 22 8:1 /opt /srv/opt rw,relatime shared:1 - ext4 /dev/sda1 rw";
+33 22 8:1 /opt /srv/opt rw,relatime shared:1 - ext4 /dev/sda1 rw
+34 22 8:1 /opt/tools/proxy /home/u/proj/proxy rw,relatime shared:1 - ext4 /dev/sda1 rw
+35 22 0:50 / /home/u/proj/ov rw,relatime shared:3 - overlay overlay rw,lowerdir=/l,upperdir=/opt/tools,workdir=/w";
 
     #[test]
     fn a_bind_mount_of_a_trusted_directory_in_a_written_tree_is_found() {
@@ -273,6 +358,18 @@ mod tests {
             reached(&m, Path::new("/home/u/other"), Path::new("/opt/wardcell")),
             None
         );
+        // A file bound by itself; an overlay writing into the trusted directory.
+        assert_eq!(
+            reached(&m, proj, Path::new("/opt/tools/proxy")),
+            Some(PathBuf::from("/home/u/proj/proxy"))
+        );
+        assert_eq!(
+            reached(&m, proj, Path::new("/opt/tools")),
+            Some(PathBuf::from("/home/u/proj/ov"))
+        );
+        // What the written trees' filesystems are.
+        assert_eq!(writable_devs(&m, Path::new("/home/u/data")), [Some((8, 2))]);
+        assert!(writable_devs(&m, proj).contains(&Some((8, 1))));
     }
 
     #[test]
