@@ -15,6 +15,11 @@ use wardcell_tests::{both, Fixture, Shell, Tree, Watched};
 /// Zones `agent` (default) and `build` (entered from agent), both able to run the staged
 /// binaries.
 fn zones_config(fx: &Fixture) {
+    zones_config_with(fx, "readonly", "")
+}
+
+/// [`zones_config`] with the profile extending `base`, and `extra` lines in it.
+fn zones_config_with(fx: &Fixture, base: &str, extra: &str) {
     fx.config(&format!(
         r#"
 [zones.agent]
@@ -26,8 +31,9 @@ profile = "dev"
 enter_from = ["agent"]
 
 [profiles.dev]
-extends = "readonly"
+extends = "{base}"
 read = ["{}"]
+{extra}
 "#,
         fx.bin.display()
     ));
@@ -345,35 +351,20 @@ both!(a_command_stopping_itself_never_stops_the_run, |fx| {
 // limit ends the run. `fg` then gives the status. Before, the broker stopped itself with
 // its time limit and supervisors until `fg`.
 both!(ctrl_z_never_stops_the_broker, |fx| {
-    fx.config(&format!(
-        r#"
-[zones.agent]
-profile = "dev"
-default = true
-
-[zones.build]
-profile = "dev"
-enter_from = ["agent"]
-
-[profiles.dev]
-extends = "developer-readonly"
-read = ["{}"]
-limits = {{ time = "6s" }}
-"#,
-        fx.bin.display()
-    ));
+    zones_config_with(&fx, "developer-readonly", "limits = { time = \"20s\" }");
     let mut sh = Shell::start(&fx);
     let entered = fx.proj.join("entered");
     let go = fx.proj.join("go");
     // A process in a session of its own waits for `go` (made once the job is stopped),
-    // then enters `build`; the command itself waits in the foreground.
+    // then enters `build` (its output to a file: while the job is stopped, no one reads
+    // the terminal, as for any stopped job); the command itself waits in the foreground.
     sh.type_in(concat!(
         "wardcell run -- /bin/sh -c '",
-        "setsid /bin/sh -c \"while [ ! -e go ]; do sleep 0.05; done; wardcell zone enter build -- /bin/true && touch entered\" & ",
-        // Another, once the job is stopped, stops and continues the command as fast as
+        "setsid /bin/sh -c \"while [ ! -e go ]; do sleep 0.05; done; wardcell zone enter build -- /bin/true > enter.out 2>&1 && touch entered\" & ",
+        // Another, once that entry is done, stops and continues the command as fast as
         // it can: each stop is told to the stopped keeper, which reads nothing (the review
         // wedged the broker in that write, and the time limit with it).
-        "P=$$; setsid /bin/sh -c \"while [ ! -e go ]; do sleep 0.05; done; while :; do kill -CONT $P; kill -STOP $P; done\" & ",
+        "P=$$; setsid /bin/sh -c \"while [ ! -e entered ]; do sleep 0.05; done; while :; do kill -CONT $P; kill -STOP $P; done\" & ",
         "echo STAR\"\"TED; sleep 60'\n"
     ));
     sh.wait_for("STARTED\r\n");
@@ -397,12 +388,30 @@ limits = {{ time = "6s" }}
     assert_ne!(state(broker.pid), Some('T'), "the broker stopped");
     // Supervisors answer while the job is stopped.
     fs::write(&go, "").unwrap();
-    wardcell_tests::wait_until(20, "an entry while the job is stopped", || entered.exists());
+    let until = Instant::now() + Duration::from_secs(20);
+    while !entered.exists() {
+        if Instant::now() > until {
+            let states: Vec<String> = wardcell_tests::descendants(sh.pid())
+                .iter()
+                .map(|p| {
+                    let wchan =
+                        fs::read_to_string(format!("/proc/{}/wchan", p.pid)).unwrap_or_default();
+                    format!("{} {} {:?} {wchan}", p.pid, p.comm, state(p.pid))
+                })
+                .collect();
+            panic!(
+                "no entry while the job is stopped: {}\n{}",
+                states.join("\n"),
+                sh.seen()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // The time limit runs on: the broker ends the run while the job is still stopped.
-    wardcell_tests::wait_until(30, "the broker to end at the time limit", || {
+    wardcell_tests::wait_until(40, "the broker to end at the time limit", || {
         !wardcell_tests::alive(broker)
     });
-    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(started.elapsed() < Duration::from_secs(40));
     assert!(!sh.seen().contains("rc="), "{}", sh.seen());
     sh.type_in("fg\n");
     sh.wait_for_prompt_after("fg\r\n");

@@ -380,6 +380,36 @@ both!(a_secret_file_with_another_name_is_refused, |fx| {
     );
 });
 
+/// A mount of a test's, unmounted when dropped (lazily: a run may still hold it).
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// `mount ARGS...`, which must succeed.
+fn mount(args: &[&std::ffi::OsStr]) {
+    let st = std::process::Command::new("mount")
+        .args(args)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount {args:?}");
+}
+
+/// `policy check` with `client` refuses: `alias` is a second name of what it trusts.
+#[track_caller]
+fn refused_through(fx: &Fixture, client: &Path, alias: &Path) {
+    let out = fx.run_binary(client, &["policy", "check"]);
+    out.expect_code(1);
+    let said = format!("is also {} through a bind mount", alias.display());
+    assert!(out.stderr.contains(&said), "{out:#?}");
+}
+
 // A pin binds a directory by its name. The review found a second name: the build's
 // directory bind-mounted (on the host) inside the project, which the sandbox writes,
 // stayed writable there, so a sandbox could replace the helpers the next run starts.
@@ -395,23 +425,12 @@ both!(a_second_name_by_a_bind_mount_is_refused, |fx| {
     let alias = fx.proj.join("vendor/w");
     fs::create_dir_all(&alias).unwrap();
     fx.own(&fx.proj);
-    struct Bound(PathBuf);
-    impl Drop for Bound {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.0)
-                .status();
-        }
-    }
-    let st = std::process::Command::new("mount")
-        .arg("--bind")
-        .arg(fx.dir.join("opt/w"))
-        .arg(&alias)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let bound = Bound(alias.clone());
+    mount(&[
+        "--bind".as_ref(),
+        fx.dir.join("opt/w").as_os_str(),
+        alias.as_os_str(),
+    ]);
+    let bound = Mounted(alias.clone());
     for args in [&["run", "--", "/bin/true"][..], &["policy", "check"]] {
         let out = fx.run_binary(&client, args);
         out.expect_code(1);
@@ -495,22 +514,6 @@ both!(
         let inst = fx.dir.join("inst");
         let client = build_in(&fx, &inst);
         config(&fx);
-        struct Mounted(PathBuf);
-        impl Drop for Mounted {
-            fn drop(&mut self) {
-                let _ = std::process::Command::new("umount")
-                    .arg("-l")
-                    .arg(&self.0)
-                    .status();
-            }
-        }
-        let mount = |args: &[&std::ffi::OsStr]| {
-            let st = std::process::Command::new("mount")
-                .args(args)
-                .status()
-                .unwrap();
-            assert!(st.success(), "mount {args:?}");
-        };
         // One file.
         let file = fx.proj.join("proxyfile");
         fx.write(&file, "");
@@ -521,13 +524,7 @@ both!(
             file.as_os_str(),
         ]);
         let bound = Mounted(file.clone());
-        let out = fx.run_binary(&client, &["policy", "check"]);
-        out.expect_code(1);
-        assert!(
-            out.stderr
-                .contains(&format!("is also {} through a bind mount", file.display())),
-            "{out:#?}"
-        );
+        refused_through(&fx, &client, &file);
         drop(bound);
         // An overlay whose upper directory is the programs'.
         let (low, work, ov) = (fx.dir.join("low"), fx.dir.join("work"), fx.proj.join("ov"));
@@ -549,13 +546,7 @@ both!(
             ov.as_os_str(),
         ]);
         let overlay = Mounted(ov.clone());
-        let out = fx.run_binary(&client, &["policy", "check"]);
-        out.expect_code(1);
-        assert!(
-            out.stderr
-                .contains(&format!("is also {} through a bind mount", ov.display())),
-            "{out:#?}"
-        );
+        refused_through(&fx, &client, &ov);
         drop(overlay);
         fx.run_binary(&client, &["policy", "check"]).ok();
     }

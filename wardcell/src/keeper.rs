@@ -115,34 +115,36 @@ impl<'a> Keeper<'a> {
         None
     }
 
-    /// What the broker says (keeper::*).
+    /// What the broker says (keeper::*): all it has said so far at once, so that a
+    /// command stopped again and again while this process was stopped is one stop.
     fn broker_said(&mut self, std: &'a (Stdin, Stdout, Stderr)) {
         let Some(chan) = &self.chan else { return };
-        let (byte, mut fds) = match sys::recv_byte(chan.as_fd()) {
-            Ok(Some(said)) => said,
+        let mut said = [0u8; 4096];
+        let (n, mut fds) = match sys::recv_some(chan.as_fd(), &mut said) {
+            Ok(Some(got)) => got,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return,
             // Closed: it is ending; SIGCHLD says when.
             _ => return self.chan = None,
         };
-        match byte {
-            b if b & !7 == keeper::PTY && fds.len() == 1 => {
+        let said = &said[..n];
+        if let Some(&b) = said.iter().find(|b| *b & !7 == keeper::PTY) {
+            if fds.len() == 1 {
                 self.relay = PtyRelay::new(fds.remove(0), b & 7, std);
             }
-            keeper::STOPPED => {
-                let asked = std::mem::take(&mut self.stop_asked);
-                if let Some(r) = self.relay.as_mut() {
-                    r.suspend(asked);
-                }
-                // The command goes on: at once when it stopped itself, else after `fg`.
-                let _ = kill(self.broker, Signal::SIGCONT);
+        }
+        if said.contains(&keeper::STOPPED) {
+            let asked = std::mem::take(&mut self.stop_asked);
+            if let Some(r) = self.relay.as_mut() {
+                r.suspend(asked);
             }
-            keeper::FINISH => {
-                if let Some(mut r) = self.relay.take() {
-                    r.finish();
-                }
-                let _ = std::io::Write::write_all(&mut &*chan, &[keeper::FINISHED]);
+            // The command goes on: at once when it stopped itself, else after `fg`.
+            let _ = kill(self.broker, Signal::SIGCONT);
+        }
+        if said.contains(&keeper::FINISH) {
+            if let Some(mut r) = self.relay.take() {
+                r.finish();
             }
-            _ => {}
+            let _ = std::io::Write::write_all(&mut &*chan, &[keeper::FINISHED]);
         }
     }
 

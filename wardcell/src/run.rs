@@ -185,20 +185,26 @@ pub fn start_broker_early() -> Result<UnixStream, Error> {
             drop(keeper_end);
             // The broker dies with its keeper (killed, say): as before there was a keeper,
             // when `wardcell run` killed was the broker killed.
-            #[cfg(target_os = "linux")]
-            if nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).is_err()
-                || unistd::getppid() != keeper_pid
-            {
-                std::process::exit(1);
-            }
-            #[cfg(not(target_os = "linux"))]
-            let _ = keeper_pid;
+            die_with(keeper_pid);
             // A session of its own: no terminal's signal or job control ever stops it.
             unistd::setsid().map_err(|e| fail("setsid", &e))?;
             place_at(broker_end, terminal::keeper::FD)?;
             start_broker(&broker)
         }
     }
+}
+
+/// In a child just forked: be killed when `parent` (the process that forked it) ends,
+/// and end now if it has already. Linux; elsewhere nothing.
+fn die_with(parent: unistd::Pid) {
+    #[cfg(target_os = "linux")]
+    if nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).is_err()
+        || unistd::getppid() != parent
+    {
+        std::process::exit(1);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = parent;
 }
 
 /// In the keeper's child: fork the plan writer (which returns with its end of fd 3's
@@ -211,14 +217,7 @@ fn start_broker(broker: &Path) -> Result<UnixStream, Error> {
             // It dies with the broker (ended before it took the plan, by a signal say): a
             // plan for no one is not resolved on, nor its loss said after `wardcell run`
             // has ended. A broker already gone has no one to hand a plan to either.
-            #[cfg(target_os = "linux")]
-            if nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).is_err()
-                || unistd::getppid() != broker_pid
-            {
-                std::process::exit(1);
-            }
-            #[cfg(not(target_os = "linux"))]
-            let _ = broker_pid;
+            die_with(broker_pid);
             // The plan writer ends as soon as the plan is sent.
             sys::keep_what_is_freed();
             Ok(ours)

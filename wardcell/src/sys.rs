@@ -253,15 +253,16 @@ pub fn stop_self() {
     let _ = unsafe { sigaction(Signal::SIGTSTP, &before) };
 }
 
-/// One byte from `sock` and the descriptors sent with it; `None` once the peer has
+/// What `sock` has (at most `buf.len()` bytes: the kernel never joins bytes sent with
+/// descriptors to others) and the descriptors sent with it; `None` once the peer has
 /// closed. (For a process that never execs: the descriptors are not close-on-exec.)
-pub fn recv_byte(
+pub fn recv_some(
     sock: std::os::fd::BorrowedFd<'_>,
-) -> std::io::Result<Option<(u8, Vec<std::os::fd::OwnedFd>)>> {
+    buf: &mut [u8],
+) -> std::io::Result<Option<(usize, Vec<std::os::fd::OwnedFd>)>> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-    let mut byte = [0u8; 1];
-    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let mut iov = [std::io::IoSliceMut::new(buf)];
     let mut space = nix::cmsg_space!([RawFd; 4]);
     let msg = recvmsg::<()>(
         sock.as_raw_fd(),
@@ -280,5 +281,5 @@ pub fn recv_byte(
             );
         }
     }
-    Ok((msg.bytes == 1).then_some((byte[0], fds)))
+    Ok((msg.bytes > 0).then_some((msg.bytes, fds)))
 }
