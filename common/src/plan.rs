@@ -96,6 +96,9 @@ pub struct Overrides {
     pub deny: Vec<String>,
     /// `host:port` entries for `network.allow`.
     pub allow: Vec<String>,
+    /// `host:port` entries for `network.internal` (names that may resolve to private
+    /// addresses, as a corporate mirror's do).
+    pub internal: Vec<String>,
 }
 
 impl Overrides {
@@ -104,6 +107,7 @@ impl Overrides {
             && self.write.is_empty()
             && self.deny.is_empty()
             && self.allow.is_empty()
+            && self.internal.is_empty()
     }
 }
 

@@ -258,7 +258,8 @@ pub fn resolve_profile(
     resolve_effective(p, home, cwd, getenv)
 }
 
-/// `wardcell run` (and `policy show`) `--read`, `--write`, `--deny` and `--allow`: the
+/// `wardcell run` (and `policy show`) `--read`, `--write`, `--deny`, `--allow` and
+/// `--internal`: the
 /// profile the run starts in, with these entries added for this run only (other zones,
 /// even with the same profile, keep theirs; entering the start zone again gets them too).
 /// The entries are checked as strictly as the configuration's, and a path that does not
@@ -273,8 +274,14 @@ pub fn with_overrides(
         return Ok(plan);
     }
     let bad = ResolveError::Override;
-    for entry in &overrides.allow {
-        crate::config::check_host_port(entry).map_err(|why| bad(format!("--allow {why}")))?;
+    for (flag, entries) in [
+        ("allow", &overrides.allow),
+        ("internal", &overrides.internal),
+    ] {
+        for entry in entries {
+            let check = crate::config::check_host_port(entry);
+            check.map_err(|why| bad(format!("--{flag} {why}")))?;
+        }
     }
     let (start_zone, name) = match &plan.start {
         Start::Profile(p) => (None, p.name.clone()),
@@ -315,6 +322,7 @@ pub fn with_overrides(
     extend(&mut p.write, &write);
     extend(&mut p.deny, &deny);
     extend(&mut p.network_allow, &overrides.allow);
+    extend(&mut p.network_internal, &overrides.internal);
     let resolved = resolve_effective(p, &plan.home, &plan.cwd, ctx.getenv)?;
     let given = |s: &Skipped| match s.rule.as_str() {
         "read" => read.contains(&s.path),
@@ -916,6 +924,7 @@ plugin = ["/bin/true"]
             write: vec!["out".into()],
             deny: vec!["~/.ssh".into()],
             allow: vec!["pypi.org:443".into()],
+            internal: vec!["mirror.corp:8443".into()],
             ..Default::default()
         };
         let plan = with_overrides(plan, &cfg, &c, flags.clone()).unwrap();
@@ -925,6 +934,7 @@ plugin = ["/bin/true"]
             push.profile.network.allow,
             ["git.example.com:443", "pypi.org:443"]
         );
+        assert_eq!(push.profile.network.internal, ["mirror.corp:8443"]);
         let agent = plan.zones.iter().find(|z| z.name == "agent").unwrap();
         assert!(!agent.profile.write.contains(&c.cwd.join("out")));
         assert_eq!(plan.overrides, flags);

@@ -1066,6 +1066,17 @@ both!(internal_names_reach_internal_addresses, |fx| {
             );
         }
         srv.seen.lock().unwrap().clear();
+
+        // The same for one run, by `run --internal` beside a configuration without it.
+        fx.test_config("network = { allow = [\"example.invalid:1\"] }\n");
+        let entry = format!("{name}:{port}");
+        let mut args = vec!["run", "--internal", entry.as_str(), "--"];
+        args.extend_from_slice(&argv);
+        let out: Out = fx.cmd(&args).output().unwrap().into();
+        out.ok();
+        assert_eq!(result(&out, "dns"), "rcode=0 answers=1", "{name}: {out:#?}");
+        assert!(result(&out, "explicit").ends_with("code=200"), "{out:#?}");
+        srv.seen.lock().unwrap().clear();
     }
 });
 

@@ -195,7 +195,7 @@ both!(run_flags_widen_and_narrow_the_start_zone_only, |fx| {
     let started = log.lines().find(|l| l.contains("\"run.started\"")).unwrap();
     assert!(
         started.contains(&format!(
-            "\"overrides\":{{\"allow\":[],\"deny\":[\"secret.txt\"],\"read\":[\"{r}\"],\"write\":[\"{w}\"]}}"
+            "\"overrides\":{{\"allow\":[],\"deny\":[\"secret.txt\"],\"internal\":[],\"read\":[\"{r}\"],\"write\":[\"{w}\"]}}"
         )),
         "{started}"
     );

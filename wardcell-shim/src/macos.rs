@@ -44,7 +44,6 @@ pub fn main() {
             return;
         }
         Some("--probe") => probe(),
-        Some("--git-config") => crate::gitcheck::main(),
         _ => {}
     }
 

@@ -99,6 +99,9 @@ fn setup_failed(control: &mut UnixStream, step: &str, message: String) -> ! {
 
 #[cfg(target_os = "macos")]
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--git-config") {
+        gitcheck::main()
+    }
     macos::main()
 }
 

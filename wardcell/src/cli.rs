@@ -103,6 +103,9 @@ pub struct ProfileFlags {
     /// Also let the sandbox reach HOST:PORT through its proxy, as network.allow does (repeatable)
     #[arg(long = "allow", value_name = "HOST:PORT")]
     pub allow: Vec<String>,
+    /// Also let the sandbox reach HOST:PORT where its name resolves to a private address (a corporate registry mirror, a git server), as network.internal does (repeatable)
+    #[arg(long = "internal", value_name = "HOST:PORT")]
+    pub internal: Vec<String>,
 }
 
 impl From<ProfileFlags> for wardcell_common::plan::Overrides {
@@ -112,6 +115,7 @@ impl From<ProfileFlags> for wardcell_common::plan::Overrides {
             write: f.write,
             deny: f.deny,
             allow: f.allow,
+            internal: f.internal,
         }
     }
 }
