@@ -439,7 +439,7 @@ pub fn print_help(location: &Location, path: &[String]) -> std::process::ExitCod
 
 /// What parsing produced: a command to run, or an exit (help, version, usage error).
 pub enum Parsed {
-    Run(Cli),
+    Run(Box<Cli>),
     Exit(std::process::ExitCode),
 }
 
@@ -487,7 +487,7 @@ fn parse_run(args: &[OsString]) -> Result<Cli, clap::Error> {
 /// is one `error: ` line (`known`: the commands named, for the "see --help" hint).
 fn parsed_or_usage(parsed: Result<Cli, clap::Error>, known: &[String]) -> Parsed {
     match parsed {
-        Ok(cli) => Parsed::Run(cli),
+        Ok(cli) => Parsed::Run(Box::new(cli)),
         Err(e) => {
             use clap::error::ErrorKind;
             let code = match e.kind() {
