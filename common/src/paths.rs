@@ -131,11 +131,12 @@ pub fn expand(raw: &str, home: &Path, cwd: &Path) -> Result<PathBuf, String> {
     let out = if raw == "~" {
         home.to_path_buf()
     } else if let Some(rest) = raw.strip_prefix("~/") {
-        home.join(rest)
+        // `~//x` is `~/x`, as a shell has it (joined as written, `/x` would replace it).
+        home.join(rest.trim_start_matches('/'))
     } else if raw == "." {
         cwd.to_path_buf()
     } else if let Some(rest) = raw.strip_prefix("./") {
-        cwd.join(rest)
+        cwd.join(rest.trim_start_matches('/'))
     } else if raw.starts_with('/') {
         PathBuf::from(raw)
     } else {
@@ -174,6 +175,17 @@ mod tests {
             Path::new("/home/u/src/wardcell/target/release")
         );
         assert_eq!(dir("/usr/local/bin/wardcell"), Path::new("/usr/local/bin"));
+    }
+
+    #[test]
+    fn a_doubled_slash_after_home_or_here_stays_below_it() {
+        let (h, c) = (Path::new("/home/u"), Path::new("/home/u/proj"));
+        assert_eq!(expand("~//pub2", h, c).unwrap(), Path::new("/home/u/pub2"));
+        assert_eq!(
+            expand(".//out", h, c).unwrap(),
+            Path::new("/home/u/proj/out")
+        );
+        assert_eq!(expand("~/.ssh", h, c).unwrap(), Path::new("/home/u/.ssh"));
     }
 
     fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {

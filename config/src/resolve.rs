@@ -381,9 +381,27 @@ fn resolve_effective(
         .deny
         .iter()
         .filter_map(|e| paths::expand(e, home, cwd).ok());
-    let absent = written.filter_map(|x| match missing(&x) {
-        true => Some(real_prefix(&x)),
-        false => (std::fs::canonicalize(&x).ok()? != x).then_some(x),
+    // From one look at each entry now, whatever the first look saw: one made meanwhile is
+    // held where it now is; one behind a link to what is not there yet, as written and
+    // where the link leads.
+    let absent = written.flat_map(|x| {
+        let mut held = Vec::new();
+        match std::fs::canonicalize(&x) {
+            Ok(c) => {
+                if !deny.contains(&c) {
+                    held.push(c.clone());
+                }
+                if c != x {
+                    held.push(x);
+                }
+            }
+            Err(_) if missing(&x) && leads_to(&x) == x => held.push(real_prefix(&x)),
+            Err(_) => {
+                held.push(real_prefix(&leads_to(&x)));
+                held.push(x);
+            }
+        }
+        held
     });
     let absent = absent.collect();
     for secret in etc_secrets(&read, &write) {
@@ -767,6 +785,47 @@ fn real_prefix(p: &Path) -> PathBuf {
     }
 }
 
+/// Where `p` (absolute) leads: every symbolic link on the way followed by its text, even
+/// where what it names does not exist yet (at most 40 links; `..` taken lexically after
+/// a link): where a deny entry's content will be once it is made.
+fn leads_to(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut todo: Vec<std::ffi::OsString> = p
+        .components()
+        .rev()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    let mut at = PathBuf::from("/");
+    let mut hops = 0;
+    while let Some(name) = todo.pop() {
+        if name == ".." {
+            at.pop();
+            continue;
+        }
+        let next = at.join(&name);
+        match std::fs::read_link(&next) {
+            Ok(target) if hops < 40 => {
+                hops += 1;
+                if target.is_absolute() {
+                    at = PathBuf::from("/");
+                }
+                let comps = target.components().rev().filter_map(|c| match c {
+                    Component::Normal(n) => Some(n.to_os_string()),
+                    Component::ParentDir => Some("..".into()),
+                    _ => None,
+                });
+                todo.extend(comps);
+            }
+            _ => at = next,
+        }
+    }
+    at
+}
+
 fn canonical_or_given(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
@@ -911,6 +970,38 @@ plugin = ["/bin/true"]
             e.to_string(),
             "there is no zone 'nope' in /x/zones.toml; its zones are: agent, push (see `wardcell zone list`)"
         );
+    }
+
+    #[test]
+    fn a_deny_entry_behind_a_link_to_nothing_yet_is_held_where_it_leads() {
+        let t = TempDir::new("dangling");
+        let c = ctx(&t);
+        let home = &c.home;
+        std::fs::create_dir_all(home.join("vault")).unwrap();
+        std::os::unix::fs::symlink("vault/aws", home.join(".aws")).unwrap();
+        std::os::unix::fs::symlink("dotfiles/config", home.join(".config")).unwrap();
+        assert_eq!(leads_to(&home.join(".aws")), home.join("vault/aws"));
+        assert_eq!(
+            leads_to(&home.join(".config/gh")),
+            home.join("dotfiles/config/gh")
+        );
+        let cfg = parse(CFG, "/x/zones.toml").unwrap();
+        let plan = resolve(&cfg, StartRequest::Default, vec![], &c).unwrap();
+        let Start::Zone(z) = &plan.start else {
+            panic!()
+        };
+        let p = &plan.zones.iter().find(|x| &x.name == z).unwrap().profile;
+        let real = std::fs::canonicalize(home).unwrap();
+        // Both the link as written and where it leads are held (made later, not shown).
+        for held in [".aws", "vault/aws", ".config/gh", "dotfiles/config/gh"] {
+            assert!(
+                p.absent
+                    .iter()
+                    .any(|a| a == &real.join(held) || a == &home.join(held)),
+                "{held}: {:?}",
+                p.absent
+            );
+        }
     }
 
     #[test]

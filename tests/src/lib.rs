@@ -9,7 +9,7 @@
 use std::fs;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::fs::{chown, PermissionsExt};
+use std::os::unix::fs::{lchown, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -218,7 +218,8 @@ impl Fixture {
         if let Some((uid, gid)) = self.who.ids() {
             let mut stack = vec![path.to_path_buf()];
             while let Some(p) = stack.pop() {
-                chown(&p, Some(uid), Some(gid)).unwrap();
+                // A link itself (it may lead nowhere yet), never what it names.
+                lchown(&p, Some(uid), Some(gid)).unwrap();
                 if p.is_dir() && !p.is_symlink() {
                     for e in fs::read_dir(&p).unwrap() {
                         stack.push(e.unwrap().path());

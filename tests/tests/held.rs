@@ -216,3 +216,63 @@ both!(
         ended_for(&fx, &out, &env);
     }
 );
+
+// The review: a deny entry that is a link to what is not there yet (`~/.aws -> vault/aws`)
+// was in neither list; made on the host later, it was read through the link. Held as
+// written and where it leads.
+both!(a_masked_link_to_nothing_yet_is_held_where_it_leads, |fx| {
+    config(&fx);
+    fs::create_dir_all(fx.home.join("vault")).unwrap();
+    std::os::unix::fs::symlink("vault/aws", fx.home.join(".aws")).unwrap();
+    fx.own(&fx.home);
+    let out = run_while(&fx, ".aws/credentials", || {
+        fx.write(&fx.home.join("vault/aws/credentials"), "new-secret\n");
+    });
+    held_for(&fx, &out);
+});
+
+// The review: a home under /tmp put the directories of the view's own on the sandbox's
+// private, writable /tmp. They are a read-only filesystem of their own.
+both!(
+    the_views_own_directories_are_read_only_wherever_the_home_is,
+    |fx| {
+        config(&fx);
+        let home = std::path::PathBuf::from(format!(
+            "/tmp/wardcell-held-{}-{:?}",
+            std::process::id(),
+            fx.who
+        ));
+        let _ = fs::remove_dir_all(&home);
+        fs::create_dir_all(home.join("proj")).unwrap();
+        fs::create_dir_all(home.join(".config")).unwrap();
+        fs::copy(
+            fx.home.join(".config/wardcell/zones.toml"),
+            home.join("zones.toml"),
+        )
+        .unwrap();
+        fx.own(&home);
+        let out: Out = fx
+            .cmd(&[
+                "run",
+                "--config",
+                home.join("zones.toml").to_str().unwrap(),
+                "--",
+                "/bin/sh",
+                "-c",
+                "mkdir ~/.ssh 2>&1; touch ~/x 2>&1; touch ~/proj/ok && echo proj-ok",
+            ])
+            .env("HOME", &home)
+            .current_dir(home.join("proj"))
+            .output()
+            .unwrap()
+            .into();
+        let _ = fs::remove_dir_all(&home);
+        out.ok();
+        assert_eq!(
+            out.stdout.matches("Read-only file system").count(),
+            2,
+            "{out:#?}"
+        );
+        assert!(out.stdout.contains("proj-ok"), "{out:#?}");
+    }
+);

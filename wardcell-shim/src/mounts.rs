@@ -472,6 +472,7 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
     };
     let mut last = LastDir::default();
     let mut skeleton_src: HashMap<PathBuf, OwnedFd> = HashMap::new();
+    let mut skeleton_fs: Vec<OwnedFd> = Vec::new();
     for ((path, op), tree) in ops.into_iter().zip(trees) {
         // A tree mounted at the held directory, or above it, would cover it; any other
         // step may change it: let it go. (The sort puts those first, so this is a guard.)
@@ -527,6 +528,17 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
                     },
                     (None, Err(e)) => return Err(e),
                 };
+                // A tree's skeleton is a filesystem of its own, made read-only with the
+                // root (step 4): wherever it lies (a home under the private /tmp, say),
+                // nothing can be written or renamed in it.
+                if src.is_some() && host.contains_key(key(&path)) {
+                    let fs =
+                        sys::new_fs(c"tmpfs", &[("mode", "0755"), ("size", "16m")], TREE_ATTRS)
+                            .map_err(|e| fail(format!("making {}: {e}", path.display())))?;
+                    attach(&root, &path, fs.as_fd(), Kind::Dir, None, &ours)?;
+                    ours.push(dev_of(fs.as_fd())?);
+                    skeleton_fs.push(fs);
+                }
                 if let Some(src) = src {
                     skeleton(&root, &path, src.as_fd(), &skip, &ours)?;
                     skeleton_src.insert(path, src);
@@ -577,6 +589,10 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
     if whole.is_none() {
         sys::mount_setattr_fd(root.as_fd(), sys::MOUNT_ATTR_RDONLY, 0, false)
             .map_err(|e| fail(format!("making the sandbox's root read-only: {e}")))?;
+    }
+    for fs in &skeleton_fs {
+        sys::mount_setattr_fd(fs.as_fd(), sys::MOUNT_ATTR_RDONLY, 0, false)
+            .map_err(|e| fail(format!("making a skeleton read-only: {e}")))?;
     }
     match ops_root_writable(whole.is_some(), &spec.view) {
         true => view.write.push(clone_fd(root.as_fd())?),
