@@ -374,9 +374,6 @@ fn resolve_effective(
     // Deny entries not there yet, held all the same (where they would be, links resolved),
     // and those reached through a symbolic link, held as written too: the mask is on the
     // link's target, and the host replacing the link would show what it then names.
-    let missing = |x: &PathBuf| {
-        std::fs::symlink_metadata(x).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
-    };
     let written = p
         .deny
         .iter()
@@ -395,11 +392,16 @@ fn resolve_effective(
                     held.push(x);
                 }
             }
-            Err(_) if missing(&x) && leads_to(&x) == x => held.push(real_prefix(&x)),
-            Err(_) => {
-                held.push(real_prefix(&leads_to(&x)));
-                held.push(x);
-            }
+            // Not there, or a link to what is not there.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match leads_to(&x) {
+                to if to == x => held.push(real_prefix(&x)),
+                to => {
+                    held.push(real_prefix(&to));
+                    held.push(x);
+                }
+            },
+            // Closed to the caller: left out, and said why (resolve_paths).
+            Err(_) => {}
         }
         held
     });
