@@ -364,7 +364,7 @@ both!(ctrl_z_never_stops_the_broker, |fx| {
         // Another, once that entry is done, stops and continues the command as fast as
         // it can: each stop is told to the stopped keeper, which reads nothing (the review
         // wedged the broker in that write, and the time limit with it).
-        "P=$$; setsid /bin/sh -c \"while [ ! -e entered ]; do sleep 0.05; done; while :; do kill -CONT $P; kill -STOP $P; done\" & ",
+        "P=$$; setsid /bin/sh -c \"while [ ! -e entered ]; do sleep 0.05; done; while :; do kill -CONT $P; kill -STOP $P; done\" 2>/dev/null & ",
         "echo STAR\"\"TED; sleep 60'\n"
     ));
     sh.wait_for("STARTED\r\n");
@@ -455,7 +455,11 @@ both!(
     |fx| {
         fx.test_config("");
         let script = "while [ ! -e go ]; do sleep 0.05; done; echo DONE";
-        let mut w = Watched::spawn(&fx, fx.cmd(&["run", "--", "/bin/sh", "-c", script]), "tstp");
+        // A process group of its own, as a shell gives a job: in the test runner's, a
+        // group orphaned by another test's process ending gets SIGHUP and SIGCONT.
+        let mut cmd = fx.cmd(&["run", "--", "/bin/sh", "-c", script]);
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let mut w = Watched::spawn(&fx, cmd, "tstp");
         let sh = w.tree.wait_for("sh", 1)[0].pid;
         let broker = w.tree.broker();
         let client = w.tree.client.pid;
