@@ -520,7 +520,8 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
             Op::Skeleton { skip } => {
                 // Its host directory: a tree's, opened and checked in step 1, or the
                 // entry of the same name in its parent skeleton's.
-                let src = match (host.get(key(&path)), split(&path)) {
+                let tree = host.get(key(&path));
+                let src = match (tree, split(&path)) {
                     (Some(f), _) => Some(clone_fd(f.as_fd())?),
                     (None, Ok((parent, name))) => match skeleton_src.get(parent) {
                         Some(dir) => open_below(dir.as_fd(), name, &path)?,
@@ -531,7 +532,7 @@ pub fn setup(spec: &SandboxSpec, prepared: Prepared) -> Result<View> {
                 // A tree's skeleton is a filesystem of its own, made read-only with the
                 // root (step 4): wherever it lies (a home under the private /tmp, say),
                 // nothing can be written or renamed in it.
-                if src.is_some() && host.contains_key(key(&path)) {
+                if tree.is_some() {
                     let fs =
                         sys::new_fs(c"tmpfs", &[("mode", "0755"), ("size", "16m")], TREE_ATTRS)
                             .map_err(|e| fail(format!("making {}: {e}", path.display())))?;

@@ -92,7 +92,7 @@ pub fn check(plan: &Plan) -> Result<(), Error> {
         let dev = Mount::of(&mounts, &real).map(|m| m.dev);
         let same = writes
             .iter()
-            .find(|(_, w)| writable_devs(&mounts, w).contains(&dev));
+            .find(|(_, w)| dev.is_some_and(|d| writable_devs(&mounts, w).contains(&d)));
         if let Some((profile, tree)) = same {
             return Err(Error::Refused(format!(
                 "{} ({what}) has {names} names (hard links), and profile '{profile}' writes {} on the same filesystem, so a sandbox could change it through another name there; copy it to a file of its own (`cp --remove-destination`)",
@@ -175,17 +175,12 @@ struct Mount {
 
 /// The filesystems a sandbox writing `tree` can write: `tree`'s own and those of every
 /// writable mount below it.
-fn writable_devs(mounts: &[Mount], tree: &Path) -> Vec<Option<(u32, u32)>> {
+fn writable_devs(mounts: &[Mount], tree: &Path) -> Vec<(u32, u32)> {
+    let own = Mount::of(mounts, tree).filter(|m| !m.read_only);
     let below = mounts
         .iter()
-        .filter(|m| m.point.starts_with(tree) && !m.read_only)
-        .map(|m| Some(m.dev));
-    let own = Mount::of(mounts, tree)
-        .filter(|m| !m.read_only)
-        .map(|m| m.dev);
-    let mut devs: Vec<_> = below
-        .chain([own].into_iter().filter(Option::is_some))
-        .collect();
+        .filter(|m| m.point.starts_with(tree) && !m.read_only);
+    let mut devs: Vec<_> = own.into_iter().chain(below).map(|m| m.dev).collect();
     devs.sort();
     devs.dedup();
     devs
@@ -368,8 +363,8 @@ mod tests {
             Some(PathBuf::from("/home/u/proj/ov"))
         );
         // What the written trees' filesystems are.
-        assert_eq!(writable_devs(&m, Path::new("/home/u/data")), [Some((8, 2))]);
-        assert!(writable_devs(&m, proj).contains(&Some((8, 1))));
+        assert_eq!(writable_devs(&m, Path::new("/home/u/data")), [(8, 2)]);
+        assert!(writable_devs(&m, proj).contains(&(8, 1)));
     }
 
     #[test]
