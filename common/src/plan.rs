@@ -72,6 +72,16 @@ impl Plan {
         }
     }
 
+    /// Whether the sandbox the run starts attaches its profile's credentials: in a zone,
+    /// when the zone is `authenticated`; in a run without zones (`run --profile`),
+    /// always, as the profile is named on the caller's own command line.
+    pub fn start_authenticated(&self) -> bool {
+        match &self.start {
+            Start::Profile(_) => true,
+            Start::Zone(name) => self.zone(name).is_some_and(|z| z.authenticated),
+        }
+    }
+
     /// The zone called `name`.
     pub fn zone(&self, name: &str) -> Option<&ZonePlan> {
         self.zones.iter().find(|z| z.name == name)

@@ -85,12 +85,27 @@ pub const BUILTIN_AGENT_PROFILES: &str = r#"
 # Coding agents. Each keeps its state in a directory of its own under
 # ~/.local/share/wardcell (made when missing), never in the one the agent uses on the
 # host: what a sandbox writes there (hooks, MCP servers, settings) must not run outside.
+# The user's own instructions and settings are read-only inside, copied by `run` to
+# ~/.local/share/wardcell/from-host and linked from the agent's home (agent_home.rs).
+# Each carries its API key as a credential: the sandbox sees a placeholder, the zone's
+# proxy attaches the key (from the environment `wardcell run` starts in) to its API's
+# requests only.
 [profiles.claude-code]
 extends = "developer-readonly"
 write = ["~/.local/share/wardcell/claude"]
 deny = ["~/.claude", "~/.claude.json"]
 network = { allow = ["api.anthropic.com:443"] }
 env.set = { CLAUDE_CONFIG_DIR = "~/.local/share/wardcell/claude", DISABLE_AUTOUPDATER = "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1" }
+credentials = ["anthropic"]
+
+[credentials.anthropic]
+hosts = ["api.anthropic.com"]
+paths = ["/v1/*"]
+methods = ["GET", "POST"]
+scheme = "header"
+header = "x-api-key"
+placeholder = "ANTHROPIC_API_KEY"
+secret = { env = "ANTHROPIC_API_KEY" }
 
 [profiles.codex]
 extends = "developer-readonly"
@@ -98,6 +113,15 @@ write = ["~/.local/share/wardcell/codex"]
 deny = ["~/.codex"]
 network = { allow = ["api.openai.com:443"] }
 env.set = { CODEX_HOME = "~/.local/share/wardcell/codex" }
+credentials = ["openai"]
+
+[credentials.openai]
+hosts = ["api.openai.com"]
+paths = ["/v1/*"]
+methods = ["GET", "POST"]
+scheme = "bearer"
+placeholder = "OPENAI_API_KEY"
+secret = { env = "OPENAI_API_KEY" }
 
 # A fragment to extend: package managers with caches of their own (the host's caches
 # are reused without checks by the next build there, so a sandbox must not write them)
@@ -160,7 +184,8 @@ pub struct Zone {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Profile {
     pub name: String,
-    pub extends: Option<String>,
+    /// `extends`: one name, or a list merged in order.
+    pub extends: Vec<String>,
     pub read: Vec<String>,
     pub write: Vec<String>,
     pub deny: Vec<String>,
@@ -232,26 +257,22 @@ impl Config {
             .expect("a validated configuration has a default zone")
     }
 
-    /// A profile with `extends` applied: the parent's lists first, then the profile's own
-    /// (duplicates dropped), `env.set` overridden key by key. None if there is no such
-    /// profile. Validation guarantees the chain ends.
+    /// A profile with `extends` applied: the profiles it extends first, each with its own
+    /// `extends` applied, in the order the list names them, then the profile's own; lists
+    /// appended with duplicates dropped, `env.set` and each limit overridden by the later
+    /// one. A profile reached twice (both parents extend `developer-readonly`) counts once,
+    /// where it is first reached. None if there is no such profile. Validation guarantees
+    /// the graph has no cycle and is at most [`MAX_EXTENDS_DEPTH`] deep.
     pub fn effective_profile(&self, name: &str) -> Option<Profile> {
-        let mut chain = Vec::new();
-        let mut next = Some(name);
-        while let Some(n) = next {
-            let p = self.profiles.get(n)?;
-            if chain.len() > MAX_EXTENDS_DEPTH {
-                return None;
-            }
-            chain.push(p);
-            next = p.extends.as_deref();
-        }
+        let own = self.profiles.get(name)?;
+        let mut chain: Vec<&Profile> = Vec::new();
+        self.linearize(own, 0, &mut chain)?;
         let mut out = Profile {
             name: name.to_string(),
-            builtin: chain[0].builtin,
+            builtin: own.builtin,
             ..Profile::default()
         };
-        for p in chain.iter().rev() {
+        for p in &chain {
             append_unique(&mut out.read, &p.read);
             append_unique(&mut out.write, &p.write);
             append_unique(&mut out.deny, &p.deny);
@@ -270,14 +291,36 @@ impl Config {
         // Limits: a profile's own value (or "none") replaces the one it extends, field by
         // field.
         let mut limits = wardcell_common::limits::Limits::default();
-        for p in chain.iter().rev() {
+        for p in &chain {
             for (kind, bound) in &p.limits {
                 limits.set(*kind, *bound);
             }
         }
         out.limits = limits.set_ones().map(|(k, b)| (k, Some(b))).collect();
-        out.extends = chain[0].extends.clone();
+        out.extends = own.extends.clone();
         Some(out)
+    }
+
+    /// `p`'s ancestors, then `p`, each once, in merge order (parents before children,
+    /// listed parents left to right). None past [`MAX_EXTENDS_DEPTH`] or for a name that
+    /// is not there (neither passes validation).
+    fn linearize<'c>(
+        &'c self,
+        p: &'c Profile,
+        depth: usize,
+        out: &mut Vec<&'c Profile>,
+    ) -> Option<()> {
+        if depth > MAX_EXTENDS_DEPTH {
+            return None;
+        }
+        for parent in &p.extends {
+            let parent = self.profiles.get(parent)?;
+            if !out.iter().any(|q| q.name == parent.name) {
+                self.linearize(parent, depth + 1, out)?;
+            }
+        }
+        out.push(p);
+        Some(())
     }
 }
 
@@ -581,6 +624,56 @@ pub fn load_naming(source: &Source, named: Option<&str>) -> Result<Config, Confi
 type Name = Spanned<String>;
 type List = Vec<Spanned<String>>;
 
+/// What [`Checker::walk_extends`] found wrong.
+enum Walk<'n> {
+    Cycle(Vec<&'n str>),
+    Deep,
+}
+
+/// `extends`: one profile's name, or a list of them, as written.
+#[derive(Clone, Debug)]
+enum Extends {
+    One(String),
+    Many(List),
+}
+
+impl<'de> Deserialize<'de> for Extends {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Extends;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a profile's name, or a list of profiles' names")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Extends, E> {
+                Ok(Extends::One(v.to_string()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Extends, A::Error> {
+                let mut out = Vec::new();
+                while let Some(item) = seq.next_element::<Spanned<String>>()? {
+                    out.push(item);
+                }
+                Ok(Extends::Many(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Each name `extends` lists, with its place in the file (a single name, the string's).
+fn extends_names(e: &Option<Spanned<Extends>>) -> List {
+    match e {
+        None => Vec::new(),
+        Some(whole) => match whole.get_ref() {
+            Extends::One(name) => vec![Spanned::new(whole.span(), name.clone())],
+            Extends::Many(names) => names.clone(),
+        },
+    }
+}
+
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
@@ -610,7 +703,7 @@ struct RawZone {
 #[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawProfile {
-    extends: Option<Spanned<String>>,
+    extends: Option<Spanned<Extends>>,
     #[serde(default)]
     read: List,
     #[serde(default)]
@@ -891,10 +984,14 @@ pub fn parse_naming(text: &str, label: &str, named: Option<&str>) -> Result<Conf
     let mut v = Checker::default();
 
     // 1. Profiles: the built-in ones, then the file's (which replace them by name).
-    let mut profiles: BTreeMap<String, (Doc<'_>, Name, RawProfile)> = BTreeMap::new();
+    let mut builtin = Vec::with_capacity(builtin_docs.len());
     for doc in builtin_docs {
-        for (name, p) in deserialize(doc)?.profiles {
-            profiles.insert(name.get_ref().clone(), (doc, name, p));
+        builtin.push((doc, deserialize(doc)?));
+    }
+    let mut profiles: BTreeMap<String, (Doc<'_>, Name, RawProfile)> = BTreeMap::new();
+    for (doc, raw) in &mut builtin {
+        for (name, p) in std::mem::take(&mut raw.profiles) {
+            profiles.insert(name.get_ref().clone(), (*doc, name, p));
         }
     }
     for (name, p) in &raw.profiles {
@@ -902,8 +999,15 @@ pub fn parse_naming(text: &str, label: &str, named: Option<&str>) -> Result<Conf
         profiles.insert(name.get_ref().clone(), (user, name.clone(), p.clone()));
     }
 
-    // 2. Credentials.
+    // 2. Credentials: the built-in ones, then the file's (which replace them by name).
     let mut credentials = BTreeMap::new();
+    for (doc, raw) in &builtin {
+        for (name, c) in &raw.credentials {
+            if let Some(c) = v.credential(*doc, name, c) {
+                credentials.insert(c.name.clone(), c);
+            }
+        }
+    }
     for (name, c) in &raw.credentials {
         v.name(user, name, "credentials");
         if let Some(c) = v.credential(user, name, c) {
@@ -917,6 +1021,7 @@ pub fn parse_naming(text: &str, label: &str, named: Option<&str>) -> Result<Conf
         .credentials
         .keys()
         .map(|k| k.get_ref().clone())
+        .chain(credentials.keys().cloned())
         .collect();
     let mut checked = BTreeMap::new();
     for (name, (doc, key, p)) in &profiles {
@@ -1158,7 +1263,7 @@ impl<'a> Checker<'a> {
         builtin: bool,
     ) -> Profile {
         let key = format!("profiles.{}", name.get_ref());
-        if let Some(parent) = &p.extends {
+        for parent in &extends_names(&p.extends) {
             if !all.contains_key(parent.get_ref()) {
                 self.push(doc.err(
                     &parent.span(),
@@ -1291,7 +1396,7 @@ impl<'a> Checker<'a> {
 
         Profile {
             name: name.get_ref().clone(),
-            extends: p.extends.as_ref().map(|e| e.get_ref().clone()),
+            extends: unique(extends_names(&p.extends).iter().map(Spanned::get_ref)),
             read,
             write,
             deny,
@@ -1367,59 +1472,80 @@ impl<'a> Checker<'a> {
         out
     }
 
-    /// Each profile's `extends` chain must end, within [`MAX_EXTENDS_DEPTH`]. A cycle is
-    /// reported once, at the `extends` of the first profile in it (by name) that the
-    /// user's file defines.
+    /// Each profile's `extends` graph must have no cycle and be at most
+    /// [`MAX_EXTENDS_DEPTH`] deep. A cycle is reported once, at the `extends` of the first
+    /// profile in it (by name) that the user's file defines.
     fn extends_cycles(&mut self, all: &BTreeMap<String, (Doc<'a>, Name, RawProfile)>) {
         let mut reported: BTreeSet<String> = BTreeSet::new();
+        let mut heights = BTreeMap::new();
         for start in all.keys() {
-            let mut chain: Vec<&str> = vec![start];
-            let mut cur = start.as_str();
-            while let Some(next) = all.get(cur).and_then(|(_, _, p)| p.extends.as_ref()) {
-                let next = next.get_ref().as_str();
-                if !all.contains_key(next) {
-                    break; // reported as a missing profile
-                }
-                if let Some(i) = chain.iter().position(|n| *n == next) {
-                    let cycle: Vec<&str> = chain[i..].to_vec();
-                    let mut members: Vec<&str> = cycle.clone();
-                    members.sort_unstable();
-                    if reported.insert(members.join(",")) {
-                        let at = members
+            let mut path: Vec<&str> = vec![start];
+            if let Err(found) = Self::walk_extends(all, &mut path, &mut heights) {
+                let (at, why) = match found {
+                    Walk::Cycle(cycle) => {
+                        let mut members = cycle.clone();
+                        members.sort_unstable();
+                        if !reported.insert(members.join(",")) {
+                            continue;
+                        }
+                        let at = *members
                             .iter()
                             .find(|m| all[**m].0.label != BUILTIN_PROFILES_LABEL)
                             .unwrap_or(&members[0]);
-                        let (doc, _, p) = &all[*at];
-                        let pos = cycle.iter().position(|n| n == at).unwrap_or(0);
-                        let mut path: Vec<&str> = cycle[pos..].to_vec();
-                        path.extend_from_slice(&cycle[..pos]);
-                        path.push(at);
-                        let ext = p.extends.as_ref().expect("in a cycle");
-                        self.push(doc.err(
-                            &ext.span(),
-                            format!("profiles.{at}.extends"),
-                            format!(
-                                "extends forms a cycle ({}): a profile cannot extend itself",
-                                path.join(" -> ")
-                            ),
-                        ));
+                        let pos = cycle.iter().position(|n| *n == at).unwrap_or(0);
+                        let mut shown: Vec<&str> = cycle[pos..].to_vec();
+                        shown.extend_from_slice(&cycle[..pos]);
+                        shown.push(at);
+                        let why = format!(
+                            "extends forms a cycle ({}): a profile cannot extend itself",
+                            shown.join(" -> ")
+                        );
+                        (at, why)
                     }
-                    break;
-                }
-                chain.push(next);
-                if chain.len() > MAX_EXTENDS_DEPTH {
-                    let (doc, _, p) = &all[start];
-                    let ext = p.extends.as_ref().expect("has a parent");
-                    self.push(doc.err(
-                        &ext.span(),
-                        format!("profiles.{start}.extends"),
+                    Walk::Deep => (
+                        start.as_str(),
                         format!("extends is more than {MAX_EXTENDS_DEPTH} profiles deep"),
-                    ));
-                    break;
-                }
-                cur = next;
+                    ),
+                };
+                let (doc, _, p) = &all[at];
+                let place = p.extends.as_ref().expect("extends something").span();
+                self.push(doc.err(&place, format!("profiles.{at}.extends"), why));
             }
         }
+    }
+
+    /// Depth first from the last profile on `path`: how many profiles deep its graph is,
+    /// or a cycle (the profiles on it, in order), or a path deeper than
+    /// [`MAX_EXTENDS_DEPTH`]. `heights` remembers the profiles already walked, so a graph
+    /// that reaches one profile many ways is walked once. A name that is not there is
+    /// reported as a missing profile, not here.
+    fn walk_extends<'n>(
+        all: &'n BTreeMap<String, (Doc<'a>, Name, RawProfile)>,
+        path: &mut Vec<&'n str>,
+        heights: &mut BTreeMap<&'n str, usize>,
+    ) -> Result<usize, Walk<'n>> {
+        let cur = *path.last().expect("a start");
+        if let Some(h) = heights.get(cur) {
+            return Ok(*h);
+        }
+        let mut height = 1;
+        for next in extends_names(&all[cur].2.extends) {
+            let Some((key, _)) = all.get_key_value(next.get_ref()) else {
+                continue;
+            };
+            if let Some(i) = path.iter().position(|n| *n == key.as_str()) {
+                return Err(Walk::Cycle(path[i..].to_vec()));
+            }
+            path.push(key);
+            let below = Self::walk_extends(all, path, heights)?;
+            path.pop();
+            if path.len() + below > MAX_EXTENDS_DEPTH {
+                return Err(Walk::Deep);
+            }
+            height = height.max(below + 1);
+        }
+        heights.insert(cur, height);
+        Ok(height)
     }
 
     fn credential(&mut self, doc: Doc<'a>, name: &Name, c: &RawCredential) -> Option<Credential> {
@@ -1973,7 +2099,7 @@ mod tests {
         let named = parse_naming(BUILTIN_CONFIG, BUILTIN_LABEL, Some("codex")).unwrap();
         for name in BUILTIN_AGENT_NAMES {
             let p = named.profiles.get(name).unwrap();
-            assert!(p.builtin && p.extends.as_deref() == Some("developer-readonly"));
+            assert!(p.builtin && p.extends == ["developer-readonly"]);
         }
         let file = format!("{AGENT}[profiles.mine]\nextends = \"claude-code\"\n");
         let c = parse(&file, "z.toml").unwrap();
@@ -2089,7 +2215,68 @@ network = {{ allow = ["a.com:443", "b.com:443"], internal = ["*.mirror.corp:443"
         );
         assert_eq!(b.network_allow, ["a.com:443", "b.com:443"]);
         assert_eq!(b.network_internal, ["git.corp:443", "*.mirror.corp:443"]);
-        assert_eq!(b.extends.as_deref(), Some("a"));
+        assert_eq!(b.extends, ["a"]);
+    }
+
+    // `extends` as a list: each parent with its own `extends` applied, in the list's
+    // order, then the profile's own; a profile both parents reach counts once; a later
+    // `env.set` and limit win.
+    #[test]
+    fn extends_lists_merge_in_order() {
+        let c = parse(
+            &format!(
+                r#"{AGENT}
+[profiles.a]
+extends = "readonly"
+read = ["/a"]
+env = {{ set = {{ K = "a", A = "1" }} }}
+limits = {{ memory = "1G", time = "1h" }}
+
+[profiles.b]
+extends = ["readonly"]
+read = ["/b", "/a"]
+env = {{ set = {{ K = "b" }} }}
+limits = {{ memory = "2G" }}
+
+[profiles.ab]
+extends = ["a", "b"]
+read = ["/own"]
+"#
+            ),
+            FILE,
+        )
+        .unwrap();
+        let ab = c.effective_profile("ab").unwrap();
+        assert_eq!(ab.extends, ["a", "b"]);
+        let ro = c.effective_profile("readonly").unwrap();
+        let mut want = ro.read.clone();
+        want.extend(["/a", "/b", "/own"].map(String::from));
+        assert_eq!(ab.read, want);
+        assert_eq!(ab.deny, ro.deny);
+        assert_eq!(
+            ab.env_set,
+            [
+                ("A".to_string(), "1".to_string()),
+                ("K".to_string(), "b".to_string())
+            ]
+        );
+        use wardcell_common::limits::Kind;
+        let limit = |k| {
+            let found = ab.limits.iter().find(|(kind, _)| *kind == k);
+            found.and_then(|(_, b)| b.map(|b| b.value))
+        };
+        assert_eq!(limit(Kind::Memory), Some(2 << 30));
+        assert_eq!(limit(Kind::Time), Some(3600));
+        // The built-in agent profiles, read because the list names one.
+        let both =
+            format!("{AGENT}[profiles.mine]\nextends = [\"claude-code\", \"package-managers\"]\n");
+        let c = parse(&both, FILE).unwrap();
+        let mine = c.effective_profile("mine").unwrap();
+        for host in ["api.anthropic.com:443", "registry.npmjs.org:443"] {
+            assert!(mine.network_allow.contains(&host.to_string()), "{host}");
+        }
+        assert!(mine.env_set.iter().any(|(k, _)| k == "CLAUDE_CONFIG_DIR"));
+        assert!(mine.env_set.iter().any(|(k, _)| k == "CARGO_HOME"));
     }
 
     #[test]
@@ -2387,6 +2574,43 @@ network = {{ allow = ["a.com:443", "b.com:443"], internal = ["*.mirror.corp:443"
             "profiles.s.extends",
             "cycle (s -> s)",
         );
+        // In a list: the missing name at its own place, a cycle through the second.
+        assert_err(
+            &format!("{AGENT}[profiles.p]\nextends = [\"base\", \"nope\"]\n"),
+            5,
+            20,
+            "profiles.p.extends",
+            "there is no profile 'nope' to extend",
+        );
+        assert_err(
+            &format!("{AGENT}[profiles.a]\nextends = [\"base\", \"b\"]\n[profiles.b]\nextends = [\"a\"]\n"),
+            5,
+            11,
+            "profiles.a.extends",
+            "extends forms a cycle (a -> b -> a)",
+        );
+        assert_err(
+            &format!("{AGENT}[profiles.p]\nextends = 3\n"),
+            5,
+            11,
+            "profiles.p.extends",
+            "a profile's name, or a list of profiles' names",
+        );
+        // Too deep, though every profile is reached many ways (walked once each).
+        let mut deep = AGENT.to_string();
+        for i in 0..17 {
+            let parents = if i == 0 {
+                "[]".to_string()
+            } else {
+                format!("[\"p{}\", \"q{}\"]", i - 1, i - 1)
+            };
+            deep.push_str(&format!(
+                "[profiles.p{i}]\nextends = {parents}\n[profiles.q{i}]\nextends = {parents}\n"
+            ));
+        }
+        assert!(err(&deep)
+            .to_string()
+            .contains("extends is more than 16 profiles deep"));
         // Through a built-in: base replaced by one extending developer-readonly.
         assert_err(
             &format!("{AGENT}[profiles.base]\nextends = \"developer-readonly\"\n"),

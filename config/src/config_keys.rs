@@ -90,11 +90,12 @@ impl<'de> de::Deserializer<'de> for Probe<'_> {
     type Error = DeError;
 
     /// A value of more than one type (an untagged enum such as `processes = 512` or
-    /// `"none"`) is a key with a scalar value: recorded, and offered as a number. A type
-    /// read this way that held a table would have its keys missed, so none may.
+    /// `"none"`, `extends = "p"` or a list) is a key with a scalar value: recorded, and
+    /// offered as a string, which each of them takes. A type read this way that held a
+    /// table would have its keys missed, so none may.
     fn deserialize_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, DeError> {
         self.record();
-        v.visit_u64(0)
+        v.visit_borrowed_str("x")
     }
 
     scalar! {

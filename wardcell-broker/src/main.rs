@@ -353,9 +353,7 @@ fn start_first(
                 cwd: plan.cwd.clone(),
                 env: run.host_env.clone(),
                 pty: terminal.has_pty(),
-                authenticated: zone
-                    .and_then(|z| plan.zone(z))
-                    .is_some_and(|z| z.authenticated),
+                authenticated: plan.start_authenticated(),
             },
             supervise: zone.is_some().then_some(&supervise),
             stdio: terminal.stdio(sys::closed_at_start()),

@@ -63,6 +63,34 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
+/// A WebSocket opening handshake (RFC 6455 4.1): `GET`, HTTP/1.1, `Upgrade: websocket`
+/// and `Connection` naming `upgrade`. No other upgrade passes the proxy.
+pub fn is_websocket<B>(req: &Request<B>) -> bool {
+    let tokens = |name: header::HeaderName| {
+        let h = req.headers().get_all(name);
+        let v: Vec<String> = h
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_ascii_lowercase)
+            .collect();
+        v.join(",")
+            .split(',')
+            .map(|t| t.trim().to_string())
+            .collect::<Vec<_>>()
+    };
+    req.method() == hyper::Method::GET
+        && req.version() == hyper::Version::HTTP_11
+        && tokens(header::UPGRADE) == ["websocket"]
+        && tokens(header::CONNECTION).iter().any(|t| t == "upgrade")
+}
+
+/// Put back the two hop-by-hop headers a WebSocket handshake and its 101 answer carry
+/// on each hop, once the rest were removed.
+pub fn keep_websocket(h: &mut HeaderMap) {
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+}
+
 /// Make a request fit to leave: clean headers, origin-form target, `Host` = the checked
 /// host. `Expect` goes too: the proxy already answered it towards the client.
 pub fn prepare_request(parts: &mut request::Parts, target: &Target, default_port: u16) {
@@ -103,6 +131,16 @@ impl Tally {
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
         })
+    }
+}
+
+impl Tally {
+    /// Bytes moved outside a body (a joined WebSocket connection).
+    pub fn add(&self, dir: Direction, n: u64) {
+        match dir {
+            Direction::Up => self.up.fetch_add(n, Ordering::Relaxed),
+            Direction::Down => self.down.fetch_add(n, Ordering::Relaxed),
+        };
     }
 }
 
@@ -208,6 +246,38 @@ pub async fn plain(req: Request<Incoming>, target: Target, ctx: Arc<Ctx>) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_websocket_handshake_is_an_upgrade() {
+        let req = |method: &str, version, headers: &[(&str, &str)]| {
+            let mut b = Request::builder()
+                .method(method)
+                .uri("/v1/x")
+                .version(version);
+            for (k, v) in headers {
+                b = b.header(*k, *v);
+            }
+            b.body(()).unwrap()
+        };
+        let v11 = hyper::Version::HTTP_11;
+        let ws = [
+            ("connection", "keep-alive, Upgrade"),
+            ("upgrade", "WebSocket"),
+        ];
+        assert!(is_websocket(&req("GET", v11, &ws)));
+        assert!(!is_websocket(&req("POST", v11, &ws)));
+        assert!(!is_websocket(&req("GET", hyper::Version::HTTP_10, &ws)));
+        let h2c = [("connection", "Upgrade"), ("upgrade", "h2c")];
+        assert!(!is_websocket(&req("GET", v11, &h2c)));
+        let two = [("connection", "Upgrade"), ("upgrade", "websocket, h2c")];
+        assert!(!is_websocket(&req("GET", v11, &two)));
+        let unnamed = [("upgrade", "websocket")];
+        assert!(!is_websocket(&req("GET", v11, &unnamed)));
+        let mut h = HeaderMap::new();
+        keep_websocket(&mut h);
+        assert_eq!(h["connection"], "Upgrade");
+        assert_eq!(h["upgrade"], "websocket");
+    }
 
     #[test]
     fn strips_hop_by_hop_named_and_proxy_headers() {

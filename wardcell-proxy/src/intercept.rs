@@ -5,6 +5,12 @@
 //! host as SNI, verified against the system roots of the environment wardcell was started
 //! in (SSL_CERT_FILE / SSL_CERT_DIR honoured). A request whose path matches a credential
 //! gets it; every request is audited on its own.
+//!
+//! A WebSocket opening handshake (`GET` with `Connection: Upgrade`, `Upgrade: websocket`)
+//! goes upstream on a connection of its own with those two headers kept and the
+//! credential attached as to any request; when the server answers 101, both upgraded
+//! connections are joined and frames flow both ways until either side closes, counted
+//! and audited as one exchange. No other protocol is upgraded to.
 
 #![forbid(unsafe_code)]
 
@@ -119,10 +125,11 @@ where
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
         .serve_connection(TokioIo::new(tls), svc)
+        .with_upgrades()
         .await;
 }
 
-async fn request(req: Request<Incoming>, up: &Upstream, ctx: &Ctx) -> Response<Body> {
+async fn request(mut req: Request<Incoming>, up: &Upstream, ctx: &Ctx) -> Response<Body> {
     // Inside the tunnel a request names no other host than the tunnel's.
     if let Some(a) = req.uri().authority() {
         let same = Target::new(a.host(), a.port_u16().unwrap_or(443)).is_ok_and(|t| t == up.target);
@@ -157,8 +164,12 @@ async fn request(req: Request<Incoming>, up: &Upstream, ctx: &Ctx) -> Response<B
             return resp;
         }
     };
+    let websocket = forward::is_websocket(&req).then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     forward::prepare_request(&mut parts, &up.target, 443);
+    if websocket.is_some() {
+        forward::keep_websocket(&mut parts.headers);
+    }
     if let Some(c) = cred {
         let (name, value) = c.header();
         parts.headers.insert(name, value);
@@ -170,6 +181,15 @@ async fn request(req: Request<Incoming>, up: &Upstream, ctx: &Ctx) -> Response<B
         );
     };
 
+    let tally = Tally::new(
+        ctx.events.clone(),
+        up.target.clone(),
+        cred.map(|c| c.name.clone()),
+    );
+    let req = Request::from_parts(parts, Counted::new(body, tally.clone(), Direction::Up));
+    if let Some(client) = websocket {
+        return upgrade(req, client, up, it.upstream.clone(), ctx, tally).await;
+    }
     let mut sender = up.sender.lock().await;
     let reusable = match sender.as_mut() {
         Some(s) => s.ready().await.is_ok(),
@@ -192,18 +212,103 @@ async fn request(req: Request<Incoming>, up: &Upstream, ctx: &Ctx) -> Response<B
             }
         }
     }
-    let tally = Tally::new(
-        ctx.events.clone(),
-        up.target.clone(),
-        cred.map(|c| c.name.clone()),
-    );
-    let req = Request::from_parts(parts, Counted::new(body, tally.clone(), Direction::Up));
     let sent = sender.as_mut().expect("set just above").send_request(req);
     drop(sender);
     match tokio::time::timeout(RESPONSE_TIMEOUT, sent).await {
         Ok(Ok(resp)) => forward::relay_response(resp, tally),
         Ok(Err(e)) => bad_gateway(&up.target, &e),
         Err(_) => gateway_timeout(&up.target),
+    }
+}
+
+/// A WebSocket handshake, sent upstream on a connection of its own (the upgrade takes it
+/// over). On 101 the two upgraded connections are joined until either closes; any
+/// other answer is relayed as it came.
+async fn upgrade(
+    req: Request<Counted<Incoming>>,
+    client: hyper::upgrade::OnUpgrade,
+    up: &Upstream,
+    cfg: Arc<ClientConfig>,
+    ctx: &Ctx,
+    tally: Arc<Tally>,
+) -> Response<Body> {
+    let mut sender = match connect(up, cfg).await {
+        Ok(s) => s,
+        Err(why) => {
+            let resp = bad_gateway(&up.target, &why);
+            ctx.events.send(ProxyEvent::Denied {
+                host: up.target.host.to_string(),
+                port: up.target.port,
+                reason: why,
+            });
+            return resp;
+        }
+    };
+    let mut resp = match tokio::time::timeout(RESPONSE_TIMEOUT, sender.send_request(req)).await {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(e)) => return bad_gateway(&up.target, &e),
+        Err(_) => return gateway_timeout(&up.target),
+    };
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return forward::relay_response(resp, tally);
+    }
+    let server = hyper::upgrade::on(&mut resp);
+    let mut answer = forward::relay_response(resp, tally.clone());
+    forward::keep_websocket(answer.headers_mut());
+    tokio::spawn(async move {
+        let (Ok(client), Ok(server)) = (client.await, server.await) else {
+            return;
+        };
+        // Counted as the bytes pass: a side that ends without TLS's close_notify ends
+        // the copy with an error, and what moved before still counts.
+        let mut client = CountedIo {
+            inner: TokioIo::new(client),
+            tally,
+        };
+        let mut server = TokioIo::new(server);
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+    });
+    answer
+}
+
+/// The client's side of a joined WebSocket connection: what is read from it went up,
+/// what is written to it came down.
+struct CountedIo<S> {
+    inner: S,
+    tally: Arc<Tally>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for CountedIo<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        self.tally.add(Direction::Up, n as u64);
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for CountedIo<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        b: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, b);
+        if let Poll::Ready(Ok(n)) = &r {
+            self.tally.add(Direction::Down, *n as u64);
+        }
+        r
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -229,7 +334,7 @@ async fn connect(
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(async move {
-        let _ = conn.await;
+        let _ = conn.with_upgrades().await;
     });
     Ok(sender)
 }

@@ -9,6 +9,7 @@ use wardcell_common::plan::{Plan, SecretPlan};
 use crate::error::Error;
 
 pub fn check_sources(plan: &Plan) -> Result<(), Error> {
+    check_start_keys(plan)?;
     let uid = nix::unistd::getuid().as_raw();
     for c in &plan.credentials {
         let SecretPlan::File(path) = &c.secret else {
@@ -41,6 +42,36 @@ pub fn check_sources(plan: &Plan) -> Result<(), Error> {
                 c.name
             )));
         }
+    }
+    Ok(())
+}
+
+/// The credentials the first sandbox attaches, read from the environment: one whose
+/// variable is not set refuses the run in one line naming it, before anything starts
+/// (the agent would otherwise start with a placeholder and no key behind it).
+fn check_start_keys(plan: &Plan) -> Result<(), Error> {
+    let Some((zone, profile)) = plan.start_profile() else {
+        return Ok(());
+    };
+    if !plan.start_authenticated() {
+        return Ok(());
+    }
+    for c in &plan.credentials {
+        let SecretPlan::Env(var) = &c.secret else {
+            continue;
+        };
+        if !profile.credentials.contains(&c.name) || std::env::var_os(var).is_some() {
+            continue;
+        }
+        let whose = match zone {
+            Some(z) => format!("zone '{z}' (profile '{}')", profile.name),
+            None => format!("profile '{}'", profile.name),
+        };
+        let hosts = c.hosts.join(", ");
+        return Err(Error::Refused(format!(
+            "{whose} attaches credential '{}' to {hosts} with the key in the environment variable {var}, which is not set here; set it where you start wardcell (`export {var}=...`: sandboxes see only a placeholder), or write [credentials.{}] with another secret in your zones.toml",
+            c.name, c.name
+        )));
     }
     Ok(())
 }

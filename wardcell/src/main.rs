@@ -7,6 +7,7 @@
 // `unsafe` is allowed in `sys` alone (one fork).
 #![deny(unsafe_code)]
 
+mod agent_home;
 mod apparmor;
 mod approvals;
 mod cli;

@@ -20,6 +20,7 @@ use wardcell_common::terminal;
 use wardcell_common::trace;
 use wardcell_config::resolve::{self, StartRequest};
 
+use crate::agent_home::SANDBOX_STATE;
 use crate::cli::RunArgs;
 use crate::context;
 use crate::credentials;
@@ -34,10 +35,6 @@ pub fn utf8_command(args: Vec<OsString>) -> Result<Vec<String>, Error> {
         .collect()
 }
 
-/// Where sandboxes keep state of their own (the built-in agent profiles' directories),
-/// apart from the state the same programs keep on the host: a `write` path under it
-/// that does not exist yet is made (0700) by `run`, instead of being left out.
-pub const SANDBOX_STATE: &str = "~/.local/share/wardcell/";
 
 /// Make the missing `write` paths under [`SANDBOX_STATE`] of the profiles this run may
 /// use: the start profile and every zone's. What cannot be made is left out and said
@@ -107,6 +104,7 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
     // 4. The plan: the same value `policy show` prints. First the directories of
     //    wardcell's own under which the agent profiles keep their state.
     make_state_dirs(&host.config, &start, &host.context.home)?;
+    crate::agent_home::prepare(&host.config, &start, &host.context.home);
     let plan = resolve::resolve(&host.config, start, command, &host.context)?;
     let mut plan = resolve::with_overrides(plan, &host.config, &host.context, args.flags.into())?;
     for (what, path) in [

@@ -134,6 +134,11 @@ fn main() {
                 }
             }
         }
+        // ws HOST PORT PATH MSG...: a WebSocket conversation through the zone's proxy
+        // (HTTPS_PROXY, CONNECT), over TLS verified against SSL_CERT_FILE, with
+        // `Authorization: Bearer $OPENAI_API_KEY`. Prints every message the server sends,
+        // one a line, sending MSG... in turn after the first one.
+        "ws" => ws(&a(1), num(2) as u16, &a(3), &args[4.min(args.len())..]),
         "fds" => {
             let mut fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
                 .unwrap()
@@ -629,4 +634,84 @@ fn read_frame(s: &mut std::os::unix::net::UnixStream) -> Vec<u8> {
     frame.resize(4 + len, 0);
     s.read_exact(&mut frame[4..]).expect("a frame");
     frame
+}
+
+fn ws(host: &str, port: u16, path: &str, msgs: &[String]) {
+    use std::sync::Arc;
+    use tungstenite::client::IntoClientRequest;
+    use tungstenite::Message;
+    let proxy = std::env::var("HTTPS_PROXY").expect("HTTPS_PROXY is set");
+    let proxy = proxy.trim_start_matches("http://").trim_end_matches('/');
+    let mut tcp = std::net::TcpStream::connect(proxy).expect("reach the proxy");
+    write!(
+        tcp,
+        "CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            tcp.read(&mut b).unwrap(),
+            1,
+            "the proxy closed during CONNECT"
+        );
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    if !head.starts_with("HTTP/1.1 200") {
+        println!(
+            "connect refused: {}",
+            head.lines().next().unwrap_or_default()
+        );
+        std::process::exit(1);
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    let bundle = std::env::var("SSL_CERT_FILE").expect("SSL_CERT_FILE is set");
+    use rustls::pki_types::pem::PemObject;
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(&bundle).unwrap() {
+        let _ = roots.add(c.unwrap());
+    }
+    let cfg = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(host.to_string()).unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+    let tls = rustls::StreamOwned::new(conn, tcp);
+    let mut req = format!("wss://{host}:{port}{path}")
+        .into_client_request()
+        .unwrap();
+    let key = std::env::var("OPENAI_API_KEY").unwrap_or_default();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    let (mut sock, resp) = match tungstenite::client(req, tls) {
+        Ok(x) => x,
+        Err(e) => {
+            println!("handshake failed: {e}");
+            std::process::exit(1);
+        }
+    };
+    println!("status {}", resp.status().as_u16());
+    let mut pending = msgs.iter();
+    loop {
+        match sock.read() {
+            Ok(Message::Text(t)) => {
+                println!("got {t}");
+                match pending.next() {
+                    Some(m) => sock.send(Message::text(m.as_str())).unwrap(),
+                    None => {
+                        let _ = sock.close(None);
+                    }
+                }
+            }
+            Ok(Message::Binary(b)) => println!("got {} binary bytes", b.len()),
+            Ok(Message::Close(_)) | Err(tungstenite::Error::ConnectionClosed) => break,
+            Ok(_) => {}
+            Err(e) => {
+                println!("error {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    println!("closed");
 }

@@ -1,0 +1,325 @@
+//! The built-in agent profiles' homes: what `run` puts there, on the host, before any
+//! sandbox starts.
+//!
+//! Each agent keeps its state in a directory of wardcell's own (`CLAUDE_CONFIG_DIR`,
+//! `CODEX_HOME`), writable by its sandboxes; the host's directory of the agent is masked.
+//! The user's own instructions and settings still count inside:
+//!
+//! - a copy of each, taken now, is kept in `~/.local/share/wardcell/from-host/AGENT`,
+//!   read-only inside (it lies in the home, a read-only tree), without what holds
+//!   secrets or turns on a sandbox of the agent's own (`settings.json`'s `env`,
+//!   `apiKeyHelper`, `sandbox`...; `config.toml`'s MCP servers' `env` and headers);
+//! - the agent's home links to each copy, where the agent looks (made when missing; one
+//!   the sandbox replaced with a file of its own is left alone);
+//! - Codex's `config.toml`, which Codex itself writes, is the user's filtered with
+//!   `sandbox_mode = "danger-full-access"` (wardcell is the sandbox), made again only
+//!   when the user's file changed.
+//!
+//! Links are never followed, on either side: a link in `~/.claude` is not copied (a
+//! sandbox that could write there could point it at a secret), and what a sandbox put
+//! in the agent's home is replaced by rename, never written through.
+
+use std::collections::BTreeSet;
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use wardcell_config::config::Config;
+use wardcell_config::resolve::StartRequest;
+
+/// Where sandboxes keep state of their own (the built-in agent profiles' directories),
+/// apart from the state the same programs keep on the host: a `write` path under it
+/// that does not exist yet is made (0700) by `run`, instead of being left out.
+pub const SANDBOX_STATE: &str = "~/.local/share/wardcell/";
+
+/// Largest file copied (instructions, settings, one command or agent).
+const MAX_FILE: u64 = 1 << 20;
+/// Most files copied from one directory tree (`agents/`, `commands/`), and how deep.
+const MAX_FILES: usize = 1000;
+const MAX_DEPTH: usize = 4;
+
+/// The first line of a `config.toml` wardcell made; the hash is the user's file's.
+const MADE: &str = "# Made by wardcell from your ~/.codex/config.toml (sha256 ";
+
+/// One agent: its state directory (under `~/.local/share/wardcell`), its directory on
+/// the host (under `~`), what is copied, and which keys of a settings file are left out.
+struct Agent {
+    state: &'static str,
+    host: &'static str,
+    files: &'static [&'static str],
+    dirs: &'static [&'static str],
+}
+
+const AGENTS: [Agent; 2] = [
+    Agent {
+        state: "claude",
+        host: ".claude",
+        files: &["CLAUDE.md", "settings.json"],
+        dirs: &["agents", "commands"],
+    },
+    Agent {
+        state: "codex",
+        host: ".codex",
+        files: &["AGENTS.md"],
+        dirs: &[],
+    },
+];
+
+/// Claude Code's settings that hold secrets (`env`), run a program that prints one
+/// (`apiKeyHelper`, `awsAuthRefresh`, `awsCredentialExport`, `otelHeadersHelper`), or
+/// turn on a sandbox of its own, which cannot start inside wardcell's (`sandbox`).
+const CLAUDE_SETTINGS_LEFT_OUT: [&str; 6] = [
+    "env",
+    "apiKeyHelper",
+    "awsAuthRefresh",
+    "awsCredentialExport",
+    "otelHeadersHelper",
+    "sandbox",
+];
+
+/// Put the user's instructions and settings where the agents of the profiles this run
+/// may use look for them. Best effort: what cannot be copied is left out, with a
+/// warning; the run goes on.
+pub fn prepare(config: &Config, start: &StartRequest, home: &Path) {
+    let mut names: Vec<&str> = config.zones.iter().map(|z| z.profile.as_str()).collect();
+    if let StartRequest::Profile(p) = start {
+        names.push(p);
+    }
+    let writes: BTreeSet<String> = names
+        .iter()
+        .filter_map(|n| config.effective_profile(n))
+        .flat_map(|p| p.write)
+        .collect();
+    for agent in &AGENTS {
+        let state = format!("{}{}", SANDBOX_STATE, agent.state);
+        if writes.contains(&state) {
+            if let Err(e) = prepare_one(agent, home) {
+                eprintln!(
+                    "warning: your ~/{} instructions and settings were not copied for the sandbox: {e}",
+                    agent.host
+                );
+            }
+        }
+    }
+}
+
+fn prepare_one(agent: &Agent, home: &Path) -> std::io::Result<()> {
+    let share = home.join(".local/share/wardcell");
+    let agent_home = share.join(agent.state);
+    let copies = share.join("from-host").join(agent.state);
+    let host = home.join(agent.host);
+    // The copy is made afresh in a directory beside the last one, then put in its place.
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(copies.parent().expect("has a parent"))?;
+    let fresh = copies.with_extension("new");
+    let _ = fs::remove_dir_all(&fresh);
+    fs::DirBuilder::new().mode(0o700).create(&fresh)?;
+    let mut have = Vec::new();
+    for name in agent.files {
+        let Some(bytes) = read_plain(&host.join(name))? else {
+            continue;
+        };
+        let bytes = if *name == "settings.json" {
+            match claude_settings(&bytes) {
+                Some(b) => b,
+                None => continue,
+            }
+        } else {
+            bytes
+        };
+        write_new(&fresh.join(name), &bytes)?;
+        have.push(*name);
+    }
+    for name in agent.dirs {
+        let mut left = MAX_FILES;
+        if copy_tree(&host.join(name), &fresh.join(name), 0, &mut left)? {
+            have.push(*name);
+        }
+    }
+    let old = copies.with_extension("old");
+    let _ = fs::remove_dir_all(&old);
+    if fs::symlink_metadata(&copies).is_ok() {
+        fs::rename(&copies, &old)?;
+    }
+    fs::rename(&fresh, &copies)?;
+    let _ = fs::remove_dir_all(&old);
+    // The agent's home, opened without following a link (run.rs refused one already;
+    // this holds if one appeared since).
+    let dir = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(&agent_home)?;
+    for name in have {
+        link_if_missing(&dir, name, &copies.join(name))?;
+    }
+    if agent.state == "codex" {
+        codex_config(&dir, &host.join("config.toml"))?;
+    }
+    Ok(())
+}
+
+/// A regular file's content, read without following a link; None if it is not there,
+/// is not a regular file, or is larger than [`MAX_FILE`].
+fn read_plain(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    let f = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let meta = f.metadata()?;
+    if !meta.is_file() || meta.len() > MAX_FILE {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(meta.len() as usize);
+    f.take(MAX_FILE + 1).read_to_end(&mut out)?;
+    Ok((out.len() as u64 <= MAX_FILE).then_some(out))
+}
+
+fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)
+}
+
+/// Copy a directory tree of regular files, links and anything else left out, at most
+/// `left` files in all. False if `from` is not a directory (or is a link).
+fn copy_tree(from: &Path, to: &Path, depth: usize, left: &mut usize) -> std::io::Result<bool> {
+    match fs::symlink_metadata(from) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    fs::DirBuilder::new().mode(0o700).create(to)?;
+    for entry in fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        if kind.is_dir() && depth + 1 < MAX_DEPTH {
+            copy_tree(&src, &dst, depth + 1, left)?;
+        } else if kind.is_file() && *left > 0 {
+            if let Some(bytes) = read_plain(&src)? {
+                *left -= 1;
+                write_new(&dst, &bytes)?;
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Claude Code's settings without [`CLAUDE_SETTINGS_LEFT_OUT`]; None if they are not a
+/// JSON object (Claude would not read them either).
+fn claude_settings(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let map = v.as_object_mut()?;
+    for key in CLAUDE_SETTINGS_LEFT_OUT {
+        map.remove(key);
+    }
+    serde_json::to_vec_pretty(&v).ok()
+}
+
+/// A link named `name` in `dir` to `target`, unless something is there already.
+fn link_if_missing(dir: &File, name: &str, target: &Path) -> std::io::Result<()> {
+    match nix::unistd::symlinkat(target, Some(dir.as_raw_fd()), name) {
+        Ok(()) | Err(nix::errno::Errno::EEXIST) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `name` in the directory `dir` holds open, as a path that reaches it through that
+/// descriptor: whatever becomes of the directory's own path, and (opened with
+/// O_NOFOLLOW) never through a link named `name`.
+fn in_dir(dir: &File, name: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()))
+}
+
+/// Codex's `config.toml` in its home: the user's, filtered, with its sandbox off. Made
+/// when missing, or when wardcell made the one there from a file that has changed since;
+/// one without wardcell's first line (the user's or Codex's own edits) is kept.
+fn codex_config(dir: &File, user: &Path) -> std::io::Result<()> {
+    let user_text = match read_plain(user)? {
+        Some(b) => String::from_utf8(b).unwrap_or_default(),
+        None => String::new(),
+    };
+    let hash = wardcell_common::audit::hash_line(&user_text);
+    let first = format!("{MADE}{hash})");
+    if let Some(there) = read_at(dir, "config.toml")? {
+        let line = there.lines().next().unwrap_or_default();
+        if !line.starts_with(MADE) || line == first {
+            return Ok(());
+        }
+    }
+    let mut table: toml::Table = user_text.parse().unwrap_or_default();
+    filter_codex(&mut table);
+    table.insert(
+        "sandbox_mode".into(),
+        toml::Value::String("danger-full-access".into()),
+    );
+    let body = toml::to_string(&table).map_err(std::io::Error::other)?;
+    let text = format!(
+        "{first}\n# wardcell is the sandbox: Codex's own cannot start inside it. Edit ~/.codex/config.toml\n# (this file is made again when it changes), or remove the first line to keep this one.\n{body}"
+    );
+    replace_at(dir, "config.toml", text.as_bytes())
+}
+
+/// What a Codex configuration keeps out of a sandbox: the MCP servers' and model
+/// providers' secrets and headers, and every other way to turn its own sandbox on.
+fn filter_codex(t: &mut toml::Table) {
+    t.remove("sandbox_mode");
+    t.remove("sandbox_workspace_write");
+    let strip = |t: &mut toml::Table, table: &str, keys: &[&str]| {
+        if let Some(toml::Value::Table(all)) = t.get_mut(table) {
+            for (_, one) in all.iter_mut() {
+                if let toml::Value::Table(one) = one {
+                    for k in keys {
+                        one.remove(*k);
+                    }
+                }
+            }
+        }
+    };
+    strip(
+        t,
+        "mcp_servers",
+        &[
+            "env",
+            "bearer_token",
+            "http_headers",
+            "bearer_token_env_var",
+        ],
+    );
+    strip(
+        t,
+        "model_providers",
+        &["experimental_bearer_token", "http_headers"],
+    );
+    strip(t, "profiles", &["sandbox_mode", "sandbox_workspace_write"]);
+}
+
+/// A regular file in `dir`, read without following a link (None if missing or not one).
+fn read_at(dir: &File, name: &str) -> std::io::Result<Option<String>> {
+    Ok(read_plain(&in_dir(dir, name))?.map(|b| String::from_utf8_lossy(&b).into_owned()))
+}
+
+/// `name` in `dir` replaced by `bytes`: written to a new file there, renamed over it
+/// (a link the sandbox put there is replaced, never followed).
+fn replace_at(dir: &File, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = format!(".{name}.wardcell-new");
+    let _ = fs::remove_file(in_dir(dir, &tmp));
+    write_new(&in_dir(dir, &tmp), bytes)?;
+    let fd = Some(dir.as_raw_fd());
+    nix::fcntl::renameat(fd, tmp.as_str(), fd, name)?;
+    Ok(())
+}
