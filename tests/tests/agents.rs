@@ -1,7 +1,12 @@
 //! The built-in agent profiles with the real agents: Claude Code and Codex, installed
-//! from the npm registry, each take one non-interactive turn inside its profile against
-//! a stand-in for its model API on loopback (`tests/fixtures/model_api.py`). The key
-//! exists only outside: the sandbox holds the placeholder, the server sees the key.
+//! from the npm registry, each take one non-interactive tool-calling turn inside its
+//! profile, with no zones.toml at all and only the API key in the caller's environment,
+//! as a new user's first run: `wardcell run --profile claude-code -- claude -p ...`.
+//! The model API is a stand-in (`tests/fixtures/model_api.py`) at the API's real name
+//! and port: a hosts file of the test's own maps `api.anthropic.com` and
+//! `api.openai.com` to a loopback address, which `--internal` admits, as on a network
+//! whose names resolve to private addresses. The key exists only outside: the sandbox
+//! holds the placeholder, the server sees the key. Codex talks to it over a WebSocket.
 //! Where the registry cannot be reached, the tests that need the agents say so on
 //! stderr and end there. The secrets `developer-readonly` masks are tried without any.
 
@@ -10,6 +15,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 use serde_json::Value;
@@ -20,6 +26,8 @@ const CLAUDE_CODE: &str = "@anthropic-ai/claude-code@2.1.197";
 const CODEX: &str = "@openai/codex@0.171.0";
 /// What the stand-in answers every turn with.
 const REPLY: &str = "wardcell-stand-in-reply";
+/// The prompt that makes the stand-in ask for one shell command first.
+const TOOL_TURN: &str = "Run the tool. wardcell-tool-turn";
 /// wardcell_common::plan::PLACEHOLDER_VALUE, as documented.
 const PLACEHOLDER: &str = "wardcell-placeholder-not-a-secret";
 
@@ -58,19 +66,24 @@ fn agents() -> Option<&'static Path> {
     .as_deref()
 }
 
-/// The stand-in model API: HTTPS on 127.0.0.1 with a certificate for `localhost` from a
-/// CA of its own, every request logged with the key it carried.
+/// The stand-in model API: HTTPS on port 443 of a loopback address of its own, with a
+/// certificate for both APIs' names from a CA of its own, every request logged with the
+/// key it carried.
 struct ModelApi {
     child: Child,
     _lifeline: Option<std::process::ChildStdin>,
-    port: u16,
     log: PathBuf,
     /// The CA, readable by every uid: the proxy trusts it through SSL_CERT_FILE.
     ca_pem: PathBuf,
+    /// A hosts file naming the APIs at the stand-in's address.
+    hosts: PathBuf,
 }
 
 impl ModelApi {
-    fn start(fx: &Fixture) -> ModelApi {
+    /// None (said on stderr) where port 443 cannot be bound: tests run as root here.
+    fn start(fx: &Fixture) -> Option<ModelApi> {
+        static NEXT: AtomicU8 = AtomicU8::new(10);
+        let addr = format!("127.0.36.{}", NEXT.fetch_add(1, Ordering::SeqCst));
         use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
         let base = fx.dir.file_name().unwrap().to_str().unwrap().to_string();
         let root = &wardcell_tests::staged().root;
@@ -87,10 +100,11 @@ impl ModelApi {
         ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         let ca = ca_params.self_signed(&ca_key).unwrap();
         let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        let names = ["api.anthropic.com", "api.openai.com"].map(String::from);
+        let mut params = CertificateParams::new(names.to_vec()).unwrap();
         params
             .distinguished_name
-            .push(DnType::CommonName, "localhost");
+            .push(DnType::CommonName, "api.anthropic.com");
         let leaf = params.signed_by(&key, &ca, &ca_key).unwrap();
         fs::write(dir.join("cert.pem"), leaf.pem()).unwrap();
         fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
@@ -104,6 +118,7 @@ impl ModelApi {
             .args(["--cert", dir.join("cert.pem").to_str().unwrap()])
             .args(["--key", dir.join("key.pem").to_str().unwrap()])
             .args(["--log", log.to_str().unwrap()])
+            .args(["--addr", &addr, "--port", "443"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(fs::File::create(dir.join("server.stderr")).unwrap())
@@ -113,18 +128,29 @@ impl ModelApi {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let port = line
-            .trim()
-            .strip_prefix("PORT ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("the stand-in did not start: {line:?}"));
-        ModelApi {
+        if line.trim() != "PORT 443" {
+            let _ = child.kill();
+            let err = fs::read_to_string(dir.join("server.stderr")).unwrap_or_default();
+            wardcell_tests::skipped(&format!(
+                "the stand-in could not listen on {addr}:443 ({line:?}): {}",
+                err.lines().last().unwrap_or_default()
+            ));
+            return None;
+        }
+        let hosts = root.join(format!("{base}.hosts"));
+        fs::write(
+            &hosts,
+            format!("127.0.0.1 localhost\n{addr} api.anthropic.com api.openai.com\n"),
+        )
+        .unwrap();
+        fs::set_permissions(&hosts, fs::Permissions::from_mode(0o644)).unwrap();
+        Some(ModelApi {
             _lifeline: child.stdin.take(),
             child,
-            port,
             log,
             ca_pem,
-        }
+            hosts,
+        })
     }
 
     /// The requests seen so far.
@@ -144,58 +170,6 @@ impl Drop for ModelApi {
     }
 }
 
-/// Zones `claude` and `codex`, each under a profile that extends the built-in one with
-/// the stand-in's address and a credential for it, as README's recipe does for the
-/// real API hosts.
-fn agent_config(fx: &Fixture, agents: &Path, api: &ModelApi) {
-    let port = api.port;
-    let agents = agents.display();
-    fx.config(&format!(
-        r#"
-[zones.agent]
-profile = "developer-readonly"
-default = true
-
-[zones.claude]
-profile = "my-claude"
-authenticated = true
-
-[zones.codex]
-profile = "my-codex"
-authenticated = true
-
-[profiles.my-claude]
-extends = "claude-code"
-read = ["{agents}"]
-network = {{ allow = ["localhost:{port}"] }}
-credentials = ["anthropic"]
-
-[profiles.my-codex]
-extends = "codex"
-read = ["{agents}"]
-network = {{ allow = ["localhost:{port}"] }}
-credentials = ["openai"]
-
-[credentials.anthropic]
-hosts = ["localhost:{port}", "api.anthropic.com"]
-paths = ["/v1/*"]
-methods = ["GET", "POST"]
-scheme = "header"
-header = "x-api-key"
-placeholder = "ANTHROPIC_API_KEY"
-secret = {{ env = "ANTHROPIC_API_KEY" }}
-
-[credentials.openai]
-hosts = ["localhost:{port}", "api.openai.com"]
-paths = ["/v1/*"]
-methods = ["GET", "POST"]
-scheme = "bearer"
-placeholder = "OPENAI_API_KEY"
-secret = {{ env = "OPENAI_API_KEY" }}
-"#
-    ));
-}
-
 /// The agents' own stores on the host, with secrets in them that must stay outside.
 fn plant_host_secrets(fx: &Fixture) {
     fx.write(
@@ -210,14 +184,53 @@ fn plant_host_secrets(fx: &Fixture) {
         &fx.home.join(".codex/auth.json"),
         r#"{"OPENAI_API_KEY":"planted-auth-secret"}"#,
     );
+    // The user's own instructions and settings, which the agents read inside (copied
+    // read-only, without what holds secrets or starts a sandbox of the agent's own).
+    fx.write(
+        &fx.home.join(".claude/CLAUDE.md"),
+        "user-instructions-claude\n",
+    );
+    fx.write(
+        &fx.home.join(".claude/settings.json"),
+        r#"{"model":"claude-user-choice","env":{"DB_PASSWORD":"planted-settings-secret"},"apiKeyHelper":"planted-helper","sandbox":{"enabled":true}}"#,
+    );
+    fx.write(
+        &fx.home.join(".codex/AGENTS.md"),
+        "user-instructions-codex\n",
+    );
     fx.write(
         &fx.home.join(".codex/config.toml"),
-        "notify = [\"planted\"]\n",
+        "sandbox_mode = \"workspace-write\"\n\n[model_providers.corp]\nname = \"corp\"\nbase_url = \"https://corp.invalid/v1\"\nexperimental_bearer_token = \"planted-provider-token\"\n",
     );
 }
 
-fn run_in(fx: &Fixture, api: &ModelApi, zone: &str, script: &str, keys: &[(&str, &str)]) -> Out {
-    fx.cmd(&["run", "--zone", zone, "--", "/bin/sh", "-c", script])
+/// `wardcell run --profile PROFILE --internal HOST:443 --read AGENTS -- sh -c SCRIPT`,
+/// with nothing but `keys` (and the stand-in's CA, for the proxy) in the environment,
+/// where the APIs' names lead to the stand-in.
+fn run_agent(
+    fx: &Fixture,
+    api: &ModelApi,
+    agents: &Path,
+    profile: &str,
+    host: &str,
+    script: &str,
+    keys: &[(&str, &str)],
+) -> Out {
+    let internal = format!("{host}:443");
+    let args = [
+        "run",
+        "--profile",
+        profile,
+        "--internal",
+        &internal,
+        "--read",
+        agents.to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        script,
+    ];
+    fx.cmd_with_hosts(&api.hosts, &args)
         .env("SSL_CERT_FILE", &api.ca_pem)
         .envs(keys.iter().copied())
         .output()
@@ -242,42 +255,75 @@ fn assert_state_kept_apart(fx: &Fixture, agent: &str, host_dir: &str) {
         .collect();
     host.sort();
     let planted = if host_dir == ".claude" {
-        vec![".credentials.json"]
+        vec![".credentials.json", "CLAUDE.md", "settings.json"]
     } else {
-        vec!["auth.json", "config.toml"]
+        vec!["AGENTS.md", "auth.json", "config.toml"]
     };
     assert_eq!(host, planted, "the host's ~/{host_dir} changed");
 }
 
-// Claude Code in `claude-code`: `--version`, then one turn. The key reaches the server
-// through the placeholder; inside, the host's ~/.claude.json (MCP servers' secrets) and
-// ~/.claude are unreadable, and the session is kept under ~/.local/share/wardcell/claude.
-both!(claude_code_takes_a_turn_with_its_key_outside, |fx| {
+/// What every agent run shows: the key stayed outside, the tool ran in the project,
+/// the reply came after it, nothing planted leaked, and nothing was refused.
+fn assert_tool_turn(fx: &Fixture, out: &Out) {
+    out.ok();
+    assert!(
+        out.stdout.contains(&format!("key={PLACEHOLDER}")),
+        "{out:#?}"
+    );
+    assert!(out.stdout.contains(REPLY), "{out:#?}");
+    assert!(
+        out.stdout.contains("(tool: "),
+        "no reply after the tool ran: {out:#?}"
+    );
+    assert_eq!(
+        fs::read_to_string(fx.proj.join("tool-output.txt")).unwrap_or_default(),
+        "wardcell-tool-ran\n",
+        "{out:#?}"
+    );
+    assert!(!out.stdout.contains("planted"), "{out:#?}");
+    assert!(!out.stdout.contains("\nread "), "{out:#?}");
+    assert!(!out.stderr.contains("refused"), "{out:#?}");
+}
+
+// Claude Code in `claude-code`, no zones.toml, the key in ANTHROPIC_API_KEY alone: one
+// tool-calling turn against api.anthropic.com. The key reaches the server in place of
+// the placeholder; inside, the host's ~/.claude.json (MCP servers' secrets) and
+// ~/.claude are unreadable, the user's CLAUDE.md and settings are there read-only
+// (settings without `env`, `apiKeyHelper` or `sandbox`), and the session is kept under
+// ~/.local/share/wardcell/claude.
+both!(claude_code_takes_a_turn_with_only_its_key, |fx| {
     let Some(agents) = agents() else { return };
-    let api = ModelApi::start(&fx);
-    agent_config(&fx, agents, &api);
+    let Some(api) = ModelApi::start(&fx) else {
+        return;
+    };
     plant_host_secrets(&fx);
     let claude = agents.join("node_modules/.bin/claude");
     let key = format!("sk-ant-test-{}", std::process::id());
     let script = format!(
         "echo \"key=$ANTHROPIC_API_KEY\"\n\
          echo \"config=$CLAUDE_CONFIG_DIR\"\n\
-         for f in ~/.claude.json ~/.claude/.credentials.json; do cat \"$f\" 2>/dev/null && echo \"read $f\"; done\n\
+         for f in ~/.claude.json ~/.claude/.credentials.json ~/.claude/CLAUDE.md; do cat \"$f\" 2>/dev/null && echo \"read $f\"; done\n\
+         cat \"$CLAUDE_CONFIG_DIR/CLAUDE.md\" \"$CLAUDE_CONFIG_DIR/settings.json\"\n\
+         echo x 2>/dev/null >> \"$CLAUDE_CONFIG_DIR/CLAUDE.md\" && echo wrote-instructions\n\
          {claude} --version\n\
-         ANTHROPIC_BASE_URL=https://localhost:{port} {claude} -p 'Say hello.'\n",
+         {claude} -p '{TOOL_TURN}' --allowedTools Bash\n",
         claude = claude.display(),
-        port = api.port,
     );
-    let out = run_in(&fx, &api, "claude", &script, &[("ANTHROPIC_API_KEY", &key)]);
-    out.ok();
-    assert!(
-        out.stdout.contains(&format!("key={PLACEHOLDER}")),
-        "{out:#?}"
+    let keys = [("ANTHROPIC_API_KEY", key.as_str())];
+    let out = run_agent(
+        &fx,
+        &api,
+        agents,
+        "claude-code",
+        "api.anthropic.com",
+        &script,
+        &keys,
     );
+    assert_tool_turn(&fx, &out);
     assert!(out.stdout.contains("(Claude Code)"), "{out:#?}");
-    assert!(out.stdout.contains(REPLY), "{out:#?}");
-    assert!(!out.stdout.contains("planted"), "{out:#?}");
-    assert!(!out.stdout.contains("\nread "), "{out:#?}");
+    assert!(out.stdout.contains("user-instructions-claude"), "{out:#?}");
+    assert!(out.stdout.contains("claude-user-choice"), "{out:#?}");
+    assert!(!out.stdout.contains("wrote-instructions"), "{out:#?}");
     let own = fx.home.join(".local/share/wardcell/claude");
     assert!(
         out.stdout.contains(&format!("config={}", own.display())),
@@ -288,7 +334,10 @@ both!(claude_code_takes_a_turn_with_its_key_outside, |fx| {
         .into_iter()
         .filter(|r| r["path"].as_str().unwrap().starts_with("/v1/messages"))
         .collect();
-    assert!(!turns.is_empty(), "no turn reached the stand-in");
+    assert!(
+        turns.len() >= 2,
+        "the tool's result did not come back: {turns:?}"
+    );
     for t in &turns {
         assert_eq!(t["x_api_key"], Value::from(key.as_str()), "{turns:?}");
     }
@@ -298,35 +347,42 @@ both!(claude_code_takes_a_turn_with_its_key_outside, |fx| {
         .contains("numStartups"));
 });
 
-// Codex in `codex`, the same way, over the Responses API with a bearer key.
-both!(codex_takes_a_turn_with_its_key_outside, |fx| {
+// Codex in `codex`, the same way against api.openai.com, with a bearer key. It talks
+// over the Responses WebSocket (the upgrade passes the proxy, key attached), never
+// falls back to HTTPS, and never tries a sandbox of its own: wardcell's config.toml for
+// it says danger-full-access, over the user's workspace-write, and keeps the user's
+// settings without the provider's token.
+both!(codex_takes_a_turn_with_only_its_key, |fx| {
     let Some(agents) = agents() else { return };
-    let api = ModelApi::start(&fx);
-    agent_config(&fx, agents, &api);
+    let Some(api) = ModelApi::start(&fx) else {
+        return;
+    };
     plant_host_secrets(&fx);
     let codex = agents.join("node_modules/.bin/codex");
     let key = format!("sk-oai-test-{}", std::process::id());
     let script = format!(
         "echo \"key=$OPENAI_API_KEY\"\n\
          echo \"home=$CODEX_HOME\"\n\
-         for f in ~/.codex/auth.json ~/.codex/config.toml; do cat \"$f\" 2>/dev/null && echo \"read $f\"; done\n\
+         for f in ~/.codex/auth.json ~/.codex/config.toml ~/.codex/AGENTS.md; do cat \"$f\" 2>/dev/null && echo \"read $f\"; done\n\
+         cat \"$CODEX_HOME/AGENTS.md\" \"$CODEX_HOME/config.toml\"\n\
          {codex} --version\n\
-         {codex} exec --skip-git-repo-check --sandbox danger-full-access \
-           -c model_provider=standin -c model_providers.standin.name=standin \
-           -c 'model_providers.standin.base_url=\"https://localhost:{port}/v1\"' \
-           -c model_providers.standin.env_key=OPENAI_API_KEY 'Say hello.' </dev/null\n",
+         {codex} exec --skip-git-repo-check '{TOOL_TURN}' </dev/null\n",
         codex = codex.display(),
-        port = api.port,
     );
-    let out = run_in(&fx, &api, "codex", &script, &[("OPENAI_API_KEY", &key)]);
-    out.ok();
+    let keys = [("OPENAI_API_KEY", key.as_str())];
+    let out = run_agent(&fx, &api, agents, "codex", "api.openai.com", &script, &keys);
+    assert_tool_turn(&fx, &out);
+    assert!(out.stdout.contains("codex-cli "), "{out:#?}");
+    assert!(out.stdout.contains("user-instructions-codex"), "{out:#?}");
     assert!(
-        out.stdout.contains(&format!("key={PLACEHOLDER}")),
+        out.stdout.contains("sandbox_mode = \"danger-full-access\""),
         "{out:#?}"
     );
-    assert!(out.stdout.contains("codex-cli "), "{out:#?}");
-    assert!(out.stdout.contains(REPLY), "{out:#?}");
-    assert!(!out.stdout.contains("planted"), "{out:#?}");
+    assert!(out.stdout.contains("https://corp.invalid/v1"), "{out:#?}");
+    assert!(!out.stdout.contains("workspace-write"), "{out:#?}");
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(!all.contains("Falling back from WebSockets"), "{out:#?}");
+    assert!(!all.contains("sandbox: workspace-write"), "{out:#?}");
     let own = fx.home.join(".local/share/wardcell/codex");
     assert!(
         out.stdout.contains(&format!("home={}", own.display())),
@@ -337,7 +393,14 @@ both!(codex_takes_a_turn_with_its_key_outside, |fx| {
         .into_iter()
         .filter(|r| r["path"] == "/v1/responses")
         .collect();
-    assert!(!turns.is_empty(), "no turn reached the stand-in");
+    assert!(
+        turns
+            .iter()
+            .filter(|t| t["transport"] == "websocket")
+            .count()
+            >= 2,
+        "the turn did not go over the WebSocket: {turns:?}"
+    );
     for t in &turns {
         assert_eq!(
             t["authorization"],
@@ -346,6 +409,28 @@ both!(codex_takes_a_turn_with_its_key_outside, |fx| {
         );
     }
     assert_state_kept_apart(&fx, "codex", ".codex");
+});
+
+// Without the key, the run is refused before anything starts, in one line that names
+// the variable it looked for (no agent needed).
+both!(an_agent_profile_without_its_key_says_which_variable, |fx| {
+    for (profile, var) in [
+        ("claude-code", "ANTHROPIC_API_KEY"),
+        ("codex", "OPENAI_API_KEY"),
+    ] {
+        let marker = fx.proj.join("ran");
+        let script = format!("touch {}", marker.display());
+        let out = fx.run(&["run", "--profile", profile, "--", "/bin/sh", "-c", &script]);
+        out.expect_code(1);
+        assert_eq!(out.stderr.lines().count(), 1, "{out:#?}");
+        assert!(out.stderr.starts_with("error: "), "{out:#?}");
+        assert!(
+            out.stderr
+                .contains(&format!("environment variable {var}, which is not set")),
+            "{out:#?}"
+        );
+        assert!(!marker.exists());
+    }
 });
 
 /// Secrets `developer-readonly` masks, by path under the home directory.

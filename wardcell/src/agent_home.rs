@@ -12,8 +12,9 @@
 //! - the agent's home links to each copy, where the agent looks (made when missing; one
 //!   the sandbox replaced with a file of its own is left alone);
 //! - Codex's `config.toml`, which Codex itself writes, is the user's filtered with
-//!   `sandbox_mode = "danger-full-access"` (wardcell is the sandbox), made again only
-//!   when the user's file changed.
+//!   `sandbox_mode = "danger-full-access"` (wardcell is the sandbox), usage reports and
+//!   the plugin catalog off unless the user's file turns them on (the profile allows
+//!   neither host), made again only when the user's file changed.
 //!
 //! Links are never followed, on either side: a link in `~/.claude` is not copied (a
 //! sandbox that could write there could point it at a secret), and what a sandbox put
@@ -267,11 +268,28 @@ fn codex_config(dir: &File, user: &Path) -> std::io::Result<()> {
         "sandbox_mode".into(),
         toml::Value::String("danger-full-access".into()),
     );
+    // Usage reports (ab.chatgpt.com) and the plugin catalog (github.com, chatgpt.com)
+    // are off unless the user's file turns them on: the profile allows neither host,
+    // and each refusal would be reported at the end of every run.
+    default_off(&mut table, "analytics", "enabled");
+    default_off(&mut table, "features", "plugins");
     let body = toml::to_string(&table).map_err(std::io::Error::other)?;
     let text = format!(
         "{first}\n# wardcell is the sandbox: Codex's own cannot start inside it. Edit ~/.codex/config.toml\n# (this file is made again when it changes), or remove the first line to keep this one.\n{body}"
     );
     replace_at(dir, "config.toml", text.as_bytes())
+}
+
+/// `[table] key = false`, unless the table sets the key.
+fn default_off(t: &mut toml::Table, table: &str, key: &str) {
+    let entry = t
+        .entry(table.to_string())
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    if let toml::Value::Table(inner) = entry {
+        inner
+            .entry(key.to_string())
+            .or_insert(toml::Value::Boolean(false));
+    }
 }
 
 /// What a Codex configuration keeps out of a sandbox: the MCP servers' and model
@@ -322,4 +340,110 @@ fn replace_at(dir: &File, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let fd = Some(dir.as_raw_fd());
     nix::fcntl::renameat(fd, tmp.as_str(), fd, name)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claude_settings_lose_secrets_and_their_sandbox() {
+        let user = br#"{"model":"m","env":{"K":"v"},"apiKeyHelper":"x","awsAuthRefresh":"y","sandbox":{"enabled":true},"hooks":{}}"#;
+        let out: serde_json::Value =
+            serde_json::from_slice(&claude_settings(user).unwrap()).unwrap();
+        let keys: Vec<&String> = out.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["hooks", "model"]);
+        assert!(claude_settings(b"[1]").is_none());
+        assert!(claude_settings(b"not json").is_none());
+    }
+
+    #[test]
+    fn codex_config_loses_secrets_and_keeps_the_rest() {
+        let mut t: toml::Table = r#"
+model = "o3"
+sandbox_mode = "read-only"
+[sandbox_workspace_write]
+network_access = true
+[mcp_servers.db]
+command = "db"
+env = { TOKEN = "s" }
+http_headers = { A = "b" }
+[model_providers.corp]
+base_url = "https://corp"
+experimental_bearer_token = "s"
+[profiles.p]
+sandbox_mode = "workspace-write"
+model = "x"
+[analytics]
+enabled = true
+"#
+        .parse()
+        .unwrap();
+        filter_codex(&mut t);
+        default_off(&mut t, "analytics", "enabled");
+        default_off(&mut t, "features", "plugins");
+        let text = toml::to_string(&t).unwrap();
+        for gone in [
+            "sandbox_mode",
+            "network_access",
+            "TOKEN",
+            "http_headers",
+            "bearer",
+        ] {
+            assert!(!text.contains(gone), "{gone}: {text}");
+        }
+        for kept in [
+            "model = \"o3\"",
+            "command = \"db\"",
+            "https://corp",
+            "model = \"x\"",
+        ] {
+            assert!(text.contains(kept), "{kept}: {text}");
+        }
+        // The user's choice stands; what the user did not set is off.
+        assert_eq!(t["analytics"]["enabled"].as_bool(), Some(true));
+        assert_eq!(t["features"]["plugins"].as_bool(), Some(false));
+    }
+
+    #[test]
+    fn codex_config_is_made_again_only_from_a_changed_file_and_never_over_ones_own() {
+        let dir = std::env::temp_dir().join(format!("wardcell-agent-home-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let user = dir.join("user.toml");
+        let open = || File::open(&dir).unwrap();
+        let made = || fs::read_to_string(dir.join("config.toml")).unwrap();
+        fs::write(&user, "model = \"a\"\n").unwrap();
+        codex_config(&open(), &user).unwrap();
+        assert!(made().starts_with(MADE) && made().contains("model = \"a\""));
+        assert!(made().contains("sandbox_mode = \"danger-full-access\""));
+        // Codex's own edit below wardcell's line stays while the user's file is the same.
+        fs::write(
+            dir.join("config.toml"),
+            format!(
+                "{}\nmodel = \"codex-edit\"\n",
+                made().lines().next().unwrap()
+            ),
+        )
+        .unwrap();
+        codex_config(&open(), &user).unwrap();
+        assert!(made().contains("codex-edit"));
+        fs::write(&user, "model = \"b\"\n").unwrap();
+        codex_config(&open(), &user).unwrap();
+        assert!(made().contains("model = \"b\"") && !made().contains("codex-edit"));
+        // Without wardcell's first line the file is the user's: kept.
+        fs::write(dir.join("config.toml"), "model = \"mine\"\n").unwrap();
+        fs::write(&user, "model = \"c\"\n").unwrap();
+        codex_config(&open(), &user).unwrap();
+        assert_eq!(made(), "model = \"mine\"\n");
+        // A link there is replaced, never written through.
+        fs::remove_file(dir.join("config.toml")).unwrap();
+        let victim = dir.join("victim");
+        fs::write(&victim, "untouched").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("config.toml")).unwrap();
+        codex_config(&open(), &user).unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "untouched");
+        assert!(made().starts_with(MADE));
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -35,7 +35,6 @@ pub fn utf8_command(args: Vec<OsString>) -> Result<Vec<String>, Error> {
         .collect()
 }
 
-
 /// Make the missing `write` paths under [`SANDBOX_STATE`] of the profiles this run may
 /// use: the start profile and every zone's. What cannot be made is left out and said
 /// as any missing `write` path is.
