@@ -130,6 +130,7 @@ impl ModelApi {
             .unwrap();
         if line.trim() != "PORT 443" {
             let _ = child.kill();
+            let _ = child.wait();
             let err = fs::read_to_string(dir.join("server.stderr")).unwrap_or_default();
             wardcell_tests::skipped(&format!(
                 "the stand-in could not listen on {addr}:443 ({line:?}): {}",
