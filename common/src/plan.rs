@@ -658,6 +658,14 @@ pub fn egress_ports(allow: &[String]) -> Result<Vec<u16>, String> {
     Ok(ports)
 }
 
+/// What another zone's network allows ([`ProxySpec::elsewhere`]).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ZoneEgress {
+    pub zone: String,
+    pub allow: Vec<String>,
+    pub internal: Vec<String>,
+}
+
 /// What one zone's proxy enforces. Sent by the broker with the listener attached.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct ProxySpec {
@@ -675,6 +683,11 @@ pub struct ProxySpec {
     pub credentials: Vec<CredentialPlan>,
     /// The certificates trusted upstream when intercepting (the plan's `upstream_roots`).
     pub roots: Vec<u8>,
+    /// The zones this sandbox may enter, with what each allows: a refusal names the
+    /// ones that allow what was refused, and the `zone enter` to use. Advice only: the
+    /// broker decides every entry.
+    #[serde(default)]
+    pub elsewhere: Vec<ZoneEgress>,
     /// Tracing, when the run traces.
     pub trace: Option<TraceSpec>,
 }

@@ -341,7 +341,8 @@ fn start_first(
         Ok(signals)
     };
     // In a zone, its supervisor: the chain is that zone alone.
-    let supervise = Supervisor::binder(run, Vec::from_iter(zone.map(str::to_string)));
+    let chain = Vec::from_iter(zone.map(str::to_string));
+    let supervise = Supervisor::binder(run, chain.clone());
     let started = sandbox::complete(
         run,
         spawned,
@@ -349,6 +350,7 @@ fn start_first(
             asked: spec::Asked {
                 profile,
                 zone,
+                chain: &chain,
                 argv: &plan.command,
                 cwd: plan.cwd.clone(),
                 env: run.host_env.clone(),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use wardcell_common::plan::{CredentialPlan, ProxySpec, SandboxSpec};
+use wardcell_common::plan::{CredentialPlan, ProxySpec, SandboxSpec, ZoneEgress};
 use wardcell_common::protocol::{self, ProxyEvent, ShimReport};
 
 use crate::run::Run;
@@ -67,6 +67,14 @@ pub fn hand_over(
         credentials,
         roots: run.plan.upstream_roots.clone(),
         trace: wardcell_common::trace::spec(&run.id),
+        elsewhere: crate::chain::enterable(&run.plan.zones, asked.chain)
+            .into_iter()
+            .map(|z| ZoneEgress {
+                zone: z.name.clone(),
+                allow: z.profile.network.allow.clone(),
+                internal: z.profile.network.internal.clone(),
+            })
+            .collect(),
     };
     // Its events, into the run's log, until it is gone; then it is reaped.
     let (r, z) = (run.clone(), zone.to_string());

@@ -23,6 +23,8 @@ pub struct Asked<'a> {
     pub profile: &'a ProfilePlan,
     /// None for `run --profile`: no zone, no supervisor.
     pub zone: Option<&'a str>,
+    /// The zones from the run's first to this one (empty without zones).
+    pub chain: &'a [String],
     pub argv: &'a [String],
     pub cwd: PathBuf,
     /// The environment of the command's caller, filtered into the command's.
@@ -592,6 +594,7 @@ mod tests {
             asked: Asked {
                 profile,
                 zone: Some("agent"),
+                chain: &[],
                 argv,
                 cwd: cwd.to_path_buf(),
                 env: vec![

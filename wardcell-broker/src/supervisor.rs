@@ -359,6 +359,7 @@ impl Supervisor {
                 asked: spec::Asked {
                     profile: &zone.profile,
                     zone: Some(target),
+                    chain: &chain,
                     argv: &argv,
                     cwd: PathBuf::from(peer.cwd()),
                     env: asked.env,

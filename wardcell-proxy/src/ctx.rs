@@ -34,6 +34,8 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Ctx {
     pub zone: String,
     pub allow: AllowList,
+    /// The zones this sandbox may enter and what each allows (advice for refusals).
+    elsewhere: Vec<(String, AllowList)>,
     pub creds: Credentials,
     /// Present exactly when some credential is configured.
     pub intercept: Option<Interceptor>,
@@ -52,11 +54,18 @@ impl Ctx {
         Ctx {
             zone,
             allow,
+            elsewhere: Vec::new(),
             creds,
             intercept,
             events,
             slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
         }
+    }
+
+    /// The zones this sandbox may enter, with what each allows.
+    pub fn with_elsewhere(mut self, elsewhere: Vec<(String, AllowList)>) -> Ctx {
+        self.elsewhere = elsewhere;
+        self
     }
 
     /// One of the connection slots, or `None` when all [`MAX_CONNECTIONS`] are taken.
@@ -89,21 +98,71 @@ impl Ctx {
         dns::dial(&addrs).await.map_err(|u| self.unreachable(t, u))
     }
 
-    /// 403 and a `proxy.denied` event.
+    /// What [`Ctx::admit`] would decide, without dialing and without an event: the
+    /// allow-list and the address policy (a name is looked up). `Err` is why not.
+    pub async fn check(&self, t: &Target) -> Result<(), String> {
+        let Some(rule) = self.allow.find(t) else {
+            return Err("not in the allow list".into());
+        };
+        match dns::resolve(t, rule).await {
+            Ok(_) => Ok(()),
+            Err(u @ Unreachable::Refused(_)) => Err(u.to_string()),
+            // Allowed, and not reachable now: a connection would get 502, not 403.
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// 403 and a `proxy.denied` event. The why and the next step are in the status
+    /// line's reason phrase, which is all many tools print (`Tunnel connection failed:
+    /// 403 ...`), and in the body.
     pub fn deny(&self, t: &Target, reason: String) -> Response<Body> {
-        let body = format!(
-            "wardcell: {}:{} is not allowed in zone {}: {reason}\n{}",
-            t.host,
-            t.port,
-            self.zone,
-            where_to_ask(&t.host.authority(t.port, 0))
-        );
+        let (phrase, body) = self.refusal(t, &reason);
         self.events.send(ProxyEvent::Denied {
             host: t.host.to_string(),
             port: t.port,
             reason,
         });
-        text(StatusCode::FORBIDDEN, body)
+        let mut resp = text(StatusCode::FORBIDDEN, body);
+        if let Ok(p) = hyper::ext::ReasonPhrase::try_from(phrase) {
+            resp.extensions_mut().insert(p);
+        }
+        resp
+    }
+
+    /// A refusal in words, as a reason phrase (one line) and a body: what was refused,
+    /// where and why, and what to do: the `zone enter` of each zone this sandbox may
+    /// enter that allows it, or else ask for it to be allowed.
+    pub fn refusal(&self, t: &Target, reason: &str) -> (String, String) {
+        let target = t.host.authority(t.port, 0);
+        let here = if self.zone == "-" {
+            "in this sandbox".to_string()
+        } else {
+            format!("in zone {}", self.zone)
+        };
+        let ok = |list: &AllowList| list.find(t).is_some();
+        let zones: Vec<&str> = self
+            .elsewhere
+            .iter()
+            .filter(|(_, list)| ok(list))
+            .map(|(z, _)| z.as_str())
+            .collect();
+        let next = match zones.first() {
+            Some(z) => {
+                let others = if zones.len() > 1 {
+                    format!(" (also {})", zones[1..].join(", "))
+                } else {
+                    String::new()
+                };
+                format!("zone {z} allows it{others}: run the command that needs it with `wardcell zone enter {z} -- COMMAND`")
+            }
+            None => format!("no zone this sandbox may enter allows it: ask the person running wardcell to allow it (`wardcell run --allow {target}`, or network.allow in zones.toml)"),
+        };
+        let phrase = format!("Forbidden by wardcell: {target} is not allowed {here} ({reason}); {next}");
+        let body = format!(
+            "wardcell: {target} is not allowed {here}: {reason}\nwardcell: {next}\n{}",
+            where_to_ask(&target)
+        );
+        (phrase, body)
     }
 
     /// 502 for an allowed target that cannot be reached; audited as denied, with why.

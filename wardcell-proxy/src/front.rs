@@ -120,6 +120,10 @@ pub enum Route {
     /// `GET http://wardcell.invalid/denials`: this proxy's recent refusals, answered by
     /// the proxy itself (denials.rs).
     Denials,
+    /// `GET http://wardcell.invalid/check?HOST:PORT`: whether this proxy would admit a
+    /// connection there (`zone why` asks, so that it never calls allowed what the proxy
+    /// refuses), answered without dialing and without an event.
+    Check(Target),
 }
 
 pub fn route(method: &Method, uri: &Uri) -> Route {
@@ -141,9 +145,18 @@ pub fn route(method: &Method, uri: &Uri) -> Route {
     let ours = uri.authority().is_some_and(|a| {
         a.host().eq_ignore_ascii_case(crate::denials::HOST) && a.port_u16().unwrap_or(80) == 80
     });
-    if ours && uri.scheme_str() == Some("http") && method == Method::GET && uri.path() == "/denials"
-    {
-        return Route::Denials;
+    if ours && uri.scheme_str() == Some("http") && method == Method::GET {
+        match (uri.path(), uri.query()) {
+            ("/denials", None) => return Route::Denials,
+            ("/check", Some(q)) => {
+                let parsed = q.rsplit_once(':').and_then(|(h, p)| Some((h, p.parse().ok()?)));
+                let Some((host, port)) = parsed else {
+                    return bad(StatusCode::BAD_REQUEST, "wardcell: check HOST:PORT\n");
+                };
+                return target(host, port).map_or_else(|r| r, Route::Check);
+            }
+            _ => {}
+        }
     }
     match uri.scheme_str() {
         Some("http") => match uri.authority() {
@@ -176,6 +189,13 @@ async fn dispatch(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
         Route::OtherScheme(t) => ctx.deny(&t, "only http:// URLs and CONNECT are proxied".into()),
         Route::Bad(status, message) => text(status, message),
         Route::Denials => text(StatusCode::OK, ctx.events.denials.json() + "\n"),
+        Route::Check(t) => {
+            let verdict = match ctx.check(&t).await {
+                Ok(()) => serde_json::json!({"allowed": true}),
+                Err(reason) => serde_json::json!({"allowed": false, "reason": reason}),
+            };
+            text(StatusCode::OK, verdict.to_string() + "\n")
+        }
     }
 }
 
@@ -237,6 +257,18 @@ mod tests {
         );
         // The proxy's own page: exactly this method, scheme, host, port and path.
         assert_eq!(r("GET", "http://wardcell.invalid/denials"), Route::Denials);
+        assert_eq!(
+            r("GET", "http://wardcell.invalid/check?pypi.org:443"),
+            Route::Check(t("pypi.org", 443))
+        );
+        assert_eq!(
+            r("GET", "http://wardcell.invalid/check?[::1]:22"),
+            Route::Check(t("[::1]", 22))
+        );
+        for bad in ["/check?pypi.org", "/check?:443", "/check?a%20b:1", "/denials?x"] {
+            let got = r("GET", &format!("http://wardcell.invalid{bad}"));
+            assert!(matches!(got, Route::Bad(..) | Route::Plain(_)), "{bad}: {got:?}");
+        }
         assert_eq!(
             r("GET", "http://WARDCELL.invalid:80/denials"),
             Route::Denials

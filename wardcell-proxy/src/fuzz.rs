@@ -65,7 +65,11 @@ async fn decide(req: Request<Incoming>) -> Result<Response<Empty<Bytes>>, Infall
     }
     let (target, default_port) = match route(&parts.method, &parts.uri) {
         Route::Plain(t) => (t, 80),
-        Route::Connect(_) | Route::OtherScheme(_) | Route::Bad(..) | Route::Denials => {
+        Route::Connect(_)
+        | Route::OtherScheme(_)
+        | Route::Bad(..)
+        | Route::Denials
+        | Route::Check(_) => {
             (tunnel, 443)
         }
     };

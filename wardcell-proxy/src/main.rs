@@ -115,6 +115,8 @@ fn main() -> ExitCode {
 /// What steps 4 to 6 produce for the server.
 struct Prepared {
     allow: AllowList,
+    /// What the zones this sandbox may enter allow, for refusals to name them.
+    elsewhere: Vec<(String, AllowList)>,
     creds: Credentials,
     intercept: Option<Interceptor>,
     /// The runtime's worker threads (see [`workers`]).
@@ -138,6 +140,12 @@ fn workers() -> usize {
 fn prepare(spec: &ProxySpec, programs: Vec<OwnedFd>) -> Result<(Prepared, Option<String>), Error> {
     // 4.
     let allow = AllowList::parse(&spec.allow, &spec.internal)?;
+    // Advice only: a list that does not parse names no zone.
+    let elsewhere = spec.elsewhere.iter().filter_map(|z| {
+        let list = AllowList::parse(&z.allow, &z.internal).ok()?;
+        Some((z.zone.clone(), list))
+    });
+    let elsewhere = elsewhere.collect();
     // 5.
     let creds = Credentials::resolve(&spec.credentials, programs)?;
     // 6.
@@ -157,6 +165,7 @@ fn prepare(spec: &ProxySpec, programs: Vec<OwnedFd>) -> Result<(Prepared, Option
     Ok((
         Prepared {
             allow,
+            elsewhere,
             creds,
             intercept,
             workers,
@@ -190,7 +199,8 @@ fn serve(
             .collect::<Result<Vec<_>, _>>()
             .map_err(Error::Runtime)?;
         let (events, rx) = Events::channel();
-        let ctx = Arc::new(Ctx::new(spec.zone, p.allow, p.creds, p.intercept, events));
+        let ctx = Ctx::new(spec.zone, p.allow, p.creds, p.intercept, events);
+        let ctx = Arc::new(ctx.with_elsewhere(p.elsewhere));
         let names = Arc::new(Names::default());
         // Every server in one task, so that the broker's end of file stops them all.
         let mut servers = tokio::task::JoinSet::new();

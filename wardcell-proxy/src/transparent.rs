@@ -179,18 +179,17 @@ async fn handle(mut client: TcpStream, ctx: Arc<Ctx>, names: Arc<Names>) {
         Ok(t) => t,
         Err(reason) => {
             refuse(dst.ip().to_string(), reason.clone());
-            return forbid(client, is_http, &reason).await;
+            let t = Target {
+                host: Host::Ip(dst.ip()),
+                port: dst.port(),
+            };
+            return forbid(client, is_http, (&ctx, &t), &reason).await;
         }
     };
     let Some(rule) = ctx.allow.find(&target) else {
         let reason = "not in the allow list".to_string();
         refuse(target.host.to_string(), reason.clone());
-        return forbid(
-            client,
-            is_http,
-            &format!("{}:{} is {reason}", target.host, target.port),
-        )
-        .await;
+        return forbid(client, is_http, (&ctx, &target), &reason).await;
     };
     // 4. The address must be the name's: one the proxy itself answered for this name
     //    needs no second lookup; any other must be among the name's addresses now. And
@@ -206,19 +205,19 @@ async fn handle(mut client: TcpStream, ctx: Arc<Ctx>, names: Arc<Names>) {
     if !admitted {
         let reason = format!("{} is not an address of {}", dst.ip(), target.host);
         refuse(target.host.to_string(), reason.clone());
-        return forbid(client, is_http, &reason).await;
+        return forbid(client, is_http, (&ctx, &target), &reason).await;
     }
     if let Err(barred) = dns::permitted(dst.ip(), rule) {
         let reason = barred.explain(&target.host, dst.ip(), rule);
         refuse(target.host.to_string(), reason.clone());
-        return forbid(client, is_http, &reason).await;
+        return forbid(client, is_http, (&ctx, &target), &reason).await;
     }
     // 5.
     let upstream = match dns::dial(&[dst]).await {
         Ok((s, _)) => s,
         Err(u) => {
             refuse(target.host.to_string(), u.to_string());
-            return forbid(client, is_http, &u.to_string()).await;
+            return forbid(client, is_http, (&ctx, &target), &u.to_string()).await;
         }
     };
     // A TLS connection to a host a credential names is intercepted, as through CONNECT:
@@ -280,15 +279,13 @@ impl AsyncWrite for Replayed {
     }
 }
 
-/// Close a refused connection; an HTTP client is told why first.
-async fn forbid(mut client: TcpStream, http: bool, reason: &str) {
+/// Close a refused connection; an HTTP client is told why first, in the words of
+/// [`Ctx::refusal`].
+async fn forbid(mut client: TcpStream, http: bool, (ctx, target): (&Ctx, &Target), reason: &str) {
     if http {
-        let body = format!(
-            "wardcell: refused: {reason}\n{}",
-            crate::ctx::where_to_ask("HOST:PORT")
-        );
+        let (phrase, body) = ctx.refusal(target, reason);
         let head = format!(
-            "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            "HTTP/1.1 403 {phrase}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
             body.len()
         );
         let _ = client.write_all(head.as_bytes()).await;

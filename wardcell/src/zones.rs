@@ -216,7 +216,26 @@ pub fn inside_why(socket: &Path, why: &WhyArgs) -> Result<ExitCode, Error> {
         ZoneResponse::Rules { current, enterable } => (current, enterable),
         other => return Err(out_of_turn(&other)),
     };
-    let answer = wardcell_common::why::answer(&current, &enterable, &target);
+    let mut answer = wardcell_common::why::answer(&current, &enterable, &target);
+    // The rules name hosts; the proxy also looks at where a name leads (a private
+    // address, say). What it would refuse is never called allowed.
+    if let (true, Target::Net { host, port }) = (answer.allowed, &target) {
+        let shown = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let zone = current.zone.as_deref().unwrap_or("-");
+        let v = ask_proxy(zone, &format!("/check?{shown}"))?;
+        if v["allowed"] == false {
+            let reason = v["reason"].as_str().unwrap_or("refused");
+            answer.allowed = false;
+            answer.rule = format!("this sandbox's proxy refuses it: {reason}");
+            // Other zones' rules name it too, but their proxies would look at the same
+            // address: none is offered in its place.
+            answer.allowed_in.clear();
+        }
+    }
     output::why(&answer, true, why.output)
 }
 
@@ -227,6 +246,23 @@ const DENIALS_MAX: u64 = 1 << 20;
 /// Inside a zone: ask this sandbox's own proxy, on the sandbox's loopback, what it
 /// refused lately (`http://wardcell.invalid/denials`, answered by the proxy itself).
 pub fn inside_denials(zone: &str, format: Output) -> Result<(), Error> {
+    let v = ask_proxy(zone, "/denials")?;
+    match format {
+        Output::Json => {
+            let out = serde_json::json!({
+                "zone": zone,
+                "total": v["total"],
+                "recent": v["recent"],
+            });
+            output::print(&out.to_string())
+        }
+        Output::Text => output::print(&output::denials_text(zone, &v)),
+    }
+}
+
+/// `GET http://wardcell.invalid/PATH` of this sandbox's own proxy, on the sandbox's
+/// loopback (answered by the proxy itself, front.rs): its JSON answer.
+fn ask_proxy(zone: &str, path: &str) -> Result<serde_json::Value, Error> {
     use std::io::{Read, Write};
     let port = wardcell_common::plan::SANDBOX_PROXY_PORT;
     let mut s = match std::net::TcpStream::connect(("127.0.0.1", port)) {
@@ -251,10 +287,11 @@ pub fn inside_denials(zone: &str, format: Output) -> Result<(), Error> {
     let _ = s.set_read_timeout(timeout);
     let _ = s.set_write_timeout(timeout);
     let fail = |why: String| Error::Refused(format!("asking this sandbox's proxy: {why}"));
-    s.write_all(
-        b"GET http://wardcell.invalid/denials HTTP/1.1\r\nHost: wardcell.invalid\r\nConnection: close\r\n\r\n",
-    )
-    .map_err(|e| fail(e.to_string()))?;
+    let request = format!(
+        "GET http://wardcell.invalid{path} HTTP/1.1\r\nHost: wardcell.invalid\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(request.as_bytes())
+        .map_err(|e| fail(e.to_string()))?;
     let mut raw = Vec::new();
     s.take(DENIALS_MAX)
         .read_to_end(&mut raw)
@@ -267,17 +304,5 @@ pub fn inside_denials(zone: &str, format: Output) -> Result<(), Error> {
         let status = head.lines().next().unwrap_or("");
         return Err(fail(format!("it answered {}", output::shown(status))));
     }
-    let v: serde_json::Value =
-        serde_json::from_str(body.trim()).map_err(|e| fail(format!("not JSON: {e}")))?;
-    match format {
-        Output::Json => {
-            let out = serde_json::json!({
-                "zone": zone,
-                "total": v["total"],
-                "recent": v["recent"],
-            });
-            output::print(&out.to_string())
-        }
-        Output::Text => output::print(&output::denials_text(zone, &v)),
-    }
+    serde_json::from_str(body.trim()).map_err(|e| fail(format!("not JSON: {e}")))
 }
