@@ -461,6 +461,13 @@ pub enum ZoneResponse {
     },
     /// The request is refused; `message` is the user's one-line error without `error: `.
     Refused { message: String },
+    /// The entry waits for the approval plugin, for at most `timeout_secs` (None: until
+    /// it answers); `plugin` is the file name of its program (where the person answers
+    /// depends on it). Sent once, before the entry's answer.
+    Waiting {
+        timeout_secs: Option<u64>,
+        plugin: String,
+    },
     /// The command started in its new sandbox.
     Started,
     /// The command ended with this exit code (128+N for signal N).

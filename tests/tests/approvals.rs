@@ -76,6 +76,19 @@ fn waiting(fx: &Fixture, n: usize) -> Vec<Value> {
     }
 }
 
+/// What the background run `tag` wrote on stderr, once it says it waits (up to 10 s).
+#[track_caller]
+fn said_while_waiting(fx: &Fixture, tag: &str) -> String {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let said = std::fs::read_to_string(fx.dir.join(format!("{tag}.err"))).unwrap_or_default();
+        if said.contains("needs approval") || Instant::now() > until {
+            return said;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn id_of(r: &Value) -> String {
     r["id"].as_str().unwrap().to_string()
 }
@@ -136,6 +149,13 @@ both!(
         let list = waiting(&fx, 1);
         let r = &list[0];
         let id = id_of(r);
+        // The caller said at once that it waits, for how long, and where the person
+        // answers: while it still waits.
+        let said = said_while_waiting(&fx, "run");
+        assert!(
+            said.contains("wardcell: entering zone 'push' needs approval: waiting for at most 10m, then it is refused; the person running wardcell answers on the host: `wardcell approvals watch` shows the request\n"),
+            "{said}"
+        );
         assert_eq!(r["target"], "push", "{r}");
         assert_eq!(r["calling_zone"], "agent", "{r}");
         assert_eq!(r["chain"], serde_json::json!(["agent"]), "{r}");
@@ -197,6 +217,11 @@ both!(
         let (out, _) = run.finish(30);
         out.ok();
         assert!(out.stdout.contains("rc=0"), "{out:?}");
+        assert!(
+            out.stderr
+                .contains("wardcell: entering zone 'push' was approved; the command starts\n"),
+            "{out:?}"
+        );
         assert!(fx.proj.join("pushed").exists());
         let d = decisions(&fx);
         assert_eq!(d.len(), 1, "{d:?}");
@@ -226,6 +251,10 @@ both!(a_denial_says_why_and_nothing_starts, |fx| {
         "run",
     );
     let id = id_of(&waiting(&fx, 1)[0]);
+    assert!(
+        said_while_waiting(&fx, "run").contains("needs approval: waiting until someone answers;"),
+        "no waiting line"
+    );
     // No time limit: none shown.
     let show = approvals(&fx, &["show", &id], None);
     assert!(show.stdout.contains("no limit"), "{show:?}");
@@ -272,6 +301,11 @@ both!(nobody_answering_times_out, |fx| {
         out.stderr
             .contains("error: entering zone 'push' was not approved: ")
             && out.stderr.contains("approval_timeout"),
+        "{out:?}"
+    );
+    assert!(
+        out.stderr
+            .contains("needs approval: waiting for at most 2s, then it is refused;"),
         "{out:?}"
     );
     assert!(start_at.elapsed() < Duration::from_secs(20));

@@ -111,7 +111,8 @@ both!(zone_why_agrees_with_the_proxy, |fx| {
         .into();
     out.ok();
     assert!(
-        out.stdout.contains("denied: reserved.test:443 in zone 'agent'"),
+        out.stdout
+            .contains("denied: reserved.test:443 in zone 'agent'"),
         "{out:#?}"
     );
     assert!(

@@ -157,7 +157,8 @@ impl Ctx {
             }
             None => format!("no zone this sandbox may enter allows it: ask the person running wardcell to allow it (`wardcell run --allow {target}`, or network.allow in zones.toml)"),
         };
-        let phrase = format!("Forbidden by wardcell: {target} is not allowed {here} ({reason}); {next}");
+        let phrase =
+            format!("Forbidden by wardcell: {target} is not allowed {here} ({reason}); {next}");
         let body = format!(
             "wardcell: {target} is not allowed {here}: {reason}\nwardcell: {next}\n{}",
             where_to_ask(&target)

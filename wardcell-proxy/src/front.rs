@@ -149,7 +149,9 @@ pub fn route(method: &Method, uri: &Uri) -> Route {
         match (uri.path(), uri.query()) {
             ("/denials", None) => return Route::Denials,
             ("/check", Some(q)) => {
-                let parsed = q.rsplit_once(':').and_then(|(h, p)| Some((h, p.parse().ok()?)));
+                let parsed = q
+                    .rsplit_once(':')
+                    .and_then(|(h, p)| Some((h, p.parse().ok()?)));
                 let Some((host, port)) = parsed else {
                     return bad(StatusCode::BAD_REQUEST, "wardcell: check HOST:PORT\n");
                 };
@@ -265,9 +267,17 @@ mod tests {
             r("GET", "http://wardcell.invalid/check?[::1]:22"),
             Route::Check(t("[::1]", 22))
         );
-        for bad in ["/check?pypi.org", "/check?:443", "/check?a%20b:1", "/denials?x"] {
+        for bad in [
+            "/check?pypi.org",
+            "/check?:443",
+            "/check?a%20b:1",
+            "/denials?x",
+        ] {
             let got = r("GET", &format!("http://wardcell.invalid{bad}"));
-            assert!(matches!(got, Route::Bad(..) | Route::Plain(_)), "{bad}: {got:?}");
+            assert!(
+                matches!(got, Route::Bad(..) | Route::Plain(_)),
+                "{bad}: {got:?}"
+            );
         }
         assert_eq!(
             r("GET", "http://WARDCELL.invalid:80/denials"),

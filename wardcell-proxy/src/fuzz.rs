@@ -69,9 +69,7 @@ async fn decide(req: Request<Incoming>) -> Result<Response<Empty<Bytes>>, Infall
         | Route::OtherScheme(_)
         | Route::Bad(..)
         | Route::Denials
-        | Route::Check(_) => {
-            (tunnel, 443)
-        }
+        | Route::Check(_) => (tunnel, 443),
     };
     prepare_request(&mut parts, &target, default_port);
     // What leaves: origin form, the checked host, no hop-by-hop or proxy header.

@@ -406,6 +406,24 @@ pub fn why(
     Ok(std::process::ExitCode::from(u8::from(!answer.allowed)))
 }
 
+/// What `zone enter` says on stderr as soon as the entry waits for approval: which zone,
+/// how long at most, and where the person answers.
+pub fn waiting_for_approval(zone: &str, timeout_secs: Option<u64>, plugin: &str) -> String {
+    let how_long = match timeout_secs {
+        Some(s) => format!(
+            "for at most {}, then it is refused",
+            wardcell_common::limits::Kind::Time.show(s)
+        ),
+        None => "until someone answers".to_string(),
+    };
+    let who = match plugin {
+        "wardcell-approve" => "the person running wardcell answers on the host: `wardcell approvals watch` shows the request".to_string(),
+        "" => "the approval plugin asks someone".to_string(),
+        other => format!("the approval plugin {} asks someone", shown(other)),
+    };
+    format!("wardcell: entering zone '{zone}' needs approval: waiting {how_long}; {who}")
+}
+
 /// `zone denials` for people: a count, then one line a refusal, oldest first (time in
 /// UTC, host:port, why), then where to ask.
 pub fn denials_text(zone: &str, v: &serde_json::Value) -> String {

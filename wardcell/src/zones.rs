@@ -174,6 +174,7 @@ pub fn inside_enter(socket: &Path, zone: &str, command: Vec<String>) -> Result<u
         Ok(())
     };
     ask(&mut s, send)?;
+    let mut waited = false;
     loop {
         #[cfg(target_os = "linux")]
         if let Some(p) = pty.as_mut() {
@@ -181,7 +182,22 @@ pub fn inside_enter(socket: &Path, zone: &str, command: Vec<String>) -> Result<u
             p.relay_until_answer(&s);
         }
         let response = answer(&mut s)?;
+        if let ZoneResponse::Waiting {
+            timeout_secs,
+            plugin,
+        } = &response
+        {
+            let line = output::waiting_for_approval(zone, *timeout_secs, plugin);
+            wardcell_common::eprintln_line!("{line}");
+            waited = true;
+            continue;
+        }
         if response == ZoneResponse::Started {
+            if std::mem::take(&mut waited) {
+                wardcell_common::eprintln_line!(
+                    "wardcell: entering zone '{zone}' was approved; the command starts"
+                );
+            }
             continue;
         }
         // What the command wrote last shows before any error about it.
@@ -190,7 +206,7 @@ pub fn inside_enter(socket: &Path, zone: &str, command: Vec<String>) -> Result<u
             p.drain();
         }
         return match response {
-            ZoneResponse::Started => continue,
+            ZoneResponse::Started | ZoneResponse::Waiting { .. } => continue,
             ZoneResponse::Exited { code } => Ok(code.clamp(0, 255) as u8),
             ZoneResponse::Failed { message, code } => {
                 wardcell_common::eprintln_line!("error: {}", output::shown(&message));
