@@ -20,6 +20,39 @@ both!(doctor_passes_on_this_machine, |fx| {
         "{out:?}"
     );
     assert!(!out.stdout.contains("FAIL"), "{out:?}");
+    // What is not enforced here is a warning, never OK (issue 36): a limit this
+    // machine cannot bound, and (below Landlock ABI 9) sockets in trees a profile reads.
+    for line in out.stdout.lines().filter(|l| l.starts_with("OK")) {
+        assert!(
+            !line.contains("cannot be enforced") && !line.contains("stays reachable"),
+            "{line}"
+        );
+    }
+    let abi9 = out.stdout.contains("Landlock's socket rules (ABI 9)");
+    assert!(
+        abi9 || out
+            .stdout
+            .contains("WARN  unix sockets     kept out by the view only"),
+        "{out:?}"
+    );
+});
+
+// `policy check` does not ask for what `run` makes itself (the agent profiles' state
+// directories), nor for the key of a credential no zone attaches.
+both!(policy_check_asks_only_for_what_run_does_not_do, |fx| {
+    fx.config(
+        "[zones.agent]\nprofile = \"mine\"\ndefault = true\nauthenticated = true\n\n\
+         [profiles.mine]\nextends = [\"claude-code\", \"package-managers\"]\n",
+    );
+    let out = fx.run(&["policy", "check"]);
+    out.ok();
+    assert!(!out.stderr.contains(".local/share/wardcell"), "{out:?}");
+    assert!(!out.stderr.contains("OPENAI_API_KEY"), "{out:?}");
+    assert!(
+        out.stderr.contains("warning: credential 'anthropic' reads environment variable ANTHROPIC_API_KEY, which is not set here"),
+        "{out:?}"
+    );
+    assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
 });
 
 both!(doctor_fails_without_the_shim, |fx| {

@@ -9,7 +9,6 @@ use wardcell_common::plan::{Plan, SecretPlan};
 use crate::error::Error;
 
 pub fn check_sources(plan: &Plan) -> Result<(), Error> {
-    check_start_keys(plan)?;
     let uid = nix::unistd::getuid().as_raw();
     for c in &plan.credentials {
         let SecretPlan::File(path) = &c.secret else {
@@ -49,7 +48,7 @@ pub fn check_sources(plan: &Plan) -> Result<(), Error> {
 /// The credentials the first sandbox attaches, read from the environment: one whose
 /// variable is not set refuses the run in one line naming it, before anything starts
 /// (the agent would otherwise start with a placeholder and no key behind it).
-fn check_start_keys(plan: &Plan) -> Result<(), Error> {
+pub fn check_start_keys(plan: &Plan) -> Result<(), Error> {
     let Some((zone, profile)) = plan.start_profile() else {
         return Ok(());
     };

@@ -203,10 +203,11 @@ fn limit_checks(r: &mut Report) -> serde_json::Map<String, serde_json::Value> {
         // For processes, the built-in bound's mechanism (a bound below 300 may differ).
         let (mechanism, level, text) = match machine.mechanism(kind, DEFAULT_PROCESSES) {
             Ok(m) => (m, Level::Ok, m.describe().to_string()),
+            // What cannot be enforced here is a warning, never OK: a profile that sets
+            // it is refused (or, best effort, runs without it).
             Err(why) => (
                 Mechanism::None,
-                // Without it the built-in profiles' bound on processes is not enforced.
-                if kind == Kind::Processes { Level::Warn } else { Level::Ok },
+                Level::Warn,
                 format!("cannot be enforced here: {why}; a profile that sets it is refused unless it marks it best effort"),
             ),
         };
@@ -332,10 +333,11 @@ fn kernel_checks(r: &mut Report, shim: &Path) {
             "unix sockets",
             "kept out by the view (only what a profile names exists inside) and by Landlock's socket rules (ABI 9)",
         ),
+        // Not enforced by the kernel here: a socket in a tree a profile reads is reached.
         _ => r.line(
-            Level::Ok,
+            Level::Warn,
             "unix sockets",
-            "kept out by the view: only the sockets a profile names exist inside (Landlock's socket rules need ABI 9, Linux 7.1); a socket inside a tree a profile reads stays reachable",
+            "kept out by the view only: the sockets a profile names exist inside, and so does any socket inside a tree a profile reads (Landlock's socket rules need ABI 9, Linux 7.1); keep such trees out of profiles, or deny the socket's path",
         ),
     }
     let seccomp = get("seccomp");

@@ -8,6 +8,7 @@ use wardcell_common::plan::{Plan, SecretPlan, ZonePlan};
 use wardcell_common::why::{Rules, Target};
 use wardcell_config::resolve::{self, StartRequest};
 
+use crate::agent_home::SANDBOX_STATE;
 use crate::cli::{ConfigArg, Output, ProfileFlags, WhyArgs};
 use crate::context;
 use crate::error::Error;
@@ -88,9 +89,13 @@ fn checked(config: &ConfigArg) -> Result<(String, Vec<String>), Error> {
             )?)?;
         }
     }
-    let warned = plan
+    // What `run` makes itself (the agent profiles' state directories) is not missing.
+    let made_by_run = |w: &String| w.contains(&format!("writes \"{SANDBOX_STATE}"));
+    let missing = plan
         .missing_writes()
         .into_iter()
+        .filter(|w| !made_by_run(w));
+    let warned = missing
         .chain(warnings(&plan, host.context.getenv))
         .collect();
     let summary = format!(
@@ -154,7 +159,15 @@ fn warnings(plan: &Plan, getenv: fn(&str) -> Option<String>) -> Vec<String> {
             }
         }
     }
-    for c in &plan.credentials {
+    // Only the credentials some zone attaches (the built-in agent profiles' among them
+    // are read whenever a profile extends one).
+    let attached = |name: &String| {
+        let zones = plan.zones.iter().filter(|z| z.authenticated);
+        zones
+            .into_iter()
+            .any(|z| z.profile.credentials.contains(name))
+    };
+    for c in plan.credentials.iter().filter(|c| attached(&c.name)) {
         if let SecretPlan::Env(var) = &c.secret {
             if getenv(var).is_none() {
                 out.push(format!(

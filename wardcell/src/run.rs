@@ -125,6 +125,7 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
     // 5. Secret files nobody else may read, before anything starts; write paths that
     //    are not there, said once.
     credentials::check_sources(&plan)?;
+    credentials::check_start_keys(&plan)?;
     crate::trusted::check(&plan)?;
     // The certificates a proxy that attaches a credential trusts upstream, read now, once,
     // before any sandbox of the run exists (a bundle in a tree a sandbox writes is then
