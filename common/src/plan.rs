@@ -666,6 +666,17 @@ pub struct ZoneEgress {
     pub internal: Vec<String>,
 }
 
+impl ZoneEgress {
+    pub fn of(z: &ZonePlan) -> ZoneEgress {
+        let (allow, internal) = (&z.profile.network.allow, &z.profile.network.internal);
+        ZoneEgress {
+            zone: z.name.clone(),
+            allow: allow.clone(),
+            internal: internal.clone(),
+        }
+    }
+}
+
 /// What one zone's proxy enforces. Sent by the broker with the listener attached.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct ProxySpec {

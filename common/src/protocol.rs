@@ -477,6 +477,20 @@ pub enum ZoneResponse {
     Failed { message: String, code: i32 },
 }
 
+impl ZoneResponse {
+    /// [`ZoneResponse::Waiting`] for a plugin run as `argv` (its program's file name
+    /// only: its arguments are not the sandbox's to see).
+    pub fn waiting(argv: Option<&[String]>, timeout_secs: Option<u64>) -> ZoneResponse {
+        let program = argv.and_then(|a| a.first()).map(std::path::Path::new);
+        let name = program.and_then(std::path::Path::file_name);
+        let plugin = name.map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        ZoneResponse::Waiting {
+            timeout_secs,
+            plugin,
+        }
+    }
+}
+
 impl Message for Launch {
     const MAX_LEN: usize = CONFIGURED_MAX;
     const WHAT: &'static str = "the plan";

@@ -15,6 +15,7 @@ use serde_json::json;
 use wardcell_common::plan::{CredentialPlan, ProxySpec, SandboxSpec, ZoneEgress};
 use wardcell_common::protocol::{self, ProxyEvent, ShimReport};
 
+use crate::chain::enterable;
 use crate::run::Run;
 use crate::spec;
 use crate::sys;
@@ -67,14 +68,11 @@ pub fn hand_over(
         credentials,
         roots: run.plan.upstream_roots.clone(),
         trace: wardcell_common::trace::spec(&run.id),
-        elsewhere: crate::chain::enterable(&run.plan.zones, asked.chain)
-            .into_iter()
-            .map(|z| ZoneEgress {
-                zone: z.name.clone(),
-                allow: z.profile.network.allow.clone(),
-                internal: z.profile.network.internal.clone(),
-            })
-            .collect(),
+        elsewhere: Vec::from_iter(
+            enterable(&run.plan.zones, asked.chain)
+                .into_iter()
+                .map(ZoneEgress::of),
+        ),
     };
     // Its events, into the run's log, until it is gone; then it is reaped.
     let (r, z) = (run.clone(), zone.to_string());

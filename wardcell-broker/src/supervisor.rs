@@ -19,7 +19,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -328,13 +328,7 @@ impl Supervisor {
         };
         self.run.attach(&held, plugin.process());
         // The caller says at once that it waits, and for whom (its words, client-side).
-        let program = plan.approval.iter().flatten().next().map(Path::new);
-        let waiting = ZoneResponse::Waiting {
-            timeout_secs: zone.approval_timeout_secs,
-            plugin: program
-                .and_then(Path::file_name)
-                .map_or(String::new(), |n| n.to_string_lossy().into()),
-        };
+        let waiting = ZoneResponse::waiting(plan.approval.as_deref(), zone.approval_timeout_secs);
         let _ = protocol::write_frame(&mut &*conn, &waiting);
         let timeout = zone.approval_timeout_secs.map(Duration::from_secs);
         let answer = plugin.answer(timeout, conn.as_fd());

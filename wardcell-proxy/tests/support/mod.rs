@@ -78,6 +78,7 @@ pub struct Proxy {
 
 pub fn spec(allow: &[String], credentials: Vec<CredentialPlan>) -> ProxySpec {
     ProxySpec {
+        elsewhere: Vec::new(),
         run_id: "test-run".into(),
         zone: "push".into(),
         allow: allow.to_vec(),
