@@ -122,3 +122,53 @@ network = {{ allow = ["allowed.example.invalid:443"] }}
     assert_eq!(broken["ok"], false);
     assert!(broken["damage"]["line"].is_u64(), "{broken}");
 });
+
+// `--json` is `--output json` wherever `--output` is, inside a sandbox too; with it,
+// every error is one JSON object on stderr (`error`, `exit_code`): a refusal, a usage
+// error, a command refused where it does not work. Without it, errors are words.
+both!(json_is_output_json_and_errors_are_json_too, |fx| {
+    fx.test_config("network = { allow = [\"example.invalid:443\"] }\n");
+    fx.run(&["run", "--", "/bin/true"]).ok();
+    for args in [
+        &["zone", "list"][..],
+        &["policy", "show"],
+        &["policy", "check"],
+        &["policy", "why", "example.com:443"],
+        &["logs", "list"],
+        &["logs", "show", "latest"],
+        &["logs", "verify", "latest"],
+        &["approvals", "list"],
+    ] {
+        let long = fx.run(&[args, &["--output", "json"]].concat());
+        let short = fx.run(&[args, &["--json"]].concat());
+        assert_eq!(short.stdout, long.stdout, "{args:?}");
+        assert_eq!(short.code, long.code, "{args:?}");
+        assert!(short.stdout.starts_with('{'), "{args:?}: {short:#?}");
+    }
+    let inside = fx.sh(
+        "wardcell zone list --json; wardcell zone why --json /etc; wardcell zone denials --json",
+    );
+    inside.ok();
+    for line in inside.stdout.lines() {
+        let _: Value = serde_json::from_str(line).expect("one JSON object a line");
+    }
+    assert_eq!(inside.stdout.lines().count(), 3, "{inside:#?}");
+    for (args, code) in [
+        (&["logs", "show", "nope", "--json"][..], 1),
+        (&["policy", "show", "--bogus", "--json"], 2),
+        (&["zone", "enter", "push", "--json"], 1),
+    ] {
+        let out = fx.run(args);
+        out.expect_code(code);
+        assert_eq!(out.stderr.lines().count(), 1, "{out:#?}");
+        let doc: Value = serde_json::from_str(&out.stderr).expect("a JSON error");
+        assert!(
+            doc["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{doc}"
+        );
+        assert_eq!(doc["exit_code"], code, "{doc}");
+    }
+    let words = fx.run(&["logs", "show", "nope"]);
+    words.expect_code(1);
+    assert!(words.stderr.starts_with("error: "), "{words:#?}");
+});

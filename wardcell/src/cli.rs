@@ -47,7 +47,7 @@ pub enum Command {
     Doctor {
         #[command(flatten)]
         config: ConfigArg,
-        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
+        /// text for people, or json (`--json` for short): one JSON document (schema: docs/OUTPUT.md)
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -154,7 +154,7 @@ pub enum PolicyCommand {
     Check {
         #[command(flatten)]
         config: ConfigArg,
-        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
+        /// text for people, or json (`--json` for short): one JSON document (schema: docs/OUTPUT.md)
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -170,7 +170,7 @@ pub enum PolicyCommand {
         flags: ProfileFlags,
         #[command(flatten)]
         config: ConfigArg,
-        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
+        /// text for people, or json (`--json` for short): one JSON document (schema: docs/OUTPUT.md)
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -198,7 +198,7 @@ pub struct WhyArgs {
     /// Ask about writing the path, not reading it
     #[arg(long)]
     pub write: bool,
-    /// text for people (the first word is `allowed` or `denied`), or json: one JSON document (schema: docs/OUTPUT.md)
+    /// text for people (the first word is `allowed` or `denied`), or json (`--json` for short): one JSON document (schema: docs/OUTPUT.md)
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
 }
@@ -209,7 +209,7 @@ pub enum ZoneCommand {
     List {
         #[command(flatten)]
         config: ConfigArg,
-        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
+        /// text for people, or json (`--json` for short): one JSON document (schema: docs/OUTPUT.md)
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -222,7 +222,7 @@ pub enum ZoneCommand {
     },
     /// List the connections this sandbox's proxy refused lately (the last 64), with why
     Denials {
-        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
+        /// text for people, or json (`--json` for short): one JSON document (schema: docs/OUTPUT.md)
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -247,7 +247,7 @@ pub enum LogsCommand {
         /// Also `wardcell doctor`'s trial runs (marked "(doctor)")
         #[arg(long)]
         all: bool,
-        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
+        /// text for people, or json (`--json` for short): one JSON document (schema: docs/OUTPUT.md)
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -268,7 +268,7 @@ pub enum LogsCommand {
     Verify {
         #[arg(value_name = "ID")]
         id: String,
-        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
+        /// text for people, or json (`--json` for short): one JSON document (schema: docs/OUTPUT.md)
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -278,7 +278,7 @@ pub enum LogsCommand {
 pub enum ApprovalsCommand {
     /// List the requests waiting for an answer, newest first
     List {
-        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
+        /// text for people, or json (`--json` for short): one JSON document (schema: docs/OUTPUT.md)
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -287,7 +287,7 @@ pub enum ApprovalsCommand {
         /// The request id (from `wardcell approvals list`)
         #[arg(value_name = "ID")]
         id: String,
-        /// text for people, or json: one JSON document (schema: docs/OUTPUT.md)
+        /// text for people, or json (`--json` for short): one JSON document (schema: docs/OUTPUT.md)
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -441,6 +441,8 @@ pub fn print_help(location: &Location, path: &[String]) -> std::process::ExitCod
 pub enum Parsed {
     Run(Box<Cli>),
     Exit(std::process::ExitCode),
+    /// A usage error (exit code 2), in one line without `error: `, for the caller to say.
+    Usage(String),
 }
 
 /// Parse `args` against the command offered at `location`. Help and version print and
@@ -455,6 +457,7 @@ pub fn parse(location: &Location, args: Vec<OsString>) -> Parsed {
         return parsed_or_usage(parse_run(&args[1..]), &["run".to_string()]);
     }
     let cmd = command_for(location);
+    let args = json_is_output_json(&cmd, args);
     // The part of the path that names real commands, for the "see --help" hint.
     let mut known = Vec::new();
     let mut at = &cmd;
@@ -471,6 +474,50 @@ pub fn parse(location: &Location, args: Vec<OsString>) -> Parsed {
         .try_get_matches_from(args)
         .and_then(|m| Cli::from_arg_matches(&m));
     parsed_or_usage(parsed, &known)
+}
+
+/// `--json` is `--output json` for every command that has `--output` (before any `--`);
+/// elsewhere it is left for clap to refuse.
+fn json_is_output_json(cmd: &clap::Command, args: Vec<OsString>) -> Vec<OsString> {
+    let mut at = cmd;
+    for a in args.iter().skip(1).map_while(|a| a.to_str()) {
+        if a == "--" {
+            break;
+        }
+        match at.find_subcommand(a) {
+            Some(sub) if !a.starts_with('-') => at = sub,
+            _ => {}
+        }
+    }
+    if !at.get_arguments().any(|a| a.get_long() == Some("output")) {
+        return args;
+    }
+    let mut out = Vec::with_capacity(args.len() + 1);
+    let mut rest = false;
+    for a in args {
+        rest |= a == "--";
+        if !rest && a == "--json" {
+            out.extend(["--output", "json"].map(OsString::from));
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// Whether the command line asks for JSON (`--json`, `--output json`, `--output=json`,
+/// `jsonl` too, before any `--`): then its errors are JSON as well (docs/OUTPUT.md).
+pub fn asks_for_json(args: &[OsString]) -> bool {
+    let words: Vec<&str> = args.iter().skip(1).map_while(|a| a.to_str()).collect();
+    let words = words.split(|w| *w == "--").next().unwrap_or_default();
+    words.iter().enumerate().any(|(i, w)| {
+        let value = match *w {
+            "--json" => return true,
+            "--output" => words.get(i + 1).copied().unwrap_or_default(),
+            other => other.strip_prefix("--output=").unwrap_or_default(),
+        };
+        matches!(value, "json" | "jsonl")
+    })
 }
 
 /// `run ARGS...` parsed by [`RunArgs`] alone, as the whole tree defines that subcommand.
@@ -507,10 +554,7 @@ fn parsed_or_usage(parsed: Result<Cli, clap::Error>, known: &[String]) -> Parsed
                 } else {
                     format!("wardcell {} --help", known.join(" "))
                 };
-                wardcell_common::eprintln_line!(
-                    "error: {}; see `{help}`",
-                    wardcell_common::text::shown(&first)
-                );
+                return Parsed::Usage(format!("{first}; see `{help}`"));
             }
             Parsed::Exit(code.into())
         }

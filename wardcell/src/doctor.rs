@@ -31,6 +31,12 @@ struct Report {
     json: Option<Vec<serde_json::Value>>,
 }
 
+/// One line on stdout; a reader that went away (`| head`) ends nothing.
+fn out(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
 impl Report {
     fn line(&mut self, level: Level, what: &str, text: impl AsRef<str>) {
         let (tag, word) = match level {
@@ -42,10 +48,10 @@ impl Report {
             Some(checks) => checks.push(serde_json::json!({
                 "check": what, "level": word, "detail": text.as_ref(),
             })),
-            None => println!(
+            None => out(&format!(
                 "{tag}  {what:<16} {}",
                 wardcell_common::text::shown(text.as_ref())
-            ),
+            )),
         }
         self.worst = self.worst.max(level);
     }
@@ -183,10 +189,10 @@ pub fn run(config_file: Option<&Path>, format: Output) -> u8 {
     match r.json {
         Some(checks) => {
             let doc = serde_json::json!({"ok": can, "checks": checks, "limits": limits});
-            println!("{doc}");
+            out(&doc.to_string());
         }
         None if !can => {
-            println!("wardcell cannot sandbox on this machine: fix the FAIL lines above");
+            out("wardcell cannot sandbox on this machine: fix the FAIL lines above");
         }
         None => {}
     }

@@ -58,6 +58,11 @@ fn main() -> ExitCode {
         trace::install("wardcell", level);
     }
 
+    // Asked for JSON, every error is JSON too (docs/OUTPUT.md).
+    if cli::asks_for_json(&std::env::args_os().collect::<Vec<_>>()) {
+        output::errors_as_json();
+    }
+
     // 1. Where are we: the host, a sandbox in a zone, or a sandbox without zones.
     let location = Location::detect(&|k| std::env::var(k).ok());
     // In a zone, the supervisor's socket lies in the run's directory, named by its id:
@@ -104,6 +109,7 @@ fn main() -> ExitCode {
     let cli = match cli::parse(&location, args) {
         Parsed::Run(cli) => cli,
         Parsed::Exit(code) => return code,
+        Parsed::Usage(message) => return report(Error::Usage(message)),
     };
 
     // 5. Do it.
@@ -223,6 +229,6 @@ fn report(e: Error) -> ExitCode {
     if matches!(&e, Error::Stdout(io) if io.kind() == std::io::ErrorKind::BrokenPipe) {
         return ExitCode::from(e.exit_code());
     }
-    wardcell_common::eprintln_line!("error: {}", output::shown(&e.to_string()));
+    output::error_line(&e.to_string(), e.exit_code());
     ExitCode::from(e.exit_code())
 }

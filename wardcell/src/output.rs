@@ -406,6 +406,24 @@ pub fn why(
     Ok(std::process::ExitCode::from(u8::from(!answer.allowed)))
 }
 
+static JSON_ERRORS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on [`error_line`] writes JSON: the command line asked for JSON output.
+pub fn errors_as_json() {
+    JSON_ERRORS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// An error on stderr, as one line: `error: MESSAGE` for people, or, when the command
+/// line asked for JSON, `{"error": MESSAGE, "exit_code": N}` (docs/OUTPUT.md).
+pub fn error_line(message: &str, exit_code: u8) {
+    if JSON_ERRORS.load(std::sync::atomic::Ordering::Relaxed) {
+        let doc = serde_json::json!({"error": message, "exit_code": exit_code});
+        wardcell_common::eprintln_line!("{doc}");
+    } else {
+        wardcell_common::eprintln_line!("error: {}", shown(message));
+    }
+}
+
 /// What `zone enter` says on stderr as soon as the entry waits for approval: which zone,
 /// how long at most, and where the person answers.
 pub fn waiting_for_approval(zone: &str, timeout_secs: Option<u64>, plugin: &str) -> String {
