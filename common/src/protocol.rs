@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::plan::{Plan, ProxySpec, SandboxSpec};
 
 /// Bumped whenever any message below changes shape.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
@@ -461,13 +461,6 @@ pub enum ZoneResponse {
     },
     /// The request is refused; `message` is the user's one-line error without `error: `.
     Refused { message: String },
-    /// The entry waits for the approval plugin, for at most `timeout_secs` (None: until
-    /// it answers); `plugin` is the file name of its program (where the person answers
-    /// depends on it). Sent once, before the entry's answer.
-    Waiting {
-        timeout_secs: Option<u64>,
-        plugin: String,
-    },
     /// The command started in its new sandbox.
     Started,
     /// The command ended with this exit code (128+N for signal N).
@@ -475,6 +468,14 @@ pub enum ZoneResponse {
     /// The command could not be started in its sandbox (not found: 127, not executable:
     /// 126, the sandbox could not be built: 1).
     Failed { message: String, code: i32 },
+    /// The entry waits for the approval plugin, for at most `timeout_secs` (None: until
+    /// it answers); `plugin` is the file name of its program (where the person answers
+    /// depends on it). Sent once, before the entry's answer; last, so
+    /// that the variants before it keep their numbers.
+    Waiting {
+        timeout_secs: Option<u64>,
+        plugin: String,
+    },
 }
 
 impl ZoneResponse {

@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 use serde_json::Value;
 use wardcell_tests::{both, Fixture, Out};
 
-/// The versions these tests were written against (README, "Coding agents").
+/// The versions these tests were written against (docs/AGENTS.md).
 const CLAUDE_CODE: &str = "@anthropic-ai/claude-code@2.1.197";
 const CODEX: &str = "@openai/codex@0.171.0";
 /// What the stand-in answers every turn with.

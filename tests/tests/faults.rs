@@ -455,7 +455,8 @@ both!(a_killed_plugin_refuses_the_entry, |fx| {
     assert_eq!(out.stdout, "rc=1\n", "{out:#?}");
     assert_eq!(
         out.stderr,
-        "error: entering zone 'push' was not approved: the approval plugin failed (signal: 9 (SIGKILL))\n",
+        "wardcell: entering zone 'push' needs approval: waiting until someone answers; the approval plugin approve.sh asks someone\n\
+         error: entering zone 'push' was not approved: the approval plugin failed (signal: 9 (SIGKILL))\n",
         "{out:#?}"
     );
     scene.assert_clean(&tree);

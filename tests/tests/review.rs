@@ -94,9 +94,9 @@ both!(
             &"import os, socket, struct\n\
          s = socket.socket(socket.AF_UNIX); s.connect(os.environ['WARDCELL_ZONE_SOCKET'])\n\
          f = lambda b: struct.pack('<I', len(b)) + b\n\
-         # A Hello (protocol version 5: one byte in bincode; the release, 16 bytes), then\n\
+         # A Hello (protocol version 6: one byte in bincode; the release, 16 bytes), then\n\
          # the Why request.\n\
-         s.sendall(f(b'\\x05' + b'RELEASE'.ljust(16, b'\\0')) + f(b'\\x02'))\n\
+         s.sendall(f(b'\\x06' + b'RELEASE'.ljust(16, b'\\0')) + f(b'\\x02'))\n\
          d = b''\n\
          while True:\n\
          \x20   c = s.recv(65536)\n\
@@ -138,7 +138,7 @@ secret = {{ file = "{secret}" }}
     }
 );
 
-// `package-managers` (README recommends it for agents that install packages) lets the
+// `package-managers` (docs/AGENTS.md recommends it for agents that install packages) lets the
 // sandbox write caches whose contents the host runs without checking them again: cargo's
 // extracted sources (build.rs runs at the next host `cargo build`), Go's build cache,
 // npx's cache. The agent profiles keep their state apart for exactly this reason.

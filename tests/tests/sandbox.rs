@@ -969,7 +969,7 @@ both!(ctrl_z_stops_the_command_as_under_a_shell, |fx| {
     sh.wait_for("STARTED\r\n");
     // ^Z, again if it landed while the command's shell was between vfork and exec (then
     // only the child not yet started stops, and the job goes on: a person presses it
-    // again; README, "Commands"). The shell has its prompt back once the job stopped.
+    // again; docs/COMMANDS.md). The shell has its prompt back once the job stopped.
     let until = Instant::now() + Duration::from_secs(20);
     loop {
         sh.type_in("\x1a");

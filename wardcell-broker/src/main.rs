@@ -29,7 +29,7 @@
 //! a Seatbelt profile; watching a child: pidfd or kqueue; taking signals: signalfd or
 //! kqueue) and in `peer` (a sandbox's processes recognised by their network namespace,
 //! or by their Seatbelt identity). macOS has no proxy yet: a sandbox with network is
-//! refused there (proxy_macos.rs). README, "macOS".
+//! refused there (proxy_macos.rs). docs/MACOS.md.
 //!
 //! What is done here that decides nothing (the pty, waiting, helper processes,
 //! run directories, the words of messages) is wardcell-host's: docs/AUDITING.md says

@@ -1,5 +1,5 @@
 //! macOS: no proxy yet. wardcell-proxy cannot be built and checked for macOS on the
-//! Linux CI (README, "macOS"), and without a network namespace its listener and the
+//! Linux CI (docs/MACOS.md), and without a network namespace its listener and the
 //! CA bundle have no private place; so a sandbox whose profile has network is refused,
 //! in one line naming its zone, before its command starts.
 

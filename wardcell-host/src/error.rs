@@ -60,7 +60,7 @@ impl From<FrameError> for BrokerError {
 }
 
 /// Why a sandbox with network cannot start on macOS: its proxy does not run there yet
-/// (README, "macOS"). `zone` is None for `run --profile`.
+/// (docs/MACOS.md). `zone` is None for `run --profile`.
 #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
 pub fn network_refusal(zone: Option<&str>, profile: &str) -> String {
     let what = match zone {

@@ -31,7 +31,7 @@ pub trait Taken: AsFd {
 /// them), then, if the sandbox is still there after [`GRACE`], SIGKILL.
 const ENDING: &[i32] = &[libc::SIGTERM, libc::SIGHUP, libc::SIGINT];
 
-/// How long a sandbox has to end after an ending signal (README, on the terminal).
+/// How long a sandbox has to end after an ending signal (docs/COMMANDS.md, on the terminal).
 pub const GRACE: Duration = Duration::from_secs(5);
 
 /// What to watch besides the sandbox itself.

@@ -1,4 +1,4 @@
-//! Entry points for the fuzz targets in fuzz/ (see README, "Fuzzing"); not an interface.
+//! Entry points for the fuzz targets in fuzz/ (see docs/DEVELOPING.md, "Fuzzing"); not an interface.
 //! Each runs the proxy's own code on hostile input and panics when an invariant breaks.
 
 #![forbid(unsafe_code)]

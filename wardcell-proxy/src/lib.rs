@@ -1,5 +1,5 @@
 //! wardcell-proxy's modules. The binary (src/main.rs) is the proxy; the library exists so
-//! that the fuzz targets (fuzz/, see README) reach the parsers through [`fuzz`].
+//! that the fuzz targets (fuzz/, see docs/DEVELOPING.md) reach the parsers through [`fuzz`].
 
 // sys.rs alone holds `unsafe`; every other module also forbids it on its own.
 #![deny(unsafe_code)]

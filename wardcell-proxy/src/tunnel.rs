@@ -7,7 +7,7 @@
 //! taken them, and copying into fresh pages made its sends four times as costly. A 1 GiB
 //! HTTPS download from a local server measured 1.42x curl direct's time spliced, 1.14 to
 //! 1.21x copied through 256 KiB (1.23x through 64 KiB; no better through 1 MiB):
-//! `egress-bench`, README "Benchmarks".
+//! `egress-bench`, docs/BENCHMARKS.md.
 
 #![forbid(unsafe_code)]
 

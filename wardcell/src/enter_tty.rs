@@ -11,7 +11,7 @@
 //! The entered command has no controlling terminal (it starts a session of its own): a
 //! program that changes the terminal's modes (an editor) changes only its pty's, and the
 //! pty's window size is the caller's at the start (a later change is not passed on).
-//! Linux only: on macOS the caller's descriptors are passed as they are (README, "macOS").
+//! Linux only: on macOS the caller's descriptors are passed as they are (docs/MACOS.md).
 
 use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;

@@ -25,6 +25,7 @@ mod location;
 
 use clap::CommandFactory;
 
+mod markdown;
 mod prose;
 
 /// What the client's own page says beyond its options and its prose (prose.rs): where
@@ -228,6 +229,26 @@ fn write_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 }
 
 fn main() -> std::process::ExitCode {
+    // `--markdown PAGE`: the page as Markdown on stdout (docs/CONFIGURATION.md is
+    // `--markdown packaging/man/wardcell-zones.toml.5`; a test keeps them equal).
+    let all: Vec<_> = std::env::args().skip(1).collect();
+    if let [flag, page] = &all[..] {
+        if flag == "--markdown" {
+            return match std::fs::read_to_string(page)
+                .map_err(|e| e.to_string())
+                .and_then(|text| markdown::from_roff(&text, page))
+            {
+                Ok(md) => {
+                    print!("{md}");
+                    0.into()
+                }
+                Err(e) => {
+                    eprintln!("error: {page}: {e}");
+                    1.into()
+                }
+            };
+        }
+    }
     let mut args = std::env::args_os().skip(1);
     let (Some(dir), None) = (args.next(), args.next()) else {
         eprintln!("error: usage: wardcell-mangen OUT_DIR; it writes the section 1 pages there");

@@ -3,7 +3,7 @@
 //! `EVFILT_SIGNAL` for the signals the broker forwards); a kqueue descriptor is readable
 //! while an event is pending, so the relay polls it as it polls a pidfd on Linux.
 //!
-//! Compiled for macOS and checked in CI; untested on a Mac (README, "macOS").
+//! Compiled for macOS and checked in CI; untested on a Mac (docs/MACOS.md).
 
 pub mod peer;
 pub mod spawn;
@@ -191,7 +191,7 @@ pub fn for_helper(cmd: &mut std::process::Command) -> &mut std::process::Command
 }
 
 /// Start `cmd` as a helper (`for_helper`), watched. macOS has no execveat: the program
-/// `exe` holds is started by the path it was opened at (README, "macOS").
+/// `exe` holds is started by the path it was opened at (docs/MACOS.md).
 pub fn spawn_from(
     _exe: &wardcell_host::exe::Exe,
     cmd: &mut std::process::Command,

@@ -10,7 +10,7 @@
 //! 4. its working directory (`proc_pidinfo`), where a `zone enter` command will run.
 //!
 //! What these answers add up to is decided in `peer::judge` (judge_macos.rs, unit-tested everywhere).
-//! Compiled for macOS and checked in CI; untested on a Mac (README, "macOS").
+//! Compiled for macOS and checked in CI; untested on a Mac (docs/MACOS.md).
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::io;
