@@ -23,7 +23,9 @@ pub struct Asked<'a> {
     pub profile: &'a ProfilePlan,
     /// None for `run --profile`: no zone, no supervisor.
     pub zone: Option<&'a str>,
-    /// The zones from the run's first to this one (empty without zones).
+    /// The zones from the run's first to this one (empty without zones). Read by the
+    /// proxy's spec (no proxy on macOS).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub chain: &'a [String],
     pub argv: &'a [String],
     pub cwd: PathBuf,

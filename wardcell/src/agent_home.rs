@@ -150,10 +150,7 @@ fn prepare_one(agent: &Agent, home: &Path) -> std::io::Result<()> {
     let _ = fs::remove_dir_all(&old);
     // The agent's home, opened without following a link (run.rs refused one already;
     // this holds if one appeared since).
-    let dir = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-        .open(&agent_home)?;
+    let dir = Dir::open(&agent_home)?;
     for name in have {
         link_if_missing(&dir, name, &copies.join(name))?;
     }
@@ -232,24 +229,48 @@ fn claude_settings(bytes: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// A link named `name` in `dir` to `target`, unless something is there already.
-fn link_if_missing(dir: &File, name: &str, target: &Path) -> std::io::Result<()> {
-    match nix::unistd::symlinkat(target, Some(dir.as_raw_fd()), name) {
+fn link_if_missing(dir: &Dir, name: &str, target: &Path) -> std::io::Result<()> {
+    match nix::unistd::symlinkat(target, Some(dir.file.as_raw_fd()), name) {
         Ok(()) | Err(nix::errno::Errno::EEXIST) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
 
-/// `name` in the directory `dir` holds open, as a path that reaches it through that
-/// descriptor: whatever becomes of the directory's own path, and (opened with
-/// O_NOFOLLOW) never through a link named `name`.
-fn in_dir(dir: &File, name: &str) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()))
+/// The agent's home, held open (opened without following a link).
+struct Dir {
+    file: File,
+    #[cfg_attr(target_os = "linux", allow(dead_code))]
+    path: PathBuf,
+}
+
+impl Dir {
+    fn open(path: &Path) -> std::io::Result<Dir> {
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(path)?;
+        Ok(Dir {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// `name` in it, as a path that reaches it through the descriptor on Linux (whatever
+    /// becomes of the directory's own path), and (opened with O_NOFOLLOW) never through
+    /// a link named `name`. On macOS by its path: its parent, which no sandbox writes,
+    /// keeps it in place.
+    fn at(&self, name: &str) -> PathBuf {
+        #[cfg(target_os = "linux")]
+        return PathBuf::from(format!("/proc/self/fd/{}/{name}", self.file.as_raw_fd()));
+        #[cfg(not(target_os = "linux"))]
+        return self.path.join(name);
+    }
 }
 
 /// Codex's `config.toml` in its home: the user's, filtered, with its sandbox off. Made
 /// when missing, or when wardcell made the one there from a file that has changed since;
 /// one without wardcell's first line (the user's or Codex's own edits) is kept.
-fn codex_config(dir: &File, user: &Path) -> std::io::Result<()> {
+fn codex_config(dir: &Dir, user: &Path) -> std::io::Result<()> {
     let user_text = match read_plain(user)? {
         Some(b) => String::from_utf8(b).unwrap_or_default(),
         None => String::new(),
@@ -327,17 +348,17 @@ fn filter_codex(t: &mut toml::Table) {
 }
 
 /// A regular file in `dir`, read without following a link (None if missing or not one).
-fn read_at(dir: &File, name: &str) -> std::io::Result<Option<String>> {
-    Ok(read_plain(&in_dir(dir, name))?.map(|b| String::from_utf8_lossy(&b).into_owned()))
+fn read_at(dir: &Dir, name: &str) -> std::io::Result<Option<String>> {
+    Ok(read_plain(&dir.at(name))?.map(|b| String::from_utf8_lossy(&b).into_owned()))
 }
 
 /// `name` in `dir` replaced by `bytes`: written to a new file there, renamed over it
 /// (a link the sandbox put there is replaced, never followed).
-fn replace_at(dir: &File, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+fn replace_at(dir: &Dir, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = format!(".{name}.wardcell-new");
-    let _ = fs::remove_file(in_dir(dir, &tmp));
-    write_new(&in_dir(dir, &tmp), bytes)?;
-    let fd = Some(dir.as_raw_fd());
+    let _ = fs::remove_file(dir.at(&tmp));
+    write_new(&dir.at(&tmp), bytes)?;
+    let fd = Some(dir.file.as_raw_fd());
     nix::fcntl::renameat(fd, tmp.as_str(), fd, name)?;
     Ok(())
 }
@@ -411,7 +432,7 @@ enabled = true
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         let user = dir.join("user.toml");
-        let open = || File::open(&dir).unwrap();
+        let open = || Dir::open(&dir).unwrap();
         let made = || fs::read_to_string(dir.join("config.toml")).unwrap();
         fs::write(&user, "model = \"a\"\n").unwrap();
         codex_config(&open(), &user).unwrap();
