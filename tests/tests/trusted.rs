@@ -267,7 +267,7 @@ both!(a_helper_of_another_build_is_refused, |fx| {
         &bin.join("wardcell-proxy"),
         "#!/usr/bin/python3\nimport os, struct\n\
          n = struct.unpack('<I', os.read(3, 4))[0]; os.read(3, n)\n\
-         hello = bytes([5]) + b'0.0.9'.ljust(16, b'\\0')\n\
+         hello = bytes([6]) + b'0.0.9'.ljust(16, b'\\0')\n\
          os.write(3, struct.pack('<I', len(hello)) + hello)\n\
          os.read(3, 1)\n",
     );
@@ -286,7 +286,7 @@ both!(a_helper_of_another_build_is_refused, |fx| {
     let release = env!("CARGO_PKG_VERSION");
     assert_eq!(
         out.stderr,
-        format!("error: could not start the sandbox: starting zone 'agent''s proxy: hello: the peer is another build of wardcell: this side is wardcell {release} (protocol 5), the peer is wardcell 0.0.9 (protocol 5); install matching wardcell binaries\n"),
+        format!("error: could not start the sandbox: starting zone 'agent''s proxy: hello: the peer is another build of wardcell: this side is wardcell {release} (protocol 6), the peer is wardcell 0.0.9 (protocol 6); install matching wardcell binaries\n"),
         "{out:#?}"
     );
 });

@@ -120,7 +120,11 @@ error are passed through (a terminal is given a pty of the sandbox's own), its e
 status comes back, and signals sent to \fBwardcell\fR reach it. Every process the command
 starts ends with the run. \fB\-\-read\fR, \fB\-\-write\fR, \fB\-\-deny\fR and
 \fB\-\-allow\fR add to the profile the run starts in, for this run only; the audit log
-records them. Host only: a sandbox cannot start another sandbox.
+records them. With \fB\-\-profile\fR, the credentials the profile names are attached by
+its proxy (as a zone's are with \fBauthenticated = true\fR): the built\-in
+\fBclaude\-code\fR and \fBcodex\fR carry their API key so, from \fBANTHROPIC_API_KEY\fR or
+\fBOPENAI_API_KEY\fR, and a run whose key is not set is refused before it starts.
+Host only: a sandbox cannot start another sandbox.
 ",
         exit: EXIT_RELAYED,
         environment: r"
@@ -143,6 +147,12 @@ removes, plus its \fBenv.set\fR and the proxy and CA variables of a sandbox with
 .PP
 .EX
 wardcell run \-\- bash
+.EE
+.PP
+Run Claude Code with only its key, which never enters the sandbox:
+.PP
+.EX
+ANTHROPIC_API_KEY=sk\-ant\-... wardcell run \-\-profile claude\-code \-\- claude
 .EE
 .PP
 Run tests under a built\-in profile, reading one more tree and reaching one more host:
