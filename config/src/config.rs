@@ -57,8 +57,11 @@ deny = [
     "~/.docker", "~/.kube", "~/.npmrc", "~/.pypirc", "~/.cargo/credentials",
     "~/.cargo/credentials.toml", "~/.config/gcloud", "~/.azure", "~/.password-store",
     "~/.local/share/keyrings", "~/.mozilla", "~/.config/google-chrome", "~/.config/chromium",
-    # Coding agents' own logins and keys.
+    # Coding agents' own logins and keys, and their settings, which hold MCP servers'
+    # tokens and environment values (the agent profiles copy what is safe of them).
     "~/.claude/.credentials.json", "~/.codex/auth.json", "~/.config/anthropic",
+    "~/.claude.json", "~/.claude/settings.json", "~/.claude/settings.local.json",
+    "~/.codex/config.toml",
     "~/.config/openai", "~/.gemini/oauth_creds.json", "~/.local/share/opencode/auth.json",
     # Other common secrets.
     "~/.vault-token", "~/.pgpass", "~/.my.cnf", "~/.terraform.d/credentials.tfrc.json",
@@ -100,7 +103,8 @@ credentials = ["anthropic"]
 
 [credentials.anthropic]
 hosts = ["api.anthropic.com"]
-paths = ["/v1/*"]
+# The API, and the settings Claude Code asks its API for (as it does run directly).
+paths = ["/v1/*", "/api/claude_code/*"]
 methods = ["GET", "POST"]
 scheme = "header"
 header = "x-api-key"

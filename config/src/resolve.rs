@@ -253,7 +253,17 @@ pub fn resolve_profile(
         .ok_or_else(|| ResolveError::UnknownProfile {
             name: name.to_string(),
             source: cfg.source.clone(),
-            known: cfg.profiles.keys().cloned().collect(),
+            // The built-in agent profiles too, read only when named.
+            known: {
+                let mut known: Vec<String> = cfg.profiles.keys().cloned().collect();
+                for n in crate::config::BUILTIN_AGENT_NAMES {
+                    if !known.iter().any(|k| k == n) {
+                        known.push(n.to_string());
+                    }
+                }
+                known.sort();
+                known
+            },
         })?;
     resolve_effective(p, home, cwd, getenv)
 }
@@ -1076,7 +1086,9 @@ plugin = ["/bin/true"]
         let e = resolve(&cfg, StartRequest::Profile("nope".into()), vec![], &c).unwrap_err();
         assert!(matches!(e, ResolveError::UnknownProfile { .. }));
         assert!(
-            e.to_string().contains("base, developer-readonly, readonly"),
+            e.to_string().contains(
+                "base, claude-code, codex, developer-readonly, package-managers, readonly"
+            ),
             "{e}"
         );
     }

@@ -438,6 +438,10 @@ both!(an_agent_profile_without_its_key_says_which_variable, |fx| {
 const MASKED: &[&str] = &[
     ".claude/.credentials.json",
     ".codex/auth.json",
+    ".claude.json",
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+    ".codex/config.toml",
     ".config/anthropic/key",
     ".config/openai/key",
     ".gemini/oauth_creds.json",
@@ -474,8 +478,8 @@ both!(
             fx.write(&fx.home.join(rel), &format!("planted-secret {rel}\n"));
         }
         fx.write(&fx.home.join(".bashrc"), "not-a-secret\n");
-        fx.write(&fx.home.join(".codex/config.toml"), "not-a-secret\n");
-        let out = fx.sh("cat ~/.bashrc ~/.codex/config.toml; \
+        fx.write(&fx.home.join(".codex/AGENTS.md"), "not-a-secret\n");
+        let out = fx.sh("cat ~/.bashrc ~/.codex/AGENTS.md; \
          grep -r planted-secret ~ 2>/dev/null; \
          for f in ~/.vault-token ~/.bash_history ~/.claude/.credentials.json; do \
            cat \"$f\" 2>&1; done; true");

@@ -22,6 +22,10 @@ enter_from = ["agent"]
 [zones.hidden]
 profile = "n"
 
+[zones.inside]
+profile = "i"
+enter_from = ["agent"]
+
 [profiles.a]
 extends = "readonly"
 read = ["{bin}"]
@@ -29,7 +33,11 @@ network = {{ allow = ["reserved.test:443", "localhost:9"] }}
 
 [profiles.n]
 extends = "readonly"
-network = {{ allow = ["pypi.org:443"] }}
+network = {{ allow = ["pypi.org:443", "reserved.test:443"] }}
+
+[profiles.i]
+extends = "readonly"
+network = {{ internal = ["reserved.test:443"] }}
 "#,
         bin = fx.bin.display()
     ));
@@ -47,7 +55,12 @@ fn hosts(fx: &Fixture) -> std::path::PathBuf {
 }
 
 const PYTHON: &str = r#"
-import urllib.request, urllib.error
+import socket, urllib.request, urllib.error, os
+# A request in absolute form for another scheme: refused for its scheme, no zone named.
+p = os.environ["HTTP_PROXY"].split("//")[1].rstrip("/").split(":")
+s = socket.create_connection((p[0], int(p[1])))
+s.sendall(b"GET https://pypi.org/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n")
+print("scheme:", s.recv(4096).split(b"\r\n")[0].decode())
 for url in ["https://pypi.org/simple/", "http://pypi.org/simple/", "https://example.org/"]:
     try:
         urllib.request.urlopen(url, timeout=20)
@@ -93,6 +106,10 @@ both!(a_proxy_refusal_says_why_and_which_zone_to_enter, |fx| {
         "{out:#?}"
     );
     assert!(!out.stdout.contains("hidden"), "{out:#?}");
+    assert!(
+        out.stdout.contains("scheme: HTTP/1.1 403 Forbidden by wardcell: pypi.org:443 is not allowed in zone agent (only http:// URLs and CONNECT are proxied)\n"),
+        "{out:#?}"
+    );
     assert!(!out.stdout.contains("fetched"), "{out:#?}");
 });
 
@@ -122,10 +139,18 @@ both!(zone_why_agrees_with_the_proxy, |fx| {
         "{out:#?}"
     );
     assert!(out.stdout.contains("rc=1"), "{out:#?}");
+    // Only a zone whose network.internal lists it would reach that address: `inside`,
+    // not `net`, whose `allow` names it too but whose proxy would refuse it the same way.
+    assert!(out.stdout.contains("  allowed in: inside ("), "{out:#?}");
     assert!(
         out.stdout.contains("python: <urlopen error Tunnel connection failed: 403 Forbidden by wardcell: reserved.test:443 is not allowed in zone agent (reserved.test resolves to 203.0.113.7"),
         "{out:#?}"
     );
+    assert!(
+        out.stdout.contains("); zone inside allows it: run the command that needs it with `wardcell zone enter inside -- COMMAND`>"),
+        "{out:#?}"
+    );
+    assert!(!out.stdout.contains("zone net"), "{out:#?}");
     assert!(
         out.stdout.contains("allowed: localhost:9 in zone 'agent'"),
         "{out:#?}"

@@ -208,3 +208,41 @@ both!(
         );
     }
 );
+
+// Joined WebSocket connections count towards the proxy's bound (256 connections at
+// once) as tunnels do: held open together, 300 get at most 256 and the rest are refused
+// as busy, never an upstream connection each beyond the bound.
+both!(websocket_connections_count_towards_the_proxys_bound, |fx| {
+    let server = WsServer::start(&fx);
+    config(&fx, server.port);
+    let port = server.port.to_string();
+    let probe = fx.bin.join("wardcell-probe");
+    let args = [
+        "run",
+        "--",
+        probe.to_str().unwrap(),
+        "ws-many",
+        "localhost",
+        &port,
+        "/v1/responses",
+        "300",
+    ];
+    let out: wardcell_tests::Out = fx
+        .cmd(&args)
+        .env("SSL_CERT_FILE", &server.ca_pem)
+        .env("OPENAI_API_KEY", "sk-ws-many")
+        .output()
+        .unwrap()
+        .into();
+    out.ok();
+    let opened: usize = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("opened "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out:#?}"));
+    assert!((200..=256).contains(&opened), "{out:#?}");
+    assert!(out.stdout.contains("refused "), "{out:#?}");
+    // The server saw no more handshakes than were let through.
+    assert!(server.seen().len() <= 256, "{}", server.seen().len());
+});

@@ -57,12 +57,17 @@ impl StartError {
     /// The error `wardcell run` ends with, for the proxy of `zone`.
     pub fn for_zone(self, zone: &str) -> crate::error::BrokerError {
         use crate::error::BrokerError;
+        // `-`: a run without zones (`run --profile`).
+        let whose = match zone {
+            "-" => "the sandbox's proxy".to_string(),
+            z => format!("zone '{z}''s proxy"),
+        };
         match self {
             StartError::Failed(message) => {
-                BrokerError::Refused(format!("zone '{zone}''s proxy cannot start: {message}"))
+                BrokerError::Refused(format!("{whose} cannot start: {message}"))
             }
             StartError::Step(what, e) => {
-                BrokerError::Sandbox(format!("starting zone '{zone}''s proxy: {what}: {e}"))
+                BrokerError::Sandbox(format!("starting {whose}: {what}: {e}"))
             }
         }
     }

@@ -22,6 +22,17 @@ use crate::control::Events;
 use crate::credentials::Credentials;
 use crate::dns::{self, Unreachable};
 
+/// What kind of refusal a refusal is, for the advice it gives.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Refusal {
+    /// The target is on no list of this zone.
+    NotListed,
+    /// Listed, but the name leads to an address its entry may not reach.
+    Address,
+    /// Anything else (a scheme, an address the name does not have): no zone helps.
+    Other,
+}
+
 /// Connections served at once (client connections and tunnels each hold one slot).
 const MAX_CONNECTIONS: usize = 256;
 /// Why a connection over [`MAX_CONNECTIONS`] is refused.
@@ -34,8 +45,9 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Ctx {
     pub zone: String,
     pub allow: AllowList,
-    /// The zones this sandbox may enter and what each allows (advice for refusals).
-    elsewhere: Vec<(String, AllowList)>,
+    /// The zones this sandbox may enter and what each allows: all its entries, and its
+    /// `network.internal` alone (advice for refusals).
+    elsewhere: Vec<(String, (AllowList, AllowList))>,
     pub creds: Credentials,
     /// Present exactly when some credential is configured.
     pub intercept: Option<Interceptor>,
@@ -63,7 +75,7 @@ impl Ctx {
     }
 
     /// The zones this sandbox may enter, with what each allows.
-    pub fn with_elsewhere(mut self, elsewhere: Vec<(String, AllowList)>) -> Ctx {
+    pub fn with_elsewhere(mut self, elsewhere: Vec<(String, (AllowList, AllowList))>) -> Ctx {
         self.elsewhere = elsewhere;
         self
     }
@@ -88,11 +100,13 @@ impl Ctx {
     /// returned is connected to the address that was checked.
     pub async fn admit(&self, t: &Target) -> Result<(TcpStream, SocketAddr), Response<Body>> {
         let Some(rule) = self.allow.find(t) else {
-            return Err(self.deny(t, "not in the allow list".into()));
+            return Err(self.deny(t, Refusal::NotListed, "not in the allow list".into()));
         };
         let addrs = match dns::resolve(t, rule).await {
             Ok(a) => a,
-            Err(u @ Unreachable::Refused(_)) => return Err(self.deny(t, u.to_string())),
+            Err(u @ Unreachable::Refused(_)) => {
+                return Err(self.deny(t, Refusal::Address, u.to_string()))
+            }
             Err(u) => return Err(self.unreachable(t, u)),
         };
         dns::dial(&addrs).await.map_err(|u| self.unreachable(t, u))
@@ -115,8 +129,8 @@ impl Ctx {
     /// 403 and a `proxy.denied` event. The why and the next step are in the status
     /// line's reason phrase, which is all many tools print (`Tunnel connection failed:
     /// 403 ...`), and in the body.
-    pub fn deny(&self, t: &Target, reason: String) -> Response<Body> {
-        let (phrase, body) = self.refusal(t, &reason);
+    pub fn deny(&self, t: &Target, kind: Refusal, reason: String) -> Response<Body> {
+        let (phrase, body) = self.refusal(t, kind, &reason);
         self.events.send(ProxyEvent::Denied {
             host: t.host.to_string(),
             port: t.port,
@@ -131,19 +145,25 @@ impl Ctx {
 
     /// A refusal in words, as a reason phrase (one line) and a body: what was refused,
     /// where and why, and what to do: the `zone enter` of each zone this sandbox may
-    /// enter that allows it, or else ask for it to be allowed.
-    pub fn refusal(&self, t: &Target, reason: &str) -> (String, String) {
+    /// enter that would allow it (by its list for a name off this zone's list; by its
+    /// `network.internal` for an address a name under `allow` may not reach), or else
+    /// ask for it to be allowed. A refusal of another kind names no zone.
+    pub fn refusal(&self, t: &Target, kind: Refusal, reason: &str) -> (String, String) {
         let target = t.host.authority(t.port, 0);
         let here = if self.zone == "-" {
             "in this sandbox".to_string()
         } else {
             format!("in zone {}", self.zone)
         };
-        let ok = |list: &AllowList| list.find(t).is_some();
+        let ok = |(all, internal): &(AllowList, AllowList)| match kind {
+            Refusal::NotListed => all.find(t).is_some(),
+            Refusal::Address => internal.find(t).is_some(),
+            Refusal::Other => false,
+        };
         let zones: Vec<&str> = self
             .elsewhere
             .iter()
-            .filter(|(_, list)| ok(list))
+            .filter(|(_, lists)| ok(lists))
             .map(|(z, _)| z.as_str())
             .collect();
         let next = match zones.first() {
@@ -155,8 +175,19 @@ impl Ctx {
                 };
                 format!("zone {z} allows it{others}: run the command that needs it with `wardcell zone enter {z} -- COMMAND`")
             }
+            None if kind == Refusal::Other => String::new(),
+            None if kind == Refusal::Address => format!("no zone this sandbox may enter lists it under network.internal: ask the person running wardcell to allow it (`wardcell run --internal {target}`, or network.internal in zones.toml)"),
             None => format!("no zone this sandbox may enter allows it: ask the person running wardcell to allow it (`wardcell run --allow {target}`, or network.allow in zones.toml)"),
         };
+        if next.is_empty() {
+            let phrase =
+                format!("Forbidden by wardcell: {target} is not allowed {here} ({reason})");
+            let body = format!(
+                "wardcell: {target} is not allowed {here}: {reason}\n{}",
+                where_to_ask(&target)
+            );
+            return (phrase, body);
+        }
         let phrase =
             format!("Forbidden by wardcell: {target} is not allowed {here} ({reason}); {next}");
         let body = format!(

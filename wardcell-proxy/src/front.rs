@@ -22,10 +22,11 @@ use tokio::sync::Semaphore;
 
 use crate::allow::Target;
 use crate::answer::{text, Body};
-use crate::ctx::{Ctx, BUSY, HEADER_TIMEOUT};
+use crate::ctx::{Ctx, Refusal, BUSY, HEADER_TIMEOUT};
 use crate::forward;
 use crate::intercept;
 use crate::tunnel;
+use wardcell_common::protocol::ProxyEvent;
 
 /// Connections refused for being over the limit that are still being answered; past
 /// this many, a refused connection is closed without an answer.
@@ -188,13 +189,24 @@ async fn dispatch(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
     match route(req.method(), req.uri()) {
         Route::Connect(target) => connect(req, target, ctx).await,
         Route::Plain(target) => forward::plain(req, target, ctx).await,
-        Route::OtherScheme(t) => ctx.deny(&t, "only http:// URLs and CONNECT are proxied".into()),
+        Route::OtherScheme(t) => {
+            let why = "only http:// URLs and CONNECT are proxied".into();
+            ctx.deny(&t, Refusal::Other, why)
+        }
         Route::Bad(status, message) => text(status, message),
         Route::Denials => text(StatusCode::OK, ctx.events.denials.json() + "\n"),
         Route::Check(t) => {
             let verdict = match ctx.check(&t).await {
                 Ok(()) => serde_json::json!({"allowed": true}),
-                Err(reason) => serde_json::json!({"allowed": false, "reason": reason}),
+                Err(reason) => {
+                    // Audited as a refusal is: the answer may have needed a lookup.
+                    ctx.events.send(ProxyEvent::Denied {
+                        host: t.host.to_string(),
+                        port: t.port,
+                        reason: format!("asked by `zone why`: {reason}"),
+                    });
+                    serde_json::json!({"allowed": false, "reason": reason})
+                }
             };
             text(StatusCode::OK, verdict.to_string() + "\n")
         }

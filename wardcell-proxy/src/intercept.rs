@@ -37,7 +37,7 @@ use wardcell_common::protocol::ProxyEvent;
 
 use crate::allow::{Host, Target};
 use crate::answer::{bad_gateway, gateway_timeout, text, Body, RESPONSE_TIMEOUT};
-use crate::ctx::{Ctx, HEADER_TIMEOUT};
+use crate::ctx::{Ctx, BUSY, HEADER_TIMEOUT};
 use crate::dns;
 use crate::forward::{self, Counted, Direction, Tally};
 
@@ -232,6 +232,16 @@ async fn upgrade(
     ctx: &Ctx,
     tally: Arc<Tally>,
 ) -> Response<Body> {
+    // The joined connection outlives the tunnel that asked for it (whose slot ends when
+    // its HTTP connection is taken over): it holds a slot of its own, so upgrades count
+    // towards the proxy's bound as tunnels do.
+    let Some(slot) = ctx.slot() else {
+        ctx.refuse_busy(&up.target.host.to_string(), up.target.port);
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("wardcell: {BUSY}\n"),
+        );
+    };
     let mut sender = match connect(up, cfg).await {
         Ok(s) => s,
         Err(why) => {
@@ -256,6 +266,7 @@ async fn upgrade(
     let mut answer = forward::relay_response(resp, tally.clone());
     forward::keep_websocket(answer.headers_mut());
     tokio::spawn(async move {
+        let _slot = slot;
         let (Ok(client), Ok(server)) = (client.await, server.await) else {
             return;
         };

@@ -116,7 +116,7 @@ fn main() -> ExitCode {
 struct Prepared {
     allow: AllowList,
     /// What the zones this sandbox may enter allow, for refusals to name them.
-    elsewhere: Vec<(String, AllowList)>,
+    elsewhere: Vec<(String, (AllowList, AllowList))>,
     creds: Credentials,
     intercept: Option<Interceptor>,
     /// The runtime's worker threads (see [`workers`]).
@@ -142,8 +142,9 @@ fn prepare(spec: &ProxySpec, programs: Vec<OwnedFd>) -> Result<(Prepared, Option
     let allow = AllowList::parse(&spec.allow, &spec.internal)?;
     // Advice only: a list that does not parse names no zone.
     let elsewhere = spec.elsewhere.iter().filter_map(|z| {
-        let list = AllowList::parse(&z.allow, &z.internal).ok()?;
-        Some((z.zone.clone(), list))
+        let all = AllowList::parse(&z.allow, &z.internal).ok()?;
+        let internal = AllowList::parse(&[], &z.internal).ok()?;
+        Some((z.zone.clone(), (all, internal)))
     });
     let elsewhere = elsewhere.collect();
     // 5.

@@ -40,7 +40,7 @@ use tokio::net::{TcpListener, TcpStream};
 use wardcell_common::protocol::ProxyEvent;
 
 use crate::allow::{AllowList, Host, Target};
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, Refusal};
 use crate::dns;
 use crate::names::Names;
 use crate::nameserver::canonical;
@@ -183,13 +183,19 @@ async fn handle(mut client: TcpStream, ctx: Arc<Ctx>, names: Arc<Names>) {
                 host: Host::Ip(dst.ip()),
                 port: dst.port(),
             };
-            return forbid(client, is_http, (&ctx, &t), &reason).await;
+            return forbid(client, is_http, (&ctx, &t, Refusal::Other), &reason).await;
         }
     };
     let Some(rule) = ctx.allow.find(&target) else {
         let reason = "not in the allow list".to_string();
         refuse(target.host.to_string(), reason.clone());
-        return forbid(client, is_http, (&ctx, &target), &reason).await;
+        return forbid(
+            client,
+            is_http,
+            (&ctx, &target, Refusal::NotListed),
+            &reason,
+        )
+        .await;
     };
     // 4. The address must be the name's: one the proxy itself answered for this name
     //    needs no second lookup; any other must be among the name's addresses now. And
@@ -205,19 +211,25 @@ async fn handle(mut client: TcpStream, ctx: Arc<Ctx>, names: Arc<Names>) {
     if !admitted {
         let reason = format!("{} is not an address of {}", dst.ip(), target.host);
         refuse(target.host.to_string(), reason.clone());
-        return forbid(client, is_http, (&ctx, &target), &reason).await;
+        return forbid(client, is_http, (&ctx, &target, Refusal::Other), &reason).await;
     }
     if let Err(barred) = dns::permitted(dst.ip(), rule) {
         let reason = barred.explain(&target.host, dst.ip(), rule);
         refuse(target.host.to_string(), reason.clone());
-        return forbid(client, is_http, (&ctx, &target), &reason).await;
+        return forbid(client, is_http, (&ctx, &target, Refusal::Address), &reason).await;
     }
     // 5.
     let upstream = match dns::dial(&[dst]).await {
         Ok((s, _)) => s,
         Err(u) => {
             refuse(target.host.to_string(), u.to_string());
-            return forbid(client, is_http, (&ctx, &target), &u.to_string()).await;
+            return forbid(
+                client,
+                is_http,
+                (&ctx, &target, Refusal::Other),
+                &u.to_string(),
+            )
+            .await;
         }
     };
     // A TLS connection to a host a credential names is intercepted, as through CONNECT:
@@ -281,9 +293,14 @@ impl AsyncWrite for Replayed {
 
 /// Close a refused connection; an HTTP client is told why first, in the words of
 /// [`Ctx::refusal`].
-async fn forbid(mut client: TcpStream, http: bool, (ctx, target): (&Ctx, &Target), reason: &str) {
+async fn forbid(
+    mut client: TcpStream,
+    http: bool,
+    (ctx, target, kind): (&Ctx, &Target, Refusal),
+    reason: &str,
+) {
     if http {
-        let (phrase, body) = ctx.refusal(target, reason);
+        let (phrase, body) = ctx.refusal(target, kind, reason);
         let head = format!(
             "HTTP/1.1 403 {phrase}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
             body.len()

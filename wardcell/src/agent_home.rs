@@ -96,73 +96,110 @@ pub fn prepare(config: &Config, start: &StartRequest, home: &Path) {
     for agent in &AGENTS {
         let state = format!("{}{}", SANDBOX_STATE, agent.state);
         if writes.contains(&state) {
-            if let Err(e) = prepare_one(agent, home) {
-                eprintln!(
+            match prepare_one(agent, home) {
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => eprintln!(
+                    "warning: your ~/{} instructions and settings were not copied for the sandbox: a symbolic link lies where wardcell keeps them, under ~/.local/share/wardcell (a sandbox that could write there may have made it); remove it",
+                    agent.host
+                ),
+                Err(e) => eprintln!(
                     "warning: your ~/{} instructions and settings were not copied for the sandbox: {e}",
                     agent.host
-                );
+                ),
+                Ok(()) => {}
             }
         }
     }
 }
 
 fn prepare_one(agent: &Agent, home: &Path) -> std::io::Result<()> {
-    let share = home.join(".local/share/wardcell");
-    let agent_home = share.join(agent.state);
-    let copies = share.join("from-host").join(agent.state);
-    let host = home.join(agent.host);
-    // The copy is made afresh in a directory beside the last one, then put in its place.
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(copies.parent().expect("has a parent"))?;
-    let fresh = copies.with_extension("new");
-    let _ = fs::remove_dir_all(&fresh);
-    fs::DirBuilder::new().mode(0o700).create(&fresh)?;
+    // Every step goes through descriptors of directories opened without following a
+    // link: a sandbox that writes ~/.local/share could otherwise plant a link where the
+    // copies go and have this process, on the host, delete or fill what it points at.
+    let share_path = home.join(".local/share/wardcell");
+    let share = Dir::open(&share_path)?;
+    let copies = share.sub("from-host", true)?;
+    let host = match Dir::open(&home.join(agent.host)) {
+        Ok(d) => Some(d),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            eprintln!("warning: ~/{} is a symbolic link, which wardcell does not follow: the agent in the sandbox runs without your instructions and settings", agent.host);
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    // The copy is made afresh beside the last one, then put in its place.
+    let (fresh_name, old_name) = (
+        format!("{}.new", agent.state),
+        format!("{}.old", agent.state),
+    );
+    remove_any(&copies, &fresh_name)?;
+    let fresh = copies.sub(&fresh_name, true)?;
     let mut have = Vec::new();
-    for name in agent.files {
-        let Some(bytes) = read_plain(&host.join(name))? else {
-            continue;
-        };
-        let bytes = if *name == "settings.json" {
-            match claude_settings(&bytes) {
-                Some(b) => b,
-                None => continue,
-            }
-        } else {
-            bytes
-        };
-        write_new(&fresh.join(name), &bytes)?;
-        have.push(*name);
-    }
-    for name in agent.dirs {
-        let mut left = MAX_FILES;
-        if copy_tree(&host.join(name), &fresh.join(name), 0, &mut left)? {
+    if let Some(host) = &host {
+        for name in agent.files {
+            let Some(bytes) = read_plain(&host.at(name), agent.host)? else {
+                continue;
+            };
+            let bytes = if *name == "settings.json" {
+                match claude_settings(&bytes) {
+                    Some(b) => b,
+                    None => continue,
+                }
+            } else {
+                bytes
+            };
+            write_new(&fresh.at(name), &bytes)?;
             have.push(*name);
         }
+        for name in agent.dirs {
+            let mut left = MAX_FILES;
+            if copy_tree(host, name, &fresh, 0, &mut left)? {
+                have.push(*name);
+            }
+        }
     }
-    let old = copies.with_extension("old");
-    let _ = fs::remove_dir_all(&old);
-    if fs::symlink_metadata(&copies).is_ok() {
-        fs::rename(&copies, &old)?;
+    remove_any(&copies, &old_name)?;
+    match copies.rename(agent.state, &old_name) {
+        Err(e) if e != nix::errno::Errno::ENOENT => return Err(e.into()),
+        _ => {}
     }
-    fs::rename(&fresh, &copies)?;
-    let _ = fs::remove_dir_all(&old);
+    copies.rename(&fresh_name, agent.state)?;
+    remove_any(&copies, &old_name)?;
     // The agent's home, opened without following a link (run.rs refused one already;
     // this holds if one appeared since).
-    let dir = Dir::open(&agent_home)?;
-    for name in have {
-        link_if_missing(&dir, name, &copies.join(name))?;
+    let dir = share.sub(agent.state, false)?;
+    let target = share_path.join("from-host").join(agent.state);
+    for name in agent.files.iter().chain(agent.dirs) {
+        let ours = target.join(name);
+        if have.contains(name) {
+            link_if_missing(&dir, name, &ours)?;
+        } else if fs::read_link(dir.at(name)).is_ok_and(|l| l == ours) {
+            // Our link to what is no longer copied: gone with it, not left dangling.
+            let _ = fs::remove_file(dir.at(name));
+        }
     }
     if agent.state == "codex" {
-        codex_config(&dir, &host.join("config.toml"))?;
+        let user = home.join(agent.host).join("config.toml");
+        codex_config(&dir, host.as_ref().map(|_| user.as_path()))?;
     }
     Ok(())
 }
 
+/// Whatever is called `name` in `dir`, removed (a link itself, never what it names).
+fn remove_any(dir: &Dir, name: &str) -> std::io::Result<()> {
+    let path = dir.at(name);
+    match fs::symlink_metadata(&path) {
+        Ok(m) if m.is_dir() => fs::remove_dir_all(&path),
+        Ok(_) => fs::remove_file(&path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// A regular file's content, read without following a link; None if it is not there,
-/// is not a regular file, or is larger than [`MAX_FILE`].
-fn read_plain(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+/// is not a regular file, or is larger than [`MAX_FILE`]. A link is said on stderr when
+/// `shown` names where it lies (the user's own directory of the agent).
+fn read_plain(path: &Path, shown: &str) -> std::io::Result<Option<Vec<u8>>> {
     let f = match fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -170,7 +207,13 @@ fn read_plain(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
     {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            if !shown.is_empty() {
+                let name = path.file_name().unwrap_or_default().to_string_lossy();
+                eprintln!("warning: ~/{shown}/{name} is a symbolic link, which wardcell does not follow (a sandbox could have pointed it at a secret): the agent in the sandbox runs without it; put the file itself there to use it");
+            }
+            return Ok(None);
+        }
         Err(e) => return Err(e),
     };
     let meta = f.metadata()?;
@@ -191,26 +234,37 @@ fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     f.write_all(bytes)
 }
 
-/// Copy a directory tree of regular files, links and anything else left out, at most
-/// `left` files in all. False if `from` is not a directory (or is a link).
-fn copy_tree(from: &Path, to: &Path, depth: usize, left: &mut usize) -> std::io::Result<bool> {
-    match fs::symlink_metadata(from) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return Ok(false),
+/// Copy the directory `name` of `from` into `to`, regular files only (links and
+/// anything else left out), at most `left` files in all, each level through its own
+/// descriptor. False if it is not a directory (or is a link).
+fn copy_tree(
+    from: &Dir,
+    name: &str,
+    to: &Dir,
+    depth: usize,
+    left: &mut usize,
+) -> std::io::Result<bool> {
+    let src = match from.sub(name, false) {
+        Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+            return Ok(false)
+        }
         Err(e) => return Err(e),
-    }
-    fs::DirBuilder::new().mode(0o700).create(to)?;
-    for entry in fs::read_dir(from)? {
+    };
+    let dst = to.sub(name, true)?;
+    for entry in fs::read_dir(src.at("."))? {
         let entry = entry?;
         let kind = entry.file_type()?;
-        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let Some(child) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
         if kind.is_dir() && depth + 1 < MAX_DEPTH {
-            copy_tree(&src, &dst, depth + 1, left)?;
+            copy_tree(&src, &child, &dst, depth + 1, left)?;
         } else if kind.is_file() && *left > 0 {
-            if let Some(bytes) = read_plain(&src)? {
+            if let Some(bytes) = read_plain(&src.at(&child), "")? {
                 *left -= 1;
-                write_new(&dst, &bytes)?;
+                write_new(&dst.at(&child), &bytes)?;
             }
         }
     }
@@ -239,7 +293,6 @@ fn link_if_missing(dir: &Dir, name: &str, target: &Path) -> std::io::Result<()> 
 /// The agent's home, held open (opened without following a link).
 struct Dir {
     file: File,
-    #[cfg_attr(target_os = "linux", allow(dead_code))]
     path: PathBuf,
 }
 
@@ -253,6 +306,31 @@ impl Dir {
             file,
             path: path.to_path_buf(),
         })
+    }
+
+    /// The directory `name` in it, opened without following a link; made (0700) first
+    /// when `create` and missing.
+    fn sub(&self, name: &str, create: bool) -> std::io::Result<Dir> {
+        if create {
+            match fs::DirBuilder::new().mode(0o700).create(self.at(name)) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
+        }
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(self.at(name))?;
+        Ok(Dir {
+            file,
+            path: self.path.join(name),
+        })
+    }
+
+    /// `from` renamed `to`, both in it.
+    fn rename(&self, from: &str, to: &str) -> nix::Result<()> {
+        let fd = Some(self.file.as_raw_fd());
+        nix::fcntl::renameat(fd, from, fd, to)
     }
 
     /// `name` in it, as a path that reaches it through the descriptor on Linux (whatever
@@ -270,8 +348,12 @@ impl Dir {
 /// Codex's `config.toml` in its home: the user's, filtered, with its sandbox off. Made
 /// when missing, or when wardcell made the one there from a file that has changed since;
 /// one without wardcell's first line (the user's or Codex's own edits) is kept.
-fn codex_config(dir: &Dir, user: &Path) -> std::io::Result<()> {
-    let user_text = match read_plain(user)? {
+fn codex_config(dir: &Dir, user: Option<&Path>) -> std::io::Result<()> {
+    let read = match user {
+        Some(u) => read_plain(u, ".codex")?,
+        None => None,
+    };
+    let user_text = match read {
         Some(b) => String::from_utf8(b).unwrap_or_default(),
         None => String::new(),
     };
@@ -318,6 +400,11 @@ fn default_off(t: &mut toml::Table, table: &str, key: &str) {
 fn filter_codex(t: &mut toml::Table) {
     t.remove("sandbox_mode");
     t.remove("sandbox_workspace_write");
+    // Telemetry exporters carry their own headers (tokens); the sandbox reaches none.
+    t.remove("otel");
+    if let Some(toml::Value::Table(policy)) = t.get_mut("shell_environment_policy") {
+        policy.remove("set");
+    }
     let strip = |t: &mut toml::Table, table: &str, keys: &[&str]| {
         if let Some(toml::Value::Table(all)) = t.get_mut(table) {
             for (_, one) in all.iter_mut() {
@@ -342,30 +429,79 @@ fn filter_codex(t: &mut toml::Table) {
     strip(
         t,
         "model_providers",
-        &["experimental_bearer_token", "http_headers"],
+        &["experimental_bearer_token", "http_headers", "query_params"],
     );
     strip(t, "profiles", &["sandbox_mode", "sandbox_workspace_write"]);
 }
 
 /// A regular file in `dir`, read without following a link (None if missing or not one).
 fn read_at(dir: &Dir, name: &str) -> std::io::Result<Option<String>> {
-    Ok(read_plain(&dir.at(name))?.map(|b| String::from_utf8_lossy(&b).into_owned()))
+    Ok(read_plain(&dir.at(name), "")?.map(|b| String::from_utf8_lossy(&b).into_owned()))
 }
 
 /// `name` in `dir` replaced by `bytes`: written to a new file there, renamed over it
 /// (a link the sandbox put there is replaced, never followed).
 fn replace_at(dir: &Dir, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = format!(".{name}.wardcell-new");
-    let _ = fs::remove_file(dir.at(&tmp));
+    remove_any(dir, &tmp)?;
     write_new(&dir.at(&tmp), bytes)?;
-    let fd = Some(dir.file.as_raw_fd());
-    nix::fcntl::renameat(fd, tmp.as_str(), fd, name)?;
+    dir.rename(&tmp, name)?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A home under the system's temporary directory, with the agent's state there.
+    fn home(tag: &str) -> PathBuf {
+        let home =
+            std::env::temp_dir().join(format!("wardcell-agent-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&home);
+        fs::create_dir_all(home.join(".local/share/wardcell/claude")).unwrap();
+        fs::create_dir_all(home.join(".claude/commands")).unwrap();
+        fs::write(home.join(".claude/CLAUDE.md"), "mine").unwrap();
+        fs::write(home.join(".claude/commands/x.md"), "x").unwrap();
+        home
+    }
+
+    // What a sandbox that writes ~/.local/share plants where the copies go is never
+    // followed: not `from-host` as a link, not `claude.new` or `claude.old` as links.
+    #[test]
+    fn planted_links_where_the_copies_go_are_never_followed() {
+        let agent = &AGENTS[0];
+        let home = home("planted");
+        let victim = home.join("src");
+        fs::create_dir_all(victim.join("claude")).unwrap();
+        fs::write(victim.join("claude/precious.rs"), "keep").unwrap();
+        let from_host = home.join(".local/share/wardcell/from-host");
+        std::os::unix::fs::symlink(&victim, &from_host).unwrap();
+        assert!(prepare_one(agent, &home).is_err());
+        assert_eq!(
+            fs::read_to_string(victim.join("claude/precious.rs")).unwrap(),
+            "keep"
+        );
+        fs::remove_file(&from_host).unwrap();
+        fs::create_dir_all(&from_host).unwrap();
+        for planted in ["claude.new", "claude.old"] {
+            std::os::unix::fs::symlink(victim.join("claude"), from_host.join(planted)).unwrap();
+            prepare_one(agent, &home).unwrap();
+            assert_eq!(
+                fs::read_to_string(victim.join("claude/precious.rs")).unwrap(),
+                "keep"
+            );
+            assert!(!from_host.join(planted).exists());
+        }
+        // The copies and the links to them, where the agent looks.
+        let own = home.join(".local/share/wardcell/claude");
+        assert_eq!(fs::read_to_string(own.join("CLAUDE.md")).unwrap(), "mine");
+        assert_eq!(fs::read_to_string(own.join("commands/x.md")).unwrap(), "x");
+        // Gone from the host, gone from the copies, and our link with it.
+        fs::remove_file(home.join(".claude/CLAUDE.md")).unwrap();
+        prepare_one(agent, &home).unwrap();
+        assert!(fs::symlink_metadata(own.join("CLAUDE.md")).is_err());
+        fs::remove_dir_all(&home).unwrap();
+    }
 
     #[test]
     fn claude_settings_lose_secrets_and_their_sandbox() {
@@ -392,6 +528,12 @@ http_headers = { A = "b" }
 [model_providers.corp]
 base_url = "https://corp"
 experimental_bearer_token = "s"
+query_params = { key = "s" }
+[shell_environment_policy]
+inherit = "core"
+set = { GH = "s" }
+[otel.exporter.otlp-http]
+headers = { x = "s" }
 [profiles.p]
 sandbox_mode = "workspace-write"
 model = "x"
@@ -410,6 +552,9 @@ enabled = true
             "TOKEN",
             "http_headers",
             "bearer",
+            "query_params",
+            "GH",
+            "otel",
         ] {
             assert!(!text.contains(gone), "{gone}: {text}");
         }
@@ -418,6 +563,7 @@ enabled = true
             "command = \"db\"",
             "https://corp",
             "model = \"x\"",
+            "inherit = \"core\"",
         ] {
             assert!(text.contains(kept), "{kept}: {text}");
         }
@@ -435,7 +581,7 @@ enabled = true
         let open = || Dir::open(&dir).unwrap();
         let made = || fs::read_to_string(dir.join("config.toml")).unwrap();
         fs::write(&user, "model = \"a\"\n").unwrap();
-        codex_config(&open(), &user).unwrap();
+        codex_config(&open(), Some(&user)).unwrap();
         assert!(made().starts_with(MADE) && made().contains("model = \"a\""));
         assert!(made().contains("sandbox_mode = \"danger-full-access\""));
         // Codex's own edit below wardcell's line stays while the user's file is the same.
@@ -447,22 +593,22 @@ enabled = true
             ),
         )
         .unwrap();
-        codex_config(&open(), &user).unwrap();
+        codex_config(&open(), Some(&user)).unwrap();
         assert!(made().contains("codex-edit"));
         fs::write(&user, "model = \"b\"\n").unwrap();
-        codex_config(&open(), &user).unwrap();
+        codex_config(&open(), Some(&user)).unwrap();
         assert!(made().contains("model = \"b\"") && !made().contains("codex-edit"));
         // Without wardcell's first line the file is the user's: kept.
         fs::write(dir.join("config.toml"), "model = \"mine\"\n").unwrap();
         fs::write(&user, "model = \"c\"\n").unwrap();
-        codex_config(&open(), &user).unwrap();
+        codex_config(&open(), Some(&user)).unwrap();
         assert_eq!(made(), "model = \"mine\"\n");
         // A link there is replaced, never written through.
         fs::remove_file(dir.join("config.toml")).unwrap();
         let victim = dir.join("victim");
         fs::write(&victim, "untouched").unwrap();
         std::os::unix::fs::symlink(&victim, dir.join("config.toml")).unwrap();
-        codex_config(&open(), &user).unwrap();
+        codex_config(&open(), Some(&user)).unwrap();
         assert_eq!(fs::read_to_string(&victim).unwrap(), "untouched");
         assert!(made().starts_with(MADE));
         fs::remove_dir_all(&dir).unwrap();

@@ -509,6 +509,10 @@ fn json_is_output_json(cmd: &clap::Command, args: Vec<OsString>) -> Vec<OsString
 /// `jsonl` too, before any `--`): then its errors are JSON as well (docs/OUTPUT.md).
 pub fn asks_for_json(args: &[OsString]) -> bool {
     let words: Vec<&str> = args.iter().skip(1).map_while(|a| a.to_str()).collect();
+    // `run` and `zone enter` have no `--output`: what follows them is a command's own.
+    if words.first() == Some(&"run") || words.starts_with(&["zone", "enter"]) {
+        return false;
+    }
     let words = words.split(|w| *w == "--").next().unwrap_or_default();
     words.iter().enumerate().any(|(i, w)| {
         let value = match *w {
@@ -639,6 +643,21 @@ mod tests {
         );
         assert_eq!(command_path(&args("wardcell policy")), ["policy"]);
         assert!(command_path(&args("wardcell -- run")).is_empty());
+    }
+
+    #[test]
+    fn json_is_asked_for_before_a_command_of_ones_own_only() {
+        let asks = |line: &str| {
+            let args: Vec<OsString> = line.split(' ').map(OsString::from).collect();
+            asks_for_json(&args)
+        };
+        assert!(asks("wardcell zone list --json"));
+        assert!(asks("wardcell logs show latest --output jsonl"));
+        assert!(asks("wardcell policy check --output=json"));
+        assert!(!asks("wardcell policy check --output text"));
+        assert!(!asks("wardcell run --profile p true --json"));
+        assert!(!asks("wardcell zone enter push echo --json"));
+        assert!(!asks("wardcell zone why -- --json"));
     }
 
     #[test]

@@ -59,7 +59,8 @@ pub fn check_start_keys(plan: &Plan) -> Result<(), Error> {
         let SecretPlan::Env(var) = &c.secret else {
             continue;
         };
-        if !profile.credentials.contains(&c.name) || std::env::var_os(var).is_some() {
+        let set = std::env::var_os(var).is_some_and(|v| !v.is_empty());
+        if !profile.credentials.contains(&c.name) || set {
             continue;
         }
         let whose = match zone {
@@ -68,7 +69,7 @@ pub fn check_start_keys(plan: &Plan) -> Result<(), Error> {
         };
         let hosts = c.hosts.join(", ");
         return Err(Error::Refused(format!(
-            "{whose} attaches credential '{}' to {hosts} with the key in the environment variable {var}, which is not set here; set it where you start wardcell (`export {var}=...`: sandboxes see only a placeholder), or write [credentials.{}] with another secret in your zones.toml",
+            "{whose} attaches credential '{}' to {hosts} with the key in the environment variable {var}, which is not set here (or is empty); set it where you start wardcell (`export {var}=...`: sandboxes see only a placeholder), or write [credentials.{}] with another secret in your zones.toml",
             c.name, c.name
         )));
     }

@@ -134,7 +134,7 @@ fn warnings(plan: &Plan, getenv: fn(&str) -> Option<String>) -> Vec<String> {
         for name in &p.credentials {
             if !zone.authenticated {
                 out.push(format!(
-                    "warning: zone '{z}' (profile '{}') lists credential '{name}', but the zone does not set authenticated = true, so it is never attached there; set it in [zones.{z}], or remove the credential from the profile",
+                    "warning: zone '{z}' (profile '{}') lists credential '{name}', but the zone does not set authenticated = true, so it is never attached there; set it in [zones.{z}], or give the zone a profile that names no credential",
                     p.name
                 ));
                 continue;

@@ -11,7 +11,7 @@ use wardcell_common::protocol::{self, ZoneEntry, ZoneRequest, ZoneResponse};
 
 use std::process::ExitCode;
 
-use wardcell_common::why::Target;
+use wardcell_common::why::{Rules, Target};
 
 use crate::cli::{ConfigArg, Output, WhyArgs};
 use crate::context;
@@ -235,21 +235,38 @@ pub fn inside_why(socket: &Path, why: &WhyArgs) -> Result<ExitCode, Error> {
     let mut answer = wardcell_common::why::answer(&current, &enterable, &target);
     // The rules name hosts; the proxy also looks at where a name leads (a private
     // address, say). What it would refuse is never called allowed.
+    // A host of other characters than a name's or an address's matches no rule, and is
+    // not sent to the proxy.
+    let plain = |h: &str| {
+        h.chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-_:*".contains(c))
+    };
     if let (true, Target::Net { host, port }) = (answer.allowed, &target) {
-        let shown = if host.contains(':') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
-        let zone = current.zone.as_deref().unwrap_or("-");
-        let v = ask_proxy(zone, &format!("/check?{shown}"))?;
-        if v["allowed"] == false {
-            let reason = v["reason"].as_str().unwrap_or("refused");
-            answer.allowed = false;
-            answer.rule = format!("this sandbox's proxy refuses it: {reason}");
-            // Other zones' rules name it too, but their proxies would look at the same
-            // address: none is offered in its place.
-            answer.allowed_in.clear();
+        if plain(host) {
+            let shown = if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            };
+            let zone = current.zone.as_deref().unwrap_or("-");
+            let v = ask_proxy(zone, &format!("/check?{shown}"))?;
+            if v["allowed"] == false {
+                let reason = v["reason"].as_str().unwrap_or("refused");
+                answer.allowed = false;
+                answer.rule = format!("this sandbox's proxy refuses it: {reason}");
+                // The proxies of other zones would look at the same address: only those
+                // that list the host under network.internal may reach it.
+                let internal_only = |r: &Rules| Rules {
+                    allow: r.allow.as_ref().map(|_| Vec::new()),
+                    ..r.clone()
+                };
+                answer.allowed_in = enterable
+                    .iter()
+                    .filter(|r| r.zone != current.zone)
+                    .filter(|r| wardcell_common::why::decide(&internal_only(r), &target).allowed)
+                    .filter_map(|r| r.zone.clone())
+                    .collect();
+            }
         }
     }
     output::why(&answer, true, why.output)

@@ -139,6 +139,9 @@ fn main() {
         // `Authorization: Bearer $OPENAI_API_KEY`. Prints every message the server sends,
         // one a line, sending MSG... in turn after the first one.
         "ws" => ws(&a(1), num(2) as u16, &a(3), &args[4.min(args.len())..]),
+        // ws-many HOST PORT PATH N: N WebSocket conversations opened and held at once;
+        // prints how many opened and how many were refused, then closes them all.
+        "ws-many" => ws_many(&a(1), num(2) as u16, &a(3), num(4) as usize),
         "fds" => {
             let mut fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
                 .unwrap()
@@ -636,13 +639,17 @@ fn read_frame(s: &mut std::os::unix::net::UnixStream) -> Vec<u8> {
     frame
 }
 
-fn ws(host: &str, port: u16, path: &str, msgs: &[String]) {
+type Ws =
+    tungstenite::WebSocket<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>>;
+
+/// One WebSocket opened through the zone's proxy: the socket and the handshake's status,
+/// or why not (the CONNECT's or the handshake's answer).
+fn ws_open(host: &str, port: u16, path: &str) -> Result<(Ws, u16), String> {
     use std::sync::Arc;
     use tungstenite::client::IntoClientRequest;
-    use tungstenite::Message;
     let proxy = std::env::var("HTTPS_PROXY").expect("HTTPS_PROXY is set");
     let proxy = proxy.trim_start_matches("http://").trim_end_matches('/');
-    let mut tcp = std::net::TcpStream::connect(proxy).expect("reach the proxy");
+    let mut tcp = std::net::TcpStream::connect(proxy).map_err(|e| format!("proxy: {e}"))?;
     write!(
         tcp,
         "CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"
@@ -651,20 +658,17 @@ fn ws(host: &str, port: u16, path: &str, msgs: &[String]) {
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(
-            tcp.read(&mut b).unwrap(),
-            1,
-            "the proxy closed during CONNECT"
-        );
+        if tcp.read(&mut b).unwrap_or(0) != 1 {
+            return Err("the proxy closed during CONNECT".into());
+        }
         head.push(b[0]);
     }
     let head = String::from_utf8_lossy(&head);
     if !head.starts_with("HTTP/1.1 200") {
-        println!(
+        return Err(format!(
             "connect refused: {}",
             head.lines().next().unwrap_or_default()
-        );
-        std::process::exit(1);
+        ));
     }
     let mut roots = rustls::RootCertStore::empty();
     let bundle = std::env::var("SSL_CERT_FILE").expect("SSL_CERT_FILE is set");
@@ -684,14 +688,43 @@ fn ws(host: &str, port: u16, path: &str, msgs: &[String]) {
     let key = std::env::var("OPENAI_API_KEY").unwrap_or_default();
     req.headers_mut()
         .insert("authorization", format!("Bearer {key}").parse().unwrap());
-    let (mut sock, resp) = match tungstenite::client(req, tls) {
+    match tungstenite::client(req, tls) {
+        Ok((sock, resp)) => Ok((sock, resp.status().as_u16())),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(resp))) => {
+            Err(format!("handshake answered {}", resp.status().as_u16()))
+        }
+        Err(e) => Err(format!("handshake failed: {e}")),
+    }
+}
+
+fn ws_many(host: &str, port: u16, path: &str, n: usize) {
+    let mut open = Vec::new();
+    let mut refused: std::collections::BTreeMap<String, usize> = Default::default();
+    for _ in 0..n {
+        match ws_open(host, port, path) {
+            Ok((sock, _)) => open.push(sock),
+            Err(why) => *refused.entry(why).or_default() += 1,
+        }
+    }
+    println!("opened {}", open.len());
+    for (why, count) in refused {
+        println!("refused {count}: {why}");
+    }
+    for mut s in open {
+        let _ = s.close(None);
+    }
+}
+
+fn ws(host: &str, port: u16, path: &str, msgs: &[String]) {
+    use tungstenite::Message;
+    let (mut sock, status) = match ws_open(host, port, path) {
         Ok(x) => x,
-        Err(e) => {
-            println!("handshake failed: {e}");
+        Err(why) => {
+            println!("{why}");
             std::process::exit(1);
         }
     };
-    println!("status {}", resp.status().as_u16());
+    println!("status {status}");
     let mut pending = msgs.iter();
     loop {
         match sock.read() {
