@@ -1,7 +1,8 @@
 //! `wardcell-zones.toml(5)` as Markdown: `docs/CONFIGURATION.md` is made from the manual
 //! page, so the configuration reference has one source (the page, written by hand) and
 //! the two never disagree. A test fails when the committed file is not what the page
-//! makes now; `WARDCELL_BLESS=1 cargo test -p wardcell-mangen` writes it again.
+//! makes now; `cargo run -p wardcell-mangen -- --markdown
+//! packaging/man/wardcell-zones.toml.5 > docs/CONFIGURATION.md` writes it again.
 //!
 //! Only the man macros and escapes the page uses are known; any other is an error, so
 //! that a new one is taught here rather than dropped from the document.
@@ -9,7 +10,7 @@
 /// The page's roff, as Markdown. `Err` names the first line this does not understand.
 pub fn from_roff(page: &str, source: &str) -> Result<String, String> {
     let mut out = format!(
-        "<!-- Made from {source} by wardcell-mangen (packaging/mangen/src/markdown.rs): edit the page, then run WARDCELL_BLESS=1 cargo test -p wardcell-mangen. -->\n"
+        "<!-- Made from {source} by wardcell-mangen (packaging/mangen/src/markdown.rs): edit the page, then run `cargo run -p wardcell-mangen -- --markdown {source} > docs/CONFIGURATION.md`. -->\n"
     );
     let mut example = false;
     // Inside a `.TP` item or a bullet: text lines are indented under it.
@@ -268,13 +269,10 @@ mod tests {
     fn the_configuration_doc_is_made_from_the_manual_page() {
         let page = std::fs::read_to_string(PAGE).unwrap();
         let made = from_roff(&page, "packaging/man/wardcell-zones.toml.5").unwrap();
-        if std::env::var_os("WARDCELL_BLESS").is_some() {
-            std::fs::write(DOC, &made).unwrap();
-        }
         let doc = std::fs::read_to_string(DOC).unwrap_or_default();
         assert!(
             doc == made,
-            "docs/CONFIGURATION.md is not what packaging/man/wardcell-zones.toml.5 makes: run WARDCELL_BLESS=1 cargo test -p wardcell-mangen"
+            "docs/CONFIGURATION.md is not what packaging/man/wardcell-zones.toml.5 makes: run `cargo run -p wardcell-mangen -- --markdown packaging/man/wardcell-zones.toml.5 > docs/CONFIGURATION.md`"
         );
         // Every key the page documents is in the document, as code.
         for key in [
