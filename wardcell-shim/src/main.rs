@@ -40,6 +40,8 @@ mod landlock;
 #[cfg(target_os = "macos")]
 mod macos;
 #[cfg(target_os = "linux")]
+mod mount_plan;
+#[cfg(target_os = "linux")]
 mod mounts;
 #[cfg(target_os = "linux")]
 mod net;
