@@ -533,7 +533,7 @@ both!(policy_check_refuses_approval_without_a_plugin, |fx| {
 // owner) is refused by the plugin, and the entry with it.
 both!(another_user_cannot_answer, |fx| {
     if !wardcell_tests::is_root() {
-        eprintln!("skipped: needs root to act as a second user");
+        wardcell_tests::skipped("needs root to act as a second user");
         return;
     }
     config(&fx, Some("10m"), ".");

@@ -90,7 +90,7 @@ fn bash_offers(fx: &Fixture, line: &[&str]) -> Vec<String> {
 /// when the shell is not installed.
 fn in_shell(fx: &Fixture, shell: &str, script: &str) -> Option<Vec<String>> {
     if Command::new(shell).arg("-c").arg("true").output().is_err() {
-        eprintln!("SKIPPED: {shell} is not installed");
+        wardcell_tests::skipped(&format!("{shell} is not installed"));
         return None;
     }
     let printed = fx.run(&["completions", shell]);

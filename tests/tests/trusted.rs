@@ -417,7 +417,7 @@ fn refused_through(fx: &Fixture, client: &Path, alias: &Path) {
 // (Mounting needs root: as another user the test is skipped, said on stderr.)
 both!(a_second_name_by_a_bind_mount_is_refused, |fx| {
     if !wardcell_tests::is_root() {
-        eprintln!("skipped: a bind mount needs root");
+        wardcell_tests::skipped("a bind mount needs root");
         return;
     }
     let client = build_in(&fx, &fx.dir.join("opt/w"));
@@ -508,7 +508,7 @@ both!(
     a_file_bind_or_an_overlay_writing_a_trusted_directory_is_refused,
     |fx| {
         if !wardcell_tests::is_root() {
-            eprintln!("skipped: mounting needs root");
+            wardcell_tests::skipped("mounting needs root");
             return;
         }
         let inst = fx.dir.join("inst");
