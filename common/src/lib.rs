@@ -33,7 +33,6 @@ pub mod limits;
 pub mod paths;
 pub mod plan;
 pub mod protocol;
-pub mod seatbelt;
 pub mod stdio;
 pub mod syslog;
 pub mod terminal;

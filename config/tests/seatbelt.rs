@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use wardcell_common::identity::{Identity, Kind};
 use wardcell_common::paths;
 use wardcell_common::plan::{SandboxSpec, ViewEntry, ViewKind};
-use wardcell_common::seatbelt::*;
 use wardcell_config::config::{self, Config};
+use wardcell_seatbelt::*;
 
 // ---------------------------------------------------------------- an SBPL reader
 

@@ -58,7 +58,7 @@ mod tests {
     /// number, and differs by each of the three.
     #[test]
     fn every_identity_the_broker_makes_is_one_the_shim_accepts() {
-        use wardcell_common::seatbelt::{identity_name, is_identity};
+        use wardcell_seatbelt::{identity_name, is_identity};
         let run = wardcell_host::runid::new_run_id([0xff; 4]);
         let a = identity_name(&run, u32::MAX, &[0xff; 16]);
         assert!(is_identity(&a), "{a}");

@@ -684,7 +684,7 @@ mod tests {
         }
         assert!(spec.seatbelt_identity.is_empty());
         // The Seatbelt profile of this very spec denies each of them, last.
-        let text = wardcell_common::seatbelt::profile(&spec).unwrap();
+        let text = wardcell_seatbelt::profile(&spec).unwrap();
         let (_, last) = text.rsplit_once("\n; 8.").unwrap();
         for d in own {
             assert!(last.contains(&format!("(subpath \"{d}\")")), "{d}:\n{last}");

@@ -19,7 +19,7 @@
 //!
 //! There is no init here: the command replaces the shim, and the broker, its parent,
 //! waits for it. Untested on a Mac (this repository's CI is Linux); the profile text it
-//! applies is tested on every platform (common/src/seatbelt.rs).
+//! applies is tested on every platform (seatbelt/src/lib.rs).
 
 #[allow(unsafe_code)]
 mod sys;
@@ -27,7 +27,7 @@ mod sys;
 use std::io::Write;
 
 use wardcell_common::protocol::{self, ShimReport, ShimRequest};
-use wardcell_common::seatbelt;
+use wardcell_seatbelt as seatbelt;
 
 use crate::{exec, greet_broker, read_spec, report, setup_failed};
 

@@ -17,8 +17,7 @@ pub struct Answers {
 /// run by this user; else why not, for the audit log.
 pub fn judge(a: Answers, ours: libc::uid_t) -> Result<libc::pid_t, String> {
     super::same_user(a.euid, ours)?;
-    wardcell_common::seatbelt::peer_verdict(a.own, a.never)
-        .map_err(|e| format!("peer {} {e}", a.pid))?;
+    wardcell_seatbelt::peer_verdict(a.own, a.never).map_err(|e| format!("peer {} {e}", a.pid))?;
     Ok(a.pid)
 }
 

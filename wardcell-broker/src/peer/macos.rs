@@ -11,7 +11,7 @@
 use std::os::unix::net::UnixStream;
 
 use wardcell_common::plan::SandboxSpec;
-use wardcell_common::seatbelt;
+use wardcell_seatbelt as seatbelt;
 
 use super::Peer;
 use crate::sys::peer::{answers, cwd_of};

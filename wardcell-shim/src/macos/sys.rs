@@ -75,7 +75,7 @@ pub fn sigpipe_default() {
 /// parameter. Irreversible.
 pub fn apply(profile: &str, identity: &str) -> Result<(), String> {
     let profile = CString::new(profile).map_err(|_| "the profile holds a NUL".to_string())?;
-    let key = CString::new(wardcell_common::seatbelt::IDENTITY_PARAM).expect("no NUL");
+    let key = CString::new(wardcell_seatbelt::IDENTITY_PARAM).expect("no NUL");
     let value = CString::new(identity).map_err(|_| "the identity holds a NUL".to_string())?;
     let params: [*const c_char; 3] = [key.as_ptr(), value.as_ptr(), std::ptr::null()];
     let mut err: *mut c_char = std::ptr::null_mut();

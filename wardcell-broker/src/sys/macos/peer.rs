@@ -17,7 +17,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 
-use wardcell_common::seatbelt;
+use wardcell_seatbelt as seatbelt;
 
 /// `audit_token_t`: eight 32-bit words, passed by value.
 #[repr(C)]

@@ -37,8 +37,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::identity::Kind;
-use crate::plan::{SandboxSpec, ViewKind};
+use wardcell_common::identity::Kind;
+use wardcell_common::plan::{SandboxSpec, ViewKind};
 
 /// The parameter that carries the sandbox's identity (a Mach global name) into the
 /// profile. Passed to `sandbox_init_with_parameters`, never written into the text, so
