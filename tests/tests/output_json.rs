@@ -156,7 +156,7 @@ both!(json_is_output_json_and_errors_are_json_too, |fx| {
     for (args, code) in [
         (&["logs", "show", "nope", "--json"][..], 1),
         (&["policy", "show", "--bogus", "--json"], 2),
-        (&["zone", "enter", "push", "--json"], 1),
+        (&["zone", "denials", "--json"], 1),
     ] {
         let out = fx.run(args);
         out.expect_code(code);
