@@ -25,8 +25,6 @@ pub mod approval;
 pub mod audit;
 pub mod auditlog;
 pub mod envrules;
-pub mod gitconfig;
-pub mod gitguard;
 pub mod helper;
 pub mod identity;
 pub mod limits;

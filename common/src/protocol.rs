@@ -492,6 +492,32 @@ impl ZoneResponse {
     }
 }
 
+/// What `wardcell-shim --git-watch` saw in the run's repository: everything there that
+/// can make git run code and was not there when the run started, one line each, naming
+/// the path and why. Its first frame, once it has taken the snapshot, has none; then one
+/// for every byte the broker writes to its stdin. Bounded: at most [`GitLook::MOST`]
+/// lines of at most [`GitLook::MOST_BYTES`] bytes each; a look that breaks a bound is
+/// one that could not be made.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct GitLook {
+    pub lines: Vec<String>,
+}
+
+impl GitLook {
+    pub const MOST: usize = 64;
+    pub const MOST_BYTES: usize = 4 * KIB;
+
+    /// Whether it keeps its bounds.
+    pub fn is_bounded(&self) -> bool {
+        self.lines.len() <= Self::MOST && self.lines.iter().all(|l| l.len() <= Self::MOST_BYTES)
+    }
+}
+
+impl Message for GitLook {
+    const MAX_LEN: usize = 2 * GitLook::MOST * GitLook::MOST_BYTES;
+    const WHAT: &'static str = "a look at the run's repository";
+}
+
 impl Message for Launch {
     const MAX_LEN: usize = CONFIGURED_MAX;
     const WHAT: &'static str = "the plan";

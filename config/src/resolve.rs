@@ -503,7 +503,7 @@ fn home_value(value: String, home: &Path) -> String {
     }
 }
 
-use wardcell_common::gitguard::WORKTREE_FILES;
+use wardcell_git::guard::WORKTREE_FILES;
 
 /// At most this many linked worktrees are protected by read-only binds; the guard's
 /// detection covers the rest.

@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use wardcell_common::protocol::{
-    decode_payload, encode_frame, expect_hello, read_frame, Hello, Launch, Message, ProxyEvent,
+    decode_payload, encode_frame, expect_hello, read_frame, GitLook, Hello, Launch, Message, ProxyEvent,
     ProxyRequest, ShimReport, ShimRequest, ZoneRequest, ZoneResponse,
 };
 
@@ -31,4 +31,5 @@ fuzz_target!(|data: &[u8]| {
     check::<ProxyEvent>(data);
     check::<ZoneRequest>(data);
     check::<ZoneResponse>(data);
+    check::<GitLook>(data);
 });

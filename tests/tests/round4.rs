@@ -322,35 +322,30 @@ touch flooding; sleep 1; wardcell zone enter other -- /bin/echo got-in; echo ent
     }
 );
 
-// Issue 35, item 3: git configuration a sandbox wrote is parsed where a parser bug cannot
-// change what the broker does: `wardcell-shim --git-config`, which has confined itself
-// (no new privileges, a seccomp allow list, a bounded address space) before it looks at
-// a byte, and hands back one typed frame.
-both!(git_configuration_is_parsed_in_a_confined_process, |fx| {
-    use std::io::{Read, Write};
-    let mut config = String::from("[core]\n\tfsmonitor = evil\n[user]\n");
-    for i in 0..20_000 {
-        config.push_str(&format!("\tk{i} = v\n"));
-    }
+// Issue 35, item 3, and issue 37, item 3: the run's repository is watched where a bug
+// cannot change what the broker does: `wardcell-shim --git-watch`, which confines itself
+// (no new privileges, a seccomp allow list that opens files only to read, a bounded
+// address space) before it looks at the repository, and answers each look with one
+// typed frame.
+both!(the_repository_is_watched_by_a_confined_process, |fx| {
+    use std::io::Write;
+    use wardcell_common::protocol::{read_frame, GitLook};
+    fx.host_git(&fx.proj, &["init", "-q"]);
+    let proj = fx.proj.to_str().unwrap();
     let mut child = fx
-        .cmd_of(&fx.bin.join("wardcell-shim"), &["--git-config"])
+        .cmd_of(&fx.bin.join("wardcell-shim"), &["--git-watch", proj])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(config.as_bytes())
-        .unwrap();
-    // Its answer is larger than a pipe holds: it waits, confined, in its write.
-    let status = format!("/proc/{}/status", child.id());
-    wardcell_tests::wait_until(10, "the parser to confine itself", || {
-        std::fs::read_to_string(&status).is_ok_and(|s| s.contains("Seccomp:\t2"))
-    });
-    let text = std::fs::read_to_string(&status).unwrap();
-    assert!(text.contains("NoNewPrivs:\t1"), "{text}");
+    let (mut ask, mut answers) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
+    let first: GitLook = read_frame(&mut answers).unwrap();
+    assert!(first.lines.is_empty(), "{first:?}");
+    let text = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    assert!(
+        text.contains("NoNewPrivs:\t1") && text.contains("Seccomp:\t2"),
+        "{text}"
+    );
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
     assert!(
         limits
@@ -358,21 +353,28 @@ both!(git_configuration_is_parsed_in_a_confined_process, |fx| {
             .any(|l| l.starts_with("Max address space") && l.contains("536870912")),
         "{limits}"
     );
-    let mut frame = Vec::new();
-    child
-        .stdout
-        .take()
+    // 20,000 harmless keys and one that runs code, in a file git reads.
+    let mut config = String::from("[core]\n\tfsmonitor = evil\n[user]\n");
+    for i in 0..20_000 {
+        config.push_str(&format!("\tname = v{i}\n"));
+    }
+    let file = fx.proj.join(".git/config.worktree");
+    std::fs::write(&file, config).unwrap();
+    fx.own(&file);
+    ask.write_all(b"?").unwrap();
+    let look: GitLook = read_frame(&mut answers).unwrap();
+    assert_eq!(look.lines.len(), 1, "{look:?}");
+    assert!(
+        look.lines[0].contains("config.worktree") && look.lines[0].contains("core.fsmonitor"),
+        "{look:?}"
+    );
+    // The file was read and still is: the watcher wrote nothing.
+    assert!(std::fs::read_to_string(&file)
         .unwrap()
-        .read_to_end(&mut frame)
-        .unwrap();
+        .contains("fsmonitor = evil"));
+    // Its input ended, it ends.
+    drop(ask);
     assert!(child.wait().unwrap().success());
-    let parsed: wardcell_common::gitconfig::Parsed =
-        wardcell_common::protocol::read_frame(&mut frame.as_slice()).unwrap();
-    let wardcell_common::gitconfig::Parsed::Entries(entries) = parsed else {
-        panic!("{parsed:?}")
-    };
-    assert_eq!(entries.len(), 20_001);
-    assert_eq!(entries[0].key, "core.fsmonitor");
 });
 
 // A configuration built to make its parser's output explode (every entry repeats a long

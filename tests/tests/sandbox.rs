@@ -890,22 +890,26 @@ both!(the_plan_writer_does_not_outlive_the_start, |fx| {
     let broker = wardcell_tests::broker_of(run.id());
     let children =
         std::fs::read_to_string(format!("/proc/{broker}/task/{broker}/children")).unwrap();
-    let comms: Vec<String> = children
+    // Each child by its command line: the sandbox's shim, and the shim watching the
+    // run's repository (which the sandbox may write).
+    let mut commands: Vec<String> = children
         .split_whitespace()
         .map(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .unwrap_or_default()
-                .trim()
-                .to_string()
+            let line = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let line = String::from_utf8_lossy(&line).replace('\0', " ");
+            line.trim().to_string()
         })
         .collect();
-    assert_eq!(
-        comms,
-        ["wardcell-shim"],
-        "the broker's children: {children}"
-    );
+    commands.sort();
+    // The command ends before anything is checked: a failed check leaves nothing running.
     fx.write(&done, "");
     assert!(run.wait().unwrap().success());
+    let watcher = format!("wardcell-shim --git-watch {}", fx.proj.display());
+    assert_eq!(
+        commands,
+        ["wardcell-shim".to_string(), watcher],
+        "the broker's children: {children}"
+    );
 });
 
 both!(an_empty_or_multi_line_command_gets_one_line_and_127, |fx| {

@@ -278,6 +278,7 @@ fn run_first_sandbox(
     for line in run.check_git(&sb.name) {
         wardcell_common::eprintln_line!("{}", messages::git_code_appeared(&line, &run.plan.cwd));
     }
+    run.end_git_watch();
     if let Some(line) = messages::refusals(run.refused.load(Ordering::Relaxed), &run.id) {
         wardcell_common::eprintln_line!("{line}");
     }
@@ -328,8 +329,11 @@ fn start_first(
         // Forwarded signals (and SIGCHLD), read from a descriptor.
         let signals = sys::Signals::take(&signals::to_take(ignored))
             .map_err(|e| BrokerError::Sandbox(e.to_string()))?;
-        // What the views hold, watched from a thread that inherits the blocked signals,
-        // and the run's repository looked at every second (what appears is audited then).
+        // The run's repository watched by a process of its own, from this thread (it
+        // lives as long as the run); what the views hold watched from a thread that
+        // inherits the blocked signals, and the repository looked at every second (what
+        // appears is audited then).
+        run.watch_git();
         let tick = |r: &Run| drop(r.check_git("run"));
         run.guard.start(Arc::downgrade(run), Run::lost, tick)?;
         // The plan writer exits right after sending the plan. Reaped here if it has, else

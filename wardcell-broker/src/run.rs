@@ -8,14 +8,13 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use wardcell_common::auditlog::{AuditLog, Rate};
-use wardcell_common::gitguard;
 use wardcell_common::plan::Plan;
 
-use wardcell_common::gitconfig::Parsed;
 use wardcell_host::entries::Entries;
+use wardcell_host::exe::Programs;
+use wardcell_host::gitcheck::GitWatch;
 use wardcell_host::guard::Guard;
 use wardcell_host::process::Watched;
-use wardcell_host::{exe::Exe, exe::Programs, gitcheck};
 
 use crate::sys;
 
@@ -41,9 +40,10 @@ pub struct Run {
     /// started: the run's end waits for reserved ones too, so that every entry allowed
     /// has its completion written.
     entries: Entries<sys::Process>,
-    /// The run's repository, where code-running files may appear (see gitguard), and
-    /// what was found there so far.
-    git_watch: Option<gitguard::Watch>,
+    /// The run's repository, where code-running files may appear, watched by a process
+    /// of its own (wardcell_host::gitcheck) when a sandbox may write it; what was found
+    /// there so far.
+    git_watch: OnceLock<GitWatch<sys::Process>>,
     git_found: Mutex<Vec<String>>,
     /// The first sandbox, once it is complete: what ends the run.
     first: OnceLock<sys::Process>,
@@ -63,7 +63,6 @@ impl Run {
         audit: AuditLog,
         host_env: Vec<(String, String)>,
     ) -> Run {
-        let git_watch = git_watch(&plan, &|b| parse_git(&programs.shim, b));
         Run {
             plan,
             id,
@@ -75,7 +74,7 @@ impl Run {
             next_sandbox: AtomicU32::new(1),
             refused: AtomicU64::new(0),
             entries: Entries::default(),
-            git_watch,
+            git_watch: OnceLock::new(),
             git_found: Mutex::new(Vec::new()),
             first: OnceLock::new(),
         }
@@ -146,12 +145,28 @@ impl Run {
         }
     }
 
+    /// Start watching the run's repository, when a sandbox may write it: a snapshot of
+    /// what can make git run code there, taken before any sandbox runs code. From the
+    /// thread that lives as long as the run (the watcher dies with it).
+    pub fn watch_git(&self) {
+        let plan = &self.plan;
+        let writable = plan
+            .profiles()
+            .any(|p| p.write.iter().any(|w| plan.cwd.starts_with(w)));
+        if writable {
+            let spawn = |cmd: &mut _| sys::spawn_from(&self.programs.shim, cmd);
+            let _ = self.git_watch.set(GitWatch::start(&spawn, &plan.cwd));
+        }
+    }
+
     /// What can make git run code in the run's repository that was not there at the start.
     pub fn git_now(&self) -> Vec<String> {
-        self.git_watch
-            .as_ref()
-            .map(|w| gitguard::changes(w, &|b| parse_git(&self.programs.shim, b)))
-            .unwrap_or_default()
+        self.git_watch.get().map(GitWatch::look).unwrap_or_default()
+    }
+
+    /// The run's end: its repository's watcher ended (after the last look).
+    pub fn end_git_watch(&self) {
+        let _ = self.git_watch.get().map(GitWatch::end);
     }
 
     /// After a sandbox ends: audit what appeared in the run's repository that runs code
@@ -185,20 +200,6 @@ impl Run {
     pub fn end_entries(&self) {
         self.entries.end(std::time::Duration::from_secs(2));
     }
-}
-
-/// The run's directory is watched when a sandbox may write it: a snapshot of what can make
-/// git run code there, taken before any sandbox runs code.
-fn git_watch(plan: &Plan, parse: gitguard::Parser<'_>) -> Option<gitguard::Watch> {
-    let writable = plan
-        .profiles()
-        .any(|p| p.write.iter().any(|w| plan.cwd.starts_with(w)));
-    gitguard::watch(&plan.cwd, writable, parse)
-}
-
-/// A git config file's bytes parsed by the shim, confined, alone (wardcell_host::gitcheck).
-fn parse_git(shim: &Exe, bytes: &[u8]) -> Parsed {
-    gitcheck::parse(&|cmd| sys::spawn_from(shim, cmd), bytes)
 }
 
 /// An entered sandbox (or an approval plugin) the run's end waits for, from its

@@ -1,89 +1,145 @@
-//! A git configuration file a sandbox may have written, parsed in a process of its own
-//! (`wardcell-shim --git-config`, confined before it reads a byte: wardcell-shim's
-//! gitcheck.rs), so that a bug in the parser cannot change what the broker does. This
-//! module only runs that process and carries the bytes: the file's to its stdin, one
-//! `gitconfig::Parsed` frame back from its stdout, read within [`DEADLINE`]. Anything
-//! else (it could not start, died, sent garbage, took too long) is
-//! [`Parsed::TooLarge`]: a file that could not be checked, which the broker reports as
-//! it does one too large to check.
+//! The run's repository, watched by a process of its own (`wardcell-shim --git-watch`,
+//! confined before it reads a byte there: wardcell-shim's gitcheck.rs), so that nothing
+//! a sandbox leaves there is read or parsed by the broker. This module starts that
+//! process, asks it to look (one byte on its stdin), and reads its typed answer (one
+//! `GitLook` frame on its stdout) within a deadline. Anything else (it could not start,
+//! died, sent garbage, broke a bound, took too long) is a repository that can no longer
+//! be checked, reported as [`UNCHECKED`] from then on, which refuses every entry.
 
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags};
 
-use wardcell_common::gitconfig::{Parsed, MAX_FILE};
-use wardcell_common::protocol::{self, Message};
+use wardcell_common::protocol::{self, GitLook, Message};
 use wardcell_common::terminal;
+use wardcell_common::text::shown;
 
 use crate::process::{self, Watched};
 
-/// How long the parser has for one file (a megabyte parses in milliseconds).
-pub const DEADLINE: Duration = Duration::from_secs(5);
+/// How long one look may take (20,000 hooks and 64 changed configurations take well
+/// under a second), and the snapshot when the run starts.
+pub const DEADLINE: Duration = Duration::from_secs(10);
+pub const START_DEADLINE: Duration = Duration::from_secs(30);
+
+/// What is reported, from then on, once the watcher has failed.
+pub const UNCHECKED: &str =
+    "the run's repository (its watcher failed: what a sandbox leaves there can no longer be checked)";
 
 /// Starts a command as a helper of the broker (from the shim it holds open, dying with
 /// the calling thread) and returns it with its watch, which kills and reaps it when
 /// dropped.
 pub type Spawn<'a, W> = &'a dyn Fn(&mut Command) -> io::Result<(Child, process::Child<W>)>;
 
-/// Parse `bytes` in the shim's `--git-config` mode, started by `spawn`.
-pub fn parse<W: Watched>(spawn: Spawn<'_, W>, bytes: &[u8]) -> Parsed {
-    if bytes.len() > MAX_FILE {
-        return Parsed::TooLarge;
-    }
-    let mut cmd = Command::new("wardcell-shim");
-    cmd.arg("--git-config")
-        .env_clear()
-        .current_dir("/")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let (mut child, watched) = match spawn(&mut cmd) {
-        Ok(started) => started,
-        Err(e) => {
-            tracing::debug!(error = %e, "the git configuration parser did not start");
-            return Parsed::TooLarge;
-        }
-    };
-    let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
-    let answer = std::thread::scope(|s| {
-        // Written from a thread of its own: a parser that stops reading is killed at the
-        // deadline below, which ends the write.
-        s.spawn(move || stdin.map(|mut i| i.write_all(bytes)));
-        let answer = stdout.and_then(read_answer);
-        let _ = child.kill();
-        answer
-    });
-    // Killed (if it is still there) and reaped.
-    drop(watched);
-    answer.unwrap_or_else(|| {
-        tracing::debug!("the git configuration parser gave no answer");
-        Parsed::TooLarge
-    })
+/// The watcher of one repository, or its failure.
+pub struct GitWatch<W: Watched> {
+    watcher: Mutex<Option<Watcher<W>>>,
 }
 
-/// Its one frame, read within [`DEADLINE`] (the parser reads all its input first).
-fn read_answer(mut out: std::process::ChildStdout) -> Option<Parsed> {
-    let until = Instant::now() + DEADLINE;
-    let mut got = Vec::new();
-    let most = Parsed::MAX_LEN + 4;
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let mut fds = [PollFd::new(out.as_fd(), PollFlags::POLLIN)];
-        if poll(&mut fds, terminal::timeout_until(Some(until))).ok()? == 0 {
-            return None;
+struct Watcher<W: Watched> {
+    ask: ChildStdin,
+    answers: ChildStdout,
+    // Killed and reaped when dropped.
+    _child: process::Child<W>,
+}
+
+impl<W: Watched> GitWatch<W> {
+    /// The watcher of `dir`, started by `spawn`, once it has taken its snapshot.
+    pub fn start(spawn: Spawn<'_, W>, dir: &Path) -> GitWatch<W> {
+        let mut cmd = Command::new("wardcell-shim");
+        cmd.arg("--git-watch")
+            .arg(dir)
+            .env_clear()
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let watcher = spawn(&mut cmd).ok().and_then(|(mut child, watched)| {
+            let (ask, mut answers) = (child.stdin.take()?, child.stdout.take()?);
+            let until = Instant::now() + START_DEADLINE;
+            let ready = read_look(&mut answers, until).filter(|l| l.lines.is_empty());
+            ready.map(|_| Watcher {
+                ask,
+                answers,
+                _child: watched,
+            })
+        });
+        if watcher.is_none() {
+            tracing::debug!("the repository's watcher did not start");
         }
-        match out.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) if got.len() + n <= most => got.extend_from_slice(&buf[..n]),
-            Ok(_) => return None,
+        GitWatch {
+            watcher: Mutex::new(watcher),
+        }
+    }
+
+    /// What appeared since the run started that can make git run code, a line each (made
+    /// safe to print); [`UNCHECKED`] once the watcher has failed.
+    pub fn look(&self) -> Vec<String> {
+        let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
+        let look = watcher.as_mut().and_then(|w| {
+            w.ask.write_all(b"?").ok()?;
+            read_look(&mut w.answers, Instant::now() + DEADLINE)
+        });
+        match look {
+            Some(look) => look.lines.iter().map(|l| shown(l).into_owned()).collect(),
+            None => {
+                if watcher.take().is_some() {
+                    tracing::debug!("the repository's watcher failed");
+                }
+                vec![UNCHECKED.to_string()]
+            }
+        }
+    }
+
+    /// The run's end: the watcher killed and reaped (nothing of a run is left for its
+    /// caller to reap); a look after this is [`UNCHECKED`].
+    pub fn end(&self) {
+        drop(
+            self.watcher
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
+    }
+}
+
+/// One frame, whole, read by `until`, within its bounds.
+fn read_look(from: &mut ChildStdout, until: Instant) -> Option<GitLook> {
+    let mut len = [0u8; 4];
+    read_by(from, &mut len, until)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > GitLook::MAX_LEN {
+        return None;
+    }
+    let mut payload = vec![0u8; len];
+    read_by(from, &mut payload, until)?;
+    let look: GitLook = protocol::decode_payload(&payload).ok()?;
+    look.is_bounded().then_some(look)
+}
+
+/// `buf` filled from `from` by `until`.
+fn read_by(from: &mut ChildStdout, buf: &mut [u8], until: Instant) -> Option<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let mut fds = [PollFd::new(from.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, terminal::timeout_until(Some(until))) {
+            Ok(0) => return None,
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => return None,
+        }
+        match from.read(&mut buf[got..]) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => return None,
         }
     }
-    protocol::read_frame(&mut got.as_slice()).ok()
+    Some(())
 }
 
 #[cfg(test)]
@@ -110,70 +166,67 @@ mod tests {
         }
     }
 
-    fn started(child: io::Result<Child>) -> io::Result<(Child, process::Child<ByPid>)> {
-        process::watch(child?, |pid| {
-            Ok(ByPid(pid, std::fs::File::open("/dev/null")?))
-        })
+    /// `cmd` started as a stand-in for the watcher, its arguments ignored.
+    fn instead(program: &str, args: &[&str]) -> impl Fn(&mut Command) -> SpawnResult {
+        let (program, args) = (program.to_string(), args.iter().map(|a| a.to_string()));
+        let args: Vec<String> = args.collect();
+        move |_: &mut Command| {
+            let mut c = Command::new(&program);
+            c.args(&args).stdin(Stdio::piped()).stdout(Stdio::piped());
+            process::watch(c.spawn()?, |pid| {
+                Ok(ByPid(pid, std::fs::File::open("/dev/null")?))
+            })
+        }
     }
+    type SpawnResult = io::Result<(Child, process::Child<ByPid>)>;
 
-    /// The shim of this build, where cargo puts it.
-    fn shim() -> std::path::PathBuf {
-        let exe = std::env::current_exe().unwrap();
-        exe.parent()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .join("wardcell-shim")
+    fn frame(lines: &[&str]) -> String {
+        let look = GitLook {
+            lines: lines.iter().map(|l| l.to_string()).collect(),
+        };
+        let bytes = protocol::encode_frame(&look).unwrap();
+        bytes.iter().map(|b| format!("\\{b:03o}")).collect()
     }
 
     #[test]
-    fn a_file_is_parsed_by_the_shim_and_failures_are_files_not_checked() {
-        let shim = shim();
-        if !shim.exists() {
-            eprintln!("skipped: no {} (cargo build first)", shim.display());
-            return;
+    fn a_watcher_that_fails_in_any_way_is_a_repository_that_cannot_be_checked() {
+        let unchecked = vec![UNCHECKED.to_string()];
+        // Says nothing, or garbage, or never answers (killed at the deadline).
+        for (program, args) in [("/bin/true", vec![]), ("/bin/echo", vec!["garbage"])] {
+            let w = GitWatch::start(&instead(program, &args), Path::new("/"));
+            assert_eq!(w.look(), unchecked, "{program}");
         }
-        let spawn = |cmd: &mut Command| {
-            let mut real = Command::new(&shim);
-            real.args(cmd.get_args())
-                .env_clear()
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped());
-            started(real.spawn())
-        };
-        let got = parse(&spawn, b"[core]\n\tfsmonitor = x\n");
-        let Parsed::Entries(e) = got else {
-            panic!("{got:?}")
-        };
-        assert_eq!(e[0].key, "core.fsmonitor");
-        // A program that answers nothing, or garbage.
-        let silent = |_: &mut Command| {
-            let mut c = Command::new("/bin/true");
-            started(c.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn())
-        };
-        assert_eq!(parse(&silent, b"[core]\n"), Parsed::TooLarge);
-        let garbage = |_: &mut Command| {
-            let mut c = Command::new("/bin/echo");
-            started(
-                c.arg("garbage")
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .spawn(),
-            )
-        };
-        assert_eq!(parse(&garbage, b"[core]\n"), Parsed::TooLarge);
-        // One that never answers is killed at the deadline.
-        let hung = |_: &mut Command| {
-            let mut c = Command::new("/bin/sleep");
-            started(
-                c.arg("60")
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .spawn(),
-            )
-        };
-        let t = std::time::Instant::now();
-        assert_eq!(parse(&hung, b"[core]\n"), Parsed::TooLarge);
-        assert!(t.elapsed() < DEADLINE + Duration::from_secs(2));
+        // Ready, then an answer that breaks a bound, then nothing more is asked of it.
+        let long = "x".repeat(GitLook::MOST_BYTES + 1);
+        let script = format!(
+            "printf '{}'; head -c1 >/dev/null; printf '{}'; sleep 60",
+            frame(&[]),
+            frame(&[&long])
+        );
+        let w = GitWatch::start(&instead("/bin/sh", &["-c", &script]), Path::new("/"));
+        assert_eq!(w.look(), unchecked);
+        assert_eq!(w.look(), unchecked);
+        // Ready, then a line with a control character: printed escaped.
+        let script = format!(
+            "printf '{}'; head -c1 >/dev/null; printf '{}'",
+            frame(&[]),
+            frame(&["a\u{1b}[2Jb"])
+        );
+        let w = GitWatch::start(&instead("/bin/sh", &["-c", &script]), Path::new("/"));
+        let got = w.look();
+        assert_eq!(got.len(), 1);
+        assert!(
+            !got[0].contains('\u{1b}') && got[0].starts_with('a'),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn a_watcher_that_hangs_is_given_up_at_the_deadline() {
+        let script = format!("printf '{}'; sleep 60", frame(&[]));
+        let w = GitWatch::start(&instead("/bin/sh", &["-c", &script]), Path::new("/"));
+        let t = Instant::now();
+        assert_eq!(w.look(), vec![UNCHECKED.to_string()]);
+        assert!(t.elapsed() >= DEADLINE && t.elapsed() < DEADLINE + Duration::from_secs(3));
     }
 }

@@ -31,10 +31,13 @@ use wardcell_seatbelt as seatbelt;
 
 use crate::{exec, greet_broker, read_spec, report, setup_failed};
 
-/// A Seatbelt profile that denies everything (`--git-config`: only its stdio, open
-/// already, and memory are left).
-pub fn deny_everything() -> Result<(), String> {
-    sys::apply("(version 1)\n(deny default)\n", "git-config")
+/// A Seatbelt profile that allows reading files and nothing else (`--git-watch`: its
+/// stdio, open already, and memory are left besides).
+pub fn read_only() -> Result<(), String> {
+    sys::apply(
+        "(version 1)\n(deny default)\n(allow file-read*)\n",
+        "git-watch",
+    )
 }
 
 pub fn main() {

@@ -101,8 +101,8 @@ fn setup_failed(control: &mut UnixStream, step: &str, message: String) -> ! {
 
 #[cfg(target_os = "macos")]
 fn main() {
-    if std::env::args().nth(1).as_deref() == Some("--git-config") {
-        gitcheck::main()
+    if std::env::args().nth(1).as_deref() == Some("--git-watch") {
+        gitcheck::main(std::env::args_os().nth(2))
     }
     macos::main()
 }
@@ -115,7 +115,7 @@ fn main() {
             return;
         }
         Some("--probe") => probe(),
-        Some("--git-config") => gitcheck::main(),
+        Some("--git-watch") => gitcheck::main(std::env::args_os().nth(2)),
         _ => {}
     }
 

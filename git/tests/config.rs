@@ -1,12 +1,12 @@
 //! wardcell reads git's configuration files as the real git does (issue 35, item 3): on
 //! generated inputs (several sections on a line, lone carriage returns, continuation
 //! lines, quoted subsections with escapes, comments, values with quotes, includes and
-//! `includeIf`), `wardcell_common::gitconfig::parse` lists exactly what `git config
+//! `includeIf`), `wardcell_git::config::parse` lists exactly what `git config
 //! --list -z --no-includes` lists, and refuses exactly what git refuses.
 
 use std::process::Command;
 
-use wardcell_common::gitconfig::{parse, Entry};
+use wardcell_git::config::{parse, Entry};
 
 /// Pieces a generated file is made of: what a hostile config would use to hide a key.
 const PIECES: &[&str] = &[

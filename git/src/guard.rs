@@ -7,17 +7,19 @@
 //! more than those two names: `config.worktree`, `commondir`, a `.git` file's `gitdir:`,
 //! submodules' own configuration and hooks under `modules/`. The kernel offers no way to
 //! forbid names inside a writable tree, so the rest is **detected**: when a run starts,
-//! the broker takes a snapshot of everything here that can make git run code; when each
-//! sandbox ends it compares, audits `sandbox.git_changed`, refuses zone entries while
-//! something is there, and prints a warning at the run's end.
+//! its watcher (`wardcell-shim --git-watch`, confined) takes a snapshot of everything
+//! here that can make git run code, and compares whenever the broker asks (every second,
+//! when a sandbox ends, before an entry); the broker audits `sandbox.git_changed`,
+//! refuses zone entries while something is there, and prints a warning at the run's end.
 
 use std::path::{Path, PathBuf};
 
-use crate::gitconfig::Parsed;
+use wardcell_common::protocol::GitLook;
 
-/// Parses a configuration file's bytes as git does (`gitconfig::parse`): the broker's
-/// runs it in a process of its own (`wardcell-shim --git-config`), where a bug in it
-/// cannot change what the broker does, and hands back its typed result.
+use crate::config::Parsed;
+
+/// Parses a configuration file's bytes as git does: [`Parsed::of`], or a stand-in that
+/// counts (tests).
 pub type Parser<'a> = &'a dyn Fn(&[u8]) -> Parsed;
 
 /// What a linked worktree's git reads from the main repository's `.git`: the files that
@@ -86,10 +88,11 @@ const MAX_WORKTREES: usize = 256;
 /// At most this many configurations are parsed in one look (a process each); the rest
 /// are reported as not checked.
 const MAX_PARSED: usize = 64;
-/// At most this many paths are reported.
-const MAX_REPORTED: usize = 64;
+/// At most this many paths are reported, each line at most this long (the frame's bounds).
+const MAX_REPORTED: usize = GitLook::MOST;
+const MAX_LINE: usize = GitLook::MOST_BYTES;
 /// A configuration file larger than this is reported rather than parsed.
-const MAX_CONFIG: u64 = crate::gitconfig::MAX_FILE as u64;
+const MAX_CONFIG: u64 = crate::config::MAX_FILE as u64;
 
 /// A configuration file's entries that are not known to be harmless ([`untrusted`]).
 type Keys = Vec<(String, Option<Vec<u8>>)>;
@@ -294,7 +297,7 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// What a configuration file holds that git might run code with: every entry whose key
-/// is not known to be harmless (`gitconfig::HARMLESS`), as git reads the file (`parsed`),
+/// is not known to be harmless (`config::HARMLESS`), as git reads the file (`parsed`),
 /// as `section.key` for reports with its value to compare. A file git cannot read is one
 /// entry, `(unreadable)`: git refuses it, another reader may not; one too large to check,
 /// or whose parser failed, is one entry too.
@@ -302,18 +305,12 @@ pub fn untrusted(parsed: Parsed) -> Vec<(String, Option<Vec<u8>>)> {
     match parsed {
         Parsed::Entries(entries) => entries
             .into_iter()
-            .filter(|e| !crate::gitconfig::harmless_entry(&e.key, e.value.as_deref()))
+            .filter(|e| !crate::config::harmless_entry(&e.key, e.value.as_deref()))
             .map(|e| (e.key, e.value))
             .collect(),
         Parsed::Bad(line) => vec![(format!("(unreadable from line {line})"), None)],
         Parsed::TooLarge => vec![("(too many entries to check)".into(), None)],
     }
-}
-
-/// [`Parser`] for when a bug in the parser decides nothing (tests, tools): in this process.
-pub fn parse_here(bytes: &[u8]) -> Parsed {
-    let frame = Parsed::frame_of(bytes);
-    crate::protocol::decode_payload(frame.get(4..).unwrap_or_default()).unwrap_or(Parsed::TooLarge)
 }
 
 /// The names of the entries of `now` that `was` lacked (a new key, or a new value of
@@ -322,7 +319,7 @@ fn new_keys(now: &[(String, Option<Vec<u8>>)], was: &[(String, Option<Vec<u8>>)]
     let mut out: Vec<String> = Vec::new();
     for (k, _) in now.iter().filter(|e| !was.contains(e)) {
         // Subsections as written can hold anything a sandbox chose: shown escaped.
-        let k = crate::text::shown(k).into_owned();
+        let k = wardcell_common::text::shown(k).into_owned();
         if !out.contains(&k) {
             out.push(k);
         }
@@ -379,12 +376,25 @@ pub fn changes(w: &Watch, parse: Parser<'_>) -> Vec<String> {
                 _ => format!("{path:?} (not a plain file: git may still read it)"),
             },
         };
-        out.push(line);
+        out.push(within(line, MAX_LINE));
         if out.len() >= MAX_REPORTED {
             break;
         }
     }
     out
+}
+
+/// `line`, cut to at most `most` bytes (on a character's boundary) and marked as cut.
+fn within(mut line: String, most: usize) -> String {
+    if line.len() > most {
+        let mut end = most - "...".len();
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        line.truncate(end);
+        line.push_str("...");
+    }
+    line
 }
 
 /// A regular file's bytes, opened without following a link or blocking, at most `max`.
@@ -424,7 +434,7 @@ mod tests {
         let parsed = std::cell::Cell::new(0);
         let counting = |b: &[u8]| {
             parsed.set(parsed.get() + 1);
-            parse_here(b)
+            Parsed::of(b)
         };
         let w = watch(&dir, true, &counting).expect("a watch");
         assert!(changes(&w, &counting).is_empty());
@@ -447,8 +457,8 @@ mod tests {
         for i in 0..MAX_WORKTREES + 1 {
             std::fs::create_dir_all(dir.join(format!(".git/worktrees/x{i}"))).unwrap();
         }
-        let w = watch(&dir, true, &parse_here).expect("a watch");
-        let c = changes(&w, &parse_here);
+        let w = watch(&dir, true, &Parsed::of).expect("a watch");
+        let c = changes(&w, &Parsed::of);
         assert!(
             c.iter()
                 .any(|l| l.contains("worktrees/...") && l.contains("more than are checked")),
@@ -464,7 +474,7 @@ mod tests {
                     [mergetool \"x\"]\n\tcmd = evil\n[user][core] fsmonitor = a\n\
                     [user]\r[core] sshCommand = b\n[interactive]\n\tdiffFilter = c\n\
                     [mergetool \"m\"]\n\tpath = d\n[imap]\n\ttunnel = e\n";
-        let keys: Vec<String> = untrusted(parse_here(text.as_bytes()))
+        let keys: Vec<String> = untrusted(Parsed::of(text.as_bytes()))
             .into_iter()
             .map(|(k, _)| k)
             .collect();
@@ -483,18 +493,18 @@ mod tests {
                 "imap.tunnel",
             ]
         );
-        assert!(untrusted(parse_here(b"[core]\nbare = false\n[user]\nemail = a@b\n")).is_empty());
+        assert!(untrusted(Parsed::of(b"[core]\nbare = false\n[user]\nemail = a@b\n")).is_empty());
         // What git cannot read is reported as such.
-        assert_eq!(untrusted(parse_here(b"[core\n")).len(), 1);
+        assert_eq!(untrusted(Parsed::of(b"[core\n")).len(), 1);
         // A key that was there with the same value is not new; a new value is.
-        let was = untrusted(parse_here(b"[core]\neditor = vim\n"));
+        let was = untrusted(Parsed::of(b"[core]\neditor = vim\n"));
         assert!(new_keys(
-            &untrusted(parse_here(b"[core]\n\teditor = vim\n[user]\nname = x\n")),
+            &untrusted(Parsed::of(b"[core]\n\teditor = vim\n[user]\nname = x\n")),
             &was
         )
         .is_empty());
         assert_eq!(
-            new_keys(&untrusted(parse_here(b"[core]\neditor = evil\n")), &was),
+            new_keys(&untrusted(Parsed::of(b"[core]\neditor = evil\n")), &was),
             ["core.editor"]
         );
     }
@@ -509,14 +519,14 @@ mod tests {
         )
         .unwrap();
         std::fs::write(dir.join("shared.cfg"), "[user]\n\tname = me\n").unwrap();
-        let w = watch(&dir, true, &parse_here).expect("a watch");
-        assert!(changes(&w, &parse_here).is_empty());
+        let w = watch(&dir, true, &Parsed::of).expect("a watch");
+        assert!(changes(&w, &Parsed::of).is_empty());
         std::fs::write(
             dir.join("shared.cfg"),
             "[user]\n\tname = me\n[user][core] fsmonitor = x\n",
         )
         .unwrap();
-        let c = changes(&w, &parse_here);
+        let c = changes(&w, &Parsed::of);
         assert_eq!(c.len(), 1, "{c:?}");
         assert!(
             c[0].contains("shared.cfg") && c[0].contains("core.fsmonitor"),
@@ -533,7 +543,7 @@ mod tests {
         let parsed = std::cell::Cell::new(0);
         let counting = |b: &[u8]| {
             parsed.set(parsed.get() + 1);
-            parse_here(b)
+            Parsed::of(b)
         };
         let w = watch(&dir, true, &counting).expect("a watch");
         assert_eq!(parsed.get(), 1);
@@ -560,20 +570,20 @@ mod tests {
     #[test]
     fn new_hooks_config_and_pointers_are_reported_samples_are_not() {
         let dir = tmp("new");
-        let w = watch(&dir, true, &parse_here).expect("a watch");
-        assert!(changes(&w, &parse_here).is_empty());
+        let w = watch(&dir, true, &Parsed::of).expect("a watch");
+        assert!(changes(&w, &Parsed::of).is_empty());
         std::fs::create_dir_all(dir.join(".git/hooks")).unwrap();
         std::fs::write(dir.join(".git/hooks/pre-commit.sample"), "").unwrap();
         std::fs::write(dir.join(".git/config"), "[core]\nbare = false\n").unwrap();
         assert!(
-            changes(&w, &parse_here).is_empty(),
+            changes(&w, &Parsed::of).is_empty(),
             "{:?}",
-            changes(&w, &parse_here)
+            changes(&w, &Parsed::of)
         );
         std::fs::write(dir.join(".git/hooks/pre-commit"), "#!/bin/sh\n").unwrap();
         std::fs::write(dir.join(".git/config"), "[core]\nfsmonitor = x\n").unwrap();
         std::fs::write(dir.join(".git/commondir"), "../elsewhere\n").unwrap();
-        let got = changes(&w, &parse_here);
+        let got = changes(&w, &Parsed::of);
         assert_eq!(got.len(), 3, "{got:?}");
         assert!(
             got.iter().any(|l| l.contains("hooks/pre-commit\" (a hook")),
@@ -584,7 +594,7 @@ mod tests {
             "{got:?}"
         );
         assert!(got.iter().any(|l| l.contains("commondir")), "{got:?}");
-        assert!(watch(&dir, false, &parse_here).is_none());
+        assert!(watch(&dir, false, &Parsed::of).is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -595,7 +605,7 @@ mod tests {
         std::fs::create_dir_all(dir.join(".git/modules/sub/hooks")).unwrap();
         std::fs::write(dir.join(".git/config"), "[core]\nbare = false\n").unwrap();
         std::fs::write(dir.join(".git/modules/sub/config"), "[core]\n").unwrap();
-        let w = watch(&dir, true, &parse_here).unwrap();
+        let w = watch(&dir, true, &Parsed::of).unwrap();
         // Untouched config content rewritten without new keys: nothing to say.
         std::fs::write(
             dir.join(".git/config"),
@@ -603,9 +613,9 @@ mod tests {
         )
         .unwrap();
         assert!(
-            changes(&w, &parse_here).is_empty(),
+            changes(&w, &Parsed::of).is_empty(),
             "{:?}",
-            changes(&w, &parse_here)
+            changes(&w, &Parsed::of)
         );
         std::fs::write(
             dir.join(".git/config.worktree"),
@@ -622,7 +632,7 @@ mod tests {
             "#!/bin/sh\n",
         )
         .unwrap();
-        let got = changes(&w, &parse_here);
+        let got = changes(&w, &Parsed::of);
         assert_eq!(got.len(), 3, "{got:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -633,17 +643,17 @@ mod tests {
         std::fs::create_dir_all(dir.join(".git/worktrees/wt")).unwrap();
         std::fs::write(dir.join(".git/config"), "[core]\n").unwrap();
         std::fs::write(dir.join(".git/worktrees/wt/commondir"), "../..\n").unwrap();
-        let w = watch(&dir, true, &parse_here).unwrap();
+        let w = watch(&dir, true, &Parsed::of).unwrap();
         // The usual `../..` is the main git directory, surveyed once.
-        let once = survey(&dir, None, &parse_here)
+        let once = survey(&dir, None, &Parsed::of)
             .iter()
             .filter(|(p, ..)| p.ends_with("config") && p.parent().unwrap().ends_with("wt/../.."))
             .count();
         assert_eq!(once, 0);
         assert!(
-            changes(&w, &parse_here).is_empty(),
+            changes(&w, &Parsed::of).is_empty(),
             "{:?}",
-            changes(&w, &parse_here)
+            changes(&w, &Parsed::of)
         );
         std::fs::create_dir_all(dir.join("planted")).unwrap();
         std::fs::write(dir.join("planted/config"), "[core]\nfsmonitor = x\n").unwrap();
@@ -658,7 +668,7 @@ mod tests {
             "[alias]\nx = !y\n",
         )
         .unwrap();
-        let got = changes(&w, &parse_here);
+        let got = changes(&w, &Parsed::of);
         assert!(got.iter().any(|l| l.contains("evil/commondir")), "{got:?}");
         assert!(
             got.iter()
@@ -678,37 +688,37 @@ mod tests {
         let dir = tmp("file");
         std::fs::create_dir_all(dir.join("real/hooks")).unwrap();
         std::fs::write(dir.join(".git"), "gitdir: real\n").unwrap();
-        let w = watch(&dir, true, &parse_here).unwrap();
+        let w = watch(&dir, true, &Parsed::of).unwrap();
         std::fs::write(dir.join("real/hooks/pre-push"), "#!/bin/sh\n").unwrap();
         assert_eq!(
-            changes(&w, &parse_here).len(),
+            changes(&w, &Parsed::of).len(),
             1,
             "{:?}",
-            changes(&w, &parse_here)
+            changes(&w, &Parsed::of)
         );
         std::fs::write(dir.join(".git"), "gitdir: planted-somewhere-else\n").unwrap();
         assert!(
-            changes(&w, &parse_here)
+            changes(&w, &Parsed::of)
                 .iter()
                 .any(|l| l.contains("\".git\"")
                     || l.ends_with(".git\" (changed: git reads where the repository is from it)")),
             "{:?}",
-            changes(&w, &parse_here)
+            changes(&w, &Parsed::of)
         );
         std::fs::remove_dir_all(&dir).unwrap();
 
         let dir = tmp("link");
         std::fs::create_dir_all(dir.join(".git/hooks")).unwrap();
         std::fs::create_dir_all(dir.join("mine")).unwrap();
-        let w = watch(&dir, true, &parse_here).unwrap();
+        let w = watch(&dir, true, &Parsed::of).unwrap();
         std::fs::remove_dir(dir.join(".git/hooks")).unwrap();
         std::os::unix::fs::symlink("../mine", dir.join(".git/hooks")).unwrap();
         assert!(
-            changes(&w, &parse_here)
+            changes(&w, &Parsed::of)
                 .iter()
                 .any(|l| l.contains("points git at other hooks")),
             "{:?}",
-            changes(&w, &parse_here)
+            changes(&w, &Parsed::of)
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -717,13 +727,13 @@ mod tests {
     fn a_fifo_in_the_place_of_the_config_neither_blocks_nor_goes_unreported() {
         let dir = tmp("fifo");
         std::fs::create_dir_all(dir.join(".git")).unwrap();
-        let w = watch(&dir, true, &parse_here).unwrap();
+        let w = watch(&dir, true, &Parsed::of).unwrap();
         let ok = std::process::Command::new("mkfifo")
             .arg(dir.join(".git/config"))
             .status()
             .unwrap();
         assert!(ok.success());
-        let got = changes(&w, &parse_here);
+        let got = changes(&w, &Parsed::of);
         assert!(
             got.iter().any(|l| l.contains("not a plain file")),
             "{got:?}"

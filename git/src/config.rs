@@ -6,12 +6,10 @@
 //! --list` on generated inputs (`common/tests/gitconfig.rs`). Bounded: bytes in, entries
 //! out, no recursion, nothing read from disk.
 
-use serde::{Deserialize, Serialize};
-
 /// One `key = value` as git lists it: `section.name` or `section.subsection.name`, the
 /// section and the name lower case, a quoted subsection as written; `None` for a key
 /// without `=` (a boolean true).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     pub key: String,
     pub value: Option<Vec<u8>>,
@@ -25,37 +23,40 @@ pub struct Bad(pub usize);
 /// The largest file parsed: one larger is reported as such, never read.
 pub const MAX_FILE: usize = 1 << 20;
 
-/// What parsing one file (at most [`MAX_FILE`] bytes) gave, as the process that parses a
-/// file a sandbox may have written (`wardcell-shim --git-config`) hands it back, in one
-/// frame on its stdout.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The most a file's entries may hold, keys and values together: a megabyte can repeat a
+/// long subsection on every short line (hundreds of megabytes of keys); past this the
+/// file is one that could not be checked.
+pub const MAX_ENTRIES: usize = 8 << 20;
+
+/// What parsing one file gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Parsed {
     /// [`parse`]'s entries.
     Entries(Vec<Entry>),
     /// [`parse`]'s [`Bad`]: where git stops reading it.
     Bad(usize),
-    /// Its entries would take more than [`Parsed`]'s frame may hold (every entry repeats
-    /// its section: a long subsection over many short lines), or the file was larger
-    /// than [`MAX_FILE`].
+    /// Larger than [`MAX_FILE`], or its entries more than [`MAX_ENTRIES`].
     TooLarge,
 }
 
-impl crate::protocol::Message for Parsed {
-    const MAX_LEN: usize = 8 << 20;
-    const WHAT: &'static str = "a git configuration's entries";
+impl Parsed {
+    /// What [`parse`] makes of `bytes`, within [`MAX_FILE`] and [`MAX_ENTRIES`].
+    pub fn of(bytes: &[u8]) -> Parsed {
+        if bytes.len() > MAX_FILE {
+            return Parsed::TooLarge;
+        }
+        match entries(bytes, MAX_ENTRIES) {
+            Ok(e) => Parsed::Entries(e),
+            Err(Stop::Bad(line)) => Parsed::Bad(line),
+            Err(Stop::TooLarge) => Parsed::TooLarge,
+        }
+    }
 }
 
-impl Parsed {
-    /// What [`parse`] makes of `bytes`, framed; [`Parsed::TooLarge`] when over the limits.
-    pub fn frame_of(bytes: &[u8]) -> Vec<u8> {
-        let parsed = match bytes.len() <= MAX_FILE {
-            false => Parsed::TooLarge,
-            true => parse(bytes).map_or_else(|Bad(line)| Parsed::Bad(line), Parsed::Entries),
-        };
-        crate::protocol::encode_frame(&parsed)
-            .or_else(|_| crate::protocol::encode_frame(&Parsed::TooLarge))
-            .unwrap_or_default()
-    }
+/// Why [`entries`] stopped.
+enum Stop {
+    Bad(usize),
+    TooLarge,
 }
 
 struct Source<'a> {
@@ -101,6 +102,14 @@ fn keychar(c: u8) -> bool {
 /// Every entry of a configuration file's bytes, in order, or where git stops reading it
 /// (git refuses the whole file then: no entry of it is used).
 pub fn parse(bytes: &[u8]) -> Result<Vec<Entry>, Bad> {
+    entries(bytes, usize::MAX).map_err(|stop| match stop {
+        Stop::Bad(line) => Bad(line),
+        Stop::TooLarge => Bad(0), // never: nothing is too large for usize::MAX
+    })
+}
+
+/// [`parse`], stopping once the entries hold more than `most` bytes.
+fn entries(bytes: &[u8], most: usize) -> Result<Vec<Entry>, Stop> {
     let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
     let mut s = Source {
         bytes,
@@ -110,15 +119,18 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Entry>, Bad> {
     };
     // A partial byte-order mark: git stops at once.
     if bytes.first() == Some(&0xef) {
-        return Err(Bad(1));
+        return Err(Stop::Bad(1));
     }
     // A NUL byte: git reads on, but hands each key on as a C string, cut at the NUL
     // (`[remote "origin.uploadpack\0"] url = ...` is `remote.origin.uploadpack` to it).
     // Such a file is never one a person wrote: refused, so that it is reported.
     if let Some(at) = bytes.iter().position(|&b| b == 0) {
-        return Err(Bad(1 + bytes[..at].iter().filter(|&&b| b == b'\n').count()));
+        return Err(Stop::Bad(
+            1 + bytes[..at].iter().filter(|&&b| b == b'\n').count(),
+        ));
     }
     let (mut out, mut base, mut comment) = (Vec::new(), String::new(), false);
+    let mut held = 0usize;
     loop {
         let c = s.next();
         if c == b'\n' {
@@ -138,16 +150,21 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Entry>, Bad> {
         if c == b'[' {
             base = section(&mut s)
                 .filter(|b| !b.is_empty())
-                .ok_or(Bad(s.line))?;
+                .ok_or(Stop::Bad(s.line))?;
             base.push('.');
             continue;
         }
         if !c.is_ascii_alphabetic() {
-            return Err(Bad(s.line));
+            return Err(Stop::Bad(s.line));
         }
         let mut key = base.clone();
         key.push(c.to_ascii_lowercase() as char);
-        out.push(entry(&mut s, key).ok_or(Bad(s.line))?);
+        let e = entry(&mut s, key).ok_or(Stop::Bad(s.line))?;
+        held += e.key.len() + e.value.as_ref().map_or(0, Vec::len);
+        if held > most {
+            return Err(Stop::TooLarge);
+        }
+        out.push(e);
     }
 }
 
