@@ -346,7 +346,21 @@ pub fn cause(e: &io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::{verify, Verdict};
+
+    /// Whether every line of `text` chains to the one before it, and the last is
+    /// `run.finished` (the whole check is the client's `logs verify`).
+    fn chained_and_finished(text: &str) -> bool {
+        let mut prev = audit::GENESIS.to_string();
+        let mut last = Value::Null;
+        for line in text.lines() {
+            last = serde_json::from_str(line).unwrap();
+            if last["prev"] != prev.as_str() {
+                return false;
+            }
+            prev = audit::hash_line(line);
+        }
+        last["event"] == "run.finished"
+    }
 
     fn tmp(name: &str) -> PathBuf {
         let d =
@@ -394,10 +408,7 @@ mod tests {
         let v: Value = serde_json::from_str(last_but_one).unwrap();
         assert_eq!(v["event"], "audit.suppressed");
         assert_eq!(v["counts"]["supervisor.closed"], 10_000 - written as u64);
-        assert!(matches!(
-            verify(&text, "r"),
-            Verdict::Intact { finished: true, .. }
-        ));
+        assert!(chained_and_finished(&text), "{text}");
     }
 
     #[test]
@@ -444,10 +455,7 @@ mod tests {
             text.len()
         );
         assert!(text.contains("\"audit.log_full\""));
-        assert!(matches!(
-            verify(&text, "r"),
-            Verdict::Intact { finished: true, .. }
-        ));
+        assert!(chained_and_finished(&text), "{text}");
     }
 
     #[test]

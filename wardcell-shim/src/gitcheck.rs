@@ -19,6 +19,9 @@
 const MEMORY: u64 = 512 << 20;
 
 pub fn main(dir: Option<std::ffi::OsString>) -> ! {
+    // Told from the sandboxes' shims where processes are listed (`ps`, the tests).
+    #[cfg(target_os = "linux")]
+    let _ = nix::sys::prctl::set_name(c"wardcell-git");
     let Some(dir) = dir else {
         wardcell_common::eprintln_line!("usage: wardcell-shim --git-watch DIR");
         std::process::exit(2)

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use wardcell_common::audit::{self, Checker, Lines, Verdict};
+use crate::chain::{Checker, Lines, Verdict};
+use wardcell_common::audit;
 use wardcell_common::paths;
 use wardcell_common::text::{shell_words, shown};
 
@@ -479,7 +480,7 @@ pub fn verify(id: &str, format: Output) -> Result<(), Error> {
     let id = resolve_id(id)?;
     let id = id.as_str();
     let file = open_log(id)?;
-    let verdict = audit::verify_reader(BufReader::new(file), id);
+    let verdict = crate::chain::verify_reader(BufReader::new(file), id);
     let running = matches!(
         verdict,
         Verdict::Intact {

@@ -10,6 +10,7 @@
 mod agent_home;
 mod apparmor;
 mod approvals;
+mod chain;
 mod cli;
 mod completions;
 mod context;
@@ -27,6 +28,7 @@ mod policy;
 mod run;
 mod sys;
 mod trusted;
+mod why;
 mod zones;
 
 use std::process::ExitCode;

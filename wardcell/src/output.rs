@@ -388,7 +388,7 @@ pub fn plan_text(plan: &Plan, only: Option<&str>) -> String {
 /// `policy why` and `zone why`: the answer in words (the first word `allowed` or
 /// `denied`) or as one JSON object; exit status 0 when allowed, 1 when denied.
 pub fn why(
-    answer: &wardcell_common::why::Answer,
+    answer: &crate::why::Answer,
     inside: bool,
     format: crate::cli::Output,
 ) -> Result<std::process::ExitCode, Error> {

@@ -2,10 +2,10 @@
 
 use std::process::ExitCode;
 
+use crate::why::{Rules, Target};
 use wardcell_common::envrules;
 use wardcell_common::limits;
 use wardcell_common::plan::{Plan, SecretPlan, ZonePlan};
-use wardcell_common::why::{Rules, Target};
 use wardcell_config::resolve::{self, StartRequest};
 
 use crate::agent_home::SANDBOX_STATE;
@@ -241,7 +241,7 @@ pub fn why(
             ))
         }
     };
-    let answer = wardcell_common::why::answer(&current, &all, &target);
+    let answer = crate::why::answer(&current, &all, &target);
     output::why(&answer, false, why.output)
 }
 

@@ -11,7 +11,7 @@ use wardcell_common::protocol::{self, ZoneEntry, ZoneRequest, ZoneResponse};
 
 use std::process::ExitCode;
 
-use wardcell_common::why::{Rules, Target};
+use crate::why::{Rules, Target};
 
 use crate::cli::{ConfigArg, Output, WhyArgs};
 use crate::context;
@@ -232,7 +232,7 @@ pub fn inside_why(socket: &Path, why: &WhyArgs) -> Result<ExitCode, Error> {
         ZoneResponse::Rules { current, enterable } => (current, enterable),
         other => return Err(out_of_turn(&other)),
     };
-    let mut answer = wardcell_common::why::answer(&current, &enterable, &target);
+    let mut answer = crate::why::answer(&current, &enterable, &target);
     // The rules name hosts; the proxy also looks at where a name leads (a private
     // address, say). What it would refuse is never called allowed.
     // A host of other characters than a name's or an address's matches no rule, and is
@@ -263,7 +263,7 @@ pub fn inside_why(socket: &Path, why: &WhyArgs) -> Result<ExitCode, Error> {
                 answer.allowed_in = enterable
                     .iter()
                     .filter(|r| r.zone != current.zone)
-                    .filter(|r| wardcell_common::why::decide(&internal_only(r), &target).allowed)
+                    .filter(|r| crate::why::decide(&internal_only(r), &target).allowed)
                     .filter_map(|r| r.zone.clone())
                     .collect();
             }
