@@ -124,63 +124,21 @@ pub const MIN_MEMORY: u64 = 16 * 1024 * 1024;
 /// The most `cpu` (percent): 1,024 CPUs.
 pub const MAX_CPU: u64 = 100 * 1024;
 
-const UNITS: [(char, u64); 4] = [
+/// The units of a size (powers of 1024), largest first.
+pub const UNITS: [(char, u64); 4] = [
     ('T', 1 << 40),
     ('G', 1 << 30),
     ('M', 1 << 20),
     ('K', 1 << 10),
 ];
 
-/// A size as zones.toml writes it: bytes, or a whole number of `K`, `M`, `G` or `T`
-/// (powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let hint = "write a size like \"512M\", \"2G\" or \"1T\" (powers of 1024), or \"none\"";
-    let (digits, mult) = match s.chars().last().map(|c| c.to_ascii_uppercase()) {
-        Some(c) => match UNITS.iter().find(|(u, _)| *u == c) {
-            Some((_, m)) => (&s[..s.len() - 1], *m),
-            None => (s, 1),
-        },
-        None => (s, 1),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("{s:?} is not a size: {hint}"));
-    }
-    let n = digits
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .ok_or_else(|| format!("{s:?} is too large a size"))?;
-    if n < MIN_MEMORY {
-        return Err(format!(
-            "{s:?} is below the {} a sandbox needs to start: {hint}",
-            show_size(MIN_MEMORY)
-        ));
-    }
-    Ok(n)
-}
-
-/// Bytes as [`parse_size`] reads them: the largest unit that divides them.
+/// Bytes as zones.toml writes them (wardcell-config reads them): the largest unit that
+/// divides them.
 pub fn show_size(n: u64) -> String {
     UNITS
         .iter()
         .find(|(_, m)| n >= *m && n % m == 0)
         .map_or_else(|| n.to_string(), |(u, m)| format!("{}{u}", n / m))
-}
-
-/// A CPU share: `"50%"` of one CPU, `"200%"` for two.
-pub fn parse_percent(s: &str) -> Result<u64, String> {
-    let hint = "write a share of one CPU like \"50%\" or \"200%\" (two CPUs), or \"none\"";
-    let n = s
-        .strip_suffix('%')
-        .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|d| d.parse::<u64>().ok())
-        .ok_or_else(|| format!("{s:?} is not a CPU share: {hint}"))?;
-    if n == 0 || n > MAX_CPU {
-        return Err(format!(
-            "{s:?} is out of range: from 1% to {MAX_CPU}%; {hint}"
-        ));
-    }
-    Ok(n)
 }
 
 // ---------------------------------------------------------------------------
@@ -461,21 +419,6 @@ pub fn choose(
         out.push((kind, bound, mechanism));
     }
     Ok(out)
-}
-
-/// What `run` and `policy check` refuse before anything starts (the broker checks again
-/// as it makes each sandbox): a limit, not best effort, that nothing here can enforce.
-/// Looks at the machine only when there is such a limit.
-pub fn enforceable_here(limits: &Limits, profile: &str) -> Result<(), String> {
-    let strict: Vec<Kind> = limits
-        .set_ones()
-        .filter(|(_, b)| !b.best_effort)
-        .map(|(k, _)| k)
-        .collect();
-    if strict.iter().all(|k| *k == Kind::Time) {
-        return Ok(());
-    }
-    choose(limits, &Machine::probe(true), profile).map(|_| ())
 }
 
 /// The line `run` (or `zone enter`) ends with when the time limit ended the command.
@@ -829,23 +772,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_and_shares_read_and_show_as_written() {
-        assert_eq!(parse_size("2G"), Ok(2 << 30));
-        assert_eq!(parse_size("512m"), Ok(512 << 20));
-        assert_eq!(parse_size("1T"), Ok(1 << 40));
-        assert_eq!(parse_size("33554432"), Ok(32 << 20));
-        for bad in ["", "G", "2GB", "-1G", "1.5G", "2 G", "99999999999999T"] {
-            assert!(parse_size(bad).is_err(), "{bad}");
-        }
-        assert!(parse_size("1M").unwrap_err().contains("below the 16M"));
+    fn sizes_and_shares_show_as_written() {
         assert_eq!(show_size(2 << 30), "2G");
         assert_eq!(show_size(1536 << 20), "1536M");
         assert_eq!(show_size(16 * 1024 * 1024 + 1), "16777217");
-        assert_eq!(parse_percent("200%"), Ok(200));
-        assert_eq!(parse_percent("1%"), Ok(1));
-        for bad in ["0%", "200", "%", "1.5%", "102401%", "-5%"] {
-            assert!(parse_percent(bad).is_err(), "{bad}");
-        }
         assert_eq!(Kind::Time.show(5400), "1h30m");
         assert_eq!(Kind::Cpu.show(50), "50%");
     }

@@ -165,24 +165,6 @@ impl Plan {
             .collect()
     }
 
-    /// One line for each `write` path a profile of this plan names that does not exist
-    /// here (left out of the sandbox), each profile once.
-    pub fn missing_writes(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for p in self.profiles() {
-            for s in p.skipped.iter().filter(|s| s.rule == "write") {
-                let line = format!(
-                    "warning: profile '{}' writes {:?}, which {}: it is left out of the sandbox; create it first if the sandbox should write there",
-                    p.name, s.path, s.reason
-                );
-                if !out.contains(&line) {
-                    out.push(line);
-                }
-            }
-        }
-        out
-    }
-
     /// Files some credential reads: masked in every sandbox.
     pub fn credential_files(&self) -> Vec<PathBuf> {
         self.credentials

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
-use wardcell_common::paths;
+use wardcell_support::paths;
 
 /// What `Plan::source` and `policy check` call the configuration when no file was found.
 pub const BUILTIN_LABEL: &str = "built-in default";
@@ -1425,7 +1425,7 @@ impl<'a> Checker<'a> {
         wardcell_common::limits::Kind,
         Option<wardcell_common::limits::Bound>,
     )> {
-        use wardcell_common::limits::{self as lim, Bound, Kind};
+        use wardcell_common::limits::{Bound, Kind};
         let best_effort = l.best_effort.unwrap_or(false);
         let processes = l.processes.as_ref().map(|v| {
             let value = match v.get_ref() {
@@ -1461,8 +1461,8 @@ impl<'a> Checker<'a> {
         let mut out = Vec::new();
         for (kind, span, value) in [
             processes,
-            text(Kind::Memory, &l.memory, lim::parse_size),
-            text(Kind::Cpu, &l.cpu, lim::parse_percent),
+            text(Kind::Memory, &l.memory, crate::sizes::parse_size),
+            text(Kind::Cpu, &l.cpu, crate::sizes::parse_percent),
             text(Kind::Time, &l.time, time),
         ]
         .into_iter()

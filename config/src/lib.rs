@@ -5,7 +5,9 @@
 //! - [`config`]: zones.toml, parsed and checked, and the built-in profiles.
 //! - [`resolve`]: a configuration and a command line resolved into a
 //!   [`wardcell_common::plan::Plan`].
+//! - [`sizes`]: a limit's size or CPU share as zones.toml writes it.
 #![forbid(unsafe_code)]
 
 pub mod config;
 pub mod resolve;
+pub mod sizes;

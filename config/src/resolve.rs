@@ -12,11 +12,11 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::config::{Config, Profile};
-use wardcell_common::paths;
 use wardcell_common::plan::{
     AuditPlan, CredentialPlan, CredentialScheme, Dirs, EnvPlan, NetworkPlan, Overrides, Plan,
     ProfilePlan, SecretPlan, Skipped, Start, ZonePlan,
 };
+use wardcell_support::paths;
 
 /// Where the user asked the run to start.
 #[derive(Debug, Clone, PartialEq, Eq)]

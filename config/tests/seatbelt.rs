@@ -10,10 +10,10 @@
 use std::path::{Path, PathBuf};
 
 use wardcell_common::identity::{Identity, Kind};
-use wardcell_common::paths;
 use wardcell_common::plan::{SandboxSpec, ViewEntry, ViewKind};
 use wardcell_config::config::{self, Config};
 use wardcell_seatbelt::*;
+use wardcell_support::paths;
 
 // ---------------------------------------------------------------- an SBPL reader
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use wardcell_approve as queue;
 use wardcell_common::approval::Answer;
-use wardcell_common::paths;
+use wardcell_support::paths;
 
 /// How often the answer is looked for.
 const POLL: Duration = Duration::from_millis(100);

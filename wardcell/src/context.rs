@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use wardcell_common::paths;
 use wardcell_config::config::{self, Config, Source};
 use wardcell_config::resolve::Context;
+use wardcell_support::paths;
 
 use crate::error::Error;
 

@@ -109,13 +109,13 @@ impl EnterPty {
                 return;
             }
             if typed {
-                match terminal::read_some(stdin.as_fd(), &mut buf) {
+                match crate::tty::read_some(stdin.as_fd(), &mut buf) {
                     Ok(n) if n > 0 => {
-                        let _ = terminal::write_all(self.master.as_fd(), &buf[..n]);
+                        let _ = crate::tty::write_all(self.master.as_fd(), &buf[..n]);
                     }
                     // The caller's input ended: so does the command's, once.
                     _ => {
-                        let _ = terminal::write_all(self.master.as_fd(), &[self.eof]);
+                        let _ = crate::tty::write_all(self.master.as_fd(), &[self.eof]);
                         self.eof = 0;
                     }
                 }
@@ -129,13 +129,15 @@ impl EnterPty {
     /// The entry ended: what the command wrote last, until the pty is gone or quiet.
     pub fn drain(&mut self) {
         let output = terminal::output_fd(self.ttys).unwrap_or(1);
-        terminal::with_std(output, |out| terminal::drain(self.master.as_fd(), out, 200));
+        terminal::with_std(output, |out| {
+            crate::tty::drain(self.master.as_fd(), out, 200)
+        });
     }
 
     /// Copy what the pty shows to the caller's terminal; false once it is gone.
     fn show(&self, output: i32, buf: &mut [u8]) -> bool {
         terminal::with_std(output, |out| {
-            terminal::relay_once(self.master.as_fd(), out, buf)
+            crate::tty::relay_once(self.master.as_fd(), out, buf)
         })
     }
 }

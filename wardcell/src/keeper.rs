@@ -151,7 +151,7 @@ impl<'a> Keeper<'a> {
     /// Handle the signals caught; the broker's status once it has ended.
     fn on_signals(&mut self, signals: BorrowedFd<'_>) -> Option<i32> {
         let mut caught = [0u8; 64];
-        let n = terminal::read_some(signals, &mut caught).unwrap_or(0);
+        let n = crate::tty::read_some(signals, &mut caught).unwrap_or(0);
         let mut ended = None;
         for &sig in &caught[..n] {
             match Signal::try_from(sig as i32) {
@@ -231,7 +231,7 @@ impl<'a> PtyRelay<'a> {
             master,
             input,
             output,
-            saved: input.and_then(terminal::raw_mode),
+            saved: input.and_then(crate::tty::raw_mode),
             input_open: input.is_some(),
             master_open: true,
             suspend_typed: false,
@@ -261,9 +261,9 @@ impl<'a> PtyRelay<'a> {
             return;
         }
         // What the pty echoed before the stop (`^Z`) shows before the shell's prompt.
-        terminal::drain(self.master.as_fd(), self.output, 0);
+        crate::tty::drain(self.master.as_fd(), self.output, 0);
         if let (Some(input), Some(saved)) = (self.input, self.saved.take()) {
-            terminal::restore(input, &saved);
+            crate::tty::restore(input, &saved);
         }
         sys::stop_self();
         self.resume();
@@ -273,7 +273,7 @@ impl<'a> PtyRelay<'a> {
     /// now, and the window size, which may have changed meanwhile.
     fn resume(&mut self) {
         if let (Some(input), None) = (self.input, &self.saved) {
-            self.saved = terminal::raw_mode(input);
+            self.saved = crate::tty::raw_mode(input);
         }
         self.window_changed();
     }
@@ -295,9 +295,9 @@ impl<'a> PtyRelay<'a> {
         // before reading instead, as a background reader does; once continued in the
         // foreground, take raw mode again and look anew. (Where the stop is discarded, in
         // an orphaned process group, the read below fails as it would.)
-        if !terminal::in_foreground(input) {
+        if !crate::tty::in_foreground(input) {
             let _ = nix::sys::signal::raise(Signal::SIGTTIN);
-            if terminal::in_foreground(input) {
+            if crate::tty::in_foreground(input) {
                 self.resume();
                 return true;
             }
@@ -309,9 +309,9 @@ impl<'a> PtyRelay<'a> {
         let pty = pty.filter(|t| t.local_flags.contains(termios::LocalFlags::ISIG));
         let stops = pty.map(|t| t.control_chars[libc::VSUSP]);
         let suspend = suspend.filter(|c| *c != 0 && Some(*c) == stops);
-        if let Ok(n @ 1..) = terminal::read_some(input, buf) {
+        if let Ok(n @ 1..) = crate::tty::read_some(input, buf) {
             self.suspend_typed |= suspend.is_some_and(|c| buf[..n].contains(&c));
-            let _ = terminal::write_all(self.master.as_fd(), &buf[..n]);
+            let _ = crate::tty::write_all(self.master.as_fd(), &buf[..n]);
             return true;
         }
         self.input_open = false;
@@ -320,8 +320,8 @@ impl<'a> PtyRelay<'a> {
 
     /// Relay what the command wrote; the master is no longer read once it has ended.
     fn relay_output(&mut self, buf: &mut [u8]) {
-        match terminal::read_some(self.master.as_fd(), buf) {
-            Ok(n @ 1..) => drop(terminal::write_all(self.output, &buf[..n])),
+        match crate::tty::read_some(self.master.as_fd(), buf) {
+            Ok(n @ 1..) => drop(crate::tty::write_all(self.output, &buf[..n])),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             _ => self.master_open = false,
         }
@@ -332,11 +332,11 @@ impl<'a> PtyRelay<'a> {
     /// discarding input the sandbox provoked that no one read (its queries' answers).
     fn finish(&mut self) {
         if self.master_open {
-            terminal::drain(self.master.as_fd(), self.output, 200);
+            crate::tty::drain(self.master.as_fd(), self.output, 200);
             self.master_open = false;
         }
         if let (Some(input), Some(saved)) = (self.input, self.saved.take()) {
-            terminal::restore_at_end(input, &saved);
+            crate::tty::restore_at_end(input, &saved);
         }
     }
 }

@@ -28,6 +28,7 @@ mod policy;
 mod run;
 mod sys;
 mod trusted;
+mod tty;
 mod why;
 mod zones;
 

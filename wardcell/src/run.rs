@@ -12,7 +12,6 @@ use std::sync::OnceLock;
 
 use nix::{fcntl, unistd};
 
-use wardcell_common::limits;
 use wardcell_common::paths;
 use wardcell_common::plan::{Plan, PlanTrace};
 use wardcell_common::protocol::{self, Launch};
@@ -142,9 +141,9 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
         profile
             .runnable(open_file_limit())
             .map_err(Error::Refused)?;
-        limits::enforceable_here(&profile.limits, &profile.name).map_err(Error::Refused)?;
+        crate::policy::enforceable_here(&profile.limits, &profile.name).map_err(Error::Refused)?;
     }
-    for line in plan.missing_writes() {
+    for line in crate::policy::missing_writes(&plan) {
         wardcell_common::eprintln_line!("{}", crate::output::shown(&line));
     }
     // 6. Hand it over, with what this process traced (the broker prints it).

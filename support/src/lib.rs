@@ -1,0 +1,7 @@
+//! wardcell-support: what the client, the approval plugin and the configuration share
+//! that the broker never links (`common` is what the broker links, and says so).
+//!
+//! - [`paths`]: where wardcell's directories are for a user, and how profile paths expand.
+#![forbid(unsafe_code)]
+
+pub mod paths;
