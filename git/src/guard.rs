@@ -156,9 +156,13 @@ fn survey(
             }
             (Role::Config, Seen::File { size, .. }) if *size <= MAX_CONFIG => {
                 parsed.set(parsed.get() + 1);
-                read_small(&p, MAX_CONFIG)
-                    .map(|t| untrusted(parse(&t)))
-                    .unwrap_or_default()
+                // A configuration that cannot be read now (a lease a sandbox holds on it,
+                // a lock, its mode) is one that could not be checked, never one with no
+                // keys: git may read it a moment later.
+                match read_small(&p, MAX_CONFIG) {
+                    Some(t) => untrusted(parse(&t)),
+                    None => vec![("(not checked: it could not be read)".into(), None)],
+                }
             }
             _ => Vec::new(),
         };

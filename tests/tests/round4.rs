@@ -343,7 +343,10 @@ both!(the_repository_is_watched_by_a_confined_process, |fx| {
     assert!(first.lines.is_empty(), "{first:?}");
     let text = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
     assert!(
-        text.contains("NoNewPrivs:\t1") && text.contains("Seccomp:\t2"),
+        text.contains("NoNewPrivs:\t1")
+            && text.contains("Seccomp:\t2")
+            && text.contains("CapEff:\t0000000000000000")
+            && text.contains("CapPrm:\t0000000000000000"),
         "{text}"
     );
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
@@ -376,6 +379,35 @@ both!(the_repository_is_watched_by_a_confined_process, |fx| {
     drop(ask);
     assert!(child.wait().unwrap().success());
 });
+
+// A configuration the sandbox holds a lease on cannot be opened by the watcher meanwhile
+// (an open that must not block fails): it is a file that could not be checked, which
+// refuses the entry, never one without keys; and the run's last look comes once the
+// sandbox is gone, so the key is reported at its end. Found by issue 37's review.
+both!(
+    a_leased_git_configuration_is_never_taken_for_a_harmless_one,
+    |fx| {
+        entry_config(&fx);
+        fx.host_git(&fx.proj, &["init", "-q"]);
+        let script = format!(
+        "mkdir -p .git/modules/x && printf '[core]\\n\\tfsmonitor = evil\\n' > .git/modules/x/config
+{} lease .git/modules/x/config 30 > lease.out &
+while ! grep -q leased lease.out 2>/dev/null; do sleep 0.05; done
+sleep 1.5; wardcell zone enter appr -- /bin/true; echo enter=$?",
+        fx.bin.join("wardcell-probe").display()
+    );
+        let out: Out = fx
+            .cmd(&["run", "--", "/bin/sh", "-c", &script])
+            .output()
+            .unwrap()
+            .into();
+        assert!(out.stdout.contains("enter=1\n"), "{out:#?}");
+        assert!(
+            out.stderr.contains("modules/x/config") && out.stderr.contains("core.fsmonitor"),
+            "{out:#?}"
+        );
+    }
+);
 
 // A configuration built to make its parser's output explode (every entry repeats a long
 // subsection: a megabyte in, hundreds of megabytes of entries) costs the broker nothing:

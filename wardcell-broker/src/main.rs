@@ -275,6 +275,9 @@ fn run_first_sandbox(
     let (code, message) = sb.ended(run, &ended);
     run.end_entries();
     run.guard.end();
+    // Nothing of the first sandbox is left to change the repository during its last look.
+    let _ = sb.running.process.signal(libc::SIGKILL);
+    sb.running.process.wait();
     for line in run.check_git(&sb.name) {
         wardcell_common::eprintln_line!("{}", messages::git_code_appeared(&line, &run.plan.cwd));
     }

@@ -179,7 +179,9 @@ impl Run {
         if !new.is_empty() {
             let fields = serde_json::json!({"sandbox": sandbox, "paths": new});
             let _ = self.record("sandbox", "sandbox.git_changed", fields);
-            found.extend(new);
+            // At most MAX_FOUND kept for the run's end (the audit log has every one).
+            let room = MAX_FOUND.saturating_sub(found.len());
+            found.extend(new.into_iter().take(room));
         }
         found.clone()
     }
@@ -201,6 +203,10 @@ impl Run {
         self.entries.end(std::time::Duration::from_secs(2));
     }
 }
+
+/// The most lines kept of what appeared in the run's repository: a sandbox can make new
+/// ones every second, and the broker's memory is not the sandbox's to grow.
+const MAX_FOUND: usize = 256;
 
 /// An entered sandbox (or an approval plugin) the run's end waits for, from its
 /// decision until it is dropped, once its completion is audited.

@@ -37,6 +37,14 @@ pub fn drop_all() -> Result<(), String> {
             ));
         }
     }
+    drop_held()
+}
+
+/// Drop every capability this process holds (ambient, inheritable, effective,
+/// permitted), then check that none is left; the bounding set as it is (`--git-watch`:
+/// a process that can never exec, whatever its uid, and without CAP_SETPCAP when it is
+/// not root).
+pub fn drop_held() -> Result<(), String> {
     sys::clear_ambient().map_err(|e| format!("clearing the ambient capability set: {e}"))?;
     sys::clear_capability_sets()
         .map_err(|e| format!("clearing the effective, permitted and inheritable sets: {e}"))?;

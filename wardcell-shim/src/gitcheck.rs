@@ -5,13 +5,14 @@
 //! (its first frame says so) and answers every byte the broker writes with one typed
 //! frame (`protocol::GitLook`), until its stdin ends.
 //!
-//! Confined on Linux: no new privileges, at most [`MEMORY`] of address space, and a
-//! seccomp allow list of what reading files and directories, answering on stdout, memory
-//! and exiting need; a file is opened only to read (any flag that writes, creates or
-//! truncates kills it, as any other call does: no network, no program, no signal, x32
-//! and other architectures included). On macOS, a Seatbelt profile that allows reading
-//! files only. The broker reads each answer with a deadline and treats anything else (a
-//! crash, a kill, garbage, a broken bound) as a repository that could not be checked.
+//! Confined on Linux: no new privileges, no capability, at most [`MEMORY`] of address
+//! space, and a seccomp allow list of what reading files and directories, answering on
+//! stdout, memory and exiting need; `fcntl` only for close-on-exec; a file is opened only
+//! to read (any flag that writes, creates or truncates kills it, as any other call does:
+//! no network, no program, no signal, x32 and other architectures included). On macOS,
+//! a Seatbelt profile that allows reading files only. The broker reads each answer with
+//! a deadline and treats anything else (a crash, a kill, garbage, a broken bound) as a
+//! repository that could not be checked.
 
 /// The address space the watcher may use: the snapshot (at most 20,000 hooks, and the
 /// keys of each configuration), one file's entries at a time.
@@ -54,7 +55,6 @@ const ALLOWED: &[(i64, &str)] = &[
     (libc::SYS_readlinkat, "where a link leads"),
     (libc::SYS_getdents64, "a directory's entries"),
     (libc::SYS_getcwd, "realpath"),
-    (libc::SYS_fcntl, "a directory stream's descriptor"),
     (libc::SYS_brk, "memory"),
     (libc::SYS_mmap, "memory"),
     (libc::SYS_munmap, "memory"),
@@ -105,12 +105,22 @@ fn confine() -> Result<(), String> {
     let limit = nix::sys::resource::Resource::RLIMIT_AS;
     nix::sys::resource::setrlimit(limit, MEMORY, MEMORY).map_err(|e| format!("RLIMIT_AS: {e}"))?;
     nix::sys::prctl::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
+    // Root's watcher reads as its files' modes let it, no more (no CAP_DAC_READ_SEARCH).
+    crate::caps::drop_held()?;
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
     let mut rules: std::collections::BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
         .iter()
         .chain(ALLOWED_OLD)
         .map(|&(nr, _)| (nr, Vec::new()))
         .collect();
+    // fcntl only to set or read close-on-exec (musl's opendir sets it again): never a
+    // lease, an owner for signals or a lock.
+    let fd_flags = [libc::F_GETFD, libc::F_SETFD].map(|cmd| {
+        let is = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, cmd as u64);
+        is.and_then(|c| SeccompRule::new(vec![c]))
+    });
+    let fd_flags = fd_flags.into_iter().collect::<Result<Vec<_>, _>>();
+    rules.insert(libc::SYS_fcntl, fd_flags.map_err(|e| e.to_string())?);
     for &(nr, arg) in OPENS {
         let (len, op) = (SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(WRITING));
         let reads = SeccompCondition::new(arg, len, op, 0).map_err(|e| e.to_string())?;
@@ -150,8 +160,9 @@ mod tests {
         nrs.sort();
         nrs.dedup();
         assert_eq!(nrs.len(), all);
-        // The opens are allowed with their flags checked, never on the list.
+        // The opens and fcntl are allowed with an argument checked, never on the list.
         assert!(super::OPENS.iter().all(|(nr, _)| !nrs.contains(nr)));
+        assert!(!nrs.contains(&libc::SYS_fcntl));
     }
 
     /// Run again in a process of its own (this test, alone): confined, it reads a

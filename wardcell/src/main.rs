@@ -11,6 +11,7 @@ mod agent_home;
 mod apparmor;
 mod approvals;
 mod chain;
+mod checks;
 mod cli;
 mod completions;
 mod context;

@@ -4,7 +4,6 @@ use std::process::ExitCode;
 
 use crate::why::{Rules, Target};
 use wardcell_common::envrules;
-use wardcell_common::limits;
 use wardcell_common::plan::{Plan, SecretPlan, ZonePlan};
 use wardcell_config::resolve::{self, StartRequest};
 
@@ -71,7 +70,7 @@ fn checked(config: &ConfigArg) -> Result<(String, Vec<String>), Error> {
     let open_files = crate::run::open_file_limit();
     let check = |p: &wardcell_common::plan::ProfilePlan| {
         p.runnable(open_files)
-            .and_then(|()| enforceable_here(&p.limits, &p.name))
+            .and_then(|()| crate::checks::enforceable_here(&p.limits, &p.name))
             .map_err(Error::Refused)
     };
     for zone in &plan.zones {
@@ -91,7 +90,7 @@ fn checked(config: &ConfigArg) -> Result<(String, Vec<String>), Error> {
     }
     // What `run` makes itself (the agent profiles' state directories) is not missing.
     let made_by_run = |w: &String| w.contains(&format!("writes \"{SANDBOX_STATE}"));
-    let missing = missing_writes(&plan)
+    let missing = crate::checks::missing_writes(&plan)
         .into_iter()
         .filter(|w| !made_by_run(w));
     let warned = missing
@@ -242,39 +241,6 @@ pub fn why(
     };
     let answer = crate::why::answer(&current, &all, &target);
     output::why(&answer, false, why.output)
-}
-
-/// One line for each `write` path a profile of `plan` names that does not exist here
-/// (left out of the sandbox), each profile once: what `run` and `policy check` warn of.
-pub fn missing_writes(plan: &wardcell_common::plan::Plan) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for p in plan.profiles() {
-        for s in p.skipped.iter().filter(|s| s.rule == "write") {
-            let line = format!(
-                "warning: profile '{}' writes {:?}, which {}: it is left out of the sandbox; create it first if the sandbox should write there",
-                p.name, s.path, s.reason
-            );
-            if !out.contains(&line) {
-                out.push(line);
-            }
-        }
-    }
-    out
-}
-
-/// What `run` and `policy check` refuse before anything starts (the broker checks again
-/// as it makes each sandbox): a limit, not best effort, that nothing here can enforce.
-/// Looks at the machine only when there is such a limit.
-pub fn enforceable_here(limits: &limits::Limits, profile: &str) -> Result<(), String> {
-    let strict: Vec<limits::Kind> = limits
-        .set_ones()
-        .filter(|(_, b)| !b.best_effort)
-        .map(|(k, _)| k)
-        .collect();
-    if strict.iter().all(|k| *k == limits::Kind::Time) {
-        return Ok(());
-    }
-    limits::choose(limits, &limits::Machine::probe(true), profile).map(|_| ())
 }
 
 #[cfg(test)]

@@ -141,9 +141,9 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
         profile
             .runnable(open_file_limit())
             .map_err(Error::Refused)?;
-        crate::policy::enforceable_here(&profile.limits, &profile.name).map_err(Error::Refused)?;
+        crate::checks::enforceable_here(&profile.limits, &profile.name).map_err(Error::Refused)?;
     }
-    for line in crate::policy::missing_writes(&plan) {
+    for line in crate::checks::missing_writes(&plan) {
         wardcell_common::eprintln_line!("{}", crate::output::shown(&line));
     }
     // 6. Hand it over, with what this process traced (the broker prints it).

@@ -296,6 +296,26 @@ fn main() {
                 Err(e) => report_io::<()>(Err(e)),
             }
         }
+        // Hold a write lease on a file for SECS seconds, SIGIO ignored: another open of it
+        // with O_NONBLOCK fails with EWOULDBLOCK meanwhile (a lease the sandbox may take).
+        "lease" => {
+            let f = std::fs::File::open(a(1)).expect("open the file to lease");
+            // SAFETY: ignoring a signal and a fcntl on a descriptor this process owns.
+            let r = unsafe {
+                libc::signal(libc::SIGIO, libc::SIG_IGN);
+                libc::fcntl(
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    libc::F_SETLEASE,
+                    libc::F_WRLCK,
+                )
+            };
+            if r < 0 {
+                report(r as i64);
+            }
+            println!("leased");
+            std::thread::sleep(std::time::Duration::from_secs(num(2) as u64));
+            drop(f);
+        }
         "truncate" => {
             let p = c(&a(1));
             // SAFETY: valid C string.
