@@ -118,6 +118,17 @@ pub fn watch(cwd: &Path, writable: bool, parse: Parser<'_>) -> Option<Watch> {
     })
 }
 
+impl Watch {
+    /// The snapshot of `cwd` when nothing there can make git run code (no `.git`): what
+    /// [`watch`] takes of such a directory, without looking.
+    pub fn of_nothing(cwd: &Path) -> Watch {
+        Watch {
+            cwd: cwd.to_path_buf(),
+            before: Before::new(),
+        }
+    }
+}
+
 /// What was there before.
 type Before = std::collections::BTreeMap<PathBuf, (Seen, Keys)>;
 

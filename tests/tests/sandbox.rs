@@ -904,7 +904,8 @@ both!(the_plan_writer_does_not_outlive_the_start, |fx| {
     // The command ends before anything is checked: a failed check leaves nothing running.
     fx.write(&done, "");
     assert!(run.wait().unwrap().success());
-    let watcher = format!("wardcell-shim --git-watch {}", fx.proj.display());
+    // The project has no repository: the watcher's snapshot is of nothing (`--empty`).
+    let watcher = format!("wardcell-shim --git-watch {} --empty", fx.proj.display());
     assert_eq!(
         commands,
         ["wardcell-shim".to_string(), watcher],

@@ -155,7 +155,10 @@ impl Run {
             .any(|p| p.write.iter().any(|w| plan.cwd.starts_with(w)));
         if writable {
             let spawn = |cmd: &mut _| sys::spawn_from(&self.programs.shim, cmd);
-            let _ = self.git_watch.set(GitWatch::start(&spawn, &plan.cwd));
+            let empty = plan.cwd.join(".git").symlink_metadata().is_err();
+            let _ = self
+                .git_watch
+                .set(GitWatch::start(&spawn, &plan.cwd, empty));
         }
     }
 

@@ -44,30 +44,35 @@ pub struct GitWatch<W: Watched> {
 struct Watcher<W: Watched> {
     ask: ChildStdin,
     answers: ChildStdout,
+    /// Its first frame, which says the snapshot is taken, not read yet.
+    unready: bool,
     // Killed and reaped when dropped.
     _child: process::Child<W>,
 }
 
 impl<W: Watched> GitWatch<W> {
-    /// The watcher of `dir`, started by `spawn`, once it has taken its snapshot.
-    pub fn start(spawn: Spawn<'_, W>, dir: &Path) -> GitWatch<W> {
+    /// The watcher of `dir`, started by `spawn`, once it has taken its snapshot. With
+    /// `empty` (no `dir/.git` before any sandbox ran) its snapshot is that of nothing,
+    /// taken at once: the first look reads that it is ready, and the run's start does
+    /// not wait for it.
+    pub fn start(spawn: Spawn<'_, W>, dir: &Path, empty: bool) -> GitWatch<W> {
         let mut cmd = Command::new("wardcell-shim");
         cmd.arg("--git-watch")
             .arg(dir)
+            .args(empty.then_some("--empty"))
             .env_clear()
             .current_dir("/")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         let watcher = spawn(&mut cmd).ok().and_then(|(mut child, watched)| {
-            let (ask, mut answers) = (child.stdin.take()?, child.stdout.take()?);
-            let until = Instant::now() + START_DEADLINE;
-            let ready = read_look(&mut answers, until).filter(|l| l.lines.is_empty());
-            ready.map(|_| Watcher {
-                ask,
-                answers,
+            let mut w = Watcher {
+                ask: child.stdin.take()?,
+                answers: child.stdout.take()?,
+                unready: true,
                 _child: watched,
-            })
+            };
+            (empty || w.ready()).then_some(w)
         });
         if watcher.is_none() {
             tracing::debug!("the repository's watcher did not start");
@@ -82,6 +87,7 @@ impl<W: Watched> GitWatch<W> {
     pub fn look(&self) -> Vec<String> {
         let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
         let look = watcher.as_mut().and_then(|w| {
+            w.ready().then_some(())?;
             w.ask.write_all(b"?").ok()?;
             read_look(&mut w.answers, Instant::now() + DEADLINE)
         });
@@ -105,6 +111,17 @@ impl<W: Watched> GitWatch<W> {
                 .unwrap_or_else(|p| p.into_inner())
                 .take(),
         );
+    }
+}
+
+impl<W: Watched> Watcher<W> {
+    /// Whether its snapshot is taken: its first frame, empty, read (once) within
+    /// [`START_DEADLINE`].
+    fn ready(&mut self) -> bool {
+        let until = Instant::now() + START_DEADLINE;
+        self.unready = self.unready
+            && !read_look(&mut self.answers, until).is_some_and(|l| l.lines.is_empty());
+        !self.unready
     }
 }
 
@@ -193,7 +210,7 @@ mod tests {
         let unchecked = vec![UNCHECKED.to_string()];
         // Says nothing, or garbage, or never answers (killed at the deadline).
         for (program, args) in [("/bin/true", vec![]), ("/bin/echo", vec!["garbage"])] {
-            let w = GitWatch::start(&instead(program, &args), Path::new("/"));
+            let w = GitWatch::start(&instead(program, &args), Path::new("/"), false);
             assert_eq!(w.look(), unchecked, "{program}");
         }
         // Ready, then an answer that breaks a bound, then nothing more is asked of it.
@@ -203,7 +220,7 @@ mod tests {
             frame(&[]),
             frame(&[&long])
         );
-        let w = GitWatch::start(&instead("/bin/sh", &["-c", &script]), Path::new("/"));
+        let w = GitWatch::start(&instead("/bin/sh", &["-c", &script]), Path::new("/"), false);
         assert_eq!(w.look(), unchecked);
         assert_eq!(w.look(), unchecked);
         // Ready, then a line with a control character: printed escaped.
@@ -212,7 +229,7 @@ mod tests {
             frame(&[]),
             frame(&["a\u{1b}[2Jb"])
         );
-        let w = GitWatch::start(&instead("/bin/sh", &["-c", &script]), Path::new("/"));
+        let w = GitWatch::start(&instead("/bin/sh", &["-c", &script]), Path::new("/"), false);
         let got = w.look();
         assert_eq!(got.len(), 1);
         assert!(
@@ -222,9 +239,29 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_snapshot_is_not_waited_for_at_the_start_but_at_the_first_look() {
+        let script = format!(
+            "sleep 1; printf '{}'; head -c1 >/dev/null; printf '{}'",
+            frame(&[]),
+            frame(&["x"])
+        );
+        let t = Instant::now();
+        let w = GitWatch::start(&instead("/bin/sh", &["-c", &script]), Path::new("/"), true);
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(w.look(), vec!["x".to_string()]);
+        // Not ready by the deadline, or never: a repository that cannot be checked.
+        let w = GitWatch::start(&instead("/bin/true", &[]), Path::new("/"), true);
+        assert_eq!(w.look(), vec![UNCHECKED.to_string()]);
+    }
+
+    #[test]
     fn a_watcher_that_hangs_is_given_up_at_the_deadline() {
         let script = format!("printf '{}'; sleep 60", frame(&[]));
-        let w = GitWatch::start(&instead("/bin/sh", &["-c", &script]), Path::new("/"));
+        let w = GitWatch::start(&instead("/bin/sh", &["-c", &script]), Path::new("/"), false);
         let t = Instant::now();
         assert_eq!(w.look(), vec![UNCHECKED.to_string()]);
         assert!(t.elapsed() >= DEADLINE && t.elapsed() < DEADLINE + Duration::from_secs(3));

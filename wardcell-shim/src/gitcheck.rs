@@ -1,4 +1,4 @@
-//! `wardcell-shim --git-watch DIR`: the run's repository watched where a bug cannot
+//! `wardcell-shim --git-watch DIR [--empty]`: the run's repository watched where a bug cannot
 //! change what the broker does. The broker starts this mode from the shim it holds open,
 //! before any sandbox of the run runs code, when a sandbox may write `DIR`. It confines
 //! itself before it reads a byte there; then `wardcell_git::watch` takes the snapshot
@@ -19,12 +19,15 @@
 #[cfg(target_os = "linux")]
 const MEMORY: u64 = 512 << 20;
 
-pub fn main(dir: Option<std::ffi::OsString>) -> ! {
+pub fn main() -> ! {
+    // Not `args()`: a directory's name need not be UTF-8.
+    let (dir, empty) = (std::env::args_os().nth(2), std::env::args_os().nth(3));
+    let empty = empty.is_some_and(|e| e == "--empty");
     // Told from the sandboxes' shims where processes are listed (`ps`, the tests).
     #[cfg(target_os = "linux")]
     let _ = nix::sys::prctl::set_name(c"wardcell-git");
     let Some(dir) = dir else {
-        wardcell_common::eprintln_line!("usage: wardcell-shim --git-watch DIR");
+        wardcell_common::eprintln_line!("usage: wardcell-shim --git-watch DIR [--empty]");
         std::process::exit(2)
     };
     if let Err(e) = confine() {
@@ -33,6 +36,7 @@ pub fn main(dir: Option<std::ffi::OsString>) -> ! {
     }
     let served = wardcell_git::watch::serve(
         std::path::Path::new(&dir),
+        empty,
         std::io::stdin().lock(),
         std::io::stdout().lock(),
     );

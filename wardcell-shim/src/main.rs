@@ -102,7 +102,7 @@ fn setup_failed(control: &mut UnixStream, step: &str, message: String) -> ! {
 #[cfg(target_os = "macos")]
 fn main() {
     if std::env::args().nth(1).as_deref() == Some("--git-watch") {
-        gitcheck::main(std::env::args_os().nth(2))
+        gitcheck::main()
     }
     macos::main()
 }
@@ -115,7 +115,7 @@ fn main() {
             return;
         }
         Some("--probe") => probe(),
-        Some("--git-watch") => gitcheck::main(std::env::args_os().nth(2)),
+        Some("--git-watch") => gitcheck::main(),
         _ => {}
     }
 
