@@ -37,9 +37,7 @@ pub const UNCHECKED: &str =
 pub type Spawn<'a, W> = &'a dyn Fn(&mut Command) -> io::Result<(Child, process::Child<W>)>;
 
 /// The watcher of one repository, or its failure.
-pub struct GitWatch<W: Watched> {
-    watcher: Mutex<Option<Watcher<W>>>,
-}
+pub struct GitWatch<W: Watched>(Mutex<Option<Watcher<W>>>);
 
 struct Watcher<W: Watched> {
     ask: ChildStdin,
@@ -74,18 +72,13 @@ impl<W: Watched> GitWatch<W> {
             };
             (empty || w.ready()).then_some(w)
         });
-        if watcher.is_none() {
-            tracing::debug!("the repository's watcher did not start");
-        }
-        GitWatch {
-            watcher: Mutex::new(watcher),
-        }
+        GitWatch(Mutex::new(watcher))
     }
 
     /// What appeared since the run started that can make git run code, a line each (made
     /// safe to print); [`UNCHECKED`] once the watcher has failed.
     pub fn look(&self) -> Vec<String> {
-        let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
+        let mut watcher = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let look = watcher.as_mut().and_then(|w| {
             w.ready().then_some(())?;
             w.ask.write_all(b"?").ok()?;
@@ -94,9 +87,7 @@ impl<W: Watched> GitWatch<W> {
         match look {
             Some(look) => look.lines.iter().map(|l| shown(l).into_owned()).collect(),
             None => {
-                if watcher.take().is_some() {
-                    tracing::debug!("the repository's watcher failed");
-                }
+                *watcher = None; // killed and reaped
                 vec![UNCHECKED.to_string()]
             }
         }
@@ -105,12 +96,7 @@ impl<W: Watched> GitWatch<W> {
     /// The run's end: the watcher killed and reaped (nothing of a run is left for its
     /// caller to reap); a look after this is [`UNCHECKED`].
     pub fn end(&self) {
-        drop(
-            self.watcher
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(),
-        );
+        drop(self.0.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 }
 
@@ -145,9 +131,8 @@ fn read_by(from: &mut ChildStdout, buf: &mut [u8], until: Instant) -> Option<()>
     while got < buf.len() {
         let mut fds = [PollFd::new(from.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, terminal::timeout_until(Some(until))) {
-            Ok(0) => return None,
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(_) => return None,
+            Ok(1..) | Err(Errno::EINTR) => {}
+            _ => return None,
         }
         match from.read(&mut buf[got..]) {
             Ok(0) => return None,

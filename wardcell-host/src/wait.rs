@@ -160,7 +160,7 @@ const MAX_REPORTS: usize = 16;
 /// on its pidfd ([`Event::ShimGone`]); the shim saying its command ended ends the wait
 /// only with the sandbox killed, so that its word can end a sandbox sooner, never keep
 /// one running that the broker takes for ended.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Loop {
     /// The time limit's end, until it is reached.
     deadline: Option<Instant>,
@@ -209,14 +209,9 @@ impl Loop {
     fn new(deadline: Option<Instant>, caller: bool) -> Loop {
         Loop {
             deadline,
-            kill_at: None,
             control_open: true,
             caller_open: caller,
-            reports: Vec::new(),
-            caller_gone: false,
-            bad_report: None,
-            timed_out: false,
-            over: false,
+            ..Loop::default()
         }
     }
 
