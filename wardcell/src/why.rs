@@ -11,20 +11,6 @@ use serde::Serialize;
 pub use wardcell_common::why::Rules;
 use wardcell_common::why::{decide_path, Verdict};
 
-fn yes(rule: String) -> Verdict {
-    Verdict {
-        allowed: true,
-        rule,
-    }
-}
-
-fn no(rule: String) -> Verdict {
-    Verdict {
-        allowed: false,
-        rule,
-    }
-}
-
 /// What is asked about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -122,26 +108,26 @@ fn matches(entry: &str, host: &str, port: u16) -> bool {
 }
 
 fn decide_net(rules: &Rules, host: &str, port: u16) -> Verdict {
-    let Some(allow) = &rules.allow else {
-        return no(format!(
+    let found = |list: &[String]| list.iter().find(|e| matches(e, host, port)).cloned();
+    let (allowed, rule) = match (&rules.allow, found(&rules.internal)) {
+        (None, _) => (false, format!(
             "{} has no network at all (its profile has no `network`)",
             rules.named()
-        ));
-    };
-    if let Some(e) = rules.internal.iter().find(|e| matches(e, host, port)) {
-        return yes(format!(
+        )),
+        (Some(_), Some(e)) => (true, format!(
             "`network.internal` has \"{e}\" (its names may resolve to private, shared, unique-local, reserved and loopback addresses; link-local ones and this machine's own only when an entry names the address)"
-        ));
-    }
-    match allow.iter().find(|e| matches(e, host, port)) {
-        Some(e) => yes(format!(
-            "`network.allow` has \"{e}\" (its names reach public addresses only: one that resolves to an internal address is refused; list such a host under `network.internal`)"
         )),
-        None => no(format!(
-            "no `network.allow` or `network.internal` entry of {} matches {host}:{port}",
-            rules.named()
-        )),
-    }
+        (Some(allow), None) => match found(allow) {
+            Some(e) => (true, format!(
+                "`network.allow` has \"{e}\" (its names reach public addresses only: one that resolves to an internal address is refused; list such a host under `network.internal`)"
+            )),
+            None => (false, format!(
+                "no `network.allow` or `network.internal` entry of {} matches {host}:{port}",
+                rules.named()
+            )),
+        },
+    };
+    Verdict { allowed, rule }
 }
 
 /// The whole answer: the verdict for `rules`, and for a denial the zones among `others`
