@@ -513,7 +513,8 @@ const MAX_WORKTREES: usize = 64;
 /// developer profile does), the files of its linked worktrees that exist now
 /// (`.git/worktrees/*/commondir`, `gitdir`, `config.worktree`, `config`) and
 /// `.git/config.worktree`: read-only too, so a sandbox cannot point a worktree's git at
-/// other configuration. What is created during a run is detected (`gitguard`).
+/// other configuration. What is created during a run is detected (`wardcell_git::guard`,
+/// in the repository's watcher).
 fn worktree_pointers(read: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for r in read {

@@ -3,7 +3,7 @@
 //! keys git will see: several sections on a line (`[user][core] fsmonitor = x`), a lone
 //! carriage return as white space, `\`-continued values, quoted subsections with escapes,
 //! comments inside values, a byte-order mark. Checked against the real `git config
-//! --list` on generated inputs (`common/tests/gitconfig.rs`). Bounded: bytes in, entries
+//! --list` on generated inputs (`git/tests/config.rs`). Bounded: bytes in, entries
 //! out, no recursion, nothing read from disk.
 
 /// One `key = value` as git lists it: `section.name` or `section.subsection.name`, the
@@ -299,7 +299,7 @@ fn value(s: &mut Source<'_>) -> Option<Vec<u8>> {
 }
 
 /// Keys known to make git run nothing and read nothing else: the only ones a new or
-/// changed configuration may hold without being reported (`gitguard`). `*` stands for a
+/// changed configuration may hold without being reported (`guard`). `*` stands for a
 /// subsection; section and name compare in any case. Anything else, named or not here
 /// (`core.fsmonitor`, `interactive.diffFilter`, `mergetool.*.path`, `sendemail.*Cmd`,
 /// `imap.tunnel`, `guitool.*.cmd`, `instaweb.httpd`, `include.path`, a key added to git
