@@ -99,14 +99,7 @@ pub fn wait<W: Watched>(
             events.extend(std::iter::from_fn(|| signals.next()).map(Event::Signal));
         }
         if control_ready {
-            events.push(match protocol::read_frame::<ShimReport>(control) {
-                Ok(r) => {
-                    on_report(&r);
-                    Event::Report(r)
-                }
-                Err(FrameError::Closed) => Event::ControlClosed,
-                Err(e) => Event::NotAReport(e.to_string()),
-            });
+            events.push(next_report(control, on_report));
         }
         if child_ready {
             status = shim.wait();
@@ -132,21 +125,25 @@ pub fn wait<W: Watched>(
     }
     // What the shim sent before it went: its reports until the control socket closes.
     while table.control_open {
-        let event = match protocol::read_frame::<ShimReport>(control) {
-            Ok(r) => {
-                on_report(&r);
-                Event::Report(r)
-            }
-            Err(FrameError::Closed) => Event::ControlClosed,
-            Err(e) => Event::NotAReport(e.to_string()),
-        };
-        table.on(event, Instant::now());
+        table.on(next_report(control, on_report), Instant::now());
     }
     Waited {
         outcome: Outcome::of(&table.reports, status, failed_step),
         caller_gone: table.caller_gone,
         bad_report: table.bad_report,
         timed_out: table.timed_out,
+    }
+}
+
+/// What comes next on the shim's control socket, a report handed to `on_report` first.
+fn next_report(control: &mut UnixStream, on_report: &mut dyn FnMut(&ShimReport)) -> Event {
+    match protocol::read_frame::<ShimReport>(control) {
+        Ok(r) => {
+            on_report(&r);
+            Event::Report(r)
+        }
+        Err(FrameError::Closed) => Event::ControlClosed,
+        Err(e) => Event::NotAReport(e.to_string()),
     }
 }
 
