@@ -326,6 +326,7 @@ mod tests {
             open_files: None,
             overrides: Default::default(),
             trace: None,
+            machine: Default::default(),
         }
     }
 

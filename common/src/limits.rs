@@ -180,8 +180,9 @@ impl Mechanism {
 }
 
 /// What this machine offers for limits, as seen by the caller (the broker runs as the
-/// caller, in the caller's cgroups).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// caller, in the caller's cgroups). `wardcell run` looks (`wardcell/src/machine.rs`) and
+/// the plan carries it: the broker reads no mount table.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
 pub struct Machine {
     /// The effective uid.
     pub uid: u32,
@@ -207,31 +208,6 @@ fn controller(kind: Kind) -> Option<&'static str> {
 }
 
 impl Machine {
-    /// Look at this machine. Reads the kernel's version always; the cgroup hierarchies
-    /// only when `cgroups` (a limit that may need one is set).
-    pub fn probe(cgroups: bool) -> Machine {
-        let uid = nix::unistd::geteuid().as_raw();
-        // One system call (every run with the built-in bound asks).
-        let release = nix::sys::utsname::uname()
-            .map(|u| u.release().to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let mut m = Machine {
-            uid,
-            nproc_per_userns: at_least(&release, (5, 14)),
-            pid_max_per_pidns: at_least(&release, (6, 14)),
-            ..Machine::default()
-        };
-        if cgroups {
-            let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-            let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-            m.v2 = v2_parent(&mountinfo, &own, uid);
-            if uid == 0 {
-                m.v1 = v1_dirs(&mountinfo, &own);
-            }
-        }
-        m
-    }
-
     /// How `kind` bounded at `value` is enforced here, or why it cannot be. Processes:
     /// `RLIMIT_NPROC` when it binds (not root; Linux 5.14 and later), else the PID
     /// namespace's `pid_max` for a bound it can hold ([`MIN_PID_MAX_BOUND`] and up), else
@@ -287,109 +263,6 @@ impl Machine {
             _ => format!("{v2}{v1}"),
         })
     }
-}
-
-/// `release` (`6.8.0-45-generic`) is at least `want`.
-fn at_least(release: &str, want: (u32, u32)) -> bool {
-    let mut parts = release
-        .trim()
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    let major = parts.next().unwrap_or(0);
-    let minor = parts.next().unwrap_or(0);
-    (major, minor) >= want
-}
-
-/// Mount points of `fstype` in mountinfo, each with its super options.
-fn mounts<'a>(
-    mountinfo: &'a str,
-    fstype: &'a str,
-) -> impl Iterator<Item = (PathBuf, &'a str, bool)> + 'a {
-    mountinfo.lines().filter_map(move |line| {
-        let (left, right) = line.split_once(" - ")?;
-        let mut r = right.split(' ');
-        if r.next()? != fstype {
-            return None;
-        }
-        let superopts = r.nth(1).unwrap_or("");
-        let mut l = left.split(' ');
-        let root = l.nth(3)?;
-        let point = l.next()?;
-        let rw = l.next()?.split(',').any(|o| o == "rw");
-        // Only a mount of the hierarchy's root maps paths from /proc/self/cgroup.
-        (root == "/").then(|| (PathBuf::from(unescape(point)), superopts, rw))
-    })
-}
-
-/// mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> String {
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some(i) = rest.find('\\') {
-        out.push_str(&rest[..i]);
-        let code = rest
-            .get(i + 1..i + 4)
-            .and_then(|o| u8::from_str_radix(o, 8).ok());
-        match code {
-            Some(c) => {
-                out.push(char::from(c));
-                rest = &rest[i + 4..];
-            }
-            None => {
-                out.push('\\');
-                rest = &rest[i + 1..];
-            }
-        }
-    }
-    out + rest
-}
-
-/// The caller's cgroup in the hierarchy whose /proc/self/cgroup line `matches`.
-fn own_path(own: &str, matches: impl Fn(&str, &str) -> bool) -> Option<&str> {
-    own.lines().find_map(|line| {
-        let mut f = line.splitn(3, ':');
-        let (id, ctrls, path) = (f.next()?, f.next()?, f.next()?);
-        matches(id, ctrls).then_some(path)
-    })
-}
-
-/// Where a sandbox's cgroup v2 goes: beside the caller's own cgroup (a cgroup with
-/// processes cannot give its children controllers), or in it at the hierarchy's root.
-/// Only where the caller may write there; with the controllers offered there.
-fn v2_parent(mountinfo: &str, own: &str, uid: u32) -> Option<(PathBuf, Vec<String>)> {
-    let (mount, _, rw) = mounts(mountinfo, "cgroup2").next()?;
-    let path = own_path(own, |id, _| id == "0")?;
-    let rel = Path::new(path.trim_start_matches('/'));
-    let dir = match rel.parent() {
-        Some(parent) => mount.join(parent),
-        None => mount,
-    };
-    let meta = fs::metadata(&dir).ok()?;
-    if !rw || !(uid == 0 || std::os::unix::fs::MetadataExt::uid(&meta) == uid) {
-        return None;
-    }
-    let controllers = fs::read_to_string(dir.join("cgroup.controllers")).ok()?;
-    Some((
-        dir,
-        controllers.split_whitespace().map(str::to_string).collect(),
-    ))
-}
-
-/// cgroup v1: for each of the controllers limits use, the caller's own cgroup in the
-/// hierarchy that has it, where it is mounted read-write.
-fn v1_dirs(mountinfo: &str, own: &str) -> Vec<(String, PathBuf)> {
-    let mut out = Vec::new();
-    for ctrl in ["pids", "memory", "cpu"] {
-        let has = |opts: &str| opts.split(',').any(|o| o == ctrl);
-        let Some((mount, _, _)) = mounts(mountinfo, "cgroup").find(|(_, o, rw)| *rw && has(o))
-        else {
-            continue;
-        };
-        if let Some(path) = own_path(own, |id, ctrls| id != "0" && has(ctrls)) {
-            out.push((ctrl.to_string(), mount.join(path.trim_start_matches('/'))));
-        }
-    }
-    out
 }
 
 /// How each limit of `limits` is enforced here; a limit that cannot be, and is not best
@@ -448,28 +321,17 @@ pub struct Enforced {
 }
 
 impl Enforced {
-    /// Choose how, and make the sandbox's cgroup if a limit needs one. `name` is unique
-    /// on this machine (`wardcell-<run>-<sandbox>`).
-    pub fn prepare(limits: &Limits, profile: &str, name: &str) -> Result<Enforced, String> {
-        if *limits == Limits::default() {
-            return Ok(Enforced::default());
-        }
-        let free = [Ok(Mechanism::Rlimit), Ok(Mechanism::PidMax)];
-        let quick = Machine::probe(false);
-        let cgroups = limits
-            .set_ones()
-            .any(|(k, b)| k != Kind::Time && !free.contains(&quick.mechanism(k, b.value)));
-        let machine = if cgroups { Machine::probe(true) } else { quick };
-        Enforced::prepare_on(limits, profile, name, &machine)
-    }
-
-    /// [`Enforced::prepare`] on `machine` as probed.
-    fn prepare_on(
+    /// Choose how on `machine` (the plan's), and make the sandbox's cgroup if a limit
+    /// needs one. `name` is unique on this machine (`wardcell-<run>-<sandbox>`).
+    pub fn prepare(
         limits: &Limits,
         profile: &str,
         name: &str,
         machine: &Machine,
     ) -> Result<Enforced, String> {
+        if *limits == Limits::default() {
+            return Ok(Enforced::default());
+        }
         let chosen = choose(limits, machine, profile)?;
         let mut out = Enforced {
             profile: profile.to_string(),
@@ -656,7 +518,7 @@ impl Drop for Enforced {
 
 /// Remove the cgroup `dir`: kill what is left in it, then remove it once empty, waiting
 /// at most a second.
-fn remove(mechanism: Mechanism, dir: &Path) {
+pub fn remove(mechanism: Mechanism, dir: &Path) {
     if mechanism == Mechanism::CgroupV2 {
         let _ = fs::write(dir.join("cgroup.kill"), "1");
     } else if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
@@ -673,26 +535,6 @@ fn remove(mechanism: Mechanism, dir: &Path) {
                 std::thread::sleep(Duration::from_millis(1))
             }
             _ => break,
-        }
-    }
-}
-
-/// Remove what a run whose broker is gone (killed with SIGKILL: it could not clean up)
-/// left of its cgroups: each `wardcell-<run>-s<N>`, empty since its sandbox died with the
-/// broker. Called by the next run's sweep of stale runs.
-pub fn sweep(run_id: &str) {
-    let machine = Machine::probe(true);
-    let prefix = format!("wardcell-{run_id}-");
-    let v2 = machine.v2.iter().map(|(d, _)| (Mechanism::CgroupV2, d));
-    let v1 = machine.v1.iter().map(|(_, d)| (Mechanism::CgroupV1, d));
-    for (mechanism, parent) in v2.chain(v1) {
-        for e in fs::read_dir(parent).into_iter().flatten().flatten() {
-            if e.file_name()
-                .to_str()
-                .is_some_and(|n| n.starts_with(&prefix))
-            {
-                remove(mechanism, &e.path());
-            }
         }
     }
 }
@@ -864,7 +706,7 @@ mod tests {
             [(Kind::Memory, l.memory.unwrap(), Mechanism::None)]
         );
         // The sandbox runs without it, and says so (`sandbox.limit_unenforced`).
-        let enforced = Enforced::prepare_on(&l, "dev", "wardcell-test", &m).unwrap();
+        let enforced = Enforced::prepare(&l, "dev", "wardcell-test", &m).unwrap();
         let unenforced = enforced.unenforced();
         assert_eq!(unenforced.len(), 1);
         assert_eq!(
@@ -877,7 +719,7 @@ mod tests {
         );
         // One that is enforced is not listed.
         l.time = bound(60, true);
-        let enforced = Enforced::prepare_on(&l, "dev", "wardcell-test", &m).unwrap();
+        let enforced = Enforced::prepare(&l, "dev", "wardcell-test", &m).unwrap();
         assert_eq!(enforced.unenforced().len(), 1);
         // Root without a pids controller anywhere: RLIMIT_NPROC would not bind it.
         let l = Limits {
@@ -889,10 +731,18 @@ mod tests {
         assert!(e.contains("does not offer the pids controller"), "{e}");
     }
 
-    /// This machine's cgroup v2 hierarchy, when root may make cgroups in it.
+    /// This machine's cgroup v2 hierarchy at this process's own cgroup's parent, when
+    /// root may make cgroups there (`wardcell/src/machine.rs` finds it for runs).
     fn v2_here() -> Option<PathBuf> {
-        let m = Machine::probe(true);
-        (m.uid == 0).then_some(m.v2).flatten().map(|(dir, _)| dir)
+        let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let own = fs::read_to_string("/proc/self/cgroup").ok()?;
+        let line = mountinfo.lines().find(|l| l.contains(" - cgroup2 "))?;
+        let mount = PathBuf::from(line.split(' ').nth(4)?);
+        let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+        // In its own cgroup when that is the hierarchy's root.
+        let parent = Path::new(path.trim_start_matches('/')).parent();
+        let dir = parent.map_or(mount.clone(), |p| mount.join(p));
+        (nix::unistd::geteuid().is_root() && dir.is_dir()).then_some(dir)
     }
 
     // The cgroup v2 paths that work without controllers, on the hierarchy of this machine
@@ -902,11 +752,11 @@ mod tests {
     #[test]
     fn a_v2_cgroup_is_joined_then_emptied_and_removed() {
         let Some(parent) = v2_here() else { return };
-        let mut machine = Machine::probe(true);
+        let mut machine = Machine::default();
         // Pretend the time limit takes a cgroup: the directory is made, nothing written.
         let name = format!("wardcell-test-{}", std::process::id());
         let dir = parent.join(&name);
-        let mut e = Enforced::prepare_on(&Limits::default(), "p", &name, &machine).unwrap();
+        let mut e = Enforced::prepare(&Limits::default(), "p", &name, &machine).unwrap();
         assert!(e.dirs.is_empty() && !dir.exists());
         fs::create_dir(&dir).unwrap();
         e.dirs.push((Kind::Time, Mechanism::CgroupV2, dir.clone()));
@@ -935,7 +785,7 @@ mod tests {
             }),
             ..Limits::default()
         };
-        let err = Enforced::prepare_on(&limits, "p", &name, &machine).unwrap_err();
+        let err = Enforced::prepare(&limits, "p", &name, &machine).unwrap_err();
         assert!(
             err.starts_with(&format!(
                 "profile 'p' sets limits.processes = 10, and making its cgroup failed: {}: ",
@@ -952,36 +802,8 @@ mod tests {
             }),
             ..Limits::default()
         };
-        let e = Enforced::prepare_on(&limits, "p", &name, &machine).unwrap();
+        let e = Enforced::prepare(&limits, "p", &name, &machine).unwrap();
         assert_eq!(e.chosen[0].2, Mechanism::None);
         assert!(e.dirs.is_empty() && !dir.exists());
-    }
-
-    #[test]
-    fn mountinfo_and_proc_cgroup_are_read_as_the_kernel_writes_them() {
-        let mi = "\
-30 25 0:26 / /sys/fs/cgroup/pids rw,nosuid - cgroup cgroup rw,pids
-31 25 0:27 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory
-32 25 0:28 / /sys/fs/cgroup/cpu,cpuacct ro,nosuid - cgroup cgroup rw,cpu,cpuacct
-33 25 0:29 / /sys/fs/cgroup/unified\\040x rw - cgroup2 cgroup2 rw
-";
-        let own = "8:pids:/a\n4:memory:/b/c\n1:cpu,cpuacct:/\n0::/\n";
-        let dirs = v1_dirs(mi, own);
-        // cpu's hierarchy is read-only: left out.
-        assert_eq!(
-            dirs,
-            [
-                ("pids".to_string(), PathBuf::from("/sys/fs/cgroup/pids/a")),
-                (
-                    "memory".to_string(),
-                    PathBuf::from("/sys/fs/cgroup/memory/b/c")
-                )
-            ]
-        );
-        let (point, _, rw) = mounts(mi, "cgroup2").next().unwrap();
-        assert_eq!(point, PathBuf::from("/sys/fs/cgroup/unified x"));
-        assert!(rw);
-        assert!(at_least("5.14.0-rc1", (5, 14)) && at_least("6.1.0", (5, 14)));
-        assert!(!at_least("5.13.19", (5, 14)) && !at_least("", (5, 14)));
     }
 }

@@ -60,6 +60,9 @@ pub struct Plan {
     /// writer's own lines so far (at most `trace::MAX_HELD`), which the broker prints
     /// once the run id exists. `None`: tracing is off.
     pub trace: Option<PlanTrace>,
+    /// What this machine offers for `limits`, as `wardcell run` found it when the run
+    /// started (`wardcell/src/machine.rs`): where the broker makes a sandbox's cgroups.
+    pub machine: crate::limits::Machine,
 }
 
 impl Plan {

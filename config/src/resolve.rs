@@ -211,6 +211,7 @@ pub fn resolve(
         open_files: None,
         overrides: Overrides::default(),
         trace: None,
+        machine: Default::default(),
     })
 }
 

@@ -344,7 +344,6 @@ fn start_first(
         if let Some(writer) = writer {
             let _ = waitpid(writer, Some(WaitPidFlag::WNOHANG));
         }
-        rundir::sweep_stale_runs(&run.plan.dirs.runtime, &run.dir);
         Ok(signals)
     };
     // In a zone, its supervisor: the chain is that zone alone.

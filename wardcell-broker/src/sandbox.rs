@@ -215,7 +215,8 @@ pub fn complete<T>(
     // Its limits: its cgroup, if one needs it, with the shim in it before the command.
     let cgroup = format!("wardcell-{}-s{number}", run.id);
     let profile = req.asked.profile;
-    let limits = limits::Enforced::prepare(&profile.limits, &profile.name, &cgroup)
+    let machine = &run.plan.machine;
+    let limits = limits::Enforced::prepare(&profile.limits, &profile.name, &cgroup, machine)
         .map_err(BrokerError::Refused)?;
     limits.join(pid).map_err(BrokerError::Sandbox)?;
 

@@ -529,6 +529,7 @@ mod tests {
             open_files: None,
             overrides: Default::default(),
             trace: None,
+            machine: Default::default(),
         }
     }
 

@@ -118,7 +118,8 @@ impl Supervisor {
             .ok()
     }
 
-    fn handle(&self, mut conn: UnixStream) {
+    /// One connection, accepted `at`: its whole request is due [`REQUEST_DEADLINE`] later.
+    fn handle(&self, mut conn: UnixStream, at: Instant) {
         let _ = conn.set_write_timeout(Some(REQUEST_DEADLINE));
         // 1. Who is calling.
         let Some(peer) = self.verified(&conn) else {
@@ -127,7 +128,7 @@ impl Supervisor {
         let mut session = Session::new(false);
         self.step(&mut session, Event::PeerVerified);
         // 2. The request, within the deadline.
-        let deadline = Instant::now() + REQUEST_DEADLINE;
+        let deadline = at + REQUEST_DEADLINE;
         let request = (|| {
             protocol::send_hello(&mut conn)?;
             let mut r = Deadline::new(&conn, deadline);
@@ -463,7 +464,7 @@ impl sandbox::Served for Supervisor {
             .name(name)
             .spawn(move || {
                 let me = self.clone();
-                let handle: Handler = Arc::new(move |conn| me.handle(conn));
+                let handle: Handler = Arc::new(move |conn, at| me.handle(conn, at));
                 let gone = |why: &str| {
                     let fields = json!({"zone": self.zone(), "reason": why});
                     drop(self.counted("sandbox", "supervisor.closed", fields))

@@ -47,8 +47,9 @@ pub const CROWDED_OUT: &str = "closed unanswered: it had sent nothing while 64 c
 /// Wakes the thread blocked in `accept` on a listener being stopped (the broker's sys).
 pub type Wake = fn(BorrowedFd<'_>, &Path);
 
-/// What serves a connection, in a thread of its own.
-pub type Handler = Arc<dyn Fn(UnixStream) + Send + Sync>;
+/// What serves a connection, in a thread of its own, given the instant it was accepted
+/// (its deadline counts from there, however long it waited to be handed over).
+pub type Handler = Arc<dyn Fn(UnixStream, Instant) + Send + Sync>;
 
 pub struct Listener {
     path: PathBuf,
@@ -118,27 +119,29 @@ impl Listener {
             let mut still = VecDeque::with_capacity(waiting.len());
             for (i, (conn, at)) in waiting.drain(..).enumerate() {
                 match spoke.contains(&i) {
-                    true => self.hand_over(conn, max, &handle, busy),
+                    true => self.hand_over((conn, at), max, &handle, busy),
                     false => still.push_back((conn, at)),
                 }
             }
             waiting = still;
             let now = Instant::now();
-            // A silent one, after its grace, while half the slots are free.
-            let grace_over = |w: &VecDeque<(UnixStream, Instant)>| {
-                w.front()
-                    .is_some_and(|(_, at)| now.duration_since(*at) >= SILENT_GRACE)
-            };
-            while self.active.load(Ordering::SeqCst) < max / 2 && grace_over(&waiting) {
-                let (conn, _) = waiting.pop_front().expect("one is waiting");
-                self.hand_over(conn, max, &handle, busy);
-            }
+            // Those silent for FIRST_BYTE are closed before any is served: one that had
+            // waited that long must not be handed over with its time spent.
             while waiting
                 .front()
                 .is_some_and(|(_, at)| now.duration_since(*at) >= FIRST_BYTE)
             {
                 waiting.pop_front();
                 gone(SILENT);
+            }
+            // A silent one, after its grace, while half the slots are free.
+            let grace_over = |w: &VecDeque<(UnixStream, Instant)>| {
+                w.front()
+                    .is_some_and(|(_, at)| now.duration_since(*at) >= SILENT_GRACE)
+            };
+            while self.active.load(Ordering::SeqCst) < max / 2 && grace_over(&waiting) {
+                let waited = waiting.pop_front().expect("one is waiting");
+                self.hand_over(waited, max, &handle, busy);
             }
             if !incoming {
                 continue;
@@ -196,9 +199,15 @@ impl Listener {
         (ready(&fds[0]), spoke.collect())
     }
 
-    /// Serve `conn` in a thread of its own once one of the `max` slots is free (waiting
-    /// up to [`SLOT_WAIT`]), else answer it `busy`.
-    fn hand_over(&self, conn: UnixStream, max: usize, handle: &Handler, busy: &dyn Fn(UnixStream)) {
+    /// Serve `conn`, accepted `at`, in a thread of its own once one of the `max` slots is
+    /// free (waiting up to [`SLOT_WAIT`]), else answer it `busy`.
+    fn hand_over(
+        &self,
+        (conn, at): (UnixStream, Instant),
+        max: usize,
+        handle: &Handler,
+        busy: &dyn Fn(UnixStream),
+    ) {
         let until = Instant::now() + SLOT_WAIT;
         while self.active.load(Ordering::SeqCst) >= max && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(5));
@@ -211,7 +220,7 @@ impl Listener {
         let spawned = std::thread::Builder::new()
             .name("supervisor-conn".into())
             .spawn(move || {
-                handle(conn);
+                handle(conn, at);
                 active.fetch_sub(1, Ordering::SeqCst);
             });
         if spawned.is_err() {
@@ -361,6 +370,56 @@ mod tests {
         });
         // Released again when dropped.
         assert!(slot.take(&a, Duration::ZERO).is_some());
+    }
+
+    /// A silent connection that waited out its 5 s while the slots were taken is closed
+    /// then, not handed over with a fresh deadline when they free (CI saw one closed
+    /// after 10 s); one that speaks is handed its accept instant.
+    #[test]
+    fn a_silent_connection_is_closed_at_5_s_even_when_slots_free_then() {
+        use std::sync::mpsc;
+        let dir = std::env::temp_dir().join(format!("wardcell-listener-{}", std::process::id()));
+        let _ = std::fs::create_dir(&dir);
+        let path = dir.join("s");
+        let wake: Wake = |_, path| drop(UnixStream::connect(path));
+        let listener = Arc::new(Listener::bind(path.clone(), 108, wake).unwrap());
+        let (handed, handed_rx) = mpsc::channel::<Duration>();
+        let (gone_tx, gone_rx) = mpsc::channel::<String>();
+        let handed = std::sync::Mutex::new(handed);
+        let handle: Handler = Arc::new(move |mut conn, at| {
+            let _ = handed.lock().unwrap().send(at.elapsed());
+            // Hold the slot until the peer closes.
+            while conn.read(&mut [0u8; 16]).is_ok_and(|n| n > 0) {}
+        });
+        // Not a scoped thread: a failed assertion must not wait for the serving to end.
+        let serving = listener.clone();
+        std::thread::spawn(move || {
+            let gone_tx = std::sync::Mutex::new(gone_tx);
+            let gone = |why: &str| drop(gone_tx.lock().unwrap().send(why.to_string()));
+            serving.serve(4, handle, &|_| (), &gone);
+        });
+        let silent = UnixStream::connect(&path).unwrap();
+        // Two that speak at once take half the slots before the silent one's grace.
+        let mut speaking: Vec<UnixStream> = (0..2)
+            .map(|_| UnixStream::connect(&path).unwrap())
+            .collect();
+        for c in &mut speaking {
+            std::io::Write::write_all(c, b"x").unwrap();
+        }
+        for _ in 0..2 {
+            let waited = handed_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            assert!(waited < Duration::from_secs(1), "{waited:?}");
+        }
+        // Slots free again just before the silent one's 5 s are up...
+        std::thread::sleep(FIRST_BYTE - Duration::from_millis(200));
+        drop(speaking);
+        let why = gone_rx.recv_timeout(Duration::from_secs(2));
+        // ...and it was closed, never handed over.
+        assert!(handed_rx.recv_timeout(Duration::from_millis(300)).is_err());
+        assert_eq!(why.as_deref(), Ok(SILENT));
+        drop(silent);
+        listener.stop();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

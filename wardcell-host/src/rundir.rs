@@ -82,31 +82,6 @@ pub fn make_run_dir(runtime: &Path, run_id: &str) -> Result<std::path::PathBuf, 
     Ok(run_dir)
 }
 
-/// Remove the directories of runs whose brokers are gone (and their cgroups).
-pub fn sweep_stale_runs(runtime: &Path, ours: &Path) {
-    let Ok(entries) = fs::read_dir(runtime) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let path = e.path();
-        let is_run = e
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.len() == 25 && n.as_bytes()[16] == b'-');
-        if !is_run || path == ours || !e.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let Ok(f) = fs::File::open(&path) else {
-            continue;
-        };
-        if let Ok(lock) = Flock::lock(f, FlockArg::LockExclusiveNonblock) {
-            let _ = fs::remove_dir_all(&path);
-            wardcell_common::limits::sweep(&e.file_name().to_string_lossy());
-            drop(lock);
-        }
-    }
-}
-
 /// The run's audit log, created; when it cannot be, the run's directory is removed: no
 /// run without its log (test `a_full_state_disk_refuses_the_run_and_leaves_nothing`).
 pub fn open_log(plan: &Plan, run_id: &str, run_dir: &Path) -> Result<AuditLog, BrokerError> {

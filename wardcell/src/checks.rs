@@ -1,7 +1,5 @@
 //! What `run` and `policy check` both say of a plan before anything starts.
 
-use wardcell_common::limits;
-
 /// One line for each `write` path a profile of `plan` names that does not exist here
 /// (left out of the sandbox), each profile once: what `run` and `policy check` warn of.
 pub fn missing_writes(plan: &wardcell_common::plan::Plan) -> Vec<String> {
@@ -18,19 +16,4 @@ pub fn missing_writes(plan: &wardcell_common::plan::Plan) -> Vec<String> {
         }
     }
     out
-}
-
-/// What `run` and `policy check` refuse before anything starts (the broker checks again
-/// as it makes each sandbox): a limit, not best effort, that nothing here can enforce.
-/// Looks at the machine only when there is such a limit.
-pub fn enforceable_here(limits: &limits::Limits, profile: &str) -> Result<(), String> {
-    let strict: Vec<limits::Kind> = limits
-        .set_ones()
-        .filter(|(_, b)| !b.best_effort)
-        .map(|(k, _)| k)
-        .collect();
-    if strict.iter().all(|k| *k == limits::Kind::Time) {
-        return Ok(());
-    }
-    limits::choose(limits, &limits::Machine::probe(true), profile).map(|_| ())
 }

@@ -202,8 +202,8 @@ pub fn run(config_file: Option<&Path>, format: Output) -> u8 {
 /// How each of a profile's `limits` would be enforced here (the broker runs as this
 /// user, in this cgroup): one line each, and for JSON each limit's mechanism.
 fn limit_checks(r: &mut Report) -> serde_json::Map<String, serde_json::Value> {
-    use wardcell_common::limits::{Kind, Machine, Mechanism, DEFAULT_PROCESSES};
-    let machine = Machine::probe(true);
+    use wardcell_common::limits::{Kind, Mechanism, DEFAULT_PROCESSES};
+    let machine = crate::machine::probe(true);
     let mut out = serde_json::Map::new();
     for kind in Kind::ALL {
         // For processes, the built-in bound's mechanism (a bound below 300 may differ).

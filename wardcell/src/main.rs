@@ -23,6 +23,7 @@ mod error;
 mod keeper;
 mod location;
 mod logs;
+mod machine;
 mod nested;
 mod output;
 mod policy;

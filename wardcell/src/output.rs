@@ -229,7 +229,7 @@ fn profile(out: &mut Vec<String>, p: &ProfilePlan, indent: &str) {
 fn machine() -> &'static wardcell_common::limits::Machine {
     static MACHINE: std::sync::OnceLock<wardcell_common::limits::Machine> =
         std::sync::OnceLock::new();
-    MACHINE.get_or_init(|| wardcell_common::limits::Machine::probe(true))
+    MACHINE.get_or_init(|| crate::machine::probe(true))
 }
 
 fn zone(out: &mut Vec<String>, z: &ZonePlan) {

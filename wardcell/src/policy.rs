@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 
 use crate::why::{Rules, Target};
-use wardcell_common::envrules;
 use wardcell_common::plan::{Plan, SecretPlan, ZonePlan};
+use wardcell_common::{envrules, limits};
 use wardcell_config::resolve::{self, StartRequest};
 
 use crate::agent_home::SANDBOX_STATE;
@@ -68,9 +68,10 @@ fn checked(config: &ConfigArg) -> Result<(String, Vec<String>), Error> {
     // What `run` would refuse of each profile: the zones' as resolved, the others
     // (`run --profile`) alone.
     let open_files = crate::run::open_file_limit();
+    let machine = std::cell::OnceCell::new();
     let check = |p: &wardcell_common::plan::ProfilePlan| {
         p.runnable(open_files)
-            .and_then(|()| crate::checks::enforceable_here(&p.limits, &p.name))
+            .and_then(|()| enforceable_here(&p.limits, &p.name, &machine))
             .map_err(Error::Refused)
     };
     for zone in &plan.zones {
@@ -241,6 +242,21 @@ pub fn why(
     };
     let answer = crate::why::answer(&current, &all, &target);
     output::why(&answer, false, why.output)
+}
+
+/// What `run` refuses of a profile's limits too: one, not best effort, that nothing here
+/// can enforce. Looks at the machine (once, in `machine`) only when there is such a limit.
+fn enforceable_here(
+    limits: &limits::Limits,
+    profile: &str,
+    machine: &std::cell::OnceCell<limits::Machine>,
+) -> Result<(), String> {
+    let strict = limits.set_ones().filter(|(_, b)| !b.best_effort);
+    if strict.map(|(k, _)| k).all(|k| k == limits::Kind::Time) {
+        return Ok(());
+    }
+    let machine = machine.get_or_init(|| crate::machine::probe(true));
+    limits::choose(limits, machine, profile).map(|_| ())
 }
 
 #[cfg(test)]

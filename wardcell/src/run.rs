@@ -12,11 +12,11 @@ use std::sync::OnceLock;
 
 use nix::{fcntl, unistd};
 
-use wardcell_common::paths;
 use wardcell_common::plan::{Plan, PlanTrace};
 use wardcell_common::protocol::{self, Launch};
 use wardcell_common::terminal;
 use wardcell_common::trace;
+use wardcell_common::{limits, paths};
 use wardcell_config::resolve::{self, StartRequest};
 
 use crate::agent_home::SANDBOX_STATE;
@@ -137,11 +137,15 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
             ))
         })?;
     }
+    // What this machine offers for limits, looked at once for every sandbox of the run.
+    plan.machine = crate::machine::for_plan(&plan);
     if let Some((_, profile)) = plan.start_profile() {
         profile
             .runnable(open_file_limit())
             .map_err(Error::Refused)?;
-        crate::checks::enforceable_here(&profile.limits, &profile.name).map_err(Error::Refused)?;
+        // A limit, not best effort, that nothing here can enforce (the broker checks again
+        // as it makes each sandbox).
+        limits::choose(&profile.limits, &plan.machine, &profile.name).map_err(Error::Refused)?;
     }
     for line in crate::checks::missing_writes(&plan) {
         wardcell_common::eprintln_line!("{}", crate::output::shown(&line));
@@ -153,6 +157,9 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
         lines: trace::take_held(),
     });
     plan.open_files = OPEN_FILES.get().copied().flatten();
+    // What runs whose brokers are gone left, swept before this run's sandboxes exist: a
+    // look at the runtime directory's few entries, and work only after a killed broker.
+    crate::machine::sweep_stale_runs(&plan.dirs.runtime);
     let launch = Launch::Run(Box::new(plan));
     send_plan(&mut to_broker, &launch)?;
     // The writer's work is done: end now, without freeing what it built.
@@ -313,7 +320,8 @@ const LAUNCH_FD: i32 = 3;
 /// Put `plan` in a socketpair whose reading end is left at fd 3, inheritable, for a broker
 /// started with `--plan` (`wardcell doctor`'s trial run). The socket buffer holds the
 /// frames until the broker reads them. Returns the broker's path.
-pub fn hand_over(plan: Plan) -> Result<PathBuf, Error> {
+pub fn hand_over(mut plan: Plan) -> Result<PathBuf, Error> {
+    plan.machine = crate::machine::for_plan(&plan);
     let broker = find_helper("wardcell-broker")?;
     let (mut ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
     send_plan(&mut ours, &Launch::Run(Box::new(plan)))?;
