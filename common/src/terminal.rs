@@ -1,7 +1,8 @@
 //! The caller's terminal, shared by the broker (`wardcell run`'s pty) and the client
-//! (`wardcell zone enter`'s): which standard descriptors are terminals, a pty made, the
-//! signals passed on, what the keeper and the broker say. Raw mode and the byte copies of
-//! a relay are the client's alone (`wardcell/src/tty.rs`): the broker relays nothing.
+//! (`wardcell zone enter`'s): which standard descriptors are terminals, the signals passed
+//! on, what the keeper and the broker say. Making a pty, raw mode and the byte copies of
+//! a relay are the client's alone (`wardcell/src/tty.rs`): the broker makes no pty and
+//! relays nothing.
 //!
 //! A command never holds the caller's terminal: when any of stdin, stdout or stderr is
 //! one, the command gets a pty of its own in its place, and the caller's side relays.
@@ -10,12 +11,12 @@
 //! a change of its modes too (SIGTTOU), and `fg` continues it.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, RawFd};
 
 use std::time::Instant;
 
 use nix::poll::PollTimeout;
-use nix::sys::termios::{self, Termios};
+use nix::sys::termios;
 
 /// Signals `wardcell run` passes on to its command: its terminal keeper (the client) to
 /// the broker, the broker to the sandbox's init, init to the command. SIGTSTP is the
@@ -40,8 +41,12 @@ pub const FORWARDED: &[nix::sys::signal::Signal] = &[
 pub mod keeper {
     /// The broker's end of the socket.
     pub const FD: i32 = 4;
-    /// Broker to keeper: the command's pty master comes with this byte (SCM_RIGHTS); its
-    /// low three bits say which of 0, 1, 2 are terminals (the pty in their place).
+    /// The broker's descriptor of the command's pty, when any of 0, 1, 2 is a terminal:
+    /// its slave, which the keeper made (it keeps the master, to relay) before it started
+    /// the broker.
+    pub const PTY_FD: i32 = 5;
+    /// Broker to keeper: the command holds the pty now, start relaying it; the byte's low
+    /// three bits say which of 0, 1, 2 are terminals (the pty in their place).
     pub const PTY: u8 = 0x10;
     /// Broker to keeper: the command stopped (only sent with a pty). The keeper stops as
     /// a job if the user typed their suspend character, and then, or at once, sends the
@@ -92,22 +97,6 @@ pub fn first_std_tty() -> i32 {
     }
 }
 
-/// Where a relay writes what the command's pty shows: the first of stdout, stderr and
-/// stdin that is a terminal (terminals are opened read-write), from `std_ttys`' mask.
-pub fn output_fd(ttys: u8) -> Option<i32> {
-    [1, 2, 0].into_iter().find(|fd| ttys & (1 << fd) != 0)
-}
-
-/// A new pty (master, slave) with settings `attrs`, both ends close-on-exec.
-pub fn open_pty(attrs: &Termios) -> nix::Result<(OwnedFd, OwnedFd)> {
-    let pty = nix::pty::openpty(None, Some(attrs))?;
-    for fd in [&pty.master, &pty.slave] {
-        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-        fcntl(fd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
-    }
-    Ok((pty.master, pty.slave))
-}
-
 /// A command's descriptors 0, 1, 2: the pty's `slave` in place of each that is a
 /// terminal (`ttys`), -1 for each that is closed (`closed`: it stays closed), else the
 /// same descriptor.
@@ -131,14 +120,6 @@ pub fn timeout_until(deadline: Option<Instant>) -> PollTimeout {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn output_goes_to_the_first_terminal_of_stdout_stderr_stdin() {
-        assert_eq!(output_fd(0), None);
-        assert_eq!(output_fd(0b111), Some(1));
-        assert_eq!(output_fd(0b101), Some(2));
-        assert_eq!(output_fd(0b001), Some(0));
-    }
 
     #[test]
     fn the_slave_replaces_terminals_and_closed_stays_closed() {

@@ -136,7 +136,7 @@ fn run(writer: Option<Pid>, keeper: Option<&Keeper>) -> Result<i32, BrokerError>
     // an exec, and they are not forwarded (or taken over) either.
     let ignored = sys::ignored_signals();
     let started = shim.and_then(|shim| {
-        let terminal = Terminal::for_stdio(sys::copy_winsize, keeper.is_some())?;
+        let terminal = Terminal::for_stdio(sys::inherited_tty, keeper.is_some())?;
         let spawned = sandbox::spawn(&shim, terminal.stdio(sys::closed_at_start()), ignored)?;
         Ok((terminal, spawned))
     });
@@ -257,7 +257,7 @@ fn run_first_sandbox(
     // Only with a pty has the keeper anything to do with the command (without one, a
     // command stopped stays stopped until continued, as under a shell).
     let keeper = keeper.filter(|_| terminal.has_pty());
-    if terminal.hand_to(keeper, sys::fds::send_fds).is_err() {
+    if terminal.hand_to(keeper).is_err() {
         let _ = sb.running.process.signal(libc::SIGKILL); // no one to relay its terminal
     }
     let watch = Watch {

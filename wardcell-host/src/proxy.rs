@@ -90,7 +90,7 @@ pub struct Hooks<E, D> {
 /// certificate (PEM) when it intercepts TLS.
 pub fn start<W, E, D>(
     spawn: impl FnOnce(RawFd) -> std::io::Result<Child<W>>,
-    send_fds: crate::terminal::SendFds,
+    send_fds: fn(RawFd, u8, &[RawFd]) -> std::io::Result<()>,
     (listeners, programs): (Vec<OwnedFd>, Vec<RawFd>),
     spec: ProxySpec,
     hooks: Hooks<E, D>,

@@ -1,85 +1,74 @@
 //! The first sandbox's terminal: a pty of its own in place of each of the caller's
-//! standard descriptors that is a terminal, whose master goes to `wardcell run`'s
-//! terminal keeper (the client), which relays it, does job control with the caller's
-//! shell and copies the window size. Which descriptors the sandbox gets, and when it
-//! ends, is the broker's.
+//! standard descriptors that is a terminal. `wardcell run`'s terminal keeper (the client)
+//! made it and keeps its master, which it relays, doing job control with the caller's
+//! shell and copying the window size; this process gets the slave. Which descriptors the
+//! sandbox gets, and when it ends, is the broker's.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
-use nix::sys::termios;
-
 use wardcell_common::terminal::{self, keeper};
 
 use crate::error::BrokerError;
 
-/// Copies the window size of one terminal to another (the broker's `sys`, the one
-/// place its `unsafe` lives).
-pub type CopyWinsize = fn(BorrowedFd<'_>, BorrowedFd<'_>) -> io::Result<()>;
+/// Takes a descriptor `wardcell run` left open for this process, refusing any other kind
+/// (the broker's `sys`).
+pub type Inherited = fn(RawFd) -> io::Result<OwnedFd>;
 
-/// Sends descriptors with a one-byte message (the broker's `sys`).
-pub type SendFds = fn(RawFd, u8, &[RawFd]) -> io::Result<()>;
-
-/// The first sandbox's stdio: the broker's own, with a new pty (master, slave) in place
-/// of each that is a terminal (`ttys`): the command never holds the caller's terminal.
+/// The first sandbox's stdio: the broker's own, with the pty's slave in place of each
+/// that is a terminal (`ttys`): the command never holds the caller's terminal.
 pub struct Terminal {
-    pty: Option<(OwnedFd, OwnedFd)>,
+    slave: Option<OwnedFd>,
     ttys: u8,
 }
 
 impl Terminal {
-    /// `kept`: `wardcell run`'s keeper is there to relay a pty (not for `--plan`).
-    pub fn for_stdio(copy_winsize: CopyWinsize, kept: bool) -> Result<Terminal, BrokerError> {
+    /// `kept`: `wardcell run`'s keeper is there, with the pty's slave at
+    /// [`keeper::PTY_FD`] (`inherited` takes it) when a descriptor is a terminal (not for
+    /// `--plan`).
+    pub fn for_stdio(inherited: Inherited, kept: bool) -> Result<Terminal, BrokerError> {
         let ttys = terminal::std_ttys();
-        let Some(tty) = terminal::output_fd(ttys) else {
-            return Ok(Terminal { pty: None, ttys });
-        };
+        if ttys == 0 {
+            return Ok(Terminal { slave: None, ttys });
+        }
         if !kept {
             let why = "a terminal needs `wardcell run`, which keeps it";
             return Err(BrokerError::Launch(why.into()));
         }
-        // The caller's settings and window size. Without a terminal stdin, the caller's is
-        // never raw: it does the output processing (`\n` to `\r\n`), not the pty.
-        let pty = terminal::with_std(tty, |tty| {
-            let mut attrs = termios::tcgetattr(tty)?;
-            if ttys & 1 == 0 {
-                attrs.output_flags.remove(termios::OutputFlags::OPOST);
-            }
-            let (master, slave) = terminal::open_pty(&attrs)?;
-            let _ = copy_winsize(tty, master.as_fd());
-            Ok((master, slave))
-        })
-        .map_err(|e: nix::Error| BrokerError::Sandbox(format!("opening a pty: {e}")))?;
+        let slave = inherited(keeper::PTY_FD)
+            .ok()
+            .filter(|fd| terminal::is_tty(fd.as_fd()));
+        let why = "`wardcell run` left no pty for its terminal";
+        let slave = slave.ok_or_else(|| BrokerError::Launch(why.into()))?;
         Ok(Terminal {
-            pty: Some(pty),
+            slave: Some(slave),
             ttys,
         })
     }
 
     /// Whether the sandbox gets a pty.
     pub fn has_pty(&self) -> bool {
-        self.pty.is_some()
+        self.slave.is_some()
     }
 
     /// Descriptors 0, 1, 2 of the sandbox (terminal::stdio_for); `closed`, those this
     /// process was started without.
     pub fn stdio(&self, closed: u8) -> [RawFd; 3] {
-        let slave = self.pty.as_ref().map(|(_, s)| s.as_raw_fd());
+        let slave = self.slave.as_ref().map(|s| s.as_raw_fd());
         terminal::stdio_for(slave, self.ttys, closed)
     }
 
-    /// The sandbox holds the slave now: the master goes to `wardcell run`'s keeper (the
-    /// client, which relays it to the caller's terminal), and this process keeps neither.
-    pub fn hand_to(self, keeper: Option<&Keeper>, send: SendFds) -> io::Result<()> {
-        let Some((master, _slave)) = self.pty else {
+    /// The sandbox holds the slave now, and this process none: `wardcell run`'s keeper
+    /// starts relaying the master to the caller's terminal.
+    pub fn hand_to(self, keeper: Option<&Keeper>) -> io::Result<()> {
+        if self.slave.is_none() {
             return Ok(());
-        };
+        }
         let Some(keeper) = keeper else {
             return Err(io::Error::other("no keeper to relay the pty"));
         };
-        let said = keeper::PTY | (self.ttys & 7);
-        send(keeper.0.as_raw_fd(), said, &[master.as_raw_fd()])
+        (&keeper.0).write_all(&[keeper::PTY | (self.ttys & 7)])
     }
 }
 
@@ -93,7 +82,7 @@ impl Keeper {
     /// takes it, refusing anything but a socket).
     /// Non-blocking: a keeper that does not read (stopped with the user's job) never
     /// holds this process up.
-    pub fn take(inherited: fn(RawFd) -> io::Result<OwnedFd>) -> Result<Keeper, BrokerError> {
+    pub fn take(inherited: Inherited) -> Result<Keeper, BrokerError> {
         let fd = inherited(keeper::FD).map_err(|e| BrokerError::Launch(e.to_string()))?;
         let sock = UnixStream::from(fd);
         sock.set_nonblocking(true)

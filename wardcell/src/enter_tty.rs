@@ -37,7 +37,7 @@ impl EnterPty {
     /// A pty when any of the caller's open 0, 1, 2 (`closed` left out) is a terminal.
     pub fn open(closed: u8) -> Result<Option<EnterPty>, Error> {
         let ttys = terminal::std_ttys() & !closed;
-        let Some(tty) = terminal::output_fd(ttys) else {
+        let Some(tty) = crate::tty::output_fd(ttys) else {
             return Ok(None);
         };
         let fail =
@@ -55,7 +55,7 @@ impl EnterPty {
         attrs.local_flags.insert(LocalFlags::ICANON);
         attrs.output_flags.remove(OutputFlags::OPOST);
         let eof = attrs.control_chars[SpecialCharacterIndices::VEOF as usize];
-        let (master, slave) = terminal::open_pty(&attrs).map_err(fail)?;
+        let (master, slave) = crate::tty::open_pty(&attrs).map_err(fail)?;
         let _ = terminal::with_std(tty, |t| crate::sys::copy_winsize(t, master.as_fd()));
         Ok(Some(EnterPty {
             master,
@@ -82,7 +82,7 @@ impl EnterPty {
     pub fn relay_until_answer(&mut self, conn: &UnixStream) {
         let mut buf = [0u8; 16 * 1024];
         let input = self.ttys & 1 != 0;
-        let output = terminal::output_fd(self.ttys).unwrap_or(1);
+        let output = crate::tty::output_fd(self.ttys).unwrap_or(1);
         loop {
             let stdin = std::io::stdin();
             let mut fds = vec![
@@ -128,7 +128,7 @@ impl EnterPty {
 
     /// The entry ended: what the command wrote last, until the pty is gone or quiet.
     pub fn drain(&mut self) {
-        let output = terminal::output_fd(self.ttys).unwrap_or(1);
+        let output = crate::tty::output_fd(self.ttys).unwrap_or(1);
         terminal::with_std(output, |out| {
             crate::tty::drain(self.master.as_fd(), out, 200)
         });

@@ -3,7 +3,7 @@
 //! terminal or the shell does to the job (Ctrl-Z, `fg`, a read in the background) stops
 //! it: its time limit, supervisors and audit go on. This process holds the caller's
 //! terminal, as ssh's client does while sshd decides. It relays the command's pty (which
-//! the broker made and sends it), does job control with the shell, copies the window
+//! it made, and gave the broker the slave of), does job control with the shell, copies the window
 //! size, and passes every signal of `wardcell_common::terminal::FORWARDED` on to the
 //! broker. It decides nothing: what it says to the broker is a signal anyone could send,
 //! and it ends with the broker's status. The broker dies with it (PR_SET_PDEATHSIG).
@@ -18,13 +18,14 @@ use nix::sys::termios::{self, Termios};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use wardcell_common::terminal::{self, keeper, FORWARDED};
+use wardcell_common::terminal::{keeper, FORWARDED};
 
 use crate::sys;
 
 /// Keep the terminal for `broker` (this process's child) until it ends; end with its
-/// status (128+N when a signal N ended it). `chan`: the other end of its fd 4.
-pub fn keep(broker: Pid, chan: UnixStream) -> ! {
+/// status (128+N when a signal N ended it). `chan`: the other end of its fd 4; `pty`: the
+/// master of the pty whose slave it has at fd 5, if the caller has a terminal.
+pub fn keep(broker: Pid, chan: UnixStream, pty: Option<OwnedFd>) -> ! {
     // What this process was started ignoring stays ignored and is not passed on (the
     // broker, started ignoring it too, would not take it either).
     let passed: Vec<Signal> = FORWARDED
@@ -46,6 +47,7 @@ pub fn keep(broker: Pid, chan: UnixStream) -> ! {
     let mut k = Keeper {
         broker,
         chan: Some(chan),
+        pty,
         relay: None,
         stop_asked: false,
     };
@@ -63,7 +65,9 @@ struct Keeper<'a> {
     broker: Pid,
     /// The broker's fd 4, until it closes.
     chan: Option<UnixStream>,
-    /// The command's pty, once the broker sent it, until the broker says it is finished.
+    /// The command's pty, until the broker says the command holds it...
+    pty: Option<OwnedFd>,
+    /// ...then relayed, until the broker says it is finished.
     relay: Option<PtyRelay<'a>>,
     /// SIGTSTP came while the command has a pty: stop once it has stopped.
     stop_asked: bool,
@@ -120,7 +124,7 @@ impl<'a> Keeper<'a> {
     fn broker_said(&mut self, std: &'a (Stdin, Stdout, Stderr)) {
         let Some(chan) = &self.chan else { return };
         let mut said = [0u8; 4096];
-        let (n, mut fds) = match sys::recv_some(chan.as_fd(), &mut said) {
+        let (n, _) = match sys::recv_some(chan.as_fd(), &mut said) {
             Ok(Some(got)) => got,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return,
             // Closed: it is ending; SIGCHLD says when.
@@ -128,8 +132,8 @@ impl<'a> Keeper<'a> {
         };
         let said = &said[..n];
         if let Some(&b) = said.iter().find(|b| *b & !7 == keeper::PTY) {
-            if fds.len() == 1 {
-                self.relay = PtyRelay::new(fds.remove(0), b & 7, std);
+            if let Some(master) = self.pty.take() {
+                self.relay = PtyRelay::new(master, b & 7, std);
             }
         }
         if said.contains(&keeper::STOPPED) {
@@ -198,7 +202,7 @@ impl<'a> Keeper<'a> {
 }
 
 /// The caller's terminal when the command got a pty: the master, the terminal read
-/// (stdin, when it is one) and the one written (`terminal::output_fd`); `saved`, the
+/// (stdin, when it is one) and the one written (`tty::output_fd`); `saved`, the
 /// settings of `input` before raw mode (entered only in the foreground).
 struct PtyRelay<'a> {
     master: OwnedFd,
@@ -216,7 +220,7 @@ impl<'a> PtyRelay<'a> {
     /// The relay of `master`, in place of the caller's descriptors `ttys` (bit N for N);
     /// raw mode entered when in the foreground.
     fn new(master: OwnedFd, ttys: u8, std: &'a (Stdin, Stdout, Stderr)) -> Option<Self> {
-        let output = match terminal::output_fd(ttys)? {
+        let output = match crate::tty::output_fd(ttys)? {
             0 => std.0.as_fd(),
             1 => std.1.as_fd(),
             _ => std.2.as_fd(),

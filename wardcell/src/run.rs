@@ -179,14 +179,21 @@ pub fn start_broker_early() -> Result<UnixStream, Error> {
     let broker = find_helper("wardcell-broker")?;
     let _ = OPEN_FILES.set(raise_open_files());
     let (keeper_end, broker_end) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
+    // The command's pty, when the caller has a terminal: the keeper keeps the master, the
+    // broker gets the slave.
+    let pty = crate::tty::pty_for_run().map_err(|e| fail("opening a pty", &e))?;
+    let (master, slave) = pty.unzip();
     let keeper_pid = unistd::getpid();
     match sys::fork().map_err(|e| fail("fork", &e))? {
         sys::Forked::Parent(child) => {
-            drop(broker_end);
-            crate::keeper::keep(child, keeper_end)
+            drop((broker_end, slave));
+            crate::keeper::keep(child, keeper_end, master)
         }
         sys::Forked::Child => {
-            drop(keeper_end);
+            drop((keeper_end, master));
+            if let Some(slave) = slave {
+                place_at(slave, terminal::keeper::PTY_FD)?;
+            }
             // The broker dies with its keeper (killed, say): as before there was a keeper,
             // when `wardcell run` killed was the broker killed.
             die_with(keeper_pid);
@@ -288,8 +295,10 @@ fn send_plan(socket: &mut UnixStream, launch: &Launch) -> Result<(), Error> {
     std::io::Write::write_all(socket, &frame).map_err(|e| fail("handing over the plan", &e))
 }
 
-/// Leave `socket` at `fd` (3: the plan, 4: the keeper), inheritable, for the broker.
-fn place_at(socket: UnixStream, fd: i32) -> Result<(), Error> {
+/// Leave `socket` at `fd` (3: the plan, 4: the keeper, 5: the pty), inheritable, for
+/// the broker.
+fn place_at(socket: impl Into<std::os::fd::OwnedFd>, fd: i32) -> Result<(), Error> {
+    let socket = socket.into();
     if socket.as_raw_fd() != fd {
         unistd::dup2(socket.as_raw_fd(), fd).map_err(|e| fail("dup2", &e))?;
     } else {

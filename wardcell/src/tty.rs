@@ -1,12 +1,50 @@
 //! The relay's side of the caller's terminal, which only the client does (`wardcell
-//! run`'s keeper, `wardcell zone enter`): raw mode only in the foreground, the terminal
-//! put back, and the byte copies of a pty relay.
+//! run`'s keeper, `wardcell zone enter`): the command's pty made, raw mode only in the
+//! foreground, the terminal put back, and the byte copies of a pty relay.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use wardcell_common::terminal;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::termios::{self, SetArg, Termios};
+
+/// Where a relay writes what the command's pty shows: the first of stdout, stderr and
+/// stdin that is a terminal (terminals are opened read-write), from `std_ttys`' mask.
+pub fn output_fd(ttys: u8) -> Option<i32> {
+    [1, 2, 0].into_iter().find(|fd| ttys & (1 << fd) != 0)
+}
+
+/// A new pty (master, slave) with settings `attrs`, both ends close-on-exec.
+pub fn open_pty(attrs: &Termios) -> nix::Result<(OwnedFd, OwnedFd)> {
+    let pty = nix::pty::openpty(None, Some(attrs))?;
+    for fd in [&pty.master, &pty.slave] {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+        fcntl(fd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    }
+    Ok((pty.master, pty.slave))
+}
+
+/// `wardcell run`'s pty (master, slave), when any of 0, 1, 2 is a terminal, with the
+/// caller's settings and window size; without a terminal stdin, the caller's is never
+/// raw, so it does the output processing (`\n` to `\r\n`), not the pty. The keeper
+/// keeps the master and relays it; the broker gets the slave (`keeper::PTY_FD`).
+pub fn pty_for_run() -> nix::Result<Option<(OwnedFd, OwnedFd)>> {
+    let ttys = terminal::std_ttys();
+    let Some(tty) = output_fd(ttys) else {
+        return Ok(None);
+    };
+    terminal::with_std(tty, |tty| {
+        let mut attrs = termios::tcgetattr(tty)?;
+        if ttys & 1 == 0 {
+            attrs.output_flags.remove(termios::OutputFlags::OPOST);
+        }
+        let (master, slave) = open_pty(&attrs)?;
+        let _ = crate::sys::copy_winsize(tty, master.as_fd());
+        Ok(Some((master, slave)))
+    })
+}
 
 /// Whether this process's group is the foreground of terminal `fd`.
 pub fn in_foreground(fd: BorrowedFd<'_>) -> bool {
@@ -90,6 +128,14 @@ pub fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_goes_to_the_first_terminal_of_stdout_stderr_stdin() {
+        assert_eq!(output_fd(0), None);
+        assert_eq!(output_fd(0b111), Some(1));
+        assert_eq!(output_fd(0b101), Some(2));
+        assert_eq!(output_fd(0b001), Some(0));
+    }
 
     /// What arrived on a terminal and was not read (the answer to a query the sandbox
     /// sent) is gone once the run restores the terminal at its end; a plain restore keeps it.

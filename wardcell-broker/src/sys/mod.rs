@@ -1,9 +1,8 @@
 //! Everything in the broker that needs `unsafe`, each block with its reason.
 //!
 //! Here, the same on Linux and macOS:
-//! - [`inherited_socket`]: taking the descriptors the client left at fd 3 (the plan)
-//!   and 4 (its terminal keeper);
-//! - terminal helpers: window size;
+//! - [`inherited_socket`], [`inherited_tty`]: taking the descriptors the client left at
+//!   fd 3 (the plan), 4 (its terminal keeper) and 5 (the command's pty);
 //! - which signals this process was started ignoring ([`ignored_signals`]) and which
 //!   standard descriptors were closed at start ([`closed_at_start`]);
 //! - [`fds`]: descriptors passed beside frames.
@@ -38,7 +37,7 @@ mod macos;
 pub use macos::*;
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// Turn a -1 return into the thread's errno.
 pub(crate) fn cerr(ret: libc::c_long) -> io::Result<libc::c_long> {
@@ -64,12 +63,23 @@ pub const LAUNCH_FD: RawFd = 3;
 /// Descriptor `fd`, which `wardcell run` left open for this process, when it is a socket
 /// (3: the plan; 4: the terminal keeper), close-on-exec from now on.
 pub fn inherited_socket(fd: RawFd) -> io::Result<OwnedFd> {
+    inherited(fd, libc::S_IFSOCK)
+}
+
+/// ...when it is a character device (5: the command's pty, its slave).
+pub fn inherited_tty(fd: RawFd) -> io::Result<OwnedFd> {
+    inherited(fd, libc::S_IFCHR)
+}
+
+fn inherited(fd: RawFd, kind: libc::mode_t) -> io::Result<OwnedFd> {
     let st = nix::sys::stat::fstat(fd)?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
-        return Err(io::Error::other(format!("fd {fd} is not a socket")));
+    if st.st_mode & libc::S_IFMT != kind {
+        return Err(io::Error::other(format!(
+            "fd {fd} is not what was left there"
+        )));
     }
-    // SAFETY: `fd` is open and a socket; nothing else in the broker owns it (each is
-    // taken once, first thing).
+    // SAFETY: `fd` is open and of the kind `wardcell run` leaves there; nothing else in
+    // the broker owns it (each is taken once, first thing).
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     set_cloexec(fd.as_raw_fd())?;
     Ok(fd)
@@ -78,17 +88,6 @@ pub fn inherited_socket(fd: RawFd) -> io::Result<OwnedFd> {
 pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
     // SAFETY: F_SETFD takes an integer flag; a bad fd is an error.
     cerr(unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } as libc::c_long).map(drop)
-}
-
-/// Copy the window size of terminal `from` to terminal `to`.
-pub fn copy_winsize(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: winsize is plain old data.
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: TIOCGWINSZ writes a winsize into `ws`, which outlives the call.
-    cerr(unsafe { libc::ioctl(from.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) } as libc::c_long)?;
-    // SAFETY: TIOCSWINSZ reads a winsize from `ws`.
-    cerr(unsafe { libc::ioctl(to.as_raw_fd(), libc::TIOCSWINSZ, &ws) } as libc::c_long)?;
-    Ok(())
 }
 
 /// The signals 1 to 31 this process ignores, as /proc's `SigIgn` writes them (bit N-1
