@@ -46,8 +46,8 @@ pub struct Plan {
     #[serde(skip)]
     pub pinned: Vec<PathBuf>,
     /// The certificates a proxy that attaches credentials trusts upstream (PEM text, at
-    /// most [`crate::helper::MAX_ROOTS`] bytes), read once by `wardcell run` when the run
-    /// starts (`helper::read_roots`): empty when the plan has no credential.
+    /// most `wardcell_support::roots::MAX_ROOTS` bytes), read once by `wardcell run` when the run
+    /// starts (`wardcell_support::roots::read_roots`): empty when the plan has no credential.
     pub upstream_roots: Vec<u8>,
     /// The soft open-file limit `wardcell run` was started with. wardcell's own processes
     /// run with it raised to the hard limit (a profile of many paths needs a descriptor
@@ -307,47 +307,7 @@ impl ProfilePlan {
             .chain(&self.deny)
             .chain(&self.unix_sockets)
     }
-
-    /// The descriptors a sandbox of this profile needs while its view is built: two per
-    /// path (the tree, and its copy for Landlock or the mount), and [`OPEN_FILES_BASE`].
-    pub fn open_files_needed(&self) -> u64 {
-        2 * self.paths().count() as u64 + OPEN_FILES_BASE
-    }
-
-    /// What `run` would refuse about a sandbox of this profile before building it, in one
-    /// line: more egress ports than a sandbox can have, or more paths than `open_files`
-    /// (the hard open-file limit, which wardcell raises its own soft limit to) lets a
-    /// sandbox hold while its view is built. `policy check` says the same.
-    pub fn runnable(&self, open_files: Option<u64>) -> Result<(), String> {
-        egress_ports(&self.network.entries())
-            .map_err(|e| format!("profile '{}': {e}", self.name))?;
-        // The broker refuses it too, as it builds the view (spec.rs): said here first,
-        // so that `policy check` refuses what `run` refuses.
-        if let Some(p) = self
-            .read
-            .iter()
-            .chain(&self.write)
-            .find(|p| p.starts_with("/proc"))
-        {
-            let (name, shown) = (&self.name, p.display());
-            return Err(format!("profile '{name}' names {shown}, but every sandbox has a /proc of its own; remove it from the profile"));
-        }
-        let needed = self.open_files_needed();
-        match open_files {
-            Some(limit) if limit < needed => Err(format!(
-                "profile '{}' names {} paths, and building its sandbox needs about {needed} open files, above this session's hard open-file limit of {limit}: raise it (as root, `ulimit -Hn {needed}`; for a service, LimitNOFILE=) or name fewer paths in the profile",
-                self.name,
-                self.paths().count()
-            )),
-            _ => Ok(()),
-        }
-    }
 }
-
-/// The descriptors a sandbox needs besides two per path of its profile: measured as 27
-/// (`ulimit -n N; wardcell run -- true` with 11 to 211 paths, with and without network,
-/// needs exactly 2 per path and 27), with room for the descriptors a caller passes.
-pub const OPEN_FILES_BASE: u64 = 48;
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Skipped {
@@ -779,38 +739,5 @@ mod egress_tests {
         let many: Vec<String> = (1..=11).map(|p| format!("h.io:{p}")).collect();
         assert!(egress_ports(&many).unwrap_err().contains("at most 10"));
         assert_eq!(egress_ports(&many[..10]).unwrap().len(), 10);
-    }
-
-    #[test]
-    fn a_profile_is_runnable_within_its_ports_and_the_open_file_limit() {
-        let mut p = ProfilePlan {
-            name: "big".into(),
-            read: (0..100).map(|i| PathBuf::from(format!("/r/{i}"))).collect(),
-            write: vec!["/w".into()],
-            ..Default::default()
-        };
-        // 101 paths: two descriptors each, and the base.
-        assert_eq!(p.open_files_needed(), 202 + OPEN_FILES_BASE);
-        assert_eq!(p.runnable(None), Ok(()));
-        assert_eq!(p.runnable(Some(202 + OPEN_FILES_BASE)), Ok(()));
-        let e = p.runnable(Some(201 + OPEN_FILES_BASE)).unwrap_err();
-        assert!(e.starts_with("profile 'big' names 101 paths"), "{e}");
-        assert!(
-            e.contains(&format!(
-                "hard open-file limit of {}",
-                201 + OPEN_FILES_BASE
-            )),
-            "{e}"
-        );
-        // Internal entries count too: 6 ports under allow and 5 more under internal.
-        p.network.allow = (1..=6).map(|p| format!("h.io:{p}")).collect();
-        p.network.internal = (6..=11).map(|p| format!("git.corp:{p}")).collect();
-        let e = p.runnable(None).unwrap_err();
-        assert!(
-            e.starts_with(
-                "profile 'big': network.allow and network.internal name 11 distinct ports"
-            ),
-            "{e}"
-        );
     }
 }

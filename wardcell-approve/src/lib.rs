@@ -336,7 +336,7 @@ pub fn syslog(tag: &str, line: &str) {
 }
 
 /// A command line as one shown line, each word quoted as a shell would need it (see
-/// `wardcell_common::text::shell_words`).
+/// `wardcell_support::text::shell_words`).
 pub fn command_line(v: &Value) -> String {
     v.as_array()
         .map(|a| {
@@ -344,7 +344,7 @@ pub fn command_line(v: &Value) -> String {
                 .iter()
                 .map(|x| x.as_str().unwrap_or("?").to_string())
                 .collect();
-            wardcell_common::text::shell_words(&words)
+            wardcell_support::text::shell_words(&words)
         })
         .unwrap_or_default()
 }

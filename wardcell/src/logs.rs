@@ -9,7 +9,8 @@ use serde_json::Value;
 use crate::chain::{Checker, Lines, Verdict};
 use wardcell_common::audit;
 use wardcell_common::paths;
-use wardcell_common::text::{shell_words, shown};
+use wardcell_common::text::shown;
+use wardcell_support::text::shell_words;
 
 use crate::cli::{Output, ShowOutput};
 use crate::context;

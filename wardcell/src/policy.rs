@@ -70,7 +70,7 @@ fn checked(config: &ConfigArg) -> Result<(String, Vec<String>), Error> {
     let open_files = crate::run::open_file_limit();
     let machine = std::cell::OnceCell::new();
     let check = |p: &wardcell_common::plan::ProfilePlan| {
-        p.runnable(open_files)
+        crate::checks::runnable(p, open_files)
             .and_then(|()| enforceable_here(&p.limits, &p.name, &machine))
             .map_err(Error::Refused)
     };

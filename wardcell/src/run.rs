@@ -131,7 +131,7 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
     // what it was when the run started).
     if !plan.credentials.is_empty() {
         let env = |k: &str| std::env::var(k).ok();
-        plan.upstream_roots = wardcell_common::helper::read_roots(&env).map_err(|e| {
+        plan.upstream_roots = wardcell_support::roots::read_roots(&env).map_err(|e| {
             Error::Refused(format!(
                 "{e}; SSL_CERT_FILE and SSL_CERT_DIR must name certificates in regular files"
             ))
@@ -140,9 +140,7 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
     // What this machine offers for limits, looked at once for every sandbox of the run.
     plan.machine = crate::machine::for_plan(&plan);
     if let Some((_, profile)) = plan.start_profile() {
-        profile
-            .runnable(open_file_limit())
-            .map_err(Error::Refused)?;
+        crate::checks::runnable(profile, open_file_limit()).map_err(Error::Refused)?;
         // A limit, not best effort, that nothing here can enforce (the broker checks again
         // as it makes each sandbox).
         limits::choose(&profile.limits, &plan.machine, &profile.name).map_err(Error::Refused)?;

@@ -114,8 +114,9 @@ fn kernel_object(_fd: BorrowedFd<'_>) -> bool {
     false
 }
 
-/// Send `fds` with the 1-byte message `byte` by SCM_RIGHTS (to a proxy, or the terminal
-/// keeper). At most 12 descriptors, as [`recv_fds`] takes.
+/// Send `fds` with the 1-byte message `byte` by SCM_RIGHTS (to a proxy: Linux). At most
+/// 12 descriptors, as [`recv_fds`] takes.
+#[cfg(any(target_os = "linux", test))]
 pub fn send_fds(sock: RawFd, byte: u8, fds: &[RawFd]) -> io::Result<()> {
     let len = std::mem::size_of_val(fds);
     let mut space = [0u64; 8];

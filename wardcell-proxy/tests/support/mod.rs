@@ -120,7 +120,7 @@ impl Proxy {
                     .find(|(n, _)| *n == k)
                     .map(|(_, v)| v.to_string())
             };
-            spec.roots = wardcell_common::helper::read_roots(&get).unwrap();
+            spec.roots = wardcell_support::roots::read_roots(&get).unwrap();
         }
         let (mut ours, theirs) = UnixStream::pair().unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
