@@ -306,6 +306,57 @@ both!(the_plugin_runs_from_root_with_a_minimal_environment, |fx| {
     );
 });
 
+// What the caller of `wardcell run` left open (a shell's `7>file`) reaches neither the
+// broker nor a helper it starts: the approval plugin lists its descriptors, and the broker's
+// are read from /proc while the run waits.
+both!(descriptors_the_caller_leaked_reach_no_helper, |fx| {
+    let notes = approval_config(
+        &fx,
+        Some("30s"),
+        "cat >/dev/null\nls -l /proc/$$/fd/ > $notes/fds\necho '{\"approved\": true}'\n",
+    );
+    let leaked = fx.outside.join("leaked-file");
+    fs::write(&leaked, "").unwrap();
+    let file = fs::File::open(&leaked).unwrap();
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&file);
+    let mut cmd = fx.cmd(&[
+        "run",
+        "--",
+        "/bin/sh",
+        "-c",
+        "wardcell zone enter push -- true; while [ ! -e go ]; do sleep 0.02; done",
+    ]);
+    // SAFETY: only dup2, async-signal-safe, between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || match libc::dup2(raw, 7) {
+            7 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        });
+    }
+    let mut run = wardcell_tests::Watched::spawn(&fx, cmd, "leak");
+    let listed = notes.join("fds");
+    wardcell_tests::wait_until(30, "the plugin to run", || listed.exists());
+    let broker = run.tree.broker().pid;
+    let held: Vec<String> = fs::read_dir(format!("/proc/{broker}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| fs::read_link(e.path()).ok())
+        .map(|p| p.display().to_string())
+        .collect();
+    fx.write(&fx.proj.join("go"), "");
+    let (out, _) = run.finish(30);
+    out.ok();
+    let name = leaked.display().to_string();
+    assert!(
+        !held.iter().any(|p| *p == name),
+        "the broker holds {name}: {held:?}"
+    );
+    let fds = fs::read_to_string(notes.join("fds")).unwrap();
+    assert!(fds.contains("/dev/null") || fds.contains("pipe"), "{fds}");
+    assert!(!fds.contains(&name), "the plugin holds {name}: {fds}");
+    drop(file);
+});
+
 both!(
     a_credential_command_runs_from_root_with_a_minimal_environment,
     |fx| {

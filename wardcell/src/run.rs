@@ -239,6 +239,7 @@ fn start_broker(broker: &Path) -> Result<UnixStream, Error> {
             for fd in (0..3).filter(|fd| sys::closed_at_start() & (1 << fd) != 0) {
                 let _ = unistd::close(fd);
             }
+            close_the_rest_on_exec();
             let e = Command::new(broker)
                 .arg("--plan-writer")
                 .arg(writer.to_string())
@@ -251,6 +252,28 @@ fn start_broker(broker: &Path) -> Result<UnixStream, Error> {
                 broker.display()
             )))
         }
+    }
+}
+
+/// Every descriptor past the broker's own (0 to 5: stdio, the plan, the keeper, the pty)
+/// closes on exec: what whoever started `wardcell run` left open (a shell's `7>file`, a
+/// parent's leaked socket) never reaches the broker, nor any helper it starts (the
+/// proxy, the approval plugin, the repository's watcher). A sandbox's shim closes them
+/// too, for the command.
+fn close_the_rest_on_exec() {
+    let dir = if cfg!(target_os = "linux") {
+        "/proc/self/fd"
+    } else {
+        "/dev/fd"
+    };
+    let open: Vec<i32> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in open.into_iter().filter(|&fd| fd > terminal::keeper::PTY_FD) {
+        let _ = fcntl::fcntl(fd, fcntl::FcntlArg::F_SETFD(fcntl::FdFlag::FD_CLOEXEC));
     }
 }
 
