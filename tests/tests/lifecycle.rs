@@ -347,10 +347,7 @@ both!(descriptors_the_caller_leaked_reach_no_helper, |fx| {
     let (out, _) = run.finish(30);
     out.ok();
     let name = leaked.display().to_string();
-    assert!(
-        !held.iter().any(|p| *p == name),
-        "the broker holds {name}: {held:?}"
-    );
+    assert!(!held.contains(&name), "the broker holds {name}: {held:?}");
     let fds = fs::read_to_string(notes.join("fds")).unwrap();
     assert!(fds.contains("/dev/null") || fds.contains("pipe"), "{fds}");
     assert!(!fds.contains(&name), "the plugin holds {name}: {fds}");
