@@ -105,11 +105,6 @@ impl Limits {
     }
 }
 
-/// The bound of the built-in profiles (`base`): far above what a real build runs at once
-/// (a parallel build's compilers, linkers and test threads: hundreds), far below what a
-/// fork loop reaches in a second (tens of thousands, the host's whole pid space).
-pub const DEFAULT_PROCESSES: u64 = 4096;
-
 /// The least `processes` a PID namespace's `pid_max` holds: the kernel's least `pid_max`
 /// is 301 (once PIDs wrap it reuses them from 300 up, so a fork may then fail up to 299
 /// processes below the bound; never above it).
@@ -117,12 +112,6 @@ pub const MIN_PID_MAX_BOUND: u64 = 300;
 
 /// The kernel's greatest `pid_max` (`PID_MAX_LIMIT` on 64-bit).
 pub const PID_MAX_LIMIT: u64 = 4 * 1024 * 1024;
-
-/// The least `memory` a sandbox can start with (its shim, the command's exec).
-pub const MIN_MEMORY: u64 = 16 * 1024 * 1024;
-
-/// The most `cpu` (percent): 1,024 CPUs.
-pub const MAX_CPU: u64 = 100 * 1024;
 
 /// The units of a size (powers of 1024), largest first.
 pub const UNITS: [(char, u64); 4] = [
@@ -159,24 +148,6 @@ pub enum Mechanism {
     Timer,
     /// Nothing here can: a best-effort limit is left out.
     None,
-}
-
-impl Mechanism {
-    /// For `doctor`.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Mechanism::CgroupV2 => "a cgroup v2 made for each sandbox",
-            Mechanism::CgroupV1 => "a cgroup v1 made for each sandbox",
-            Mechanism::Rlimit => "RLIMIT_NPROC in the sandbox's user namespace",
-            Mechanism::PidMax => {
-                "pid_max of the sandbox's PID namespace (a bound of at least 300; below, a cgroup)"
-            }
-            Mechanism::Timer => "the broker's timer",
-            Mechanism::None => {
-                "nothing here (a profile that sets it is refused unless it marks it best effort)"
-            }
-        }
-    }
 }
 
 /// What this machine offers for limits, as seen by the caller (the broker runs as the

@@ -35,7 +35,7 @@ default = true
 pub const BUILTIN_PROFILES: &str = r#"
 [profiles.base]
 read = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc", "/opt"]
-# A fork loop stops here; a real build never comes near (limits::DEFAULT_PROCESSES).
+# A fork loop stops here; a real build never comes near (sizes::DEFAULT_PROCESSES).
 # Best effort: where this machine cannot bound processes, runs go on without it.
 limits = { processes = 4096, best_effort = true }
 env.deny = [
@@ -2021,7 +2021,8 @@ mod tests {
     // best_effort marks the limits of the table that says it; bad values are placed.
     #[test]
     fn limits_merge_through_extends_and_are_checked() {
-        use wardcell_common::limits::{Bound, Kind, DEFAULT_PROCESSES};
+        use crate::sizes::DEFAULT_PROCESSES;
+        use wardcell_common::limits::{Bound, Kind};
         let b = |value, best_effort| Some(Bound { value, best_effort });
         let file = format!(
             "{AGENT}[profiles.a]\nextends = \"readonly\"\nlimits = {{ memory = \"2G\", time = \"1h\", best_effort = true }}\n\n[profiles.b]\nextends = \"a\"\nlimits = {{ time = \"90s\", cpu = \"150%\", processes = 64 }}\n\n[profiles.c]\nextends = \"b\"\nlimits = {{ processes = \"none\", memory = \"none\" }}\n"

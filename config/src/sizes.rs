@@ -1,7 +1,18 @@
 //! A profile's limits as zones.toml writes them: sizes and CPU shares read (shown back
 //! by `wardcell_common::limits::show_size` and `Kind::show`).
 
-use wardcell_common::limits::{show_size, MAX_CPU, MIN_MEMORY, UNITS};
+use wardcell_common::limits::{show_size, UNITS};
+
+/// The bound of the built-in profiles (`base`): far above what a real build runs at once
+/// (a parallel build's compilers, linkers and test threads: hundreds), far below what a
+/// fork loop reaches in a second (tens of thousands, the host's whole pid space).
+pub const DEFAULT_PROCESSES: u64 = 4096;
+
+/// The least `memory` a sandbox can start with (its shim, the command's exec).
+pub const MIN_MEMORY: u64 = 16 * 1024 * 1024;
+
+/// The most `cpu` (percent): 1,024 CPUs.
+pub const MAX_CPU: u64 = 100 * 1024;
 
 /// A size as zones.toml writes it: bytes, or a whole number of `K`, `M`, `G` or `T`
 /// (powers of 1024).

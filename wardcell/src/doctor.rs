@@ -199,16 +199,34 @@ pub fn run(config_file: Option<&Path>, format: Output) -> u8 {
     u8::from(!can)
 }
 
+/// What enforces a limit here, in words.
+fn describe(m: wardcell_common::limits::Mechanism) -> &'static str {
+    use wardcell_common::limits::Mechanism;
+    match m {
+        Mechanism::CgroupV2 => "a cgroup v2 made for each sandbox",
+        Mechanism::CgroupV1 => "a cgroup v1 made for each sandbox",
+        Mechanism::Rlimit => "RLIMIT_NPROC in the sandbox's user namespace",
+        Mechanism::PidMax => {
+            "pid_max of the sandbox's PID namespace (a bound of at least 300; below, a cgroup)"
+        }
+        Mechanism::Timer => "the broker's timer",
+        Mechanism::None => {
+            "nothing here (a profile that sets it is refused unless it marks it best effort)"
+        }
+    }
+}
+
 /// How each of a profile's `limits` would be enforced here (the broker runs as this
 /// user, in this cgroup): one line each, and for JSON each limit's mechanism.
 fn limit_checks(r: &mut Report) -> serde_json::Map<String, serde_json::Value> {
-    use wardcell_common::limits::{Kind, Mechanism, DEFAULT_PROCESSES};
+    use wardcell_common::limits::{Kind, Mechanism};
+    use wardcell_config::sizes::DEFAULT_PROCESSES;
     let machine = crate::machine::probe(true);
     let mut out = serde_json::Map::new();
     for kind in Kind::ALL {
         // For processes, the built-in bound's mechanism (a bound below 300 may differ).
         let (mechanism, level, text) = match machine.mechanism(kind, DEFAULT_PROCESSES) {
-            Ok(m) => (m, Level::Ok, m.describe().to_string()),
+            Ok(m) => (m, Level::Ok, describe(m).to_string()),
             // What cannot be enforced here is a warning, never OK: a profile that sets
             // it is refused (or, best effort, runs without it).
             Err(why) => (
