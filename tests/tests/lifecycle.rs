@@ -306,7 +306,8 @@ both!(the_plugin_runs_from_root_with_a_minimal_environment, |fx| {
     );
 });
 
-// What the caller of `wardcell run` left open (a shell's `7>file`) reaches neither the
+// What the caller of `wardcell run` left open (a shell's `7>file`, or `5>file` without a
+// terminal) reaches neither the
 // broker nor a helper it starts: the approval plugin lists its descriptors, and the broker's
 // are read from /proc while the run waits.
 both!(descriptors_the_caller_leaked_reach_no_helper, |fx| {
@@ -326,11 +327,14 @@ both!(descriptors_the_caller_leaked_reach_no_helper, |fx| {
         "-c",
         "wardcell zone enter push -- true; while [ ! -e go ]; do sleep 0.02; done",
     ]);
+    // At 7, and at 5, where the broker takes a pty when there is a terminal (none here).
     // SAFETY: only dup2, async-signal-safe, between fork and exec.
     unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || match libc::dup2(raw, 7) {
-            7 => Ok(()),
-            _ => Err(std::io::Error::last_os_error()),
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            match (libc::dup2(raw, 7), libc::dup2(raw, 5)) {
+                (7, 5) => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
         });
     }
     let mut run = wardcell_tests::Watched::spawn(&fx, cmd, "leak");

@@ -2,7 +2,8 @@
 //! Real sandboxes, run as the invoking user and as an unprivileged uid.
 
 use std::fs;
-use std::path::PathBuf;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 
 use wardcell_tests::{both, Fixture, Out, Watched};
 
@@ -747,6 +748,60 @@ both!(the_runs_socket_is_gone_after_a_signal_or_an_error, |fx| {
     assert!(!killed_dir.exists(), "a dead run's directory was not swept");
     let _ = fs::remove_dir_all(&rt);
 });
+
+// The sweep of dead runs works only in a runtime directory that is the caller's own and
+// private: never through a link someone planted at its name, never in one someone else
+// made (the review of the sweep's move into `wardcell run` deleted both ways). The run is
+// refused, as before, and nothing there is touched.
+both!(
+    the_sweep_never_works_in_a_runtime_directory_not_our_own,
+    |fx| {
+        fx.test_config("");
+        let base = PathBuf::from(format!(
+            "/var/tmp/wcrt-s-{}-{}",
+            std::process::id(),
+            fx.uid()
+        ));
+        let _ = fs::remove_dir_all(&base);
+        // What a planted link leads to: a dead run's name, with data in it, the caller's.
+        let victim = base.join("victim");
+        let data = victim.join("0123456789abcdef-01234567/deep/data");
+        fs::create_dir_all(data.parent().unwrap()).unwrap();
+        fs::write(&data, "keep").unwrap();
+        let rt = base.join("rt");
+        fs::create_dir_all(&rt).unwrap();
+        std::os::unix::fs::symlink(&victim, rt.join("wardcell")).unwrap();
+        fx.own(&base);
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o700)).unwrap();
+        let run = |rt: &Path| -> Out {
+            fx.cmd(&["run", "--", "true"])
+                .env("XDG_RUNTIME_DIR", rt)
+                .output()
+                .unwrap()
+                .into()
+        };
+        let out = run(&rt);
+        out.expect_code(1);
+        assert!(out.stderr.contains("is not a directory you own"), "{out:?}");
+        assert_eq!(fs::read_to_string(&data).unwrap(), "keep");
+        // A runtime directory someone else made (root's for the user, another uid's for root).
+        let other = if fx.uid() == 0 { 61234 } else { 0 };
+        let theirs = base.join("theirs");
+        let planted = theirs.join("wardcell/0123456789abcdef-01234568");
+        fs::create_dir_all(&planted).unwrap();
+        fs::set_permissions(theirs.join("wardcell"), fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(theirs.join("wardcell"), Some(other), Some(other)).unwrap();
+        std::os::unix::fs::chown(&planted, Some(other), Some(other)).unwrap();
+        fs::set_permissions(&theirs, fs::Permissions::from_mode(0o755)).unwrap();
+        let out = run(&theirs);
+        out.expect_code(1);
+        assert!(
+            planted.exists(),
+            "a directory in someone else's runtime directory was swept"
+        );
+        let _ = fs::remove_dir_all(&base);
+    }
+);
 
 both!(
     an_entry_running_when_the_run_ends_is_ended_and_audited,

@@ -1,6 +1,7 @@
-//! Run directories: wardcell's own directories made private, a run's directory locked
-//! for as long as its broker lives, and the directories of runs whose brokers are gone
-//! swept. What the sandboxes see of these directories is decided by the broker's spec.
+//! Run directories: wardcell's own directories made private, and a run's directory locked
+//! for as long as its broker lives (the directories of runs whose brokers are gone are
+//! swept by `wardcell run`, `wardcell/src/machine.rs`). What the sandboxes see of these
+//! directories is decided by the broker's spec.
 
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};

@@ -4,6 +4,7 @@
 //! plan writer before it hands its plan over.
 
 use std::fs;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -53,29 +54,57 @@ pub fn for_plan(plan: &Plan) -> Machine {
     }
 }
 
-/// Remove the directories of runs whose brokers are gone, and their cgroups. A live
+/// Remove the directories of runs whose brokers are gone, and then their cgroups. A live
 /// broker holds its run directory's lock from before the directory has its name
-/// (`wardcell_host::rundir::make_run_dir`), so no live run's is ever taken.
+/// (`wardcell_host::rundir::make_run_dir`), so no live run's is ever taken. Only in a
+/// runtime directory that is the caller's own and private, opened without following a
+/// link at its name and worked in through that descriptor: the broker refuses any other
+/// after this, and one that someone else made, or a link to someone's files, must never
+/// be swept in (a review found both before this check).
 pub fn sweep_stale_runs(runtime: &Path) {
-    let Ok(entries) = fs::read_dir(runtime) else {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let flags = libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let Ok(dir) = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(runtime)
+    else {
+        return;
+    };
+    let ours = dir
+        .metadata()
+        .is_ok_and(|m| m.uid() == nix::unistd::getuid().as_raw() && m.mode() & 0o077 == 0);
+    if !ours {
+        return;
+    }
+    // Linux: the directory opened, whatever its name leads to now.
+    let base = match cfg!(target_os = "linux") {
+        true => PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())),
+        false => runtime.to_path_buf(),
+    };
+    let Ok(entries) = fs::read_dir(&base) else {
         return;
     };
     let mut machine = None;
     for e in entries.flatten() {
-        let path = e.path();
         let name = e.file_name().to_string_lossy().into_owned();
         let is_run = name.len() == 25 && name.as_bytes()[16] == b'-';
         if !is_run || !e.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
+        let path = base.join(&name);
         let Ok(f) = fs::File::open(&path) else {
             continue;
         };
-        if let Ok(lock) = Flock::lock(f, FlockArg::LockExclusiveNonblock) {
-            let _ = fs::remove_dir_all(&path);
+        let Ok(lock) = Flock::lock(f, FlockArg::LockExclusiveNonblock) else {
+            continue;
+        };
+        // Its cgroups only once its directory is gone: a run whose directory stays is
+        // not known to be over.
+        if fs::remove_dir_all(&path).is_ok() {
             sweep_cgroups(machine.get_or_insert_with(|| probe(true)), &name);
-            drop(lock);
         }
+        drop(lock);
     }
 }
 

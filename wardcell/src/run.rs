@@ -189,6 +189,7 @@ pub fn start_broker_early() -> Result<UnixStream, Error> {
         }
         sys::Forked::Child => {
             drop((keeper_end, master));
+            let placed_pty = slave.is_some();
             if let Some(slave) = slave {
                 place_at(slave, terminal::keeper::PTY_FD)?;
             }
@@ -198,7 +199,7 @@ pub fn start_broker_early() -> Result<UnixStream, Error> {
             // A session of its own: no terminal's signal or job control ever stops it.
             unistd::setsid().map_err(|e| fail("setsid", &e))?;
             place_at(broker_end, terminal::keeper::FD)?;
-            start_broker(&broker)
+            start_broker(&broker, placed_pty)
         }
     }
 }
@@ -217,8 +218,8 @@ fn die_with(parent: unistd::Pid) {
 }
 
 /// In the keeper's child: fork the plan writer (which returns with its end of fd 3's
-/// socket) and exec the broker.
-fn start_broker(broker: &Path) -> Result<UnixStream, Error> {
+/// socket) and exec the broker (with the pty's slave at fd 5 when `placed_pty`).
+fn start_broker(broker: &Path, placed_pty: bool) -> Result<UnixStream, Error> {
     let (ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
     let broker_pid = unistd::getpid();
     match sys::fork().map_err(|e| fail("fork", &e))? {
@@ -239,7 +240,10 @@ fn start_broker(broker: &Path) -> Result<UnixStream, Error> {
             for fd in (0..3).filter(|fd| sys::closed_at_start() & (1 << fd) != 0) {
                 let _ = unistd::close(fd);
             }
-            close_the_rest_on_exec();
+            close_the_rest_on_exec(match placed_pty {
+                true => terminal::keeper::PTY_FD,
+                false => terminal::keeper::FD,
+            });
             let e = Command::new(broker)
                 .arg("--plan-writer")
                 .arg(writer.to_string())
@@ -255,12 +259,12 @@ fn start_broker(broker: &Path) -> Result<UnixStream, Error> {
     }
 }
 
-/// Every descriptor past the broker's own (0 to 5: stdio, the plan, the keeper, the pty)
-/// closes on exec: what whoever started `wardcell run` left open (a shell's `7>file`, a
-/// parent's leaked socket) never reaches the broker, nor any helper it starts (the
-/// proxy, the approval plugin, the repository's watcher). A sandbox's shim closes them
-/// too, for the command.
-fn close_the_rest_on_exec() {
+/// Every descriptor past the broker's own (up to `last`: stdio, the plan, the keeper, and
+/// the pty when there is one) closes on exec: what whoever started `wardcell run` left
+/// open (a shell's `7>file`, a parent's leaked socket) never reaches the broker, nor any
+/// helper it starts (the proxy, the approval plugin, the repository's watcher). A
+/// sandbox's shim closes them too, for the command.
+fn close_the_rest_on_exec(last: i32) {
     let dir = if cfg!(target_os = "linux") {
         "/proc/self/fd"
     } else {
@@ -272,7 +276,7 @@ fn close_the_rest_on_exec() {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse().ok())
         .collect();
-    for fd in open.into_iter().filter(|&fd| fd > terminal::keeper::PTY_FD) {
+    for fd in open.into_iter().filter(|&fd| fd > last) {
         let _ = fcntl::fcntl(fd, fcntl::FcntlArg::F_SETFD(fcntl::FdFlag::FD_CLOEXEC));
     }
 }
