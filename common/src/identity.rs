@@ -65,7 +65,7 @@ impl Identity {
 }
 
 /// Identities recorded when the run started, by path (sorted, unique). Only
-/// [`Recorded::insert`] fills it: read from a frame or a file it is always empty, whatever
+/// `collect` fills it: read from a frame or a file it is always empty, whatever
 /// was sent (the entries are read and dropped, so the encoding is unchanged), so the
 /// identities in a plan are the broker's own records and never the plan writer's.
 #[derive(Serialize, Debug, Clone, PartialEq, Eq, Default)]
@@ -84,19 +84,24 @@ fn bytes(p: &Path) -> &[u8] {
     p.as_os_str().as_bytes()
 }
 
+impl FromIterator<(PathBuf, Identity)> for Recorded {
+    /// Sorted once, each path's first identity kept. Inserting one by one moved the whole
+    /// list each time: quadratic, most of a 3,000-path profile's start-up (issue 41).
+    fn from_iter<I: IntoIterator<Item = (PathBuf, Identity)>>(entries: I) -> Recorded {
+        let mut all: Vec<(PathBuf, Identity)> = entries.into_iter().collect();
+        // Stable: of equal paths, the first recorded comes first, and stays.
+        all.sort_by(|(a, _), (b, _)| bytes(a).cmp(bytes(b)));
+        all.dedup_by(|later, first| later.0 == first.0);
+        Recorded(all)
+    }
+}
+
 impl Recorded {
     pub fn get(&self, path: &Path) -> Option<Identity> {
         self.0
             .binary_search_by(|(p, _)| bytes(p).cmp(bytes(path)))
             .ok()
             .map(|i| self.0[i].1)
-    }
-
-    /// Record `path` once; the first identity recorded stays.
-    pub fn insert(&mut self, path: PathBuf, id: Identity) {
-        if let Err(i) = self.0.binary_search_by(|(p, _)| bytes(p).cmp(bytes(&path))) {
-            self.0.insert(i, (path, id));
-        }
     }
 
     pub fn len(&self) -> usize {
@@ -170,13 +175,12 @@ mod tests {
 
     #[test]
     fn recorded_identities_never_come_from_input() {
-        let mut sent = Recorded::default();
         let forged = Identity {
             dev: 1,
             ino: 2,
             kind: Kind::Dir,
         };
-        sent.insert("/".into(), forged);
+        let sent: Recorded = [("/".into(), forged)].into_iter().collect();
         let json = serde_json::to_string(&sent).unwrap();
         assert!(json.contains("\"/\""), "{json}");
         let read: Recorded = serde_json::from_str(&json).unwrap();
@@ -196,14 +200,21 @@ mod tests {
 
     #[test]
     fn recorded_is_a_sorted_map_keeping_the_first() {
-        let mut r = Recorded::default();
-        r.insert("/b".into(), id(2, Kind::Dir));
-        r.insert("/a".into(), id(1, Kind::Dir));
-        r.insert("/b".into(), id(9, Kind::File));
+        // Whatever the order the paths come in: sorted, each once, the first identity kept.
+        let entries = [
+            ("/b", id(2, Kind::Dir)),
+            ("/a/x", id(3, Kind::File)),
+            ("/a", id(1, Kind::Dir)),
+            ("/b", id(9, Kind::File)),
+        ];
+        let r: Recorded = entries.iter().map(|(p, i)| (p.into(), *i)).collect();
         assert_eq!(r.get(Path::new("/a")), Some(id(1, Kind::Dir)));
         assert_eq!(r.get(Path::new("/b")), Some(id(2, Kind::Dir)));
+        assert_eq!(r.get(Path::new("/a/x")), Some(id(3, Kind::File)));
         assert_eq!(r.get(Path::new("/c")), None);
-        assert_eq!(r.len(), 2);
+        assert_eq!(r.len(), 3);
+        let paths: Vec<&Path> = r.0.iter().map(|(p, _)| p.as_path()).collect();
+        assert_eq!(paths, [Path::new("/a"), Path::new("/a/x"), Path::new("/b")]);
     }
 
     #[test]

@@ -222,9 +222,8 @@ fn prepare_run(
 /// objects recorded here (see `wardcell_common::identity`): a link on the way now, or
 /// later, makes that open fail, and a sandbox that needs the path is refused.
 fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
-    // Only the broker fills them: whatever the plan brought is dropped first, never kept
-    // over what the paths are now.
-    plan.identities = Default::default();
+    // Only the broker fills them: whatever the plan brought is replaced, never kept over
+    // what the paths are now.
     // Host socket directories (masked where a tree shows them) and the trees every
     // sandbox reads, besides the plan's own paths.
     let mut paths = envrules::host_socket_dirs(host_env);
@@ -235,11 +234,11 @@ fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
     // What the run trusts (`plan.pinned`) includes the CA certificates the shim makes a
     // bundle of, where they really are (take_and_prepare).
     paths.extend(plan.client.iter().chain(&plan.pinned).cloned());
-    for path in paths {
-        if let Some(m) = fs::symlink_metadata(&path).ok().filter(|m| !m.is_symlink()) {
-            plan.identities.insert(path, Identity::of(&m));
-        }
-    }
+    let now = |path: PathBuf| match fs::symlink_metadata(&path) {
+        Ok(m) if !m.is_symlink() => Some((path, Identity::of(&m))),
+        _ => None,
+    };
+    plan.identities = paths.into_iter().filter_map(now).collect();
 }
 
 fn run_first_sandbox(
@@ -395,8 +394,8 @@ mod tests {
             ino: 1,
             kind: Kind::Dir,
         };
-        plan.identities.insert("/".into(), forged);
-        plan.identities.insert("/nonexistent-forged".into(), forged);
+        let sent = [("/".into(), forged), ("/nonexistent-forged".into(), forged)];
+        plan.identities = sent.into_iter().collect();
         record_identities(&mut plan, &wardcell_common::envrules::text_vars());
         let root = Identity::of(&fs::symlink_metadata("/").unwrap());
         assert_eq!(plan.identities.get(Path::new("/")), Some(root));

@@ -535,8 +535,7 @@ mod tests {
 
     /// Identities "recorded at the start" for every path these tests name.
     fn recorded() -> wardcell_common::identity::Recorded {
-        use wardcell_common::identity::{Identity, Kind, Recorded};
-        let mut r = Recorded::default();
+        use wardcell_common::identity::{Identity, Kind};
         let paths = [
             "/usr",
             "/etc",
@@ -556,15 +555,13 @@ mod tests {
             "/tmp/x",
             "/run/postgresql",
         ];
-        for (i, p) in paths.iter().enumerate() {
-            let id = Identity {
-                dev: 1,
-                ino: i as u64 + 1,
-                kind: Kind::Dir,
-            };
-            r.insert(PathBuf::from(p), id);
-        }
-        r
+        let id = |i: usize| Identity {
+            dev: 1,
+            ino: i as u64 + 1,
+            kind: Kind::Dir,
+        };
+        let each = paths.iter().enumerate();
+        each.map(|(i, p)| (PathBuf::from(p), id(i))).collect()
     }
 
     /// The masks of a spec.

@@ -40,11 +40,8 @@ impl Terminal {
             .ok()
             .filter(|fd| terminal::is_tty(fd.as_fd()));
         let why = "`wardcell run` left no pty for its terminal";
-        let slave = slave.ok_or_else(|| BrokerError::Launch(why.into()))?;
-        Ok(Terminal {
-            slave: Some(slave),
-            ttys,
-        })
+        let slave = Some(slave.ok_or_else(|| BrokerError::Launch(why.into()))?);
+        Ok(Terminal { slave, ttys })
     }
 
     /// Whether the sandbox gets a pty.
