@@ -89,9 +89,9 @@ impl FromIterator<(PathBuf, Identity)> for Recorded {
     /// list each time: quadratic, most of a 3,000-path profile's start-up (issue 41).
     fn from_iter<I: IntoIterator<Item = (PathBuf, Identity)>>(entries: I) -> Recorded {
         let mut all: Vec<(PathBuf, Identity)> = entries.into_iter().collect();
-        // Stable: of equal paths, the first recorded comes first, and stays.
+        // Stable: of paths with the same bytes, the first recorded comes first, and stays.
         all.sort_by(|(a, _), (b, _)| bytes(a).cmp(bytes(b)));
-        all.dedup_by(|later, first| later.0 == first.0);
+        all.dedup_by(|later, first| bytes(&later.0) == bytes(&first.0));
         Recorded(all)
     }
 }
@@ -215,6 +215,17 @@ mod tests {
         assert_eq!(r.len(), 3);
         let paths: Vec<&Path> = r.0.iter().map(|(p, _)| p.as_path()).collect();
         assert_eq!(paths, [Path::new("/a"), Path::new("/a/x"), Path::new("/b")]);
+        // Spellings `Path` takes as equal are different keys here, each found as written
+        // (a review found `/a//b` dropped beside `/a/b`, and its sandbox refused).
+        let spelled = [("/a//b", id(4, Kind::Dir)), ("/a/b", id(4, Kind::Dir))];
+        let r: Recorded = spelled.iter().map(|(p, i)| (p.into(), *i)).collect();
+        assert_eq!(r.get(Path::new("/a//b")), Some(id(4, Kind::Dir)));
+        assert_eq!(r.get(Path::new("/a/b")), Some(id(4, Kind::Dir)));
+        let r: Recorded = [("/r/0/", id(5, Kind::Dir)), ("/r/0", id(5, Kind::Dir))]
+            .iter()
+            .map(|(p, i)| (p.into(), *i))
+            .collect();
+        assert_eq!(r.len(), 2);
     }
 
     #[test]

@@ -71,6 +71,30 @@ both!(a_backgrounded_run_reading_the_terminal_is_stopped, |fx| {
     sh.finish(0);
 });
 
+// A caller that left 3 or 4 open makes the broker's socket or the pty land at 4 or 5,
+// where the other is placed: each is moved above 5 first (a review found `fd 4 is not
+// what was left there` under a terminal).
+both!(
+    a_terminal_run_works_whatever_the_caller_left_at_3_and_4,
+    |fx| {
+        fx.test_config("");
+        let mut sh = Shell::start(&fx);
+        sh.type_in(
+            "wardcell run -- /bin/sh -c 'test -t 1 && echo PTY\"\"-OK' 3>>three.txt; echo rc3=$?\n",
+        );
+        sh.wait_for("rc3=0");
+        sh.type_in(
+            "wardcell run -- /bin/sh -c 'test -t 1 && echo PTY\"\"-OK' 4>>four.txt; echo rc4=$?\n",
+        );
+        sh.wait_for("rc4=0");
+        sh.type_in("wardcell run -- true 3>>three.txt 4>>four.txt; echo rc34=$?\n");
+        sh.wait_for("rc34=0");
+        let seen = sh.seen();
+        assert_eq!(seen.matches("PTY-OK").count(), 2, "{seen}");
+        sh.finish(0);
+    }
+);
+
 both!(stdout_alone_on_a_terminal_still_gets_a_pty, |fx| {
     fx.test_config("");
     let mut sh = Shell::start(&fx);

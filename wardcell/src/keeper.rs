@@ -51,6 +51,11 @@ pub fn keep(broker: Pid, chan: UnixStream, pty: Option<OwnedFd>) -> ! {
         relay: None,
         stop_asked: false,
     };
+    // A broker that ended before SIGCHLD was caught (it refused at once) sent it for
+    // nothing: look once now, or this process would wait for a signal that never comes.
+    if let Some(code) = k.reap() {
+        std::process::exit(code)
+    }
     loop {
         if let Some(code) = k.once(signals.as_fd(), &std) {
             if let Some(r) = k.relay.as_mut() {

@@ -3,7 +3,7 @@
 use std::convert::Infallible;
 use std::ffi::OsString;
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -181,6 +181,12 @@ pub fn start_broker_early() -> Result<UnixStream, Error> {
     // broker gets the slave.
     let pty = crate::tty::pty_for_run().map_err(|e| fail("opening a pty", &e))?;
     let (master, slave) = pty.unzip();
+    // What goes to the broker at 4 and 5, above both first (test
+    // `a_terminal_run_works_whatever_the_caller_left_at_3_and_4`).
+    let last = terminal::keeper::PTY_FD;
+    let moved = |fd: OwnedFd| sys::moved_above(fd, last).map_err(|e| fail("fcntl", &e));
+    let broker_end = moved(broker_end.into())?;
+    let slave = slave.map(moved).transpose()?;
     let keeper_pid = unistd::getpid();
     match sys::fork().map_err(|e| fail("fork", &e))? {
         sys::Forked::Parent(child) => {

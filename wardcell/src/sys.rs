@@ -283,3 +283,19 @@ pub fn recv_some(
     }
     Ok((msg.bytes > 0).then_some((msg.bytes, fds)))
 }
+
+/// `fd` at a number above `last` (a duplicate close-on-exec, the original closed), so
+/// that placing others at the numbers up to `last` cannot overwrite it: a caller that
+/// left 3 or 4 open makes a new socket or pty land at 4 or 5.
+pub fn moved_above(fd: std::os::fd::OwnedFd, last: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    if fd.as_raw_fd() > last {
+        return Ok(fd);
+    }
+    let moved = nix::fcntl::fcntl(
+        fd.as_raw_fd(),
+        nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(last + 1),
+    )?;
+    // SAFETY: `moved` was just made by F_DUPFD_CLOEXEC and nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(moved) })
+}
