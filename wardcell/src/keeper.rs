@@ -129,9 +129,8 @@ impl<'a> Keeper<'a> {
     fn broker_said(&mut self, std: &'a (Stdin, Stdout, Stderr)) {
         let Some(chan) = &self.chan else { return };
         let mut said = [0u8; 4096];
-        let (n, _) = match sys::recv_some(chan.as_fd(), &mut said) {
-            Ok(Some(got)) => got,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return,
+        let n = match crate::tty::read_some(chan.as_fd(), &mut said) {
+            Ok(n) if n > 0 => n,
             // Closed: it is ending; SIGCHLD says when.
             _ => return self.chan = None,
         };

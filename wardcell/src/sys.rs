@@ -253,37 +253,6 @@ pub fn stop_self() {
     let _ = unsafe { sigaction(Signal::SIGTSTP, &before) };
 }
 
-/// What `sock` has (at most `buf.len()` bytes: the kernel never joins bytes sent with
-/// descriptors to others) and the descriptors sent with it; `None` once the peer has
-/// closed. (For a process that never execs: the descriptors are not close-on-exec.)
-pub fn recv_some(
-    sock: std::os::fd::BorrowedFd<'_>,
-    buf: &mut [u8],
-) -> std::io::Result<Option<(usize, Vec<std::os::fd::OwnedFd>)>> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-    let mut iov = [std::io::IoSliceMut::new(buf)];
-    let mut space = nix::cmsg_space!([RawFd; 4]);
-    let msg = recvmsg::<()>(
-        sock.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::empty(),
-    )?;
-    let mut fds = Vec::new();
-    for c in msg.cmsgs()? {
-        if let ControlMessageOwned::ScmRights(raw) = c {
-            // SAFETY: the kernel just installed these descriptors in this process for
-            // this message; nothing else owns them.
-            fds.extend(
-                raw.into_iter()
-                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-            );
-        }
-    }
-    Ok((msg.bytes > 0).then_some((msg.bytes, fds)))
-}
-
 /// `fd` at a number above `last` (a duplicate close-on-exec, the original closed), so
 /// that placing others at the numbers up to `last` cannot overwrite it: a caller that
 /// left 3 or 4 open makes a new socket or pty land at 4 or 5.
