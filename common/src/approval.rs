@@ -320,7 +320,7 @@ mod tests {
                 cred("npm", "registry.npmjs.org"),
             ],
             client: None,
-            identities: Default::default(),
+            prepared: Vec::new(),
             pinned: Vec::new(),
             upstream_roots: Vec::new(),
             open_files: None,

@@ -18,6 +18,7 @@
 //! - [`throttle`]: the token bucket for events a sandbox can cause at will.
 //! - [`stdio`]: which standard descriptors a process was started without.
 //! - [`limits`]: a sandbox's resource limits, how each is enforced here, its cgroup.
+//! - [`prepared`]: a sandbox as the plan writer prepared it, and its spec once asked for.
 //! - [`why`]: whether a zone may read, write or reach something, and which rule decides.
 #![forbid(unsafe_code)]
 
@@ -30,6 +31,7 @@ pub mod identity;
 pub mod limits;
 pub mod paths;
 pub mod plan;
+pub mod prepared;
 pub mod protocol;
 pub mod stdio;
 pub mod syslog;

@@ -5,11 +5,12 @@
 //! Every path in a plan is absolute and canonical; paths that did not exist were left
 //! out and are listed in [`ProfilePlan::skipped`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::identity::{Identity, Recorded};
+use crate::identity::Identity;
+use crate::prepared::Prepared;
 
 /// Everything the broker needs for one top-level run.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -36,15 +37,16 @@ pub struct Plan {
     /// The `wardcell` client that started the run (canonical): bound at the same path
     /// into every zone sandbox, so `wardcell zone ...` works wherever it is installed.
     pub client: Option<PathBuf>,
-    /// What every path above was when the run started. Empty from the client; the broker
-    /// fills it before the first sandbox, opening each path without following links.
-    pub identities: Recorded,
     /// Files inside a tree a sandbox may write that every view binds read-only, with
     /// their directories there pinned: the programs and files the run trusts (the
     /// client, the broker and its helpers, the approval plugin, credential commands, CA
-    /// files). Never sent: only the broker fills it, when the run starts.
-    #[serde(skip)]
+    /// files), where they really are. The broker refuses to start a program of the run
+    /// that is not among them.
     pub pinned: Vec<PathBuf>,
+    /// Each sandbox the run may build, by zone (`None`: `run --profile`'s profile), as
+    /// the plan writer prepared it, or why that profile cannot run here
+    /// (`wardcell/src/prepare.rs`).
+    pub prepared: Vec<(Option<String>, Result<Prepared, String>)>,
     /// The certificates a proxy that attaches credentials trusts upstream (PEM text, at
     /// most `wardcell_support::roots::MAX_ROOTS` bytes), read once by `wardcell run` when the run
     /// starts (`wardcell_support::roots::read_roots`): empty when the plan has no credential.
@@ -83,6 +85,13 @@ impl Plan {
             Start::Profile(_) => true,
             Start::Zone(name) => self.zone(name).is_some_and(|z| z.authenticated),
         }
+    }
+
+    /// The sandbox prepared for `zone` (`None`: `run --profile`'s), or why there is none.
+    pub fn prepared(&self, zone: Option<&str>) -> Result<&Prepared, String> {
+        let found = self.prepared.iter().find(|(z, _)| z.as_deref() == zone);
+        let none = || format!("no sandbox was prepared for zone '{}'", zone.unwrap_or("-"));
+        found.ok_or_else(none)?.1.as_ref().map_err(String::clone)
     }
 
     /// The zone called `name`.
@@ -155,17 +164,6 @@ impl Plan {
             .iter()
             .filter_map(|c| c.placeholder.clone());
         read.chain(placeholders).collect()
-    }
-
-    /// The placeholder variables of the credentials `names` (a profile's), each set to
-    /// [`PLACEHOLDER_VALUE`]: what a sandbox whose proxy attaches them gets.
-    pub fn placeholder_env(&self, names: &[String]) -> Vec<(String, String)> {
-        self.credentials
-            .iter()
-            .filter(|c| names.contains(&c.name))
-            .filter_map(|c| c.placeholder.clone())
-            .map(|var| (var, PLACEHOLDER_VALUE.to_string()))
-            .collect()
     }
 
     /// Files some credential reads: masked in every sandbox.
@@ -475,103 +473,6 @@ impl SandboxSpec {
     }
 }
 
-/// The masks of `view` that the view holds by construction, and the read-only tree each
-/// is held in: a mask (with no socket kept reachable inside it, not inside another
-/// mask, not itself a tree) every tree above which is read-only. The shim builds that tree, and every directory from it down to
-/// the mask's parent, as a directory of its own holding a read-only bind of each entry
-/// the host's has, except the masked names (mounts.rs, `Op::Skeleton`): what the host
-/// does to a masked name afterwards (replaces it, removes and recreates it, creates it
-/// where it was missing) never reaches the view, so it needs no watch. The tree is the
-/// outermost read-only one (nested read-only trees are bound with it), and never `/`.
-pub fn skeleton_masks(view: &[ViewEntry]) -> Vec<(PathBuf, PathBuf)> {
-    use std::collections::{HashMap, HashSet};
-    let mut trees: HashMap<&Path, bool> = HashMap::new();
-    for e in view {
-        let writable = match e.what {
-            ViewKind::Read => false,
-            ViewKind::Write => true,
-            _ => continue,
-        };
-        *trees.entry(e.path.as_path()).or_insert(writable) |= writable;
-    }
-    let masks: HashSet<&Path> = view
-        .iter()
-        .filter(|e| e.what == ViewKind::Mask)
-        .map(|e| e.path.as_path())
-        .collect();
-    let sockets: Vec<&Path> = view
-        .iter()
-        .filter(|e| e.what == ViewKind::Socket)
-        .map(|e| e.path.as_path())
-        .collect();
-    let mut out = Vec::new();
-    for m in &masks {
-        let masked = m.ancestors().skip(1).any(|a| masks.contains(a));
-        if masked || trees.contains_key(m) || sockets.iter().any(|s| s.starts_with(m)) {
-            continue;
-        }
-        // Every tree above it read-only, and the outermost not `/`: that tree is then
-        // bound on a directory of the view's own, where a directory of ours can take
-        // its place.
-        let above = m
-            .ancestors()
-            .skip(1)
-            .filter_map(|a| Some((a, *trees.get(a)?)));
-        let above: Vec<(&Path, bool)> = above.collect();
-        match above.last() {
-            Some((t, _)) if above.iter().all(|(_, w)| !w) && *t != Path::new("/") => {
-                out.push((m.to_path_buf(), t.to_path_buf()));
-            }
-            _ => {}
-        }
-    }
-    out.sort();
-    out
-}
-
-/// The paths a view holds against the host, each with the innermost tree of the view it
-/// lies in: every mask inside one of its trees, present or not (a name created there
-/// later would not be hidden), and every read-only path inside a writable tree (the git
-/// paths, what the run trusts). A mount protects a directory entry only until the host
-/// replaces it; these are the entries the run watches (THREAT_MODEL 3.16).
-pub fn held(view: &[ViewEntry], masks: &[PathBuf]) -> Vec<(PathBuf, PathBuf)> {
-    use std::collections::HashMap;
-    let trees: HashMap<&Path, bool> = view
-        .iter()
-        .filter_map(|e| match e.what {
-            ViewKind::Read => Some((e.path.as_path(), false)),
-            ViewKind::Write => Some((e.path.as_path(), true)),
-            _ => None,
-        })
-        .collect();
-    // The nearest tree above `p` (not `p` itself), by ancestors: long lists stay cheap.
-    let tree_of = |p: &Path| {
-        let found = p
-            .ancestors()
-            .skip(1)
-            .find_map(|a| Some((a, *trees.get(a)?)));
-        found.map(|(t, w)| (t.to_path_buf(), w))
-    };
-    // Those the view holds by construction need no watch.
-    let built: std::collections::HashSet<PathBuf> =
-        skeleton_masks(view).into_iter().map(|(m, _)| m).collect();
-    let masked = masks
-        .iter()
-        .filter(|m| !built.contains(*m))
-        .filter_map(|m| Some((m.clone(), tree_of(m)?.0)));
-    let read_only = trees
-        .iter()
-        .filter(|(_, w)| !**w)
-        .filter_map(|(p, _)| match tree_of(p) {
-            Some((t, true)) => Some((p.to_path_buf(), t)),
-            _ => None,
-        });
-    let mut out: Vec<_> = masked.chain(read_only).collect();
-    out.sort();
-    out.dedup();
-    out
-}
-
 /// Where the CA bundle is, inside a sandbox whose proxy intercepts TLS.
 pub const SANDBOX_CA_BUNDLE: &str = "/dev/wardcell-ca.pem";
 
@@ -581,27 +482,6 @@ pub const SANDBOX_PROXY_PORT: u16 = 3128;
 /// The most distinct ports an allow list may name: one listener each travels beside the
 /// proxy's listener and the DNS socket, in one SCM_RIGHTS message of at most 12.
 pub const MAX_EGRESS_PORTS: usize = 10;
-
-/// The distinct ports an allow list names, ascending, without the proxy's own port (its
-/// listener is the explicit proxy's, on 127.0.0.1 only). Entries are `host:port`, already
-/// validated by the config; anything else is skipped. Refused when there are more than
-/// [`MAX_EGRESS_PORTS`].
-pub fn egress_ports(allow: &[String]) -> Result<Vec<u16>, String> {
-    let mut ports: Vec<u16> = allow
-        .iter()
-        .filter_map(|e| e.rsplit_once(':')?.1.parse::<u16>().ok())
-        .filter(|&p| p != 0 && p != SANDBOX_PROXY_PORT)
-        .collect();
-    ports.sort_unstable();
-    ports.dedup();
-    if ports.len() > MAX_EGRESS_PORTS {
-        return Err(format!(
-            "network.allow and network.internal name {} distinct ports; a sandbox can have at most {MAX_EGRESS_PORTS}: drop some ports from the profile's network entries",
-            ports.len()
-        ));
-    }
-    Ok(ports)
-}
 
 /// What another zone's network allows ([`ProxySpec::elsewhere`]).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -646,98 +526,4 @@ pub struct ProxySpec {
     pub elsewhere: Vec<ZoneEgress>,
     /// Tracing, when the run traces.
     pub trace: Option<TraceSpec>,
-}
-
-#[cfg(test)]
-mod egress_tests {
-    use super::*;
-
-    #[test]
-    fn a_view_holds_its_masks_and_its_read_only_paths_in_writable_trees() {
-        let e = |p: &str, what| ViewEntry::new(p.into(), what, None);
-        let view = [
-            e("/usr", ViewKind::Read),
-            e("/home/u", ViewKind::Read),
-            e("/home/u/proj", ViewKind::Write),
-            e("/home/u/proj/.git/config", ViewKind::Read),
-            e("/home/u/proj/target/release/wardcell", ViewKind::Read),
-            e("/home/u/.ssh", ViewKind::Mask),
-        ];
-        let masks = [
-            "/home/u/.ssh",
-            "/home/u/.aws",
-            "/home/u/proj/.env",
-            "/etc/wardcell",
-        ];
-        let masks: Vec<PathBuf> = masks.iter().map(PathBuf::from).collect();
-        let pair = |p: &str, t: &str| (PathBuf::from(p), PathBuf::from(t));
-        // ~/.ssh, a mask in a read-only tree, is held by the view itself; ~/.aws too
-        // once the view names it (below). The rest is watched.
-        assert_eq!(
-            held(&view, &masks),
-            [
-                pair("/home/u/.aws", "/home/u"),
-                pair("/home/u/proj/.env", "/home/u/proj"),
-                pair("/home/u/proj/.git/config", "/home/u/proj"),
-                pair("/home/u/proj/target/release/wardcell", "/home/u/proj"),
-            ]
-        );
-        let mut view = view.to_vec();
-        view.push(e("/home/u/.aws", ViewKind::Mask));
-        view.push(e("/home/u/proj/.env", ViewKind::Mask));
-        assert_eq!(held(&view, &masks).len(), 3);
-    }
-
-    #[test]
-    fn masks_in_read_only_trees_are_held_by_the_view() {
-        let e = |p: &str, what| ViewEntry::new(p.into(), what, None);
-        let mut view = vec![
-            e("/home/u", ViewKind::Read),
-            e("/home/u/.config", ViewKind::Read),
-            e("/home/u/proj", ViewKind::Write),
-            e("/home/u/proj/docs", ViewKind::Read),
-            e("/srv", ViewKind::Read),
-            e("/home/u/.ssh", ViewKind::Mask),
-            e("/home/u/.config/gh", ViewKind::Mask),
-            e("/home/u/.config/gh/hosts.yml", ViewKind::Mask),
-            e("/home/u/proj/.env", ViewKind::Mask),
-            e("/home/u/proj/docs/secret", ViewKind::Mask),
-            e("/run/user/1", ViewKind::Mask),
-            e("/run/user/1/keep.sock", ViewKind::Socket),
-            e("/srv", ViewKind::Mask),
-        ];
-        let pair = |p: &str, t: &str| (PathBuf::from(p), PathBuf::from(t));
-        // Held in the outermost read-only tree; not: one inside another mask, one under
-        // a writable tree (even in a read-only tree there), one with a socket kept
-        // inside, one that is a tree.
-        assert_eq!(
-            skeleton_masks(&view),
-            [
-                pair("/home/u/.config/gh", "/home/u"),
-                pair("/home/u/.ssh", "/home/u"),
-            ]
-        );
-        // Under a view that reads `/` itself, none: the root is the host's.
-        view.push(e("/", ViewKind::Read));
-        assert_eq!(skeleton_masks(&view), []);
-    }
-
-    #[test]
-    fn egress_ports_are_distinct_sorted_and_bounded() {
-        let allow = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            egress_ports(&allow(&[
-                "a.io:443",
-                "*.b.io:443",
-                "github.com:22",
-                "[::1]:8080",
-                "x.io:3128"
-            ]))
-            .unwrap(),
-            vec![22, 443, 8080]
-        );
-        let many: Vec<String> = (1..=11).map(|p| format!("h.io:{p}")).collect();
-        assert!(egress_ports(&many).unwrap_err().contains("at most 10"));
-        assert_eq!(egress_ports(&many[..10]).unwrap().len(), 10);
-    }
 }

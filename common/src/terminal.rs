@@ -79,24 +79,6 @@ pub fn std_ttys() -> u8 {
     ttys
 }
 
-/// Call `f` with standard descriptor `fd` (0, 1, else 2) borrowed.
-pub fn with_std<R>(fd: i32, f: impl FnOnce(BorrowedFd<'_>) -> R) -> R {
-    match fd {
-        0 => f(io::stdin().as_fd()),
-        1 => f(io::stdout().as_fd()),
-        _ => f(io::stderr().as_fd()),
-    }
-}
-
-/// The first of descriptors 0, 1 and 2 that is a terminal (in a sandbox with a pty: the
-/// pty's slave), or 0.
-pub fn first_std_tty() -> i32 {
-    match std_ttys() {
-        0 => 0,
-        t => t.trailing_zeros() as i32,
-    }
-}
-
 /// A command's descriptors 0, 1, 2: the pty's `slave` in place of each that is a
 /// terminal (`ttys`), -1 for each that is closed (`closed`: it stays closed), else the
 /// same descriptor.

@@ -205,7 +205,7 @@ pub fn resolve(
         dirs: ctx.dirs.clone(),
         credentials,
         client: ctx.client.clone(),
-        identities: Default::default(),
+        prepared: Vec::new(),
         pinned: Vec::new(),
         upstream_roots: Vec::new(),
         open_files: None,

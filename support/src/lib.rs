@@ -1,11 +1,18 @@
 //! wardcell-support: what the client, the approval plugin and the configuration share
-//! that the broker never links (`common` is what the broker links, and says so).
+//! and the shim share that the broker never links (`common` is what the broker links, and says so).
 //!
 //! - [`paths`]: where wardcell's directories are for a user, and how profile paths expand.
 //! - [`text`]: a command's words as a shell would need them typed.
 //! - [`roots`]: the certificates a credentialed proxy trusts upstream, read at the start.
+//! - [`sandbox_env`]: the proxy's and the CA bundle's variables in a sandbox, NO_PROXY.
+//! - [`tty`]: which standard descriptor is a terminal, borrowed.
+//! - [`view`]: what a sandbox's view holds against the host (the shim's skeletons, the
+//!   run's watches).
 #![forbid(unsafe_code)]
 
 pub mod paths;
 pub mod roots;
+pub mod sandbox_env;
 pub mod text;
+pub mod tty;
+pub mod view;

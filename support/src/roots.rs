@@ -22,9 +22,7 @@ pub fn read_roots(get: &dyn Fn(&str) -> Option<String>) -> Result<Vec<u8>, Strin
     let (file, dirs) = (get("SSL_CERT_FILE"), get("SSL_CERT_DIR"));
     let mut files: Vec<PathBuf> = Vec::new();
     if file.is_none() && dirs.is_none() {
-        let system = wardcell_common::envrules::SYSTEM_ROOTS
-            .iter()
-            .map(Path::new);
+        let system = crate::sandbox_env::SYSTEM_ROOTS.iter().map(Path::new);
         files.extend(system.filter(|p| p.exists()).take(1).map(Path::to_path_buf));
     }
     files.extend(file.filter(|f| !f.is_empty()).map(PathBuf::from));

@@ -46,7 +46,6 @@ mod proxy;
 mod run;
 mod sandbox;
 mod session;
-mod spec;
 mod supervisor;
 #[allow(unsafe_code)]
 mod sys;
@@ -63,11 +62,10 @@ use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use serde_json::json;
 
-use wardcell_common::identity::Identity;
+use wardcell_common::paths;
 use wardcell_common::plan::Plan;
 use wardcell_common::text::shown;
 use wardcell_common::trace;
-use wardcell_common::{envrules, paths};
 
 use crate::run::Run;
 use crate::supervisor::Supervisor;
@@ -187,11 +185,11 @@ fn take_and_prepare(
     let programs = Programs::open(&plan, shim).map_err(Some)?;
     // The environment `wardcell run` started in, read once for the whole run.
     let host_env = wardcell_common::envrules::text_vars();
-    let mut more = spec::ca_files(&host_env, &|p| p.exists());
-    let client_dir = plan.client.as_ref().and_then(|c| c.parent());
-    more.extend(client_dir.map(PathBuf::from));
-    plan.pinned = programs.pinned(more);
-    let (run_dir, audit) = prepare_run(&mut plan, &run_id, &host_env).map_err(Some)?;
+    // Every view pins what the run starts (the plan writer found the same programs).
+    programs
+        .pinned_in(&plan.pinned)
+        .map_err(|e| Some(BrokerError::Refused(e)))?;
+    let (run_dir, audit) = prepare_run(&plan, &run_id).map_err(Some)?;
     Ok(Run::new(plan, run_id, run_dir, programs, audit, host_env))
 }
 
@@ -201,44 +199,13 @@ fn fail(e: BrokerError) -> ! {
     std::process::exit(1)
 }
 
-/// The run id, its runtime directory (0700) and its audit log; wardcell's own
-/// directories exist afterwards, so that every sandbox can mask them.
-fn prepare_run(
-    plan: &mut Plan,
-    run_id: &str,
-    host_env: &[(String, String)],
-) -> Result<(PathBuf, AuditLog), BrokerError> {
+/// The run's runtime directory (0700) and its audit log; wardcell's own directories
+/// exist afterwards, so that every sandbox can mask them.
+fn prepare_run(plan: &Plan, run_id: &str) -> Result<(PathBuf, AuditLog), BrokerError> {
     rundir::prepare_own_dirs(plan)?;
-    spec::resolve_own_paths(plan).map_err(BrokerError::Refused)?;
-    record_identities(plan, host_env);
     let run_dir = rundir::make_run_dir(&plan.dirs.runtime, run_id)?;
     let audit = rundir::open_log(plan, run_id, &run_dir)?;
     Ok((run_dir, audit))
-}
-
-/// What every path the plan names is now, before any sandbox of this run exists (one
-/// `lstat` each; a final symbolic link is never recorded). Sandboxes are built only from
-/// paths that, opened without following a link at any component, are still the very
-/// objects recorded here (see `wardcell_common::identity`): a link on the way now, or
-/// later, makes that open fail, and a sandbox that needs the path is refused.
-fn record_identities(plan: &mut Plan, host_env: &[(String, String)]) {
-    // Only the broker fills them: whatever the plan brought is replaced, never kept over
-    // what the paths are now.
-    // Host socket directories (masked where a tree shows them) and the trees every
-    // sandbox reads, besides the plan's own paths.
-    let mut paths = envrules::host_socket_dirs(host_env);
-    paths.extend(spec::ALWAYS_READ.iter().map(PathBuf::from));
-    paths.extend(plan.profiles().flat_map(|p| p.paths().cloned()));
-    paths.extend(plan.dirs.all());
-    paths.extend(plan.credential_files());
-    // What the run trusts (`plan.pinned`) includes the CA certificates the shim makes a
-    // bundle of, where they really are (take_and_prepare).
-    paths.extend(plan.client.iter().chain(&plan.pinned).cloned());
-    let now = |path: PathBuf| match fs::symlink_metadata(&path) {
-        Ok(m) if !m.is_symlink() => Some((path, Identity::of(&m))),
-        _ => None,
-    };
-    plan.identities = paths.into_iter().filter_map(now).collect();
 }
 
 fn run_first_sandbox(
@@ -352,7 +319,7 @@ fn start_first(
         run,
         spawned,
         sandbox::Request {
-            asked: spec::Asked {
+            asked: wardcell_common::prepared::Asked {
                 profile,
                 zone,
                 chain: &chain,
@@ -376,29 +343,4 @@ fn start_first(
         let _ = run.record("run", "run.finished", fields);
         audit_failed().unwrap_or(e)
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::Path;
-
-    #[test]
-    fn identities_are_the_brokers_own_whatever_the_plan_brought() {
-        use wardcell_common::identity::{Identity, Kind};
-        let mut plan = spec::tests_support::plan();
-        plan.cwd = "/".into();
-        plan.client = Some("/".into());
-        let forged = Identity {
-            dev: 1,
-            ino: 1,
-            kind: Kind::Dir,
-        };
-        let sent = [("/".into(), forged), ("/nonexistent-forged".into(), forged)];
-        plan.identities = sent.into_iter().collect();
-        record_identities(&mut plan, &wardcell_common::envrules::text_vars());
-        let root = Identity::of(&fs::symlink_metadata("/").unwrap());
-        assert_eq!(plan.identities.get(Path::new("/")), Some(root));
-        assert_eq!(plan.identities.get(Path::new("/nonexistent-forged")), None);
-    }
 }

@@ -17,9 +17,9 @@ use wardcell_common::protocol::{self, ProxyEvent, ShimReport};
 
 use crate::chain::enterable;
 use crate::run::Run;
-use crate::spec;
 use crate::sys;
 use crate::sys::fds::recv_fds;
+use wardcell_common::prepared::Asked;
 use wardcell_host::error::BrokerError;
 use wardcell_host::proxy::Hooks;
 
@@ -35,7 +35,7 @@ pub fn hand_over(
     run: &Arc<Run>,
     control: &mut UnixStream,
     spec: &SandboxSpec,
-    asked: &spec::Asked<'_>,
+    asked: &Asked<'_>,
 ) -> Result<(Proxy, Option<String>), BrokerError> {
     let (profile, authenticated) = (asked.profile, asked.authenticated);
     match protocol::read_frame::<ShimReport>(control)? {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use wardcell_common::plan::SandboxSpec;
 
 use crate::run::Run;
-use crate::spec;
+use wardcell_common::prepared::Asked;
 use wardcell_host::error::network_refusal;
 use wardcell_host::error::BrokerError;
 
@@ -21,7 +21,7 @@ pub fn hand_over(
     _run: &Arc<Run>,
     _control: &mut UnixStream,
     _spec: &SandboxSpec,
-    asked: &spec::Asked<'_>,
+    asked: &Asked<'_>,
 ) -> Result<(Proxy, Option<String>), BrokerError> {
     let (zone, profile) = (asked.zone, &asked.profile.name);
     Err(BrokerError::Refused(network_refusal(zone, profile)))

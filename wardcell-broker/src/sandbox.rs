@@ -3,16 +3,16 @@
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::sync::Arc;
 
 use wardcell_common::limits;
 use wardcell_common::plan::SandboxSpec;
+use wardcell_common::prepared::Asked;
 use wardcell_common::protocol::{self, ShimReport, ShimRequest};
 
 use crate::proxy::{self, Proxy};
 use crate::run::Run;
-use crate::{peer, spec, sys};
+use crate::{peer, sys};
 use wardcell_host::error::BrokerError;
 use wardcell_host::listener::Listener;
 use wardcell_host::wait::{Waited, Watch};
@@ -37,7 +37,7 @@ pub type Supervise<'a> = &'a dyn Fn(&str, peer::Mark) -> io::Result<Arc<dyn Serv
 /// One sandbox to start.
 pub struct Request<'a> {
     /// What its spec is built from.
-    pub asked: spec::Asked<'a>,
+    pub asked: Asked<'a>,
     /// Its supervisor, in a zone.
     pub supervise: Option<Supervise<'a>>,
     pub stdio: [RawFd; 3],
@@ -231,20 +231,20 @@ pub fn complete<T>(
     let socket = supervisor
         .as_ref()
         .map(|s| s.listener().path().to_path_buf());
-    let request = spec::Request {
-        plan: &run.plan,
-        asked: req.asked,
-        host_env: &run.host_env,
-        zone_socket: socket.as_deref(),
-    };
-    let spec = spec::build_with(&request, &|p| p.exists(), &Path::is_symlink);
+    // The spec: the sandbox prepared when the run started, with the request's command,
+    // directory and environment (wardcell_common::prepared).
+    let prepared = run
+        .plan
+        .prepared(req.asked.zone)
+        .map_err(BrokerError::Refused)?;
+    let spec = prepared.spec(&run.plan, &req.asked, socket.as_deref());
     let mut spec = spec.map_err(BrokerError::Refused)?;
     spec.trace = wardcell_common::trace::spec(&run.id);
     (spec.processes, spec.pid_max) = (limits.nproc(), limits.pid_max());
     peer::stamp(&mut spec, &mark);
     // What its view holds, watched before the shim opens anything (events queue until read).
     run.guard.hold(&spec.held)?;
-    tracing::debug!(zone = request.asked.zone, profile = %profile.name, "sandbox spec sent");
+    tracing::debug!(zone = req.asked.zone, profile = %profile.name, "sandbox spec sent");
 
     // Hand it over.
     let control = &mut running.control;
@@ -271,7 +271,7 @@ pub fn complete<T>(
     // to the zone's proxy; the command starts once the proxy serves.
     let handed = spec
         .proxy_port
-        .map(|_| proxy::hand_over(run, control, &spec, &request.asked));
+        .map(|_| proxy::hand_over(run, control, &spec, &req.asked));
     let (proxy, ca_pem) = handed
         .transpose()?
         .map_or((None, None), |(p, ca)| (Some(p), ca));

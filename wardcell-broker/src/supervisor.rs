@@ -35,7 +35,7 @@ use crate::peer::{self, Peer};
 use crate::run::{Entry, Run};
 use crate::session::{Event, Session};
 use crate::sys::fds::{recv_fds, unfit_stdio};
-use crate::{chain, sandbox, spec, sys};
+use crate::{chain, sandbox, sys};
 use wardcell_common::approval;
 #[cfg(test)]
 use wardcell_host::exe::Exe;
@@ -360,7 +360,7 @@ impl Supervisor {
         let started = sandbox::start(
             &self.run,
             sandbox::Request {
-                asked: spec::Asked {
+                asked: wardcell_common::prepared::Asked {
                     profile: &zone.profile,
                     zone: Some(target),
                     chain: &chain,

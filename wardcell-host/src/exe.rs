@@ -3,7 +3,8 @@
 //! runs a command, and started from that descriptor (the broker's `sys`: execveat on
 //! Linux), never looked up by path again. Replacing the file later, or a directory above
 //! it, changes nothing the run starts; writing it in place is refused in every view,
-//! which binds it read-only where a tree is writable (`Plan::pinned`).
+//! which binds it read-only where a tree is writable (`Plan::pinned`, found by the
+//! plan writer; `pinned_in` checks it holds every program opened here).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -153,17 +154,16 @@ impl Programs {
             .map(|e| e.path.as_path())
     }
 
-    /// What every view binds read-only where a tree is writable (`Plan::pinned`): these
-    /// programs, this broker (the next run starts it), the directory of this build's
-    /// helpers (so that none this run does not start, and no program named like a tool
-    /// beside them or in `wardcell-nested`, which goes first on a sandbox's `PATH`, can be
-    /// put there) and `more` (the client's directory, the CA files), where they really are.
-    pub fn pinned(&self, more: Vec<PathBuf>) -> Vec<PathBuf> {
-        let mut paths = Vec::from_iter(self.paths().map(Path::to_path_buf));
-        paths.extend(self.shim.path.parent().map(Path::to_path_buf));
-        let real = std::env::current_exe().into_iter().chain(more);
-        paths.extend(real.filter_map(|p| std::fs::canonicalize(p).ok()));
-        paths
+    /// Whether every view pins what this run starts (`Plan::pinned`, found by the plan
+    /// writer as the run started): these programs and this broker, where they really
+    /// are. One it did not find would be started from a tree a sandbox could write.
+    pub fn pinned_in(&self, pinned: &[PathBuf]) -> Result<(), String> {
+        let broker = std::env::current_exe().and_then(std::fs::canonicalize);
+        let ours = self.paths().map(Path::to_path_buf).chain(broker.ok());
+        match ours.into_iter().find(|p| !pinned.contains(p)) {
+            None => Ok(()),
+            Some(p) => Err(format!("{} is not where `wardcell run` found the run's programs as it started; nothing was started", p.display())),
+        }
     }
 
     /// The proxy, or why there is none to start.

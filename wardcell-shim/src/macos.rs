@@ -90,7 +90,7 @@ pub fn main() {
         setup_failed(&mut control, "setsid", e.to_string());
     }
     if spec.controlling_tty {
-        if let Err(e) = sys::set_controlling_tty(wardcell_common::terminal::first_std_tty()) {
+        if let Err(e) = sys::set_controlling_tty(wardcell_support::tty::first_std_tty()) {
             setup_failed(&mut control, "terminal", format!("TIOCSCTTY: {e}"));
         }
     }

@@ -34,6 +34,8 @@
 // from the same spec (macos.rs); what both use (the spec, reports, exec) is shared here.
 #[cfg(target_os = "linux")]
 mod caps;
+#[cfg(target_os = "linux")]
+mod changed;
 mod gitcheck;
 #[cfg(target_os = "linux")]
 mod landlock;
@@ -65,8 +67,6 @@ use nix::unistd::Pid;
 
 use wardcell_common::plan::SandboxSpec;
 use wardcell_common::protocol::{self, ShimReport, ShimRequest};
-#[cfg(target_os = "linux")]
-use wardcell_common::terminal;
 
 #[cfg(target_os = "linux")]
 /// Signals init passes on to the command's process group.
@@ -204,7 +204,7 @@ fn main() {
     if spec.controlling_tty {
         if let Err(e) = nix::unistd::setsid()
             .map_err(std::io::Error::from)
-            .and_then(|_| sys::set_controlling_tty(terminal::first_std_tty()))
+            .and_then(|_| sys::set_controlling_tty(wardcell_support::tty::first_std_tty()))
         {
             setup_failed(&mut control, "terminal", format!("TIOCSCTTY: {e}"));
         }
@@ -429,7 +429,7 @@ fn exec_command(
         let _ = SigSet::from(Signal::SIGTTOU).thread_block();
         let me = nix::unistd::getpid();
         if let Err(e) = nix::unistd::setpgid(me, me).and_then(|()| {
-            terminal::with_std(terminal::first_std_tty(), |tty| {
+            wardcell_support::tty::with_std(wardcell_support::tty::first_std_tty(), |tty| {
                 nix::unistd::tcsetpgrp(tty, me)
             })
         }) {

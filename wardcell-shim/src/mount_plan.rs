@@ -25,7 +25,7 @@ pub enum Op {
     Pin,
     /// A directory of the view's own, in the place of the host's directory there (a
     /// read-only tree, or a directory in one, on the way to masks the view holds by
-    /// construction: wardcell_common::plan::skeleton_masks), holding a read-only bind of
+    /// construction: wardcell_support::view::skeleton_masks), holding a read-only bind of
     /// each of its entries but `skip` (those masks, the next directories on the way, and
     /// what another step puts there).
     Skeleton {
@@ -175,13 +175,13 @@ pub fn plan(view: &[ViewEntry]) -> Vec<(PathBuf, Op)> {
     out
 }
 
-/// The masks the view holds by construction (wardcell_common::plan::skeleton_masks) lose
+/// The masks the view holds by construction (wardcell_support::view::skeleton_masks) lose
 /// their own step; every directory from their tree down to their parents becomes an
 /// [`Op::Skeleton`] (a read-only tree's step turns into one), skipping the names that
 /// anything else in `ops` puts there.
 fn skeletons(view: &[ViewEntry], ops: &mut Vec<(PathBuf, Op)>) {
     use std::collections::{BTreeSet, HashMap, HashSet};
-    let held = wardcell_common::plan::skeleton_masks(view);
+    let held = wardcell_support::view::skeleton_masks(view);
     if held.is_empty() {
         return;
     }

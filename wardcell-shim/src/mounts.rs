@@ -27,7 +27,8 @@ use std::path::{Path, PathBuf};
 use nix::mount::{mount, MntFlags, MsFlags};
 use nix::sys::stat::Mode;
 
-use wardcell_common::identity::{self, Identity, Kind};
+use crate::changed as identity;
+use wardcell_common::identity::{Identity, Kind};
 use wardcell_common::plan::{SandboxSpec, ViewEntry, ViewKind};
 
 use crate::mount_plan::{key, plan, within, Op};
@@ -470,7 +471,7 @@ fn clone_err(e: &std::io::Error) -> std::io::Error {
 }
 
 fn changed(path: &Path, e: std::io::Error) -> Failure {
-    use wardcell_common::identity::{no_descriptor_left, out_of_descriptors};
+    use crate::changed::{no_descriptor_left, out_of_descriptors};
     let message = if out_of_descriptors(&e) {
         no_descriptor_left(path, &e)
     } else {
@@ -918,7 +919,7 @@ fn hold_devices() -> Result<Vec<(&'static str, OwnedFd)>> {
 fn hold_terminal() -> Result<OwnedFd> {
     // By its name in this namespace's copy of the host's /dev/pts (a mount of the
     // broker's namespace cannot be bound here), checked to be the same terminal.
-    let fd = wardcell_common::terminal::first_std_tty();
+    let fd = wardcell_support::tty::first_std_tty();
     let name = std::fs::read_link(format!("/proc/self/fd/{fd}"))
         .map_err(|e| fail(format!("naming the terminal: {e}")))?;
     let slave = sys::open_nofollow(None, &name)

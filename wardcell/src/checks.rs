@@ -1,6 +1,6 @@
 //! What `run` and `policy check` both say of a plan before anything starts.
 
-use wardcell_common::plan::{self, ProfilePlan};
+use wardcell_common::plan::{ProfilePlan, MAX_EGRESS_PORTS, SANDBOX_PROXY_PORT};
 
 /// One line for each `write` path a profile of `plan` names that does not exist here
 /// (left out of the sandbox), each profile once: what `run` and `policy check` warn of.
@@ -31,7 +31,7 @@ pub fn open_files_needed(p: &ProfilePlan) -> u64 {
 /// (the hard open-file limit, which wardcell raises its own soft limit to) lets a
 /// sandbox hold while its view is built. `policy check` says the same.
 pub fn runnable(p: &ProfilePlan, open_files: Option<u64>) -> Result<(), String> {
-    plan::egress_ports(&p.network.entries()).map_err(|e| format!("profile '{}': {e}", p.name))?;
+    egress_ports(&p.network.entries()).map_err(|e| format!("profile '{}': {e}", p.name))?;
     // The broker refuses it too, as it builds the view (spec.rs): said here first,
     // so that `policy check` refuses what `run` refuses.
     if let Some(path) = p
@@ -58,6 +58,27 @@ pub fn runnable(p: &ProfilePlan, open_files: Option<u64>) -> Result<(), String> 
 /// (`ulimit -n N; wardcell run -- true` with 11 to 211 paths, with and without network,
 /// needs exactly 2 per path and 27), with room for the descriptors a caller passes.
 pub const OPEN_FILES_BASE: u64 = 48;
+
+/// The distinct ports an allow list names, ascending, without the proxy's own port (its
+/// listener is the explicit proxy's, on 127.0.0.1 only). Entries are `host:port`, already
+/// validated by the config; anything else is skipped. Refused when there are more than
+/// `MAX_EGRESS_PORTS`.
+pub fn egress_ports(allow: &[String]) -> Result<Vec<u16>, String> {
+    let mut ports: Vec<u16> = allow
+        .iter()
+        .filter_map(|e| e.rsplit_once(':')?.1.parse::<u16>().ok())
+        .filter(|&p| p != 0 && p != SANDBOX_PROXY_PORT)
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    if ports.len() > MAX_EGRESS_PORTS {
+        return Err(format!(
+            "network.allow and network.internal name {} distinct ports; a sandbox can have at most {MAX_EGRESS_PORTS}: drop some ports from the profile's network entries",
+            ports.len()
+        ));
+    }
+    Ok(ports)
+}
 
 #[cfg(test)]
 mod tests {
@@ -95,5 +116,24 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn egress_ports_are_distinct_sorted_and_bounded() {
+        let allow = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            egress_ports(&allow(&[
+                "a.io:443",
+                "*.b.io:443",
+                "github.com:22",
+                "[::1]:8080",
+                "x.io:3128"
+            ]))
+            .unwrap(),
+            vec![22, 443, 8080]
+        );
+        let many: Vec<String> = (1..=11).map(|p| format!("h.io:{p}")).collect();
+        assert!(egress_ports(&many).unwrap_err().contains("at most 10"));
+        assert_eq!(egress_ports(&many[..10]).unwrap().len(), 10);
     }
 }

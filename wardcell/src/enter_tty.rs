@@ -42,7 +42,8 @@ impl EnterPty {
         };
         let fail =
             |e: nix::Error| Error::Refused(format!("opening a pty for the entered command: {e}"));
-        let mut attrs = terminal::with_std(tty, |t| termios::tcgetattr(t)).map_err(fail)?;
+        let mut attrs =
+            wardcell_support::tty::with_std(tty, |t| termios::tcgetattr(t)).map_err(fail)?;
         attrs.local_flags.remove(
             LocalFlags::ECHO
                 | LocalFlags::ECHOE
@@ -56,7 +57,8 @@ impl EnterPty {
         attrs.output_flags.remove(OutputFlags::OPOST);
         let eof = attrs.control_chars[SpecialCharacterIndices::VEOF as usize];
         let (master, slave) = crate::tty::open_pty(&attrs).map_err(fail)?;
-        let _ = terminal::with_std(tty, |t| crate::sys::copy_winsize(t, master.as_fd()));
+        let _ =
+            wardcell_support::tty::with_std(tty, |t| crate::sys::copy_winsize(t, master.as_fd()));
         Ok(Some(EnterPty {
             master,
             slave: Some(slave),
@@ -129,14 +131,14 @@ impl EnterPty {
     /// The entry ended: what the command wrote last, until the pty is gone or quiet.
     pub fn drain(&mut self) {
         let output = crate::tty::output_fd(self.ttys).unwrap_or(1);
-        terminal::with_std(output, |out| {
+        wardcell_support::tty::with_std(output, |out| {
             crate::tty::drain(self.master.as_fd(), out, 200)
         });
     }
 
     /// Copy what the pty shows to the caller's terminal; false once it is gone.
     fn show(&self, output: i32, buf: &mut [u8]) -> bool {
-        terminal::with_std(output, |out| {
+        wardcell_support::tty::with_std(output, |out| {
             crate::tty::relay_once(self.master.as_fd(), out, buf)
         })
     }

@@ -27,6 +27,8 @@ mod machine;
 mod nested;
 mod output;
 mod policy;
+mod prepare;
+mod recorded;
 mod run;
 mod sys;
 mod trusted;

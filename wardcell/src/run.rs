@@ -158,6 +158,8 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
     // What runs whose brokers are gone left, swept before this run's sandboxes exist: a
     // look at the runtime directory's few entries, and work only after a killed broker.
     crate::machine::sweep_stale_runs(&plan.dirs.runtime);
+    // Every sandbox the run may build, prepared before any exists (crate::prepare).
+    prepare(&mut plan)?;
     let launch = Launch::Run(Box::new(plan));
     send_plan(&mut to_broker, &launch)?;
     // The writer's work is done: end now, without freeing what it built.
@@ -354,6 +356,16 @@ pub fn find_helper(name: &str) -> Result<PathBuf, Error> {
     })
 }
 
+/// Prepare every sandbox of `plan` (crate::prepare) for the broker of this build, with
+/// the environment this process started in (the broker's own). Returns the broker's path.
+fn prepare(plan: &mut Plan) -> Result<PathBuf, Error> {
+    let broker = find_helper("wardcell-broker")?;
+    let real = std::fs::canonicalize(&broker).unwrap_or_else(|_| broker.clone());
+    let host_env = wardcell_common::envrules::text_vars();
+    crate::prepare::prepare(plan, &real, &host_env).map_err(Error::Refused)?;
+    Ok(broker)
+}
+
 /// The descriptor on which the broker expects the plan.
 const LAUNCH_FD: i32 = 3;
 
@@ -362,7 +374,7 @@ const LAUNCH_FD: i32 = 3;
 /// frames until the broker reads them. Returns the broker's path.
 pub fn hand_over(mut plan: Plan) -> Result<PathBuf, Error> {
     plan.machine = crate::machine::for_plan(&plan);
-    let broker = find_helper("wardcell-broker")?;
+    let broker = prepare(&mut plan)?;
     let (mut ours, theirs) = UnixStream::pair().map_err(|e| fail("socketpair", &e))?;
     send_plan(&mut ours, &Launch::Run(Box::new(plan)))?;
     drop(ours);

@@ -35,7 +35,7 @@ pub fn pty_for_run() -> nix::Result<Option<(OwnedFd, OwnedFd)>> {
     let Some(tty) = output_fd(ttys) else {
         return Ok(None);
     };
-    terminal::with_std(tty, |tty| {
+    wardcell_support::tty::with_std(tty, |tty| {
         let mut attrs = termios::tcgetattr(tty)?;
         if ttys & 1 == 0 {
             attrs.output_flags.remove(termios::OutputFlags::OPOST);

@@ -1,12 +1,35 @@
-//! From a resolved profile to the shim's [`SandboxSpec`]. Pure: tests call it directly.
+//! The last step of `wardcell run`'s plan writer before it hands over the plan: every
+//! sandbox the run may build, prepared (`wardcell_common::prepared`).
+//!
+//! Before any sandbox of the run exists, and once for the whole run, this:
+//! 1. makes wardcell's own directories, so that every view can mask them, and follows
+//!    each name to where it really is (a link to one that a sandbox could replace refuses
+//!    the run);
+//! 2. finds what the run trusts where a sandbox could write it (`Plan::pinned`: the
+//!    client, the broker and its helpers, the approval plugin, credential commands, the
+//!    CA files), which every view binds read-only;
+//! 3. records what every path the plan names is now (one `lstat` each; a final symbolic
+//!    link is never recorded): a sandbox is built only from paths that, opened without
+//!    following a link at any component, are still those very objects;
+//! 4. makes each zone's view, its masks, what the host could undo in it, its CA files,
+//!    ports and variables; or the one line that says why that profile cannot run here.
+//!
+//! The broker adds what a request brings (the command, its directory, the caller's
+//! environment) when a sandbox is asked for, and decides who may ask.
 
 use std::path::{Path, PathBuf};
 
-use wardcell_common::envrules::{self, CA_VARS, NO_PROXY_VARS, PROXY_VARS, SYSTEM_ROOTS};
+use wardcell_common::envrules;
+use wardcell_common::helper;
 use wardcell_common::identity::Identity;
 use wardcell_common::plan::{
-    Plan, ProfilePlan, SandboxSpec, ViewEntry, ViewKind, SANDBOX_CA_BUNDLE, SANDBOX_PROXY_PORT,
+    Plan, ProfilePlan, SecretPlan, Start, ViewEntry, ViewKind, PLACEHOLDER_VALUE,
+    SANDBOX_CA_BUNDLE, SANDBOX_PROXY_PORT,
 };
+use wardcell_common::prepared::{Prepared, PreparedEnv};
+use wardcell_support::sandbox_env::{self, CA_VARS, NO_PROXY_VARS, PROXY_VARS, SYSTEM_ROOTS};
+
+use crate::recorded::Recorded;
 
 /// Bound read-only into every sandbox: CPU topology (nproc and friends). Its own /proc,
 /// a minimal /dev and a private /tmp are the shim's to make. macOS has no /sys (the
@@ -17,39 +40,73 @@ pub const ALWAYS_READ: &[&str] = if cfg!(target_os = "linux") {
     &[]
 };
 
-/// One sandbox asked for, by `wardcell run` or by a `zone enter`: what its spec is
-/// built from besides the run's plan and host.
-pub struct Asked<'a> {
-    pub profile: &'a ProfilePlan,
-    /// None for `run --profile`: no zone, no supervisor.
-    pub zone: Option<&'a str>,
-    /// The zones from the run's first to this one (empty without zones). Read by the
-    /// proxy's spec (no proxy on macOS).
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    pub chain: &'a [String],
-    pub argv: &'a [String],
-    pub cwd: PathBuf,
-    /// The environment of the command's caller, filtered into the command's.
-    pub env: Vec<(String, String)>,
-    pub pty: bool,
-    /// The zone is `authenticated`: its proxy attaches the profile's credentials.
-    pub authenticated: bool,
+/// Steps 1 to 4 for `plan`, whose broker is `broker`; `host_env` is the environment
+/// `wardcell run` started in. Err: the run cannot start (step 1).
+pub fn prepare(
+    plan: &mut Plan,
+    broker: &Path,
+    host_env: &[(String, String)],
+) -> Result<(), String> {
+    make_own_dirs(plan)?;
+    resolve_own_paths(plan)?;
+    plan.pinned = pinned(plan, broker, host_env);
+    let ids = record_identities(plan, host_env);
+    let fs: (Look, Look) = (&|p: &Path| p.exists(), &Path::is_symlink);
+    let mut prepared = Vec::new();
+    for z in &plan.zones {
+        let zone = Some(z.name.as_str());
+        let made = prepare_one(
+            plan,
+            &ids,
+            host_env,
+            (zone, &z.profile, z.authenticated),
+            fs,
+        );
+        prepared.push((Some(z.name.clone()), made));
+    }
+    if let Start::Profile(p) = &plan.start {
+        let made = prepare_one(plan, &ids, host_env, (None, p, true), fs);
+        prepared.push((None, made));
+    }
+    plan.prepared = prepared;
+    Ok(())
 }
 
-/// One sandbox to build.
-pub struct Request<'a> {
-    pub plan: &'a Plan,
-    pub asked: Asked<'a>,
-    /// The environment `wardcell run` started in: the only source of host facts (where
-    /// the host's sockets and CA certificates are). Never a `zone enter` request's.
-    pub host_env: &'a [(String, String)],
-    pub zone_socket: Option<&'a Path>,
+/// wardcell's own directories (the runtime and state ones, the user's configuration
+/// where it is missing), made where missing, private, so that their identities are
+/// recorded and every view can mask them. Each must then be, at its own name, a directory
+/// of the caller's: never a link to one (someone else's link would lead the run's files,
+/// and the sweep, where they chose). The broker checks again, where each really is, that
+/// it is the caller's and private.
+fn make_own_dirs(plan: &Plan) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let uid = nix::unistd::getuid().as_raw();
+    let user_config = plan.dirs.config.first().filter(|d| !d.exists());
+    let state_runs = plan.dirs.state.join("runs");
+    let dirs = [Some(&plan.dirs.runtime), Some(&state_runs), user_config];
+    for d in dirs.into_iter().flatten() {
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(d);
+        match std::fs::symlink_metadata(d) {
+            Ok(m) if !m.is_dir() || m.uid() != uid => {
+                let d = d.display();
+                return Err(format!(
+                    "{d}: exists but is not a directory you own; remove it and try again"
+                ));
+            }
+            // Missing still: the broker says why it cannot be made.
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// What a sandbox's CA bundle is made of: the distribution's bundle, then each file a CA
 /// variable of the host environment `env` names (a corporate CA, say), each once, when
-/// named without a symbolic link on the way. Only
-/// their certificates go into the bundle (the shim keeps nothing else of them).
+/// named without a symbolic link on the way. Only their certificates go into the bundle
+/// (the shim keeps nothing else of them).
 pub fn ca_files(env: &[(String, String)], exists: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
     let mut out = Vec::from_iter(SYSTEM_ROOTS.iter().map(PathBuf::from).find(|p| exists(p)));
     // A link on the way (one a sandbox may have planted in a tree it writes) is not
@@ -65,22 +122,6 @@ pub fn ca_files(env: &[(String, String)], exists: &dyn Fn(&Path) -> bool) -> Vec
         }
     }
     out
-}
-
-fn inside(p: &Path, trees: &[PathBuf]) -> Option<PathBuf> {
-    trees.iter().find(|t| p.starts_with(t)).cloned()
-}
-
-/// A symbolic link on the way to `p` whose directory the sandbox may write, and that tree.
-fn symlink_in_writable_tree(
-    p: &Path,
-    write: &[PathBuf],
-    is_symlink: &dyn Fn(&Path) -> bool,
-) -> Option<(PathBuf, PathBuf)> {
-    p.ancestors().filter(|a| is_symlink(a)).find_map(|link| {
-        let dir = link.parent()?;
-        inside(dir, write).map(|w| (link.to_path_buf(), w))
-    })
 }
 
 /// wardcell's own directories and the credential files, where they really are. A link on
@@ -108,7 +149,7 @@ pub fn resolve_own_paths(plan: &mut Plan) -> Result<(), String> {
     dirs.runtime = real(&dirs.runtime)?;
     let mut credentials = plan.credentials.clone();
     for c in credentials.iter_mut() {
-        if let wardcell_common::plan::SecretPlan::File(f) = &mut c.secret {
+        if let SecretPlan::File(f) = &mut c.secret {
             *f = real(f)?;
         }
     }
@@ -117,102 +158,178 @@ pub fn resolve_own_paths(plan: &mut Plan) -> Result<(), String> {
     Ok(())
 }
 
+/// What every view binds read-only where a tree is writable (`Plan::pinned`), where each
+/// really is: the programs the broker will open for this plan (its helpers beside it, the
+/// approval plugin, the credentials' commands, found as it finds them), the broker, the
+/// directory of this build's helpers (so that none this run does not start, and no
+/// program named like a tool beside them or in `wardcell-nested`, which goes first on a
+/// sandbox's `PATH`, can be put there), the client's directory and the CA files.
+fn pinned(plan: &Plan, broker: &Path, host_env: &[(String, String)]) -> Vec<PathBuf> {
+    let helpers = broker.parent().unwrap_or(Path::new("/"));
+    let mut paths = vec![broker.to_path_buf(), helpers.to_path_buf()];
+    paths.push(helpers.join("wardcell-shim"));
+    if plan.profiles().any(|p| p.network.enabled()) {
+        paths.push(helpers.join("wardcell-proxy"));
+    }
+    let found = |prog: &String| helper::program_path(prog, &|p| p.is_file());
+    if plan.zones.iter().any(|z| z.requires_approval) {
+        paths.extend(
+            plan.approval
+                .as_ref()
+                .and_then(|a| a.first())
+                .and_then(found),
+        );
+    }
+    for c in &plan.credentials {
+        if let SecretPlan::Command(argv) = &c.secret {
+            paths.extend(argv.first().and_then(found));
+        }
+    }
+    paths.extend(ca_files(host_env, &|p| p.exists()));
+    paths.extend(
+        plan.client
+            .as_ref()
+            .and_then(|c| c.parent())
+            .map(PathBuf::from),
+    );
+    let mut real: Vec<PathBuf> = paths
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .collect();
+    real.sort();
+    real.dedup();
+    real
+}
+
+/// What every path the plan names is now (step 3).
+fn record_identities(plan: &Plan, host_env: &[(String, String)]) -> Recorded {
+    // Host socket directories (masked where a tree shows them) and the trees every
+    // sandbox reads, besides the plan's own paths.
+    let mut paths = envrules::host_socket_dirs(host_env);
+    paths.extend(ALWAYS_READ.iter().map(PathBuf::from));
+    paths.extend(plan.profiles().flat_map(|p| p.paths().cloned()));
+    paths.extend(plan.dirs.all());
+    paths.extend(plan.credential_files());
+    paths.extend(plan.client.iter().chain(&plan.pinned).cloned());
+    let now = |path: PathBuf| match std::fs::symlink_metadata(&path) {
+        Ok(m) if !m.is_symlink() => Some((path, Identity::of(&m))),
+        _ => None,
+    };
+    paths.into_iter().filter_map(now).collect()
+}
+
+/// The first of `trees` that `p` lies in.
+fn inside(p: &Path, trees: &[PathBuf]) -> Option<PathBuf> {
+    trees.iter().find(|t| p.starts_with(t)).cloned()
+}
+
+/// A symbolic link on the way to `p` whose directory the sandbox may write, and that tree.
+fn symlink_in_writable_tree(
+    p: &Path,
+    write: &[PathBuf],
+    is_symlink: &dyn Fn(&Path) -> bool,
+) -> Option<(PathBuf, PathBuf)> {
+    p.ancestors().filter(|a| is_symlink(a)).find_map(|link| {
+        let dir = link.parent()?;
+        inside(dir, write).map(|w| (link.to_path_buf(), w))
+    })
+}
+
 fn link_refusal(p: &Path, link: &Path, profile: &str, w: &Path) -> String {
     let (p, link, w) = (p.display(), link.display(), w.display());
     format!("{p} is reached through the symbolic link {link}, and profile '{profile}' lets the sandbox write {w}, so it could replace the link and plant a configuration; make {link} a real directory or narrow the profile")
 }
 
-/// Build the spec, or say in one line why this profile cannot run here. `exists` is asked
-/// about wardcell's own directories, `is_symlink` whether a path is a symbolic link
-/// (the broker gives `Path::is_symlink`; tests give their own).
-pub fn build_with(
-    req: &Request<'_>,
+/// wardcell's own directories, as they are now: a missing one inside a tree `profile`
+/// writes, or one reached through a link there, is a place a sandbox could plant a
+/// configuration, and the sandbox is refused. Checked when the run starts, before any
+/// sandbox exists; afterwards the shim finds any of them not what it was then.
+fn own_dirs_now(
+    plan: &Plan,
+    profile: &ProfilePlan,
     exists: &dyn Fn(&Path) -> bool,
     is_symlink: &dyn Fn(&Path) -> bool,
-) -> Result<SandboxSpec, String> {
-    let profile = req.asked.profile;
-    let own = own_dirs(req, exists, is_symlink)?;
-    let (view, denied) = view_of(req, own)?;
-    let held = wardcell_common::plan::held(&view, &masks(req, &denied));
+) -> Result<(), String> {
+    let write = &profile.write;
+    for p in &plan.dirs.all() {
+        if let Some((link, w)) = symlink_in_writable_tree(p, write, is_symlink) {
+            return Err(link_refusal(p, &link, &profile.name, &w));
+        }
+        if let Some(w) = inside(p, write).filter(|_| !exists(p)) {
+            let (p, name, w) = (p.display(), &profile.name, w.display());
+            return Err(format!("{p} does not exist and profile '{name}' lets the sandbox write {w}, so it could create it; create {p} (an empty directory will do) or narrow the profile"));
+        }
+    }
+    Ok(())
+}
+
+/// What a path is, asked of the filesystem (or of a test).
+type Look<'a> = &'a dyn Fn(&Path) -> bool;
+
+/// One profile's sandbox (step 4): `zone` (None: `run --profile`'s), its profile, and
+/// whether its proxy attaches the profile's credentials.
+fn prepare_one(
+    plan: &Plan,
+    ids: &Recorded,
+    host_env: &[(String, String)],
+    (zone, profile, authenticated): (Option<&str>, &ProfilePlan, bool),
+    (exists, is_symlink): (Look, Look),
+) -> Result<Prepared, String> {
+    own_dirs_now(plan, profile, exists, is_symlink)?;
+    let mut denied = plan.dirs.all();
+    denied.extend(plan.credential_files());
+    let masks = masks(profile, &denied, host_env);
+    let view = view_of(plan, ids, profile, &masks)?;
+    // The supervisor's socket lies in the run's directory, under the runtime directory:
+    // where it is there changes nothing of what is held.
+    let socket = zone.map(|_| plan.dirs.runtime.join("run").join("s.sock"));
+    let with_socket = socket.map(|s| ViewEntry::new(s, ViewKind::Socket, None));
+    let all: Vec<ViewEntry> = view.iter().cloned().chain(with_socket).collect();
+    let held = wardcell_support::view::held(&all, &masks);
     let network = profile.network.enabled();
-    let intercept = network && req.asked.authenticated && !profile.credentials.is_empty();
+    let intercept = network && authenticated && !profile.credentials.is_empty();
     // A CA bundle where the proxy intercepts, or where the host names CA files of its
     // own (a corporate CA): read by the shim only as recorded at the start.
-    let named = |(n, _): &(String, String)| CA_VARS.contains(&n.as_str());
-    let named_ca = req.host_env.iter().any(named);
-    let ca_files: Vec<_> = if intercept || (network && named_ca) {
-        ca_files(req.host_env, exists)
+    let named_ca = host_env.iter().any(|(n, _)| CA_VARS.contains(&n.as_str()));
+    let ca_files: Vec<_> = match intercept || (network && named_ca) {
+        true => ca_files(host_env, exists)
             .into_iter()
             .filter_map(|p| std::fs::canonicalize(p).ok())
-            .filter_map(|p| req.plan.identities.get(&p).map(|id| (p, id)))
-            .collect()
-    } else {
-        Vec::new()
+            .filter_map(|p| ids.get(&p).map(|id| (p, id)))
+            .collect(),
+        false => Vec::new(),
     };
-    let env = env_of(req, intercept, intercept || !ca_files.is_empty());
-    if req.asked.argv.is_empty() {
-        return Err("no command to run; give one after `--`".into());
-    }
     // Transparent egress: a listener per allowed port, each reachable only because every
     // address is the proxy's inside (PROTOCOL.md, "Transparent egress").
     let egress_ports = match network {
-        true => wardcell_common::plan::egress_ports(&profile.network.entries())?,
+        true => crate::checks::egress_ports(&profile.network.entries())?,
         false => Vec::new(),
     };
     let proxy_port = network.then_some(SANDBOX_PROXY_PORT);
-    let tcp_connect = proxy_port.into_iter().chain(egress_ports.clone()).collect();
-    Ok(SandboxSpec {
-        argv: req.asked.argv.to_vec(),
-        env,
-        cwd: req.asked.cwd.clone(),
+    let bundle = intercept || !ca_files.is_empty();
+    let env = env_of(plan, ids, profile, host_env, (intercept, bundle));
+    Ok(Prepared {
         view,
-        tcp_connect,
-        controlling_tty: req.asked.pty,
-        proxy_port,
-        egress_ports,
-        ca_files,
+        masks,
         denied,
-        seatbelt_identity: String::new(),
-        open_files: req.plan.open_files,
-        processes: None,
-        pid_max: None,
-        trace: None,
         held,
+        ca_files,
+        proxy_port,
+        tcp_connect: proxy_port.into_iter().chain(egress_ports.clone()).collect(),
+        egress_ports,
+        env,
     })
 }
 
-/// wardcell's own directories, masked always. A missing one inside a writable tree, or
-/// one reached through a link there, is a place the sandbox could plant a
-/// configuration: the sandbox is refused.
-fn own_dirs(
-    req: &Request<'_>,
-    exists: &dyn Fn(&Path) -> bool,
-    is_symlink: &dyn Fn(&Path) -> bool,
-) -> Result<Vec<PathBuf>, String> {
-    let profile = req.asked.profile;
-    let write = &profile.write;
-    let own = req.plan.dirs.all();
-    for p in &own {
-        if let Some((link, w)) = symlink_in_writable_tree(p, write, &is_symlink) {
-            return Err(link_refusal(p, &link, &profile.name, &w));
-        }
-        if !exists(p) {
-            if let Some(w) = inside(p, write) {
-                let (p, name, w) = (p.display(), &profile.name, w.display());
-                return Err(format!("{p} does not exist and profile '{name}' lets the sandbox write {w}, so it could create it; create {p} (an empty directory will do) or narrow the profile"));
-            }
-        }
-    }
-    Ok(own)
-}
-
 /// The view: the profile's trees and every sandbox's, each with its identity at the
-/// start; the masks; the Unix sockets; the client; the links. The working directory
-/// must be in it and not hidden. Returns it with the paths no sandbox may ever read
-/// (`own` and the credential sources).
-fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<PathBuf>), String> {
-    let profile = req.asked.profile;
-    let ids = &req.plan.identities;
+/// start; the masks; the Unix sockets the profile names; the client; what the run trusts;
+/// the links. The supervisor's socket is each sandbox's own, added when it is built.
+fn view_of(
+    plan: &Plan,
+    ids: &Recorded,
+    profile: &ProfilePlan,
+    masks: &[PathBuf],
+) -> Result<Vec<ViewEntry>, String> {
     let mut view: Vec<ViewEntry> = Vec::new();
     let trees = profile
         .read
@@ -232,20 +349,10 @@ fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<
         };
         view.push(ViewEntry::new(path, what, Some(id)));
     }
-    // Masks: deny paths, wardcell's own directories, credential sources (never readable
-    // in any sandbox, whatever the profile says), and host socket directories unless the
-    // profile named something in them. One missing at the start has no identity: the
-    // shim keeps its name out of the view all the same (it may be made later).
-    let mut denied = own;
-    denied.extend(req.plan.credential_files());
-    let mask = masks(req, &denied);
-    for path in &mask {
+    // Masks: one missing at the start has no identity: the shim keeps its name out of
+    // the view all the same (it may be made later).
+    for path in masks {
         view.push(ViewEntry::new(path.clone(), ViewKind::Mask, ids.get(path)));
-    }
-    // Unix sockets: the supervisor's (made by the broker where no sandbox reaches), and
-    // those the profile names.
-    if let Some(sock) = req.zone_socket {
-        view.push(ViewEntry::new(sock.to_path_buf(), ViewKind::Socket, None));
     }
     for sock in &profile.unix_sockets {
         let Some(id) = ids.get(sock) else {
@@ -258,53 +365,34 @@ fn view_of(req: &Request<'_>, own: Vec<PathBuf>) -> Result<(Vec<ViewEntry>, Vec<
     }
     // The client, at the path it was started from, in every sandbox: `wardcell zone ...`
     // works wherever it is installed (and says what does not work where it is).
-    if let Some((client, id)) = client(req) {
-        view.push(ViewEntry::new(client.clone(), ViewKind::Read, Some(id)));
+    if let Some((client, id)) = client(plan, ids) {
+        view.push(ViewEntry::new(client, ViewKind::Read, Some(id)));
     }
     // What the run trusts, where this profile could write it: read-only, and its
     // directories there pinned (a sandbox can neither change it nor move it away).
-    for p in &req.plan.pinned {
+    for p in &plan.pinned {
         let id = ids.get(p).filter(|_| inside(p, &profile.write).is_some());
         view.extend(id.map(|id| ViewEntry::new(p.clone(), ViewKind::Read, Some(id))));
     }
     let links = profile.links.iter();
     view.extend(links.map(|(l, to)| ViewEntry::new(l.clone(), ViewKind::Link(to.clone()), None)));
-    cwd_in(req, &view, &mask)?;
-    Ok((view, denied))
+    Ok(view)
 }
 
 /// The client, and what it was when the run started.
-fn client<'r>(req: &Request<'r>) -> Option<(&'r PathBuf, Identity)> {
-    let client = req.plan.client.as_ref()?;
-    Some((client, req.plan.identities.get(client)?))
+fn client(plan: &Plan, ids: &Recorded) -> Option<(PathBuf, Identity)> {
+    let client = plan.client.as_ref()?;
+    Some((client.clone(), ids.get(client)?))
 }
 
-/// The working directory must be in the view and not hidden.
-fn cwd_in(req: &Request<'_>, view: &[ViewEntry], mask: &[PathBuf]) -> Result<(), String> {
-    let profile = req.asked.profile;
-    let cwd = &req.asked.cwd;
-    let reachable = view
-        .iter()
-        .any(|e| matches!(e.what, ViewKind::Read | ViewKind::Write) && cwd.starts_with(&e.path));
-    let (name, shown) = (&profile.name, cwd.display());
-    if !reachable {
-        return Err(format!("profile '{name}' cannot reach the working directory {shown}; run from a directory it can read, or add this one to its read list"));
-    }
-    if let Some(m) = inside(cwd, mask) {
-        let m = m.display();
-        return Err(format!("the working directory {shown} is inside {m}, which is hidden from the sandbox; run from another directory"));
-    }
-    Ok(())
-}
-
-/// Every path masked in the view: the profile's deny list, `denied`, and the host's
-/// socket directories the profile named nothing in; sorted, each once.
-fn masks(req: &Request<'_>, denied: &[PathBuf]) -> Vec<PathBuf> {
-    let profile = req.asked.profile;
+/// Every path masked in the view: the profile's deny list, `denied` (never readable in
+/// any sandbox, whatever the profile says), what the profile says is absent, and the
+/// host's socket directories the profile named nothing in; sorted, each once.
+fn masks(profile: &ProfilePlan, denied: &[PathBuf], host_env: &[(String, String)]) -> Vec<PathBuf> {
     let mut mask: Vec<PathBuf> = profile.deny.clone();
     mask.extend(denied.iter().chain(&profile.absent).cloned());
     let named: Vec<&PathBuf> = profile.read.iter().chain(&profile.write).collect();
-    for s in envrules::host_socket_dirs(req.host_env) {
+    for s in envrules::host_socket_dirs(host_env) {
         if !named.iter().any(|n| n.starts_with(&s)) {
             mask.push(s);
         }
@@ -314,70 +402,71 @@ fn masks(req: &Request<'_>, denied: &[PathBuf]) -> Vec<PathBuf> {
     mask
 }
 
-/// The command's environment: the caller's, filtered by the profile (variables a
-/// credential reads never enter any sandbox; SSH_AUTH_SOCK only where it names a socket
-/// the view holds), the client and the sandbox tools first on PATH, wardcell's own, the
-/// placeholders where the proxy attaches credentials (`intercept`), the proxy's and the
+/// The placeholder variables of the credentials `names` (a profile's), each set to
+/// `PLACEHOLDER_VALUE`: what a sandbox whose proxy attaches them gets.
+fn placeholder_env(plan: &Plan, names: &[String]) -> Vec<(String, String)> {
+    let ours = plan.credentials.iter().filter(|c| names.contains(&c.name));
+    let vars = ours.filter_map(|c| c.placeholder.clone());
+    vars.map(|var| (var, PLACEHOLDER_VALUE.to_string()))
+        .collect()
+}
+
+/// What wardcell does to the environment of this profile's sandboxes besides the
+/// profile's filter: SSH_AUTH_SOCK only where it names a socket the view holds; the
+/// placeholders where the proxy attaches credentials (`intercept`); the proxy's and the
 /// CA bundle's (`bundle`) variables, never the caller's.
-fn env_of(req: &Request<'_>, intercept: bool, bundle: bool) -> Vec<(String, String)> {
-    let profile = req.asked.profile;
-    let mut env = envrules::filter(
-        req.asked.env.clone(),
-        &profile.env,
-        &req.plan.credential_env_vars(),
-    );
-    env.retain(|(k, _)| k != "SSH_AUTH_SOCK");
+fn env_of(
+    plan: &Plan,
+    ids: &Recorded,
+    profile: &ProfilePlan,
+    host_env: &[(String, String)],
+    (intercept, bundle): (bool, bool),
+) -> PreparedEnv {
+    let placeholders = match intercept {
+        true => placeholder_env(plan, &profile.credentials),
+        false => Vec::new(),
+    };
+    let ours = [PROXY_VARS, NO_PROXY_VARS, CA_VARS].concat();
+    let mut removed = vec!["SSH_AUTH_SOCK".to_string()];
+    removed.extend(placeholders.iter().map(|(k, _)| k.clone()));
+    removed.extend(ours.iter().map(|k| k.to_string()));
     let in_view =
         |v: &str| std::fs::canonicalize(v).is_ok_and(|c| profile.unix_sockets.contains(&c));
-    let agent = req
-        .host_env
+    let agent = host_env
         .iter()
-        .find(|(k, v)| k == "SSH_AUTH_SOCK" && in_view(v));
-    env.extend(agent.cloned());
-    if let Some((client, me)) = client(req) {
-        envrules::client_on_path(&mut env, client, |c| {
-            std::fs::metadata(c).ok().map(|m| Identity::of(&m) == me)
-        });
-        envrules::sandbox_tools_first(&mut env, client, Path::is_dir);
-    }
-    env.push(("WARDCELL_SANDBOX".into(), "1".into()));
-    if let Some(zone) = req.asked.zone {
-        env.push(("WARDCELL_ZONE".into(), zone.to_string()));
-    }
-    if let Some(sock) = req.zone_socket {
-        env.push(("WARDCELL_ZONE_SOCKET".into(), sock.display().to_string()));
-    }
-    // A placeholder stands in for the secret where the proxy attaches it (its variable
-    // was removed above with those credentials read); wardcell's own variables win.
-    if intercept {
-        let placeholders = req.plan.placeholder_env(&profile.credentials);
-        env.retain(|(k, _)| !placeholders.iter().any(|(p, _)| p == k));
-        env.extend(placeholders);
-    }
-    let ours = [PROXY_VARS, NO_PROXY_VARS, CA_VARS].concat();
-    env.retain(|(k, _)| !ours.contains(&k.as_str()));
-    let mut set = |names: &[&str], value: &str| {
-        env.extend(names.iter().map(|k| (k.to_string(), value.to_string())))
+        .find(|(k, v)| k == "SSH_AUTH_SOCK" && in_view(v))
+        .filter(|(k, _)| !placeholders.iter().any(|(p, _)| p == k));
+    let mut set = placeholders.clone();
+    let mut put = |names: &[&str], value: &str| {
+        set.extend(names.iter().map(|k| (k.to_string(), value.to_string())))
     };
     // Network: only the zone's proxy, on the sandbox's own loopback.
     if profile.network.enabled() {
-        let proxy = format!("http://127.0.0.1:{SANDBOX_PROXY_PORT}");
-        set(PROXY_VARS, &proxy);
-        set(
+        put(
+            PROXY_VARS,
+            &format!("http://127.0.0.1:{SANDBOX_PROXY_PORT}"),
+        );
+        put(
             NO_PROXY_VARS,
-            &envrules::no_proxy(&profile.network.entries()),
+            &sandbox_env::no_proxy(&profile.network.entries()),
         );
     }
     if bundle {
-        set(CA_VARS, SANDBOX_CA_BUNDLE);
+        put(CA_VARS, SANDBOX_CA_BUNDLE);
     }
-    env
+    PreparedEnv {
+        removed,
+        agent: agent.cloned(),
+        client: client(plan, ids),
+        set,
+    }
 }
 
 #[cfg(test)]
 mod network_tests {
-    use super::tests_support::*;
+    use super::tests::*;
     use super::*;
+    use wardcell_common::plan::SandboxSpec;
     use wardcell_common::plan::PLACEHOLDER_VALUE;
 
     #[test]
@@ -466,15 +555,34 @@ mod network_tests {
 }
 
 #[cfg(test)]
-pub mod tests_support {
-    pub use super::tests::{build, plan, profile, req};
-}
-
-#[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    /// [`build_with`] as the broker calls it.
+    use wardcell_common::plan::SandboxSpec;
+    use wardcell_common::prepared::Asked;
+
+    /// One sandbox asked for, with what the run started with.
+    pub struct Request<'a> {
+        pub plan: &'a Plan,
+        pub asked: Asked<'a>,
+        pub host_env: &'a [(String, String)],
+        pub zone_socket: Option<&'a Path>,
+    }
+
+    /// The sandbox prepared as the plan writer does, then its spec made as the broker
+    /// does when it is asked for; `exists` and `is_symlink` answer for the preparation.
+    pub fn build_with(
+        req: &Request<'_>,
+        exists: &dyn Fn(&Path) -> bool,
+        is_symlink: &dyn Fn(&Path) -> bool,
+    ) -> Result<SandboxSpec, String> {
+        let a = &req.asked;
+        let one = (a.zone, a.profile, a.authenticated);
+        let fs = (exists, is_symlink);
+        let made = prepare_one(req.plan, &recorded(), req.host_env, one, fs)?;
+        made.spec(req.plan, a, req.zone_socket)
+    }
+
     pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<SandboxSpec, String> {
         build_with(req, exists, &Path::is_symlink)
     }
@@ -523,8 +631,8 @@ mod tests {
                 },
             ],
             client: None,
-            identities: recorded(),
             pinned: Vec::new(),
+            prepared: Vec::new(),
             upstream_roots: Vec::new(),
             open_files: None,
             overrides: Default::default(),
@@ -534,7 +642,7 @@ mod tests {
     }
 
     /// Identities "recorded at the start" for every path these tests name.
-    fn recorded() -> wardcell_common::identity::Recorded {
+    fn recorded() -> Recorded {
         use wardcell_common::identity::{Identity, Kind};
         let paths = [
             "/usr",

@@ -1,0 +1,149 @@
+//! A sandbox as `wardcell run`'s plan writer prepared it when the run started, and the
+//! spec of one sandbox made from it when one is asked for.
+//!
+//! The plan writer (`wardcell/src/prepare.rs`) records what every path is, before any
+//! sandbox of the run exists, and makes each zone's view from the configuration: what it
+//! binds, what it masks, what the host could undo, the CA files, the ports, the variables
+//! wardcell sets. That is the configuration resolved one step further, as trusted as the
+//! plan (THREAT_MODEL 2). What a request brings is added here, by the broker, when the
+//! sandbox is asked for: the command, its working directory (which the view must reach)
+//! and the caller's environment, filtered by the profile.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::envrules;
+use crate::identity::Identity;
+use crate::plan::{Plan, ProfilePlan, SandboxSpec, ViewEntry, ViewKind};
+
+/// One profile's sandbox, prepared: everything of its spec but the request's.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct Prepared {
+    /// The view, without the supervisor's socket (each sandbox has its own).
+    pub view: Vec<ViewEntry>,
+    /// Every path the view masks: a working directory inside one is refused.
+    pub masks: Vec<PathBuf>,
+    /// The spec's `denied`: wardcell's own directories and the credential files.
+    pub denied: Vec<PathBuf>,
+    /// The spec's `held`: what the view protects that the host could undo.
+    pub held: Vec<(PathBuf, PathBuf)>,
+    pub ca_files: Vec<(PathBuf, Identity)>,
+    pub proxy_port: Option<u16>,
+    pub egress_ports: Vec<u16>,
+    pub tcp_connect: Vec<u16>,
+    pub env: PreparedEnv,
+}
+
+/// What wardcell does to a sandbox's environment besides the profile's filter.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct PreparedEnv {
+    /// Never the caller's: set below, or not at all (`SSH_AUTH_SOCK` but the host's).
+    pub removed: Vec<String>,
+    /// The host's `SSH_AUTH_SOCK`, where the view holds its socket.
+    pub agent: Option<(String, String)>,
+    /// The client and what it was: its directory goes on `PATH` unless it is found there.
+    pub client: Option<(PathBuf, Identity)>,
+    /// Set after wardcell's own: the placeholders, the proxy's and the CA bundle's.
+    pub set: Vec<(String, String)>,
+}
+
+/// One sandbox asked for, by `wardcell run` or by a `zone enter`.
+pub struct Asked<'a> {
+    pub profile: &'a ProfilePlan,
+    /// None for `run --profile`: no zone, no supervisor.
+    pub zone: Option<&'a str>,
+    /// The zones from the run's first to this one (empty without zones). Read by the
+    /// proxy's spec (no proxy on macOS).
+    pub chain: &'a [String],
+    pub argv: &'a [String],
+    pub cwd: PathBuf,
+    /// The environment of the command's caller, filtered into the command's.
+    pub env: Vec<(String, String)>,
+    pub pty: bool,
+    /// The zone is `authenticated`: its proxy attaches the profile's credentials.
+    pub authenticated: bool,
+}
+
+impl Prepared {
+    /// The spec of one sandbox of this profile, or why it cannot be built now.
+    /// `socket`: its supervisor's, in a zone. What the view names is not looked at again
+    /// here: the shim opens every path of it without following a link and refuses the
+    /// sandbox where one is not what was recorded (wardcell's own directories too).
+    pub fn spec(
+        &self,
+        plan: &Plan,
+        asked: &Asked<'_>,
+        socket: Option<&Path>,
+    ) -> Result<SandboxSpec, String> {
+        if asked.argv.is_empty() {
+            return Err("no command to run; give one after `--`".into());
+        }
+        cwd_in(asked, &self.view, &self.masks)?;
+        let mut view = self.view.clone();
+        let socket_entry = |s: &Path| ViewEntry::new(s.to_path_buf(), ViewKind::Socket, None);
+        view.extend(socket.map(socket_entry));
+        Ok(SandboxSpec {
+            argv: asked.argv.to_vec(),
+            env: self.env_of(plan, asked, socket),
+            cwd: asked.cwd.clone(),
+            view,
+            tcp_connect: self.tcp_connect.clone(),
+            controlling_tty: asked.pty,
+            proxy_port: self.proxy_port,
+            egress_ports: self.egress_ports.clone(),
+            ca_files: self.ca_files.clone(),
+            denied: self.denied.clone(),
+            seatbelt_identity: String::new(),
+            open_files: plan.open_files,
+            processes: None,
+            pid_max: None,
+            trace: None,
+            held: self.held.clone(),
+        })
+    }
+
+    /// The command's environment: the caller's, filtered by the profile (variables a
+    /// credential reads never enter any sandbox), the client and the sandbox tools first
+    /// on `PATH`, wardcell's own variables, then what was prepared.
+    fn env_of(
+        &self,
+        plan: &Plan,
+        asked: &Asked<'_>,
+        socket: Option<&Path>,
+    ) -> Vec<(String, String)> {
+        let ours = &self.env;
+        let removed = plan.credential_env_vars();
+        let mut env = envrules::filter(asked.env.clone(), &asked.profile.env, &removed);
+        env.retain(|(k, _)| !ours.removed.contains(k));
+        env.extend(ours.agent.clone());
+        if let Some((client, me)) = &ours.client {
+            envrules::client_on_path(&mut env, client, |c| {
+                std::fs::metadata(c).ok().map(|m| Identity::of(&m) == *me)
+            });
+            envrules::sandbox_tools_first(&mut env, client, Path::is_dir);
+        }
+        env.push(("WARDCELL_SANDBOX".into(), "1".into()));
+        env.extend(asked.zone.map(|z| ("WARDCELL_ZONE".into(), z.to_string())));
+        let socket = socket.map(|s| s.display().to_string());
+        env.extend(socket.map(|s| ("WARDCELL_ZONE_SOCKET".into(), s)));
+        env.extend(ours.set.iter().cloned());
+        env
+    }
+}
+
+/// The working directory must be in the view and not hidden.
+fn cwd_in(asked: &Asked<'_>, view: &[ViewEntry], mask: &[PathBuf]) -> Result<(), String> {
+    let cwd = &asked.cwd;
+    let tree = |e: &&ViewEntry| matches!(e.what, ViewKind::Read | ViewKind::Write);
+    let reachable = view.iter().filter(tree).any(|e| cwd.starts_with(&e.path));
+    let (name, shown) = (&asked.profile.name, cwd.display());
+    if !reachable {
+        return Err(format!("profile '{name}' cannot reach the working directory {shown}; run from a directory it can read, or add this one to its read list"));
+    }
+    if let Some(m) = mask.iter().find(|m| cwd.starts_with(m)) {
+        let m = m.display();
+        return Err(format!("the working directory {shown} is inside {m}, which is hidden from the sandbox; run from another directory"));
+    }
+    Ok(())
+}
