@@ -258,7 +258,7 @@ impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::plan::{CredentialPlan, CredentialScheme, Dirs, NetworkPlan, SecretPlan, Start};
 
@@ -289,7 +289,7 @@ mod tests {
         z
     }
 
-    fn plan(zones: Vec<ZonePlan>) -> Plan {
+    pub(crate) fn plan(zones: Vec<ZonePlan>) -> Plan {
         let cred = |name: &str, host: &str| CredentialPlan {
             name: name.into(),
             hosts: vec![host.into()],

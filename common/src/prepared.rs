@@ -147,3 +147,27 @@ fn cwd_in(asked: &Asked<'_>, view: &[ViewEntry], mask: &[PathBuf]) -> Result<(),
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zone_gets_its_own_prepared_sandbox_or_its_reason() {
+        let mut plan: Plan = crate::approval::tests::plan(Vec::new());
+        let view = vec![ViewEntry::new("/usr".into(), ViewKind::Read, None)];
+        let one = Prepared {
+            view,
+            ..Default::default()
+        };
+        plan.prepared = vec![
+            (Some("agent".into()), Ok(one.clone())),
+            (Some("bad".into()), Err("names /proc".into())),
+        ];
+        assert_eq!(plan.prepared(Some("agent")), Ok(&one));
+        assert_eq!(plan.prepared(Some("bad")), Err("names /proc".into()));
+        let none = plan.prepared(None).unwrap_err();
+        assert!(none.contains("no sandbox was prepared"), "{none}");
+        assert!(plan.prepared(Some("other")).is_err());
+    }
+}

@@ -185,3 +185,29 @@ impl Programs {
         fds.map(|(_, e)| e.fd.as_raw_fd()).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_program_the_views_do_not_pin_is_never_started() {
+        let shim = Exe::open(Path::new("/bin/sh")).unwrap();
+        let programs = Programs {
+            shim,
+            proxy: None,
+            plugin: None,
+            commands: Vec::new(),
+        };
+        let broker = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+        let pinned = vec![programs.shim.path.clone(), broker.clone()];
+        assert_eq!(programs.pinned_in(&pinned), Ok(()));
+        // The shim the plan writer did not find, or this very broker: refused, naming it.
+        let e = programs.pinned_in(&pinned[1..]).unwrap_err();
+        let shown = programs.shim.path.display().to_string();
+        assert!(e.starts_with(&format!("{shown} is not where")), "{e}");
+        let e = programs.pinned_in(&pinned[..1]).unwrap_err();
+        assert!(e.starts_with(&broker.display().to_string()), "{e}");
+        assert!(!e.contains('\n'));
+    }
+}
