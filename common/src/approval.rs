@@ -349,16 +349,30 @@ pub(crate) mod tests {
         for z in [&mut agent, &mut appr] {
             z.profile.read = vec!["/usr".into(), "/bin".into(), dir.clone()];
         }
-        let p = plan(vec![agent, appr]);
+        let mut p = plan(vec![agent, appr]);
+        // Each zone's rules, as the plan writer prepares them (no directory of ours lies
+        // in these trees).
+        for z in p.zones.clone() {
+            let rules = crate::why::Rules {
+                profile: z.profile.name.clone(),
+                read: z.profile.read.clone(),
+                write: z.profile.write.clone(),
+                ..Default::default()
+            };
+            let zones = vec![Some(z.name.clone())];
+            let made = Err("not built here".into());
+            p.prepared
+                .push(crate::prepared::Prepared { zones, rules, made });
+        }
         let argv = ["git".to_string(), "status".to_string()];
         let evil = format!("{}:/usr/bin:/bin", bin.display());
         let env = [("PATH".to_string(), evil)];
-        let (exe, writers) = crate::why::command(&p, "appr", (&argv, &env, "/"), &[]);
+        let (exe, writers) = crate::why::command(&p, "appr", (&argv, &env, "/"));
         assert_eq!(exe.as_deref(), Some(git.as_path()));
         assert_eq!(writers, ["agent"]);
         // With the run's PATH, the system's git (where this machine has one), written by none.
         let env = [("PATH".to_string(), "/usr/bin:/bin".to_string())];
-        let (exe, writers) = crate::why::command(&p, "appr", (&argv, &env, "/"), &[]);
+        let (exe, writers) = crate::why::command(&p, "appr", (&argv, &env, "/"));
         if let Some(exe) = exe {
             assert!(
                 exe.starts_with("/usr/bin") || exe.starts_with("/bin"),
@@ -368,7 +382,7 @@ pub(crate) mod tests {
         }
         // A zone not in the plan shows nothing.
         assert_eq!(
-            crate::why::command(&p, "nope", (&argv, &env, "/"), &[]),
+            crate::why::command(&p, "nope", (&argv, &env, "/")),
             (None, vec![])
         );
         std::fs::remove_dir_all(&dir).unwrap();

@@ -46,7 +46,7 @@ pub struct Limits {
 }
 
 /// Which limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
     Processes,
     Memory,
@@ -169,100 +169,13 @@ pub struct Machine {
 }
 
 /// The cgroup controller a limit needs.
-fn controller(kind: Kind) -> Option<&'static str> {
+pub fn controller(kind: Kind) -> Option<&'static str> {
     match kind {
         Kind::Processes => Some("pids"),
         Kind::Memory => Some("memory"),
         Kind::Cpu => Some("cpu"),
         Kind::Time => None,
     }
-}
-
-impl Machine {
-    /// How `kind` bounded at `value` is enforced here, or why it cannot be. Processes:
-    /// `RLIMIT_NPROC` when it binds (not root; Linux 5.14 and later), else the PID
-    /// namespace's `pid_max` for a bound it can hold ([`MIN_PID_MAX_BOUND`] and up), else
-    /// a cgroup. Both cost nothing at start-up; a cgroup costs moving the shim into it (a
-    /// few ms: the kernel waits for an RCU grace period).
-    pub fn mechanism(&self, kind: Kind, value: u64) -> Result<Mechanism, String> {
-        let Some(ctrl) = controller(kind) else {
-            return Ok(Mechanism::Timer);
-        };
-        if kind == Kind::Processes && self.uid != 0 && self.nproc_per_userns {
-            return Ok(Mechanism::Rlimit);
-        }
-        if kind == Kind::Processes && self.pid_max_per_pidns && value >= MIN_PID_MAX_BOUND {
-            return Ok(Mechanism::PidMax);
-        }
-        if self
-            .v2
-            .as_ref()
-            .is_some_and(|(_, c)| c.iter().any(|c| c == ctrl))
-        {
-            return Ok(Mechanism::CgroupV2);
-        }
-        if self.v1.iter().any(|(c, _)| c == ctrl) {
-            return Ok(Mechanism::CgroupV1);
-        }
-        let v2 = match &self.v2 {
-            Some((dir, _)) => format!(
-                "the cgroup v2 directory {} does not offer the {ctrl} controller",
-                dir.display()
-            ),
-            None if self.uid == 0 => "there is no writable cgroup v2 hierarchy".to_string(),
-            None => format!(
-                "no cgroup v2 subtree is delegated to uid {}, and cgroup v1 is root's",
-                self.uid
-            ),
-        };
-        let v1 = if self.uid == 0 {
-            format!(", nor is the cgroup v1 {ctrl} controller mounted")
-        } else {
-            String::new()
-        };
-        Err(match kind {
-            Kind::Processes if self.uid == 0 => {
-                let pid_max = match self.pid_max_per_pidns {
-                    true => ", a PID namespace's pid_max holds no bound below 300",
-                    false => "",
-                };
-                format!("root is exempt from RLIMIT_NPROC{pid_max}, and {v2}{v1}")
-            }
-            Kind::Processes => format!(
-                "before Linux 5.14 RLIMIT_NPROC counts all of the user's processes, and {v2}"
-            ),
-            _ => format!("{v2}{v1}"),
-        })
-    }
-}
-
-/// How each limit of `limits` is enforced here; a limit that cannot be, and is not best
-/// effort, refuses the run with one line naming it and what to do.
-pub fn choose(
-    limits: &Limits,
-    machine: &Machine,
-    profile: &str,
-) -> Result<Vec<(Kind, Bound, Mechanism)>, String> {
-    let mut out = Vec::new();
-    for (kind, bound) in limits.set_ones() {
-        let mechanism = match machine.mechanism(kind, bound.value) {
-            Ok(m) => m,
-            Err(_) if bound.best_effort => Mechanism::None,
-            Err(why) => {
-                let instead = match machine.uid {
-                    0 => "",
-                    _ => "run as root or in a delegated cgroup (`systemd-run --user --scope -p Delegate=yes wardcell run ...`), or ",
-                };
-                return Err(format!(
-                    "profile '{profile}' sets limits.{} = {}, which this machine cannot enforce: {why}; {instead}set best_effort = true in the profile's limits to run without it",
-                    kind.name(),
-                    kind.show(bound.value)
-                ));
-            }
-        };
-        out.push((kind, bound, mechanism));
-    }
-    Ok(out)
 }
 
 /// The line `run` (or `zone enter`) ends with when the time limit ended the command.
@@ -292,18 +205,19 @@ pub struct Enforced {
 }
 
 impl Enforced {
-    /// Choose how on `machine` (the plan's), and make the sandbox's cgroup if a limit
-    /// needs one. `name` is unique on this machine (`wardcell-<run>-<sandbox>`).
+    /// Make the sandbox's cgroup on `machine` (the plan's) where a limit's mechanism,
+    /// `chosen` as the run started (the plan writer's), needs one. `name` is unique on
+    /// this machine (`wardcell-<run>-<sandbox>`).
     pub fn prepare(
-        limits: &Limits,
+        chosen: &[(Kind, Bound, Mechanism)],
         profile: &str,
         name: &str,
         machine: &Machine,
     ) -> Result<Enforced, String> {
-        if *limits == Limits::default() {
+        if chosen.is_empty() {
             return Ok(Enforced::default());
         }
-        let chosen = choose(limits, machine, profile)?;
+        let chosen = chosen.to_vec();
         let mut out = Enforced {
             profile: profile.to_string(),
             chosen,
@@ -593,115 +507,6 @@ mod tests {
         assert_eq!(Kind::Cpu.show(50), "50%");
     }
 
-    fn machine(uid: u32, v2: &[&str], v1: &[&str]) -> Machine {
-        Machine {
-            uid,
-            nproc_per_userns: true,
-            pid_max_per_pidns: false,
-            v2: (!v2.is_empty()).then(|| {
-                (
-                    PathBuf::from("/sys/fs/cgroup/user.slice"),
-                    v2.iter().map(|s| s.to_string()).collect(),
-                )
-            }),
-            v1: v1
-                .iter()
-                .map(|c| (c.to_string(), PathBuf::from(format!("/sys/fs/cgroup/{c}"))))
-                .collect(),
-        }
-    }
-
-    fn bound(value: u64, best_effort: bool) -> Option<Bound> {
-        Some(Bound { value, best_effort })
-    }
-
-    #[test]
-    fn each_limit_gets_the_mechanism_that_really_bounds_it() {
-        let all = Limits {
-            processes: bound(100, false),
-            memory: bound(1 << 30, false),
-            cpu: bound(50, false),
-            time: bound(60, false),
-        };
-        let mechs = |m: &Machine| -> Vec<Mechanism> {
-            choose(&all, m, "p").unwrap().iter().map(|c| c.2).collect()
-        };
-        use Mechanism::*;
-        // A user with a delegated v2 subtree: RLIMIT_NPROC for processes (no cgroup
-        // needed for the default), the cgroup for the rest.
-        let m = machine(1000, &["cpu", "memory", "pids"], &[]);
-        assert_eq!(mechs(&m), [Rlimit, CgroupV2, CgroupV2, Timer]);
-        // Root is exempt from RLIMIT_NPROC: a cgroup, v2 first, else v1.
-        assert_eq!(
-            mechs(&machine(0, &["cpu", "memory", "pids"], &["pids"])),
-            [CgroupV2; 3]
-                .iter()
-                .copied()
-                .chain([Timer])
-                .collect::<Vec<_>>()
-        );
-        assert_eq!(
-            mechs(&machine(0, &[], &["pids", "memory", "cpu"])),
-            [CgroupV1, CgroupV1, CgroupV1, Timer]
-        );
-        // Before 5.14 RLIMIT_NPROC counts the user's processes everywhere.
-        let mut old = machine(1000, &["pids"], &[]);
-        old.nproc_per_userns = false;
-        assert_eq!(old.mechanism(Kind::Processes, 100), Ok(CgroupV2));
-        // Linux 6.14 and later: root's bound of 300 or more is its PID namespace's
-        // pid_max, free at start-up; a smaller one still needs the cgroup.
-        let mut new = machine(0, &[], &["pids"]);
-        new.pid_max_per_pidns = true;
-        assert_eq!(new.mechanism(Kind::Processes, 4096), Ok(PidMax));
-        assert_eq!(new.mechanism(Kind::Processes, 299), Ok(CgroupV1));
-        old.pid_max_per_pidns = true;
-        assert_eq!(old.mechanism(Kind::Processes, 300), Ok(PidMax));
-    }
-
-    #[test]
-    fn a_limit_that_cannot_be_enforced_refuses_unless_best_effort() {
-        let m = machine(61234, &[], &[]);
-        let mut l = Limits {
-            memory: bound(2 << 30, false),
-            ..Limits::default()
-        };
-        let e = choose(&l, &m, "dev").unwrap_err();
-        assert!(
-            e.starts_with("profile 'dev' sets limits.memory = 2G, which this machine cannot enforce: no cgroup v2 subtree is delegated to uid 61234"),
-            "{e}"
-        );
-        assert!(e.contains("best_effort = true"), "{e}");
-        l.memory = bound(2 << 30, true);
-        assert_eq!(
-            choose(&l, &m, "dev").unwrap(),
-            [(Kind::Memory, l.memory.unwrap(), Mechanism::None)]
-        );
-        // The sandbox runs without it, and says so (`sandbox.limit_unenforced`).
-        let enforced = Enforced::prepare(&l, "dev", "wardcell-test", &m).unwrap();
-        let unenforced = enforced.unenforced();
-        assert_eq!(unenforced.len(), 1);
-        assert_eq!(
-            (unenforced[0].0, unenforced[0].1.as_str()),
-            ("memory", "2G")
-        );
-        assert_eq!(
-            unenforced[0].2,
-            "warning: limits.memory = 2G of profile 'dev' is best effort, and nothing on this machine enforces it: the sandbox runs without it (`wardcell doctor` says what would)"
-        );
-        // One that is enforced is not listed.
-        l.time = bound(60, true);
-        let enforced = Enforced::prepare(&l, "dev", "wardcell-test", &m).unwrap();
-        assert_eq!(enforced.unenforced().len(), 1);
-        // Root without a pids controller anywhere: RLIMIT_NPROC would not bind it.
-        let l = Limits {
-            processes: bound(10, false),
-            ..Limits::default()
-        };
-        let e = choose(&l, &machine(0, &["memory"], &["memory"]), "p").unwrap_err();
-        assert!(e.contains("root is exempt from RLIMIT_NPROC"), "{e}");
-        assert!(e.contains("does not offer the pids controller"), "{e}");
-    }
-
     /// This machine's cgroup v2 hierarchy at this process's own cgroup's parent, when
     /// root may make cgroups there (`wardcell/src/machine.rs` finds it for runs).
     fn v2_here() -> Option<PathBuf> {
@@ -727,7 +532,7 @@ mod tests {
         // Pretend the time limit takes a cgroup: the directory is made, nothing written.
         let name = format!("wardcell-test-{}", std::process::id());
         let dir = parent.join(&name);
-        let mut e = Enforced::prepare(&Limits::default(), "p", &name, &machine).unwrap();
+        let mut e = Enforced::prepare(&[], "p", &name, &machine).unwrap();
         assert!(e.dirs.is_empty() && !dir.exists());
         fs::create_dir(&dir).unwrap();
         e.dirs.push((Kind::Time, Mechanism::CgroupV2, dir.clone()));
@@ -749,14 +554,12 @@ mod tests {
         machine.v2 = Some((parent.clone(), vec!["pids".into()]));
         machine.uid = 0;
         machine.pid_max_per_pidns = false;
-        let limits = Limits {
-            processes: Some(Bound {
-                value: 10,
-                best_effort: false,
-            }),
-            ..Limits::default()
+        let strict = Bound {
+            value: 10,
+            best_effort: false,
         };
-        let err = Enforced::prepare(&limits, "p", &name, &machine).unwrap_err();
+        let chosen = [(Kind::Processes, strict, Mechanism::CgroupV2)];
+        let err = Enforced::prepare(&chosen, "p", &name, &machine).unwrap_err();
         assert!(
             err.starts_with(&format!(
                 "profile 'p' sets limits.processes = 10, and making its cgroup failed: {}: ",
@@ -766,14 +569,12 @@ mod tests {
         );
         assert!(!dir.exists());
         // Best effort, the sandbox goes without it (and without a cgroup).
-        let limits = Limits {
-            processes: Some(Bound {
-                value: 10,
-                best_effort: true,
-            }),
-            ..Limits::default()
+        let lenient = Bound {
+            best_effort: true,
+            ..strict
         };
-        let e = Enforced::prepare(&limits, "p", &name, &machine).unwrap();
+        let chosen = [(Kind::Processes, lenient, Mechanism::CgroupV2)];
+        let e = Enforced::prepare(&chosen, "p", &name, &machine).unwrap();
         assert_eq!(e.chosen[0].2, Mechanism::None);
         assert!(e.dirs.is_empty() && !dir.exists());
     }

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::identity::Identity;
-use crate::prepared::Prepared;
+use crate::prepared::{Prepared, Sandbox};
+use crate::why::Rules;
 
 /// Everything the broker needs for one top-level run.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -43,10 +44,10 @@ pub struct Plan {
     /// files), where they really are. The broker refuses to start a program of the run
     /// that is not among them.
     pub pinned: Vec<PathBuf>,
-    /// Each sandbox the run may build, by zone (`None`: `run --profile`'s profile), as
-    /// the plan writer prepared it, or why that profile cannot run here
-    /// (`wardcell/src/prepare.rs`).
-    pub prepared: Vec<(Option<String>, Result<Prepared, String>)>,
+    /// Each sandbox the run may build, as the plan writer prepared it, or why that
+    /// profile cannot run here (`wardcell/src/prepare.rs`), with the zones it serves
+    /// (`None`: `run --profile`'s profile). Zones of one profile share one.
+    pub prepared: Vec<Prepared>,
     /// The certificates a proxy that attaches credentials trusts upstream (PEM text, at
     /// most `wardcell_support::roots::MAX_ROOTS` bytes), read once by `wardcell run` when the run
     /// starts (`wardcell_support::roots::read_roots`): empty when the plan has no credential.
@@ -88,10 +89,22 @@ impl Plan {
     }
 
     /// The sandbox prepared for `zone` (`None`: `run --profile`'s), or why there is none.
-    pub fn prepared(&self, zone: Option<&str>) -> Result<&Prepared, String> {
-        let found = self.prepared.iter().find(|(z, _)| z.as_deref() == zone);
+    pub fn prepared(&self, zone: Option<&str>) -> Result<&Sandbox, String> {
         let none = || format!("no sandbox was prepared for zone '{}'", zone.unwrap_or("-"));
-        found.ok_or_else(none)?.1.as_ref().map_err(String::clone)
+        let found = self.serving(zone).ok_or_else(none)?;
+        found.made.as_ref().map_err(String::clone)
+    }
+
+    /// The rules of zone `zone` as `zone why` answers with them.
+    pub fn rules(&self, zone: &str) -> Option<Rules> {
+        let mut rules = self.serving(Some(zone))?.rules.clone();
+        rules.zone = Some(zone.to_string());
+        Some(rules)
+    }
+
+    fn serving(&self, zone: Option<&str>) -> Option<&Prepared> {
+        let serves = |p: &&Prepared| p.zones.iter().any(|z| z.as_deref() == zone);
+        self.prepared.iter().find(serves)
     }
 
     /// The zone called `name`.

@@ -15,11 +15,24 @@ use serde::{Deserialize, Serialize};
 
 use crate::envrules;
 use crate::identity::Identity;
+use crate::limits::{Bound, Kind, Mechanism};
 use crate::plan::{Plan, ProfilePlan, SandboxSpec, ViewEntry, ViewKind};
+use crate::why::Rules;
+
+/// One profile's sandbox as the plan writer prepared it for the zones it serves (`None`:
+/// `run --profile`'s profile): zones of one profile share one.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    pub zones: Vec<Option<String>>,
+    /// What `zone why` answers for them (each zone named as it is asked about).
+    pub rules: Rules,
+    /// The sandbox, or why this profile cannot run here.
+    pub made: Result<Sandbox, String>,
+}
 
 /// One profile's sandbox, prepared: everything of its spec but the request's.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
-pub struct Prepared {
+pub struct Sandbox {
     /// The view, without the supervisor's socket (each sandbox has its own).
     pub view: Vec<ViewEntry>,
     /// Every path the view masks: a working directory inside one is refused.
@@ -33,6 +46,9 @@ pub struct Prepared {
     pub egress_ports: Vec<u16>,
     pub tcp_connect: Vec<u16>,
     pub env: PreparedEnv,
+    /// How each of the profile's limits is enforced on the plan's machine (the broker
+    /// makes the cgroups: `limits::Enforced::prepare`).
+    pub limits: Vec<(Kind, Bound, Mechanism)>,
 }
 
 /// What wardcell does to a sandbox's environment besides the profile's filter.
@@ -65,7 +81,7 @@ pub struct Asked<'a> {
     pub authenticated: bool,
 }
 
-impl Prepared {
+impl Sandbox {
     /// The spec of one sandbox of this profile, or why it cannot be built now.
     /// `socket`: its supervisor's, in a zone. What the view names is not looked at again
     /// here: the shim opens every path of it without following a link and refuses the
@@ -79,6 +95,7 @@ impl Prepared {
         if asked.argv.is_empty() {
             return Err("no command to run; give one after `--`".into());
         }
+        missing_own_dir(plan, asked.profile, &|p| p.exists())?;
         cwd_in(asked, &self.view, &self.masks)?;
         let mut view = self.view.clone();
         let socket_entry = |s: &Path| ViewEntry::new(s.to_path_buf(), ViewKind::Socket, None);
@@ -132,6 +149,26 @@ impl Prepared {
     }
 }
 
+/// A directory of wardcell's own missing now inside a tree `profile` writes: the sandbox
+/// could create it and plant a configuration there, so it is refused. (One was there when
+/// the run started, or the run was refused; the shim refuses a sandbox where one is not
+/// what was recorded then, or is reached through a link, but a mask of a missing name
+/// masks nothing.) The plan writer checks the same as the run starts.
+pub fn missing_own_dir(
+    plan: &Plan,
+    profile: &ProfilePlan,
+    exists: &dyn Fn(&Path) -> bool,
+) -> Result<(), String> {
+    let writes = |p: &PathBuf| profile.write.iter().find(|w| p.starts_with(w));
+    for (p, w) in plan.dirs.all().iter().filter_map(|p| Some((p, writes(p)?))) {
+        if !exists(p) {
+            let (p, name, w) = (p.display(), &profile.name, w.display());
+            return Err(format!("{p} does not exist and profile '{name}' lets the sandbox write {w}, so it could create it; create {p} (an empty directory will do) or narrow the profile"));
+        }
+    }
+    Ok(())
+}
+
 /// The working directory must be in the view and not hidden.
 fn cwd_in(asked: &Asked<'_>, view: &[ViewEntry], mask: &[PathBuf]) -> Result<(), String> {
     let cwd = &asked.cwd;
@@ -156,18 +193,34 @@ mod tests {
     fn a_zone_gets_its_own_prepared_sandbox_or_its_reason() {
         let mut plan: Plan = crate::approval::tests::plan(Vec::new());
         let view = vec![ViewEntry::new("/usr".into(), ViewKind::Read, None)];
-        let one = Prepared {
+        let one = Sandbox {
             view,
             ..Default::default()
         };
+        let rules = Rules {
+            profile: "p".into(),
+            read: vec!["/usr".into()],
+            ..Default::default()
+        };
+        let zones = |names: &[&str]| names.iter().map(|n| Some(n.to_string())).collect();
+        let made = |zones, made| Prepared {
+            zones,
+            rules: rules.clone(),
+            made,
+        };
         plan.prepared = vec![
-            (Some("agent".into()), Ok(one.clone())),
-            (Some("bad".into()), Err("names /proc".into())),
+            made(zones(&["agent", "push"]), Ok(one.clone())),
+            made(zones(&["bad"]), Err("names /proc".into())),
         ];
         assert_eq!(plan.prepared(Some("agent")), Ok(&one));
+        assert_eq!(plan.prepared(Some("push")), Ok(&one));
         assert_eq!(plan.prepared(Some("bad")), Err("names /proc".into()));
         let none = plan.prepared(None).unwrap_err();
         assert!(none.contains("no sandbox was prepared"), "{none}");
         assert!(plan.prepared(Some("other")).is_err());
+        // Each zone's rules are named for it; a zone that cannot run still has them.
+        assert_eq!(plan.rules("push").unwrap().zone.as_deref(), Some("push"));
+        assert_eq!(plan.rules("bad").unwrap().read, rules.read);
+        assert_eq!(plan.rules("other"), None);
     }
 }

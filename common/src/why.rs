@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{Plan, ProfilePlan};
+use crate::plan::Plan;
 
 /// What decides for one zone (or one profile run outside zones).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
@@ -36,64 +36,6 @@ pub struct Rules {
 }
 
 impl Rules {
-    /// The rules of `profile` (in `zone`) under `plan`; `host_sockets` are the host's
-    /// socket directories (`/run`, the runtime directory, the ssh-agent's).
-    pub fn of(
-        plan: &Plan,
-        profile: &ProfilePlan,
-        zone: Option<&str>,
-        host_sockets: &[PathBuf],
-    ) -> Rules {
-        let mut masked: Vec<(PathBuf, String)> = Vec::new();
-        for p in plan
-            .dirs
-            .config
-            .iter()
-            .chain([&plan.dirs.state, &plan.dirs.runtime])
-        {
-            masked.push((
-                p.clone(),
-                "wardcell's own directory, masked in every sandbox".into(),
-            ));
-        }
-        for p in plan.credential_files() {
-            masked.push((
-                p,
-                "a credential's secret file, masked in every sandbox".into(),
-            ));
-        }
-        for p in host_sockets {
-            masked.push((
-                p.clone(),
-                "where host services keep their sockets, masked unless `unix_sockets` names one"
-                    .into(),
-            ));
-        }
-        // Only what lies in the profile's own trees is told (the sandbox could see that
-        // it is masked anyway); never the paths of other zones' credential files.
-        masked.retain(|(m, _)| {
-            profile
-                .read
-                .iter()
-                .chain(&profile.write)
-                .any(|t| m.starts_with(t))
-        });
-        Rules {
-            zone: zone.map(str::to_string),
-            profile: profile.name.clone(),
-            read: profile.read.clone(),
-            write: profile.write.clone(),
-            deny: profile.deny.clone(),
-            unix_sockets: profile.unix_sockets.clone(),
-            masked,
-            allow: profile
-                .network
-                .enabled()
-                .then(|| profile.network.allow.clone()),
-            internal: profile.network.internal.clone(),
-        }
-    }
-
     /// How the answer names these rules: `zone 'agent'` or `profile 'p'`.
     pub fn named(&self) -> String {
         match &self.zone {
@@ -221,29 +163,26 @@ pub fn decide_path(rules: &Rules, path: &Path, write: bool) -> Verdict {
 /// `plan`; none for another name) shows it, and the zones of `plan` whose sandboxes may
 /// write it: what the approval request and `audit.decision` show of the command. A
 /// sandbox's own `/tmp`, `/dev` and `/proc` are never the host's, so nothing there is
-/// looked at. `host_env` is the environment `wardcell run` started in.
+/// looked at.
 pub fn command(
     plan: &Plan,
     target: &str,
     (argv, env, cwd): (&[String], &[(String, String)], &str),
-    host_env: &[(String, String)],
 ) -> (Option<PathBuf>, Vec<String>) {
-    let (Some(target), Some(argv0)) = (plan.zone(target), argv.first()) else {
+    let (Some(target), Some(argv0)) = (plan.rules(target), argv.first()) else {
         return (None, Vec::new());
     };
-    let sockets = crate::envrules::host_socket_dirs(host_env);
-    let rules = |z: &crate::plan::ZonePlan| Rules::of(plan, &z.profile, Some(&z.name), &sockets);
     let own = |p: &Path| OWN.iter().any(|(o, _, _)| p.starts_with(o));
     let may = |r: &Rules, p: &Path, write| !own(p) && decide_path(r, p, write).allowed;
-    let target = rules(target);
     let path = env
         .iter()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.as_str());
     let exe = crate::envrules::resolve(argv0, path, Path::new(cwd), &|p| may(&target, p, false));
     let writers = exe.iter().flat_map(|e| {
-        let writes = plan.zones.iter().filter(move |z| may(&rules(z), e, true));
-        writes.map(|z| z.name.clone())
+        let may_write =
+            |z: &&crate::plan::ZonePlan| plan.rules(&z.name).is_some_and(|r| may(&r, e, true));
+        plan.zones.iter().filter(may_write).map(|z| z.name.clone())
     });
     let writers = writers.collect();
     (exe, writers)

@@ -1925,21 +1925,10 @@ fn check_placeholder(v: &str) -> Result<(), String> {
             "{v:?} is not a variable name: letters, digits and `_`, not starting with a digit"
         ));
     }
-    // What the broker sets in every sandbox with network (wardcell-broker/src/spec.rs).
-    const SET_BY_WARDCELL: &[&str] = &[
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "NO_PROXY",
-        "no_proxy",
-        "SSL_CERT_FILE",
-        "CURL_CA_BUNDLE",
-        "GIT_SSL_CAINFO",
-        "REQUESTS_CA_BUNDLE",
-        "NODE_EXTRA_CA_CERTS",
-    ];
-    if v.starts_with("WARDCELL_") || SET_BY_WARDCELL.contains(&v) {
+    // What every sandbox with network gets from wardcell (wardcell/src/prepare.rs).
+    use wardcell_support::sandbox_env::{CA_VARS, NO_PROXY_VARS, PROXY_VARS};
+    let set_by_wardcell = [PROXY_VARS, NO_PROXY_VARS, CA_VARS].concat();
+    if v.starts_with("WARDCELL_") || set_by_wardcell.contains(&v) {
         return Err(format!(
             "{v:?} is one of the variables wardcell sets itself"
         ));
@@ -2763,6 +2752,17 @@ read = ["/own"]
             ),
             (
                 "hosts = [\"a\"]\nplaceholder = \"HTTPS_PROXY\"",
+                "placeholder",
+                "wardcell sets",
+            ),
+            // Every CA variable a sandbox's bundle is named by, not only the first few.
+            (
+                "hosts = [\"a\"]\nplaceholder = \"PIP_CERT\"",
+                "placeholder",
+                "wardcell sets",
+            ),
+            (
+                "hosts = [\"a\"]\nplaceholder = \"npm_config_cafile\"",
                 "placeholder",
                 "wardcell sets",
             ),

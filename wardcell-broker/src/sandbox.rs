@@ -212,11 +212,16 @@ pub fn complete<T>(
     let mark = peer::mark(pid, &run.id, number)
         .map_err(|e| BrokerError::Sandbox(format!("reading the sandbox's {}: {e}", peer::MARK)))?;
 
-    // Its limits: its cgroup, if one needs it, with the shim in it before the command.
+    // The sandbox prepared when the run started (wardcell_common::prepared), and its
+    // limits: its cgroup, if one needs it, with the shim in it before the command.
+    let prepared = run
+        .plan
+        .prepared(req.asked.zone)
+        .map_err(BrokerError::Refused)?;
     let cgroup = format!("wardcell-{}-s{number}", run.id);
     let profile = req.asked.profile;
     let machine = &run.plan.machine;
-    let limits = limits::Enforced::prepare(&profile.limits, &profile.name, &cgroup, machine)
+    let limits = limits::Enforced::prepare(&prepared.limits, &profile.name, &cgroup, machine)
         .map_err(BrokerError::Refused)?;
     limits.join(pid).map_err(BrokerError::Sandbox)?;
 

@@ -29,7 +29,7 @@ use wardcell_common::auditlog::{Rate, COUNTED_PER_SECOND};
 use wardcell_common::envrules;
 use wardcell_common::plan::ZonePlan;
 use wardcell_common::protocol::{self, ZoneEntry, ZoneRequest, ZoneResponse};
-use wardcell_common::why::{self, Rules};
+use wardcell_common::why;
 
 use crate::peer::{self, Peer};
 use crate::run::{Entry, Run};
@@ -177,12 +177,7 @@ impl Supervisor {
         }
         // The caller's loader, shell and tool variables never pass (envrules::entered).
         let (env, env_changes) = envrules::entered(env, &self.run.host_env);
-        let executable = why::command(
-            &self.run.plan,
-            &target,
-            (&argv, &env, peer.cwd()),
-            &self.run.host_env,
-        );
+        let executable = why::command(&self.run.plan, &target, (&argv, &env, peer.cwd()));
         let asked = Asked {
             peer: &peer,
             target,
@@ -198,15 +193,16 @@ impl Supervisor {
     /// `zone why`: the rules of this sandbox's zone and of each it may enter.
     fn why(&self, conn: &mut UnixStream, peer: &Peer) {
         let plan = &self.run.plan;
-        let sockets = envrules::host_socket_dirs(&self.run.host_env);
-        let rules = |z: &ZonePlan| Rules::of(plan, &z.profile, Some(&z.name), &sockets);
-        let Some(current) = plan.zone(self.zone()) else {
+        let Some(current) = plan.rules(self.zone()) else {
             return self.closed(peer, "its zone is not in the plan");
         };
         let enterable = chain::enterable(&plan.zones, &self.chain);
         let answer = ZoneResponse::Rules {
-            current: Box::new(rules(current)),
-            enterable: enterable.into_iter().map(rules).collect(),
+            current: Box::new(current),
+            enterable: enterable
+                .iter()
+                .filter_map(|z| plan.rules(&z.name))
+                .collect(),
         };
         let _ = protocol::write_frame(conn, &answer);
     }

@@ -225,7 +225,7 @@ fn limit_checks(r: &mut Report) -> serde_json::Map<String, serde_json::Value> {
     let mut out = serde_json::Map::new();
     for kind in Kind::ALL {
         // For processes, the built-in bound's mechanism (a bound below 300 may differ).
-        let (mechanism, level, text) = match machine.mechanism(kind, DEFAULT_PROCESSES) {
+        let (mechanism, level, text) = match crate::machine::mechanism(&machine, kind, DEFAULT_PROCESSES) {
             Ok(m) => (m, Level::Ok, describe(m).to_string()),
             // What cannot be enforced here is a warning, never OK: a profile that sets
             // it is refused (or, best effort, runs without it).

@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
-use wardcell_common::limits::{self, Kind, Limits, Machine, Mechanism};
+use wardcell_common::limits::{self, Bound, Kind, Limits, Machine, Mechanism};
 use wardcell_common::plan::Plan;
 
 /// Look at this machine. Reads the kernel's version always; the cgroup hierarchies only
@@ -44,7 +44,7 @@ pub fn for_plan(plan: &Plan) -> Machine {
     let free = [Ok(Mechanism::Rlimit), Ok(Mechanism::PidMax)];
     let needs = |l: &Limits| {
         l.set_ones()
-            .any(|(k, b)| k != Kind::Time && !free.contains(&quick.mechanism(k, b.value)))
+            .any(|(k, b)| k != Kind::Time && !free.contains(&mechanism(&quick, k, b.value)))
     };
     let start = plan.start_profile().map(|(_, p)| &p.limits);
     let zones = plan.zones.iter().map(|z| &z.profile.limits);
@@ -230,6 +230,91 @@ fn v1_dirs(mountinfo: &str, own: &str) -> Vec<(String, PathBuf)> {
     out
 }
 
+/// How `kind` bounded at `value` is enforced here, or why it cannot be. Processes:
+/// `RLIMIT_NPROC` when it binds (not root; Linux 5.14 and later), else the PID
+/// namespace's `pid_max` for a bound it can hold (`MIN_PID_MAX_BOUND` and up), else
+/// a cgroup. Both cost nothing at start-up; a cgroup costs moving the shim into it (a
+/// few ms: the kernel waits for an RCU grace period).
+pub fn mechanism(machine: &Machine, kind: Kind, value: u64) -> Result<Mechanism, String> {
+    let Some(ctrl) = limits::controller(kind) else {
+        return Ok(Mechanism::Timer);
+    };
+    if kind == Kind::Processes && machine.uid != 0 && machine.nproc_per_userns {
+        return Ok(Mechanism::Rlimit);
+    }
+    if kind == Kind::Processes && machine.pid_max_per_pidns && value >= limits::MIN_PID_MAX_BOUND {
+        return Ok(Mechanism::PidMax);
+    }
+    if machine
+        .v2
+        .as_ref()
+        .is_some_and(|(_, c)| c.iter().any(|c| c == ctrl))
+    {
+        return Ok(Mechanism::CgroupV2);
+    }
+    if machine.v1.iter().any(|(c, _)| c == ctrl) {
+        return Ok(Mechanism::CgroupV1);
+    }
+    let v2 = match &machine.v2 {
+        Some((dir, _)) => format!(
+            "the cgroup v2 directory {} does not offer the {ctrl} controller",
+            dir.display()
+        ),
+        None if machine.uid == 0 => "there is no writable cgroup v2 hierarchy".to_string(),
+        None => format!(
+            "no cgroup v2 subtree is delegated to uid {}, and cgroup v1 is root's",
+            machine.uid
+        ),
+    };
+    let v1 = if machine.uid == 0 {
+        format!(", nor is the cgroup v1 {ctrl} controller mounted")
+    } else {
+        String::new()
+    };
+    Err(match kind {
+        Kind::Processes if machine.uid == 0 => {
+            let pid_max = match machine.pid_max_per_pidns {
+                true => ", a PID namespace's pid_max holds no bound below 300",
+                false => "",
+            };
+            format!("root is exempt from RLIMIT_NPROC{pid_max}, and {v2}{v1}")
+        }
+        Kind::Processes => {
+            format!("before Linux 5.14 RLIMIT_NPROC counts all of the user's processes, and {v2}")
+        }
+        _ => format!("{v2}{v1}"),
+    })
+}
+
+/// How each limit of `limits` is enforced here; a limit that cannot be, and is not best
+/// effort, refuses the run with one line naming it and what to do.
+pub fn choose(
+    limits: &Limits,
+    machine: &Machine,
+    profile: &str,
+) -> Result<Vec<(Kind, Bound, Mechanism)>, String> {
+    let mut out = Vec::new();
+    for (kind, bound) in limits.set_ones() {
+        let mechanism = match mechanism(machine, kind, bound.value) {
+            Ok(m) => m,
+            Err(_) if bound.best_effort => Mechanism::None,
+            Err(why) => {
+                let instead = match machine.uid {
+                    0 => "",
+                    _ => "run as root or in a delegated cgroup (`systemd-run --user --scope -p Delegate=yes wardcell run ...`), or ",
+                };
+                return Err(format!(
+                    "profile '{profile}' sets limits.{} = {}, which this machine cannot enforce: {why}; {instead}set best_effort = true in the profile's limits to run without it",
+                    kind.name(),
+                    kind.show(bound.value)
+                ));
+            }
+        };
+        out.push((kind, bound, mechanism));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,5 +345,118 @@ mod tests {
         assert!(rw);
         assert!(at_least("5.14.0-rc1", (5, 14)) && at_least("6.1.0", (5, 14)));
         assert!(!at_least("5.13.19", (5, 14)) && !at_least("", (5, 14)));
+    }
+
+    fn machine(uid: u32, v2: &[&str], v1: &[&str]) -> Machine {
+        Machine {
+            uid,
+            nproc_per_userns: true,
+            pid_max_per_pidns: false,
+            v2: (!v2.is_empty()).then(|| {
+                (
+                    PathBuf::from("/sys/fs/cgroup/user.slice"),
+                    v2.iter().map(|s| s.to_string()).collect(),
+                )
+            }),
+            v1: v1
+                .iter()
+                .map(|c| (c.to_string(), PathBuf::from(format!("/sys/fs/cgroup/{c}"))))
+                .collect(),
+        }
+    }
+
+    fn bound(value: u64, best_effort: bool) -> Option<Bound> {
+        Some(Bound { value, best_effort })
+    }
+
+    #[test]
+    fn each_limit_gets_the_mechanism_that_really_bounds_it() {
+        let all = Limits {
+            processes: bound(100, false),
+            memory: bound(1 << 30, false),
+            cpu: bound(50, false),
+            time: bound(60, false),
+        };
+        let mechs = |m: &Machine| -> Vec<Mechanism> {
+            choose(&all, m, "p").unwrap().iter().map(|c| c.2).collect()
+        };
+        use Mechanism::*;
+        // A user with a delegated v2 subtree: RLIMIT_NPROC for processes (no cgroup
+        // needed for the default), the cgroup for the rest.
+        let m = machine(1000, &["cpu", "memory", "pids"], &[]);
+        assert_eq!(mechs(&m), [Rlimit, CgroupV2, CgroupV2, Timer]);
+        // Root is exempt from RLIMIT_NPROC: a cgroup, v2 first, else v1.
+        assert_eq!(
+            mechs(&machine(0, &["cpu", "memory", "pids"], &["pids"])),
+            [CgroupV2; 3]
+                .iter()
+                .copied()
+                .chain([Timer])
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            mechs(&machine(0, &[], &["pids", "memory", "cpu"])),
+            [CgroupV1, CgroupV1, CgroupV1, Timer]
+        );
+        // Before 5.14 RLIMIT_NPROC counts the user's processes everywhere.
+        let mut old = machine(1000, &["pids"], &[]);
+        old.nproc_per_userns = false;
+        assert_eq!(mechanism(&old, Kind::Processes, 100), Ok(CgroupV2));
+        // Linux 6.14 and later: root's bound of 300 or more is its PID namespace's
+        // pid_max, free at start-up; a smaller one still needs the cgroup.
+        let mut new = machine(0, &[], &["pids"]);
+        new.pid_max_per_pidns = true;
+        assert_eq!(mechanism(&new, Kind::Processes, 4096), Ok(PidMax));
+        assert_eq!(mechanism(&new, Kind::Processes, 299), Ok(CgroupV1));
+        old.pid_max_per_pidns = true;
+        assert_eq!(mechanism(&old, Kind::Processes, 300), Ok(PidMax));
+    }
+
+    #[test]
+    fn a_limit_that_cannot_be_enforced_refuses_unless_best_effort() {
+        let m = machine(61234, &[], &[]);
+        let mut l = Limits {
+            memory: bound(2 << 30, false),
+            ..Limits::default()
+        };
+        let e = choose(&l, &m, "dev").unwrap_err();
+        assert!(
+            e.starts_with("profile 'dev' sets limits.memory = 2G, which this machine cannot enforce: no cgroup v2 subtree is delegated to uid 61234"),
+            "{e}"
+        );
+        assert!(e.contains("best_effort = true"), "{e}");
+        l.memory = bound(2 << 30, true);
+        assert_eq!(
+            choose(&l, &m, "dev").unwrap(),
+            [(Kind::Memory, l.memory.unwrap(), Mechanism::None)]
+        );
+        // The sandbox runs without it, and says so (`sandbox.limit_unenforced`).
+        let enforced =
+            limits::Enforced::prepare(&choose(&l, &m, "dev").unwrap(), "dev", "wardcell-test", &m)
+                .unwrap();
+        let unenforced = enforced.unenforced();
+        assert_eq!(unenforced.len(), 1);
+        assert_eq!(
+            (unenforced[0].0, unenforced[0].1.as_str()),
+            ("memory", "2G")
+        );
+        assert_eq!(
+            unenforced[0].2,
+            "warning: limits.memory = 2G of profile 'dev' is best effort, and nothing on this machine enforces it: the sandbox runs without it (`wardcell doctor` says what would)"
+        );
+        // One that is enforced is not listed.
+        l.time = bound(60, true);
+        let enforced =
+            limits::Enforced::prepare(&choose(&l, &m, "dev").unwrap(), "dev", "wardcell-test", &m)
+                .unwrap();
+        assert_eq!(enforced.unenforced().len(), 1);
+        // Root without a pids controller anywhere: RLIMIT_NPROC would not bind it.
+        let l = Limits {
+            processes: bound(10, false),
+            ..Limits::default()
+        };
+        let e = choose(&l, &machine(0, &["memory"], &["memory"]), "p").unwrap_err();
+        assert!(e.contains("root is exempt from RLIMIT_NPROC"), "{e}");
+        assert!(e.contains("does not offer the pids controller"), "{e}");
     }
 }

@@ -211,7 +211,10 @@ fn profile(out: &mut Vec<String>, p: &ProfilePlan, indent: &str) {
         .set_ones()
         .map(|(kind, b)| {
             // A best-effort limit this machine cannot enforce is shown as not applied.
-            let effort = match (b.best_effort, machine().mechanism(kind, b.value)) {
+            let effort = match (
+                b.best_effort,
+                crate::machine::mechanism(machine(), kind, b.value),
+            ) {
                 (false, _) => "",
                 (true, Ok(_)) => " (best effort)",
                 (true, Err(_)) => " (best effort: not enforced on this machine)",

@@ -230,10 +230,10 @@ pub fn why(
     let plan = resolve::resolve(&host.config, start, Vec::new(), &host.context)?;
     let env = envrules::text_vars();
     let sockets = envrules::host_socket_dirs(&env);
-    let rules_of = |z: &ZonePlan| Rules::of(&plan, &z.profile, Some(&z.name), &sockets);
+    let rules_of = |z: &ZonePlan| crate::why::rules_of(&plan, &z.profile, Some(&z.name), &sockets);
     let all: Vec<Rules> = plan.zones.iter().map(rules_of).collect();
     let current = match plan.start_profile() {
-        Some((zone, p)) => Rules::of(&plan, p, zone, &sockets),
+        Some((zone, p)) => crate::why::rules_of(&plan, p, zone, &sockets),
         None => {
             return Err(Error::Refused(
                 "the plan has no zone or profile to start in".into(),
@@ -256,7 +256,7 @@ fn enforceable_here(
         return Ok(());
     }
     let machine = machine.get_or_init(|| crate::machine::probe(true));
-    limits::choose(limits, machine, profile).map(|_| ())
+    crate::machine::choose(limits, machine, profile).map(|_| ())
 }
 
 #[cfg(test)]

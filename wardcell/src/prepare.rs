@@ -17,6 +17,7 @@
 //! The broker adds what a request brings (the command, its directory, the caller's
 //! environment) when a sandbox is asked for, and decides who may ask.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use wardcell_common::envrules;
@@ -26,7 +27,7 @@ use wardcell_common::plan::{
     Plan, ProfilePlan, SecretPlan, Start, ViewEntry, ViewKind, PLACEHOLDER_VALUE,
     SANDBOX_CA_BUNDLE, SANDBOX_PROXY_PORT,
 };
-use wardcell_common::prepared::{Prepared, PreparedEnv};
+use wardcell_common::prepared::{missing_own_dir, Prepared, PreparedEnv, Sandbox};
 use wardcell_support::sandbox_env::{self, CA_VARS, NO_PROXY_VARS, PROXY_VARS, SYSTEM_ROOTS};
 
 use crate::recorded::Recorded;
@@ -52,24 +53,57 @@ pub fn prepare(
     plan.pinned = pinned(plan, broker, host_env);
     let ids = record_identities(plan, host_env);
     let fs: (Look, Look) = (&|p: &Path| p.exists(), &Path::is_symlink);
-    let mut prepared = Vec::new();
-    for z in &plan.zones {
-        let zone = Some(z.name.as_str());
-        let made = prepare_one(
-            plan,
-            &ids,
-            host_env,
-            (zone, &z.profile, z.authenticated),
-            fs,
-        );
-        prepared.push((Some(z.name.clone()), made));
-    }
-    if let Start::Profile(p) = &plan.start {
-        let made = prepare_one(plan, &ids, host_env, (None, p, true), fs);
-        prepared.push((None, made));
-    }
-    plan.prepared = prepared;
+    plan.prepared = prepare_all(plan, &ids, host_env, fs);
     Ok(())
+}
+
+/// Step 4 for every sandbox the run may build.
+fn prepare_all(
+    plan: &Plan,
+    ids: &Recorded,
+    host_env: &[(String, String)],
+    fs: (Look, Look),
+) -> Vec<Prepared> {
+    // Zones of one profile (the same, to the last path: the start zone's may have the
+    // run's flags applied) and one kind share one: a plan of thousands of zones stays
+    // small, and each view is made once.
+    let mut sandboxes: Vec<(Option<&str>, &ProfilePlan, bool)> = Vec::new();
+    let zones = plan.zones.iter();
+    sandboxes.extend(zones.map(|z| (Some(z.name.as_str()), &z.profile, z.authenticated)));
+    if let Start::Profile(p) = &plan.start {
+        sandboxes.push((None, p, true));
+    }
+    let mut shared: HashMap<(&str, bool, bool), Vec<usize>> = HashMap::new();
+    let sockets = envrules::host_socket_dirs(host_env);
+    let mut prepared: Vec<Prepared> = Vec::new();
+    for (zone, profile, authenticated) in sandboxes {
+        let kind = (profile.name.as_str(), authenticated, zone.is_some());
+        let same = shared.entry(kind).or_default();
+        let alike = |i: &usize| first_profile(plan, &prepared[*i].zones) == Some(profile);
+        if let Some(i) = same.iter().copied().find(alike) {
+            prepared[i].zones.push(zone.map(str::to_string));
+            continue;
+        }
+        same.push(prepared.len());
+        prepared.push(Prepared {
+            zones: vec![zone.map(str::to_string)],
+            // Named for each zone as it is asked about (`Plan::rules`).
+            rules: crate::why::rules_of(plan, profile, None, &sockets),
+            made: prepare_one(plan, ids, host_env, (zone, profile, authenticated), fs),
+        });
+    }
+    prepared
+}
+
+/// The profile of the first of `zones` (`None`: `run --profile`'s).
+fn first_profile<'p>(plan: &'p Plan, zones: &[Option<String>]) -> Option<&'p ProfilePlan> {
+    match zones.first()? {
+        Some(name) => plan.zone(name).map(|z| &z.profile),
+        None => match &plan.start {
+            Start::Profile(p) => Some(p),
+            Start::Zone(_) => None,
+        },
+    }
 }
 
 /// wardcell's own directories (the runtime and state ones, the user's configuration
@@ -250,17 +284,12 @@ fn own_dirs_now(
     exists: &dyn Fn(&Path) -> bool,
     is_symlink: &dyn Fn(&Path) -> bool,
 ) -> Result<(), String> {
-    let write = &profile.write;
     for p in &plan.dirs.all() {
-        if let Some((link, w)) = symlink_in_writable_tree(p, write, is_symlink) {
+        if let Some((link, w)) = symlink_in_writable_tree(p, &profile.write, is_symlink) {
             return Err(link_refusal(p, &link, &profile.name, &w));
         }
-        if let Some(w) = inside(p, write).filter(|_| !exists(p)) {
-            let (p, name, w) = (p.display(), &profile.name, w.display());
-            return Err(format!("{p} does not exist and profile '{name}' lets the sandbox write {w}, so it could create it; create {p} (an empty directory will do) or narrow the profile"));
-        }
     }
-    Ok(())
+    missing_own_dir(plan, profile, exists)
 }
 
 /// What a path is, asked of the filesystem (or of a test).
@@ -274,8 +303,10 @@ fn prepare_one(
     host_env: &[(String, String)],
     (zone, profile, authenticated): (Option<&str>, &ProfilePlan, bool),
     (exists, is_symlink): (Look, Look),
-) -> Result<Prepared, String> {
+) -> Result<Sandbox, String> {
     own_dirs_now(plan, profile, exists, is_symlink)?;
+    // A limit, not best effort, that nothing here can enforce: the profile cannot run.
+    let limits = crate::machine::choose(&profile.limits, &plan.machine, &profile.name)?;
     let mut denied = plan.dirs.all();
     denied.extend(plan.credential_files());
     let masks = masks(profile, &denied, host_env);
@@ -308,7 +339,7 @@ fn prepare_one(
     let proxy_port = network.then_some(SANDBOX_PROXY_PORT);
     let bundle = intercept || !ca_files.is_empty();
     let env = env_of(plan, ids, profile, host_env, (intercept, bundle));
-    Ok(Prepared {
+    Ok(Sandbox {
         view,
         masks,
         denied,
@@ -318,6 +349,7 @@ fn prepare_one(
         tcp_connect: proxy_port.into_iter().chain(egress_ports.clone()).collect(),
         egress_ports,
         env,
+        limits,
     })
 }
 
@@ -422,11 +454,14 @@ fn env_of(
     host_env: &[(String, String)],
     (intercept, bundle): (bool, bool),
 ) -> PreparedEnv {
-    let placeholders = match intercept {
+    let ours = [PROXY_VARS, NO_PROXY_VARS, CA_VARS].concat();
+    // A placeholder named like a variable wardcell sets is not set (the configuration
+    // refuses one; wardcell's own value wins).
+    let mut placeholders = match intercept {
         true => placeholder_env(plan, &profile.credentials),
         false => Vec::new(),
     };
-    let ours = [PROXY_VARS, NO_PROXY_VARS, CA_VARS].concat();
+    placeholders.retain(|(k, _)| !ours.contains(&k.as_str()));
     let mut removed = vec!["SSH_AUTH_SOCK".to_string()];
     removed.extend(placeholders.iter().map(|(k, _)| k.clone()));
     removed.extend(ours.iter().map(|k| k.to_string()));
@@ -551,6 +586,26 @@ mod network_tests {
         assert_eq!(values(true), [PLACEHOLDER_VALUE]);
         // Not attached here: the profile's own value, never the caller's.
         assert_eq!(values(false), ["from-the-profile"]);
+    }
+
+    #[test]
+    fn a_placeholder_never_takes_the_place_of_a_variable_wardcell_sets() {
+        let mut plan = plan();
+        plan.credentials[0].placeholder = Some("PIP_CERT".into());
+        let mut p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
+        p.network.allow = vec!["git.example.com:443".into()];
+        p.credentials = vec!["git".into()];
+        let argv = vec!["true".to_string()];
+        let mut r = req(&plan, &p, &argv, Path::new("/home/u/src"));
+        r.asked.authenticated = true;
+        let spec = build(&r, &|_| true).unwrap();
+        let set: Vec<&str> = spec
+            .env
+            .iter()
+            .filter(|(k, _)| k == "PIP_CERT")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(set, [SANDBOX_CA_BUNDLE]);
     }
 }
 
@@ -906,5 +961,58 @@ pub(crate) mod tests {
         let spec = build(&req(&plan, &p, &argv, Path::new("/home/u/src")), &|_| true).unwrap();
         assert!(!masks(&spec).contains(&PathBuf::from("/run")));
         assert!(masks(&spec).contains(&PathBuf::from("/run/user/1000")));
+    }
+
+    #[test]
+    fn zones_of_one_profile_share_one_prepared_sandbox() {
+        use wardcell_common::plan::ZonePlan;
+        let mut plan = plan();
+        let zone = |name: &str, profile: &ProfilePlan, authenticated| ZonePlan {
+            name: name.into(),
+            description: None,
+            default: false,
+            enter_from: Vec::new(),
+            requires_approval: false,
+            approval_timeout_secs: None,
+            authenticated,
+            profile: profile.clone(),
+        };
+        let p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
+        let mut flagged = p.clone();
+        flagged.read.push("/etc".into());
+        plan.zones = vec![
+            zone("agent", &flagged, false),
+            zone("a", &p, false),
+            zone("b", &p, false),
+            zone("push", &p, true),
+        ];
+        let fs: (Look, Look) = (&|_| true, &|_| false);
+        let all = prepare_all(&plan, &recorded(), host_env(), fs);
+        let served: Vec<Vec<Option<String>>> = all.iter().map(|p| p.zones.clone()).collect();
+        let names = |n: &[&str]| n.iter().map(|n| Some(n.to_string())).collect::<Vec<_>>();
+        // The start zone's profile, with a run's flags, is its own; an authenticated
+        // zone's sandbox differs (its proxy may attach credentials).
+        assert_eq!(
+            served,
+            [names(&["agent"]), names(&["a", "b"]), names(&["push"])]
+        );
+        plan.prepared = all;
+        let read = |z: &str| plan.prepared(Some(z)).unwrap().view.len();
+        assert_eq!(read("a"), read("b"));
+        assert_eq!(read("agent"), read("a") + 1);
+    }
+
+    #[test]
+    fn a_directory_of_ours_missing_when_asked_for_is_refused_where_it_could_be_planted() {
+        // Prepared while it existed (as the run started); gone by the time a sandbox
+        // that writes its parent is asked for (these paths do not exist here).
+        let plan = plan();
+        let p = profile(&["/usr", "/home/u"], &["/home/u"]);
+        let argv = vec!["true".to_string()];
+        let e = build(&req(&plan, &p, &argv, Path::new("/home/u/src")), &|_| true).unwrap_err();
+        assert!(
+            e.starts_with("/home/u/.config/wardcell does not exist and profile 'p' lets the sandbox write /home/u"),
+            "{e}"
+        );
     }
 }

@@ -12,11 +12,11 @@ use std::sync::OnceLock;
 
 use nix::{fcntl, unistd};
 
+use wardcell_common::paths;
 use wardcell_common::plan::{Plan, PlanTrace};
 use wardcell_common::protocol::{self, Launch};
 use wardcell_common::terminal;
 use wardcell_common::trace;
-use wardcell_common::{limits, paths};
 use wardcell_config::resolve::{self, StartRequest};
 
 use crate::agent_home::SANDBOX_STATE;
@@ -143,7 +143,8 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
         crate::checks::runnable(profile, open_file_limit()).map_err(Error::Refused)?;
         // A limit, not best effort, that nothing here can enforce (the broker checks again
         // as it makes each sandbox).
-        limits::choose(&profile.limits, &plan.machine, &profile.name).map_err(Error::Refused)?;
+        crate::machine::choose(&profile.limits, &plan.machine, &profile.name)
+            .map_err(Error::Refused)?;
     }
     for line in crate::checks::missing_writes(&plan) {
         wardcell_common::eprintln_line!("{}", crate::output::shown(&line));

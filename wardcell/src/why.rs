@@ -8,8 +8,66 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 
+use wardcell_common::plan::{Plan, ProfilePlan};
 pub use wardcell_common::why::Rules;
 use wardcell_common::why::{decide_path, Verdict};
+
+/// The rules of `profile` (in `zone`) under `plan`; `host_sockets` are the host's
+/// socket directories (`/run`, the runtime directory, the ssh-agent's).
+pub fn rules_of(
+    plan: &Plan,
+    profile: &ProfilePlan,
+    zone: Option<&str>,
+    host_sockets: &[PathBuf],
+) -> Rules {
+    let mut masked: Vec<(PathBuf, String)> = Vec::new();
+    for p in plan
+        .dirs
+        .config
+        .iter()
+        .chain([&plan.dirs.state, &plan.dirs.runtime])
+    {
+        masked.push((
+            p.clone(),
+            "wardcell's own directory, masked in every sandbox".into(),
+        ));
+    }
+    for p in plan.credential_files() {
+        masked.push((
+            p,
+            "a credential's secret file, masked in every sandbox".into(),
+        ));
+    }
+    for p in host_sockets {
+        masked.push((
+            p.clone(),
+            "where host services keep their sockets, masked unless `unix_sockets` names one".into(),
+        ));
+    }
+    // Only what lies in the profile's own trees is told (the sandbox could see that
+    // it is masked anyway); never the paths of other zones' credential files.
+    masked.retain(|(m, _)| {
+        profile
+            .read
+            .iter()
+            .chain(&profile.write)
+            .any(|t| m.starts_with(t))
+    });
+    Rules {
+        zone: zone.map(str::to_string),
+        profile: profile.name.clone(),
+        read: profile.read.clone(),
+        write: profile.write.clone(),
+        deny: profile.deny.clone(),
+        unix_sockets: profile.unix_sockets.clone(),
+        masked,
+        allow: profile
+            .network
+            .enabled()
+            .then(|| profile.network.allow.clone()),
+        internal: profile.network.internal.clone(),
+    }
+}
 
 /// What is asked about.
 #[derive(Debug, Clone, PartialEq, Eq)]
