@@ -20,8 +20,6 @@ use sha2::{Digest, Sha256};
 /// `prev` of the first line.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
-pub const CATEGORIES: &[&str] = &["run", "audit", "proxy", "sandbox"];
-
 /// Hex SHA-256 of a line (without its newline).
 pub fn hash_line(line: &str) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";

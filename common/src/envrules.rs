@@ -54,13 +54,6 @@ fn prepend_path(env: &mut Vec<(String, String)>, dir: &str) {
     }
 }
 
-/// Sandbox tools that cannot work inside a sandbox, where no process can make namespaces.
-/// Each name is a link to the client in [`SANDBOX_TOOL_DIRS`]' directory, which goes first
-/// on a sandbox's `PATH`: a tool looked up by name then gets one line saying wardcell is
-/// already the sandbox, not the kernel's "Operation not permitted" and the tool's guess at
-/// why (bwrap's sends one to change a sysctl).
-pub const SANDBOX_TOOLS: [&str; 3] = ["bwrap", "firejail", "nsjail"];
-
 /// Where those links are: a directory beside the client (a build or a copy), or the
 /// package's, in that order.
 pub const SANDBOX_TOOL_DIRS: [&str; 2] = ["wardcell-nested", "/usr/libexec/wardcell/nested"];
@@ -250,31 +243,6 @@ pub fn text_vars() -> Vec<(String, String)> {
     std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect()
-}
-
-/// Where host services keep their sockets. Masked unless a profile names a path in them.
-pub const HOST_SOCKET_DIRS: &[&str] = &["/run", "/var/run"];
-
-/// Host socket locations from the caller's environment: the runtime directory and the
-/// directory of the ssh-agent socket.
-pub fn host_socket_dirs(env: &[(String, String)]) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = HOST_SOCKET_DIRS.iter().map(PathBuf::from).collect();
-    for (k, v) in env {
-        let p = Path::new(v);
-        if !p.is_absolute() {
-            continue;
-        }
-        match k.as_str() {
-            "XDG_RUNTIME_DIR" => out.push(p.to_path_buf()),
-            "SSH_AUTH_SOCK" => {
-                if let Some(dir) = p.parent().filter(|d| *d != Path::new("/")) {
-                    out.push(dir.to_path_buf());
-                }
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 #[cfg(test)]

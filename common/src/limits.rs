@@ -55,8 +55,6 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Processes, Kind::Memory, Kind::Cpu, Kind::Time];
-
     /// Its key in `limits`.
     pub fn name(self) -> &'static str {
         match self {
@@ -77,38 +75,6 @@ impl Kind {
         }
     }
 }
-
-impl Limits {
-    pub fn get(&self, kind: Kind) -> Option<Bound> {
-        match kind {
-            Kind::Processes => self.processes,
-            Kind::Memory => self.memory,
-            Kind::Cpu => self.cpu,
-            Kind::Time => self.time,
-        }
-    }
-
-    pub fn set(&mut self, kind: Kind, bound: Option<Bound>) {
-        *match kind {
-            Kind::Processes => &mut self.processes,
-            Kind::Memory => &mut self.memory,
-            Kind::Cpu => &mut self.cpu,
-            Kind::Time => &mut self.time,
-        } = bound;
-    }
-
-    /// Each limit that is set, in [`Kind::ALL`]'s order.
-    pub fn set_ones(&self) -> impl Iterator<Item = (Kind, Bound)> + '_ {
-        Kind::ALL
-            .into_iter()
-            .filter_map(|k| self.get(k).map(|b| (k, b)))
-    }
-}
-
-/// The least `processes` a PID namespace's `pid_max` holds: the kernel's least `pid_max`
-/// is 301 (once PIDs wrap it reuses them from 300 up, so a fork may then fail up to 299
-/// processes below the bound; never above it).
-pub const MIN_PID_MAX_BOUND: u64 = 300;
 
 /// The kernel's greatest `pid_max` (`PID_MAX_LIMIT` on 64-bit).
 pub const PID_MAX_LIMIT: u64 = 4 * 1024 * 1024;

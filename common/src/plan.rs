@@ -178,17 +178,6 @@ impl Plan {
             .filter_map(|c| c.placeholder.clone());
         read.chain(placeholders).collect()
     }
-
-    /// Files some credential reads: masked in every sandbox.
-    pub fn credential_files(&self) -> Vec<PathBuf> {
-        self.credentials
-            .iter()
-            .filter_map(|c| match &c.secret {
-                SecretPlan::File(p) => Some(p.clone()),
-                _ => None,
-            })
-            .collect()
-    }
 }
 
 /// What a sandbox finds in a credential's `placeholder` variable: fixed, public, and
@@ -307,17 +296,6 @@ pub struct ProfilePlan {
     pub links: Vec<(PathBuf, PathBuf)>,
     /// `limits`, `extends` applied: what bounds each of this profile's sandboxes.
     pub limits: crate::limits::Limits,
-}
-
-impl ProfilePlan {
-    /// Every path this profile names, for recording identities.
-    pub fn paths(&self) -> impl Iterator<Item = &PathBuf> {
-        self.read
-            .iter()
-            .chain(&self.write)
-            .chain(&self.deny)
-            .chain(&self.unix_sockets)
-    }
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -52,10 +52,6 @@ impl Throttle {
     pub fn take_held(&mut self) -> u64 {
         std::mem::take(&mut self.held)
     }
-
-    pub fn per_second(&self) -> u32 {
-        self.per_second
-    }
 }
 
 #[cfg(test)]

@@ -297,10 +297,12 @@ impl Config {
         let mut limits = wardcell_common::limits::Limits::default();
         for p in &chain {
             for (kind, bound) in &p.limits {
-                limits.set(*kind, *bound);
+                crate::sizes::set(&mut limits, *kind, *bound);
             }
         }
-        out.limits = limits.set_ones().map(|(k, b)| (k, Some(b))).collect();
+        out.limits = crate::sizes::set_ones(&limits)
+            .map(|(k, b)| (k, Some(b)))
+            .collect();
         out.extends = own.extends.clone();
         Some(out)
     }
@@ -2020,7 +2022,7 @@ mod tests {
         let limits = |name: &str| {
             let mut l = wardcell_common::limits::Limits::default();
             for (k, v) in c.effective_profile(name).unwrap().limits {
-                l.set(k, v);
+                crate::sizes::set(&mut l, k, v);
             }
             l
         };

@@ -445,7 +445,7 @@ fn resolve_effective(
         resolve_sockets(&p.unix_sockets, home, cwd, getenv, &mut skipped, &mut links);
     let mut limits = wardcell_common::limits::Limits::default();
     for (kind, bound) in &p.limits {
-        limits.set(*kind, *bound);
+        crate::sizes::set(&mut limits, *kind, *bound);
     }
     Ok(ProfilePlan {
         name: p.name,

@@ -1,7 +1,36 @@
 //! A profile's limits as zones.toml writes them: sizes and CPU shares read (shown back
 //! by `wardcell_common::limits::show_size` and `Kind::show`).
 
-use wardcell_common::limits::{show_size, UNITS};
+use wardcell_common::limits::{show_size, Bound, Kind, Limits, UNITS};
+
+/// Every limit, in the order they are listed and chosen.
+pub const ALL: [Kind; 4] = [Kind::Processes, Kind::Memory, Kind::Cpu, Kind::Time];
+
+/// One of `limits`.
+pub fn get(limits: &Limits, kind: Kind) -> Option<Bound> {
+    match kind {
+        Kind::Processes => limits.processes,
+        Kind::Memory => limits.memory,
+        Kind::Cpu => limits.cpu,
+        Kind::Time => limits.time,
+    }
+}
+
+/// Set one of `limits`.
+pub fn set(limits: &mut Limits, kind: Kind, bound: Option<Bound>) {
+    *match kind {
+        Kind::Processes => &mut limits.processes,
+        Kind::Memory => &mut limits.memory,
+        Kind::Cpu => &mut limits.cpu,
+        Kind::Time => &mut limits.time,
+    } = bound;
+}
+
+/// Each limit of `limits` that is set, in [`ALL`]'s order.
+pub fn set_ones(limits: &Limits) -> impl Iterator<Item = (Kind, Bound)> + '_ {
+    ALL.into_iter()
+        .filter_map(|k| get(limits, k).map(|b| (k, b)))
+}
 
 /// The bound of the built-in profiles (`base`): far above what a real build runs at once
 /// (a parallel build's compilers, linkers and test threads: hundreds), far below what a

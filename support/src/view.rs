@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use wardcell_common::plan::{ViewEntry, ViewKind};
+use wardcell_common::plan::{Plan, ProfilePlan, SecretPlan, ViewEntry, ViewKind};
 
 /// The masks of `view` that the view holds by construction, and the read-only tree each
 /// is held in: a mask (with no socket kept reachable inside it, not inside another
@@ -100,6 +100,46 @@ pub fn held(view: &[ViewEntry], masks: &[PathBuf]) -> Vec<(PathBuf, PathBuf)> {
     let mut out: Vec<_> = masked.chain(read_only).collect();
     out.sort();
     out.dedup();
+    out
+}
+
+/// Files some credential of `plan` reads: masked in every sandbox.
+pub fn credential_files(plan: &Plan) -> Vec<PathBuf> {
+    let files = plan.credentials.iter().filter_map(|c| match &c.secret {
+        SecretPlan::File(p) => Some(p.clone()),
+        _ => None,
+    });
+    files.collect()
+}
+
+/// Every path `profile` names, for recording identities.
+pub fn profile_paths(profile: &ProfilePlan) -> impl Iterator<Item = &PathBuf> {
+    let named = profile.read.iter().chain(&profile.write);
+    named.chain(&profile.deny).chain(&profile.unix_sockets)
+}
+
+/// Where host services keep their sockets. Masked unless a profile names a path in them.
+pub const HOST_SOCKET_DIRS: &[&str] = &["/run", "/var/run"];
+
+/// Host socket locations from the caller's environment: the runtime directory and the
+/// directory of the ssh-agent socket.
+pub fn host_socket_dirs(env: &[(String, String)]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = HOST_SOCKET_DIRS.iter().map(PathBuf::from).collect();
+    for (k, v) in env {
+        let p = Path::new(v);
+        if !p.is_absolute() {
+            continue;
+        }
+        match k.as_str() {
+            "XDG_RUNTIME_DIR" => out.push(p.to_path_buf()),
+            "SSH_AUTH_SOCK" => {
+                if let Some(dir) = p.parent().filter(|d| *d != Path::new("/")) {
+                    out.push(dir.to_path_buf());
+                }
+            }
+            _ => {}
+        }
+    }
     out
 }
 

@@ -23,7 +23,7 @@ pub fn missing_writes(plan: &wardcell_common::plan::Plan) -> Vec<String> {
 /// The descriptors a sandbox of this profile needs while its view is built: two per
 /// path (the tree, and its copy for Landlock or the mount), and [`OPEN_FILES_BASE`].
 pub fn open_files_needed(p: &ProfilePlan) -> u64 {
-    2 * p.paths().count() as u64 + OPEN_FILES_BASE
+    2 * wardcell_support::view::profile_paths(p).count() as u64 + OPEN_FILES_BASE
 }
 
 /// What `run` would refuse about a sandbox of this profile before building it, in one
@@ -48,7 +48,7 @@ pub fn runnable(p: &ProfilePlan, open_files: Option<u64>) -> Result<(), String> 
         Some(limit) if limit < needed => Err(format!(
             "profile '{}' names {} paths, and building its sandbox needs about {needed} open files, above this session's hard open-file limit of {limit}: raise it (as root, `ulimit -Hn {needed}`; for a service, LimitNOFILE=) or name fewer paths in the profile",
             p.name,
-            p.paths().count()
+            wardcell_support::view::profile_paths(p).count()
         )),
         _ => Ok(()),
     }

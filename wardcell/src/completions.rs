@@ -412,7 +412,7 @@ fn values(
             ids.extend(src.run_ids());
             ids
         }
-        "category" => wardcell_common::audit::CATEGORIES
+        "category" => crate::logs::CATEGORIES
             .iter()
             .map(|c| c.to_string())
             .collect(),

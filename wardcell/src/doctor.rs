@@ -223,7 +223,7 @@ fn limit_checks(r: &mut Report) -> serde_json::Map<String, serde_json::Value> {
     use wardcell_config::sizes::DEFAULT_PROCESSES;
     let machine = crate::machine::probe(true);
     let mut out = serde_json::Map::new();
-    for kind in Kind::ALL {
+    for kind in wardcell_config::sizes::ALL {
         // For processes, the built-in bound's mechanism (a bound below 300 may differ).
         let (mechanism, level, text) = match crate::machine::mechanism(&machine, kind, DEFAULT_PROCESSES) {
             Ok(m) => (m, Level::Ok, describe(m).to_string()),

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::chain::{Checker, Lines, Verdict};
-use wardcell_common::audit;
 use wardcell_common::paths;
 use wardcell_common::text::shown;
 use wardcell_support::text::shell_words;
@@ -16,6 +15,9 @@ use crate::cli::{Output, ShowOutput};
 use crate::context;
 use crate::error::Error;
 use crate::output;
+
+/// The categories of the audit log's events (docs/OUTPUT.md).
+pub const CATEGORIES: &[&str] = &["run", "audit", "proxy", "sandbox"];
 
 fn runs_dir() -> Result<PathBuf, Error> {
     let host = context::load_dirs()?;
@@ -404,10 +406,10 @@ fn summary(v: &Value) -> String {
 /// over is said to be so.
 pub fn show(id: &str, category: Option<&str>, format: ShowOutput) -> Result<(), Error> {
     if let Some(c) = category {
-        if !audit::CATEGORIES.contains(&c) {
+        if !CATEGORIES.contains(&c) {
             return Err(Error::Usage(format!(
                 "unknown category '{c}': use one of {}",
-                audit::CATEGORIES.join(", ")
+                CATEGORIES.join(", ")
             )));
         }
     }
@@ -743,7 +745,7 @@ mod tests {
     #[test]
     fn timestamps_read_back() {
         for ms in [0, 1_764_751_932_123, 951_782_400_000, 4_107_542_399_999] {
-            assert_eq!(millis(&audit::rfc3339(ms)), Some(ms));
+            assert_eq!(millis(&wardcell_common::audit::rfc3339(ms)), Some(ms));
         }
         assert_eq!(millis("2026-12-02T09:32:12Z"), None);
     }

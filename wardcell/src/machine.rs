@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{Flock, FlockArg};
 use wardcell_common::limits::{self, Bound, Kind, Limits, Machine, Mechanism};
 use wardcell_common::plan::Plan;
+use wardcell_config::sizes::set_ones;
 
 /// Look at this machine. Reads the kernel's version always; the cgroup hierarchies only
 /// when `cgroups` (a limit that may need one is set).
@@ -43,8 +44,7 @@ pub fn for_plan(plan: &Plan) -> Machine {
     let quick = probe(false);
     let free = [Ok(Mechanism::Rlimit), Ok(Mechanism::PidMax)];
     let needs = |l: &Limits| {
-        l.set_ones()
-            .any(|(k, b)| k != Kind::Time && !free.contains(&mechanism(&quick, k, b.value)))
+        set_ones(l).any(|(k, b)| k != Kind::Time && !free.contains(&mechanism(&quick, k, b.value)))
     };
     let start = plan.start_profile().map(|(_, p)| &p.limits);
     let zones = plan.zones.iter().map(|z| &z.profile.limits);
@@ -230,6 +230,11 @@ fn v1_dirs(mountinfo: &str, own: &str) -> Vec<(String, PathBuf)> {
     out
 }
 
+/// The least `processes` a PID namespace's `pid_max` holds: the kernel's least `pid_max`
+/// is 301 (once PIDs wrap it reuses them from 300 up, so a fork may then fail up to 299
+/// processes below the bound; never above it).
+pub const MIN_PID_MAX_BOUND: u64 = 300;
+
 /// How `kind` bounded at `value` is enforced here, or why it cannot be. Processes:
 /// `RLIMIT_NPROC` when it binds (not root; Linux 5.14 and later), else the PID
 /// namespace's `pid_max` for a bound it can hold (`MIN_PID_MAX_BOUND` and up), else
@@ -242,7 +247,7 @@ pub fn mechanism(machine: &Machine, kind: Kind, value: u64) -> Result<Mechanism,
     if kind == Kind::Processes && machine.uid != 0 && machine.nproc_per_userns {
         return Ok(Mechanism::Rlimit);
     }
-    if kind == Kind::Processes && machine.pid_max_per_pidns && value >= limits::MIN_PID_MAX_BOUND {
+    if kind == Kind::Processes && machine.pid_max_per_pidns && value >= MIN_PID_MAX_BOUND {
         return Ok(Mechanism::PidMax);
     }
     if machine
@@ -294,7 +299,7 @@ pub fn choose(
     profile: &str,
 ) -> Result<Vec<(Kind, Bound, Mechanism)>, String> {
     let mut out = Vec::new();
-    for (kind, bound) in limits.set_ones() {
+    for (kind, bound) in set_ones(limits) {
         let mechanism = match mechanism(machine, kind, bound.value) {
             Ok(m) => m,
             Err(_) if bound.best_effort => Mechanism::None,

@@ -1,13 +1,19 @@
 //! Sandbox tools started inside a sandbox. Their names are links to this binary in a
-//! directory that goes first on every sandbox's `PATH` (`envrules::SANDBOX_TOOLS`): no
+//! directory that goes first on every sandbox's `PATH` (`SANDBOX_TOOLS`): no
 //! process there can make namespaces, so instead of the kernel's "Operation not permitted"
 //! and the tool's guess at why, the caller (often an agent) reads that wardcell is
 //! already the sandbox.
 
 use std::process::ExitCode;
 
-use wardcell_common::envrules::SANDBOX_TOOLS;
 use wardcell_common::text::shown;
+
+/// Sandbox tools that cannot work inside a sandbox, where no process can make namespaces.
+/// Each name is a link to the client in `wardcell_common::envrules::SANDBOX_TOOL_DIRS`' directory, which goes first
+/// on a sandbox's `PATH`: a tool looked up by name then gets one line saying wardcell is
+/// already the sandbox, not the kernel's "Operation not permitted" and the tool's guess at
+/// why (bwrap's sends one to change a sysctl).
+pub const SANDBOX_TOOLS: [&str; 3] = ["bwrap", "firejail", "nsjail"];
 
 /// The sandbox tool this process was started as, if any (the file name of argv[0]).
 pub fn tool_called() -> Option<&'static str> {

@@ -206,9 +206,7 @@ fn profile(out: &mut Vec<String>, p: &ProfilePlan, indent: &str) {
         out.push(format!("{inner}network allow: - (no network)"));
     }
     list(out, &inner, "credentials", p.credentials.clone());
-    let limits: Vec<String> = p
-        .limits
-        .set_ones()
+    let limits: Vec<String> = wardcell_config::sizes::set_ones(&p.limits)
         .map(|(kind, b)| {
             // A best-effort limit this machine cannot enforce is shown as not applied.
             let effort = match (
@@ -358,7 +356,11 @@ pub fn plan_text(plan: &Plan, only: Option<&str>) -> String {
             .iter()
             .map(|p| hidden(p))
             .chain([hidden(&plan.dirs.state), hidden(&plan.dirs.runtime)])
-            .chain(plan.credential_files().iter().map(|p| hidden(p)))
+            .chain(
+                wardcell_support::view::credential_files(plan)
+                    .iter()
+                    .map(|p| hidden(p)),
+            )
             .collect(),
     );
     list(

@@ -229,7 +229,7 @@ pub fn why(
     let start = StartRequest::from_flags(zone, profile);
     let plan = resolve::resolve(&host.config, start, Vec::new(), &host.context)?;
     let env = envrules::text_vars();
-    let sockets = envrules::host_socket_dirs(&env);
+    let sockets = wardcell_support::view::host_socket_dirs(&env);
     let rules_of = |z: &ZonePlan| crate::why::rules_of(&plan, &z.profile, Some(&z.name), &sockets);
     let all: Vec<Rules> = plan.zones.iter().map(rules_of).collect();
     let current = match plan.start_profile() {
@@ -251,7 +251,7 @@ fn enforceable_here(
     profile: &str,
     machine: &std::cell::OnceCell<limits::Machine>,
 ) -> Result<(), String> {
-    let strict = limits.set_ones().filter(|(_, b)| !b.best_effort);
+    let strict = wardcell_config::sizes::set_ones(limits).filter(|(_, b)| !b.best_effort);
     if strict.map(|(k, _)| k).all(|k| k == limits::Kind::Time) {
         return Ok(());
     }

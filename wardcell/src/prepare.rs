@@ -20,7 +20,6 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use wardcell_common::envrules;
 use wardcell_common::helper;
 use wardcell_common::identity::Identity;
 use wardcell_common::plan::{
@@ -29,6 +28,7 @@ use wardcell_common::plan::{
 };
 use wardcell_common::prepared::{missing_own_dir, Prepared, PreparedEnv, Sandbox};
 use wardcell_support::sandbox_env::{self, CA_VARS, NO_PROXY_VARS, PROXY_VARS, SYSTEM_ROOTS};
+use wardcell_support::view;
 
 use crate::recorded::Recorded;
 
@@ -74,7 +74,7 @@ fn prepare_all(
         sandboxes.push((None, p, true));
     }
     let mut shared: HashMap<(&str, bool, bool), Vec<usize>> = HashMap::new();
-    let sockets = envrules::host_socket_dirs(host_env);
+    let sockets = view::host_socket_dirs(host_env);
     let mut prepared: Vec<Prepared> = Vec::new();
     for (zone, profile, authenticated) in sandboxes {
         let kind = (profile.name.as_str(), authenticated, zone.is_some());
@@ -239,11 +239,14 @@ fn pinned(plan: &Plan, broker: &Path, host_env: &[(String, String)]) -> Vec<Path
 fn record_identities(plan: &Plan, host_env: &[(String, String)]) -> Recorded {
     // Host socket directories (masked where a tree shows them) and the trees every
     // sandbox reads, besides the plan's own paths.
-    let mut paths = envrules::host_socket_dirs(host_env);
+    let mut paths = view::host_socket_dirs(host_env);
     paths.extend(ALWAYS_READ.iter().map(PathBuf::from));
-    paths.extend(plan.profiles().flat_map(|p| p.paths().cloned()));
+    paths.extend(
+        plan.profiles()
+            .flat_map(|p| view::profile_paths(p).cloned()),
+    );
     paths.extend(plan.dirs.all());
-    paths.extend(plan.credential_files());
+    paths.extend(view::credential_files(plan));
     paths.extend(plan.client.iter().chain(&plan.pinned).cloned());
     let now = |path: PathBuf| match std::fs::symlink_metadata(&path) {
         Ok(m) if !m.is_symlink() => Some((path, Identity::of(&m))),
@@ -308,7 +311,7 @@ fn prepare_one(
     // A limit, not best effort, that nothing here can enforce: the profile cannot run.
     let limits = crate::machine::choose(&profile.limits, &plan.machine, &profile.name)?;
     let mut denied = plan.dirs.all();
-    denied.extend(plan.credential_files());
+    denied.extend(view::credential_files(plan));
     let masks = masks(profile, &denied, host_env);
     let view = view_of(plan, ids, profile, &masks)?;
     // The supervisor's socket lies in the run's directory, under the runtime directory:
@@ -316,7 +319,7 @@ fn prepare_one(
     let socket = zone.map(|_| plan.dirs.runtime.join("run").join("s.sock"));
     let with_socket = socket.map(|s| ViewEntry::new(s, ViewKind::Socket, None));
     let all: Vec<ViewEntry> = view.iter().cloned().chain(with_socket).collect();
-    let held = wardcell_support::view::held(&all, &masks);
+    let held = view::held(&all, &masks);
     let network = profile.network.enabled();
     let intercept = network && authenticated && !profile.credentials.is_empty();
     // A CA bundle where the proxy intercepts, or where the host names CA files of its
@@ -424,7 +427,7 @@ fn masks(profile: &ProfilePlan, denied: &[PathBuf], host_env: &[(String, String)
     let mut mask: Vec<PathBuf> = profile.deny.clone();
     mask.extend(denied.iter().chain(&profile.absent).cloned());
     let named: Vec<&PathBuf> = profile.read.iter().chain(&profile.write).collect();
-    for s in envrules::host_socket_dirs(host_env) {
+    for s in view::host_socket_dirs(host_env) {
         if !named.iter().any(|n| n.starts_with(&s)) {
             mask.push(s);
         }

@@ -101,7 +101,7 @@ pub fn check(plan: &Plan) -> Result<(), Error> {
             )));
         }
     }
-    for file in plan.credential_files() {
+    for file in wardcell_support::view::credential_files(plan) {
         let names = std::fs::metadata(&file).map_or(1, |m| m.nlink());
         if names > 1 {
             return Err(Error::Refused(format!(

@@ -32,7 +32,7 @@ pub fn rules_of(
             "wardcell's own directory, masked in every sandbox".into(),
         ));
     }
-    for p in plan.credential_files() {
+    for p in wardcell_support::view::credential_files(plan) {
         masked.push((
             p,
             "a credential's secret file, masked in every sandbox".into(),
