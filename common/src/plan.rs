@@ -10,8 +10,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::identity::Identity;
-use crate::prepared::{Prepared, Sandbox};
-use crate::why::Rules;
+use crate::limits::{Bound, Kind, Mechanism};
 
 /// Everything the broker needs for one top-level run.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -517,4 +516,67 @@ pub struct ProxySpec {
     pub elsewhere: Vec<ZoneEgress>,
     /// Tracing, when the run traces.
     pub trace: Option<TraceSpec>,
+}
+
+/// What decides for one zone (or one profile run outside zones).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct Rules {
+    /// The zone, or None for `run --profile`.
+    pub zone: Option<String>,
+    pub profile: String,
+    pub read: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+    pub deny: Vec<PathBuf>,
+    pub unix_sockets: Vec<PathBuf>,
+    /// Masked in every sandbox, each with why.
+    pub masked: Vec<(PathBuf, String)>,
+    /// `network.allow`; None: no network at all.
+    pub allow: Option<Vec<String>>,
+    /// `network.internal`.
+    pub internal: Vec<String>,
+}
+
+/// One profile's sandbox as the plan writer prepared it for the zones it serves (`None`:
+/// `run --profile`'s profile): zones of one profile share one.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    pub zones: Vec<Option<String>>,
+    /// What `zone why` answers for them (each zone named as it is asked about).
+    pub rules: Rules,
+    /// The sandbox, or why this profile cannot run here.
+    pub made: Result<Sandbox, String>,
+}
+
+/// One profile's sandbox, prepared: everything of its spec but the request's.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct Sandbox {
+    /// The view, without the supervisor's socket (each sandbox has its own).
+    pub view: Vec<ViewEntry>,
+    /// Every path the view masks: a working directory inside one is refused.
+    pub masks: Vec<PathBuf>,
+    /// The spec's `denied`: wardcell's own directories and the credential files.
+    pub denied: Vec<PathBuf>,
+    /// The spec's `held`: what the view protects that the host could undo.
+    pub held: Vec<(PathBuf, PathBuf)>,
+    pub ca_files: Vec<(PathBuf, Identity)>,
+    pub proxy_port: Option<u16>,
+    pub egress_ports: Vec<u16>,
+    pub tcp_connect: Vec<u16>,
+    pub env: PreparedEnv,
+    /// How each of the profile's limits is enforced on the plan's machine (the broker
+    /// makes the cgroups: `limits::Enforced::prepare`).
+    pub limits: Vec<(Kind, Bound, Mechanism)>,
+}
+
+/// What wardcell does to a sandbox's environment besides the profile's filter.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct PreparedEnv {
+    /// Never the caller's: set below, or not at all (`SSH_AUTH_SOCK` but the host's).
+    pub removed: Vec<String>,
+    /// The host's `SSH_AUTH_SOCK`, where the view holds its socket.
+    pub agent: Option<(String, String)>,
+    /// The client and what it was: its directory goes on `PATH` unless it is found there.
+    pub client: Option<(PathBuf, Identity)>,
+    /// Set after wardcell's own: the placeholders, the proxy's and the CA bundle's.
+    pub set: Vec<(String, String)>,
 }

@@ -13,27 +13,10 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::plan::Plan;
-
-/// What decides for one zone (or one profile run outside zones).
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
-pub struct Rules {
-    /// The zone, or None for `run --profile`.
-    pub zone: Option<String>,
-    pub profile: String,
-    pub read: Vec<PathBuf>,
-    pub write: Vec<PathBuf>,
-    pub deny: Vec<PathBuf>,
-    pub unix_sockets: Vec<PathBuf>,
-    /// Masked in every sandbox, each with why.
-    pub masked: Vec<(PathBuf, String)>,
-    /// `network.allow`; None: no network at all.
-    pub allow: Option<Vec<String>>,
-    /// `network.internal`.
-    pub internal: Vec<String>,
-}
+pub use crate::plan::Rules;
 
 impl Rules {
     /// How the answer names these rules: `zone 'agent'` or `profile 'p'`.
