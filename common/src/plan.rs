@@ -412,8 +412,9 @@ pub struct SandboxSpec {
     pub pid_max: Option<u64>,
     /// Tracing, when the run traces (set by the broker as it sends the spec).
     pub trace: Option<TraceSpec>,
-    /// What this view protects that the host could undo (`wardcell_support::view::held`), each with its tree:
-    /// the broker's, watched for the whole run (wardcell_host::guard). Never sent.
+    /// What this view protects that the host could undo, each with its tree
+    /// (`wardcell_support::view::held`): the broker's, watched for the whole run
+    /// (wardcell_host::guard). Never sent.
     #[serde(skip)]
     pub held: Vec<(PathBuf, PathBuf)>,
 }
