@@ -359,7 +359,8 @@ impl Dirs {
 }
 
 /// What the shim needs to build one sandbox and exec one command in it. Made by the
-/// broker from a [`ProfilePlan`]; the shim carries it out without decisions of its own.
+/// broker from the sandbox the plan writer prepared and the request ([`Sandbox`]); the
+/// shim carries it out without decisions of its own.
 /// `Default` is the empty spec (a probe's, tests'); the broker names every field.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
 pub struct SandboxSpec {

@@ -47,7 +47,7 @@ impl Sandbox {
         if asked.argv.is_empty() {
             return Err("no command to run; give one after `--`".into());
         }
-        missing_own_dir(plan, asked.profile, &|p| p.exists())?;
+        own_dirs_now(plan, asked.profile, &|p| p.exists(), &Path::is_symlink)?;
         cwd_in(asked, &self.view, &self.masks)?;
         let mut view = self.view.clone();
         let socket_entry = |s: &Path| ViewEntry::new(s.to_path_buf(), ViewKind::Socket, None);
@@ -101,19 +101,46 @@ impl Sandbox {
     }
 }
 
-/// A directory of wardcell's own missing now inside a tree `profile` writes: the sandbox
-/// could create it and plant a configuration there, so it is refused. (One was there when
-/// the run started, or the run was refused; the shim refuses a sandbox where one is not
-/// what was recorded then, or is reached through a link, but a mask of a missing name
-/// masks nothing.) The plan writer checks the same as the run starts.
-pub fn missing_own_dir(
+/// A symbolic link on the way to `p` whose directory the sandbox may write, and that tree.
+pub fn symlink_in_writable_tree(
+    p: &Path,
+    write: &[PathBuf],
+    is_symlink: &dyn Fn(&Path) -> bool,
+) -> Option<(PathBuf, PathBuf)> {
+    p.ancestors().filter(|a| is_symlink(a)).find_map(|link| {
+        let dir = link.parent()?;
+        let tree = write.iter().find(|t| dir.starts_with(t));
+        tree.map(|w| (link.to_path_buf(), w.clone()))
+    })
+}
+
+pub fn link_refusal(p: &Path, link: &Path, profile: &str, w: &Path) -> String {
+    let (p, link, w) = (p.display(), link.display(), w.display());
+    format!("{p} is reached through the symbolic link {link}, and profile '{profile}' lets the sandbox write {w}, so it could replace the link and plant a configuration; make {link} a real directory or narrow the profile")
+}
+
+/// wardcell's own directories, as they are when a sandbox is asked for: one reached
+/// through a link inside a tree `profile` writes, or missing inside one, is a place its
+/// sandbox could plant a configuration, and the sandbox is refused. (The plan writer
+/// refused the run for such a link when it started; since, the host may have moved one.
+/// The shim refuses a sandbox whose paths are not what was recorded, but a mask of a
+/// missing name masks nothing.)
+pub fn own_dirs_now(
     plan: &Plan,
     profile: &ProfilePlan,
     exists: &dyn Fn(&Path) -> bool,
+    is_symlink: &dyn Fn(&Path) -> bool,
 ) -> Result<(), String> {
-    let writes = |p: &PathBuf| profile.write.iter().find(|w| p.starts_with(w));
-    for (p, w) in plan.dirs.all().iter().filter_map(|p| Some((p, writes(p)?))) {
-        if !exists(p) {
+    let write = &profile.write;
+    for p in &plan.dirs.all() {
+        if let Some((link, w)) = symlink_in_writable_tree(p, write, is_symlink) {
+            return Err(link_refusal(p, &link, &profile.name, &w));
+        }
+        if let Some(w) = write
+            .iter()
+            .find(|w| p.starts_with(w))
+            .filter(|_| !exists(p))
+        {
             let (p, name, w) = (p.display(), &profile.name, w.display());
             return Err(format!("{p} does not exist and profile '{name}' lets the sandbox write {w}, so it could create it; create {p} (an empty directory will do) or narrow the profile"));
         }

@@ -17,7 +17,7 @@
 
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
@@ -62,13 +62,13 @@ pub fn from_env() -> Option<Level> {
 
 static LEVEL: OnceLock<Level> = OnceLock::new();
 static RUN: OnceLock<String> = OnceLock::new();
-/// `Some` while lines are held (the plan writer): they go here instead of stderr.
-static HELD: Mutex<Option<Held>> = Mutex::new(None);
+/// Where a line goes instead of stderr while this says it takes it (the plan writer holds
+/// its lines: `wardcell/src/held.rs`).
+static DIVERT: OnceLock<fn(&str) -> bool> = OnceLock::new();
 
-#[derive(Default)]
-struct Held {
-    lines: Vec<String>,
-    dropped: usize,
+/// Offer every line's body to `to` before it is written; once per process.
+pub fn divert(to: fn(&str) -> bool) {
+    let _ = DIVERT.set(to);
 }
 
 /// Start writing events at `level` and above to stderr, as `process`. Once per process;
@@ -98,17 +98,6 @@ pub fn spec(run: &str) -> Option<crate::plan::TraceSpec> {
     })
 }
 
-/// A helper's side of [`spec`]: trace from now on, as `process`, with the run id given.
-/// A level it cannot read leaves tracing off.
-pub fn install_from(process: &'static str, spec: Option<&crate::plan::TraceSpec>) {
-    if let Some(s) = spec {
-        if let Ok(Some(level)) = parse(&s.level) {
-            set_run(&s.run);
-            install(process, level);
-        }
-    }
-}
-
 /// The run id, once known: every later line carries it.
 pub fn set_run(id: &str) {
     let _ = RUN.set(id.to_string());
@@ -117,25 +106,6 @@ pub fn set_run(id: &str) {
 /// The run id lines carry: `-` until it is known.
 pub fn run() -> &'static str {
     RUN.get().map_or("-", String::as_str)
-}
-
-/// Hold lines instead of writing them, until [`take_held`].
-pub fn hold() {
-    *HELD.lock().unwrap_or_else(|p| p.into_inner()) = Some(Held::default());
-}
-
-/// The lines held so far (each without its `process[pid] run=...` head), and stop
-/// holding: later lines are written.
-pub fn take_held() -> Vec<String> {
-    let held = HELD.lock().unwrap_or_else(|p| p.into_inner()).take();
-    let mut held = held.unwrap_or_default();
-    if held.dropped > 0 {
-        held.lines.push(format!(
-            "WARN trace: {} more lines were not kept",
-            held.dropped
-        ));
-    }
-    held.lines
 }
 
 /// One line as written: `process[pid] run=ID body`, every control character escaped.
@@ -174,12 +144,7 @@ impl Subscriber for Stderr {
         let target = target.split_once("::").map_or(target, |(_, t)| t);
         let mut body = format!("{} {target}:", meta.level());
         event.record(&mut Fields(&mut body));
-        if let Some(held) = HELD.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            if held.lines.len() < MAX_HELD {
-                held.lines.push(body);
-            } else {
-                held.dropped += 1;
-            }
+        if DIVERT.get().is_some_and(|take| take(&body)) {
             return;
         }
         let mut text = line(self.process, self.pid, run(), &body);
@@ -235,26 +200,5 @@ mod tests {
             line("wardcell-shim", 7, "R", "DEBUG main: x\ny"),
             "wardcell-shim[7] run=R DEBUG main: x\\ny"
         );
-    }
-
-    #[test]
-    fn held_lines_are_bounded_and_counted() {
-        let sub = Stderr {
-            process: "t",
-            pid: 1,
-            max: Level::DEBUG,
-        };
-        hold();
-        tracing::subscriber::with_default(sub, || {
-            for i in 0..MAX_HELD + 3 {
-                tracing::debug!(i, "held");
-            }
-            tracing::trace!("above the level: not kept");
-        });
-        let lines = take_held();
-        assert_eq!(lines.len(), MAX_HELD + 1);
-        assert_eq!(lines[0], "DEBUG trace::tests: held i=0");
-        assert_eq!(lines[MAX_HELD], "WARN trace: 3 more lines were not kept");
-        assert!(take_held().is_empty());
     }
 }

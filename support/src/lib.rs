@@ -5,6 +5,7 @@
 //! - [`text`]: a command's words as a shell would need them typed.
 //! - [`roots`]: the certificates a credentialed proxy trusts upstream, read at the start.
 //! - [`sandbox_env`]: the proxy's and the CA bundle's variables in a sandbox, NO_PROXY.
+//! - [`trace`]: tracing in a helper the broker starts, as its spec says.
 //! - [`tty`]: which standard descriptor is a terminal, borrowed.
 //! - [`view`]: what a sandbox's view holds against the host (the shim's skeletons, the
 //!   run's watches).
@@ -14,5 +15,6 @@ pub mod paths;
 pub mod roots;
 pub mod sandbox_env;
 pub mod text;
+pub mod trace;
 pub mod tty;
 pub mod view;

@@ -76,7 +76,7 @@ fn main() -> ExitCode {
         Ok(x) => x,
         Err(e) => return fail_quietly(&e),
     };
-    wardcell_common::trace::install_from("wardcell-proxy", spec.trace.as_ref());
+    wardcell_support::trace::install_from("wardcell-proxy", spec.trace.as_ref());
     tracing::debug!(
         zone = %spec.zone,
         allow = ?spec.allow,

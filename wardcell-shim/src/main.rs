@@ -159,7 +159,7 @@ fn main() {
         // The broker died or spoke out of turn: nothing to do and no one to tell.
         Err(_) => std::process::exit(1),
     };
-    wardcell_common::trace::install_from("wardcell-shim", spec.trace.as_ref());
+    wardcell_support::trace::install_from("wardcell-shim", spec.trace.as_ref());
     tracing::debug!(
         view = spec.view.len(),
         proxy = spec.proxy_port,

@@ -32,8 +32,8 @@ pub fn open_files_needed(p: &ProfilePlan) -> u64 {
 /// sandbox hold while its view is built. `policy check` says the same.
 pub fn runnable(p: &ProfilePlan, open_files: Option<u64>) -> Result<(), String> {
     egress_ports(&p.network.entries()).map_err(|e| format!("profile '{}': {e}", p.name))?;
-    // The broker refuses it too, as it builds the view (spec.rs): said here first,
-    // so that `policy check` refuses what `run` refuses.
+    // The plan writer refuses it too, as it prepares the view (prepare.rs): said here
+    // first, so that `policy check` refuses what `run` refuses.
     if let Some(path) = p
         .read
         .iter()

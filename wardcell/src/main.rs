@@ -20,6 +20,7 @@ mod doctor;
 #[cfg(target_os = "linux")]
 mod enter_tty;
 mod error;
+mod held;
 mod keeper;
 mod location;
 mod logs;
@@ -59,7 +60,7 @@ fn main() -> ExitCode {
         Err(_) => None,
     };
     if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
-        trace::hold();
+        crate::held::hold();
     }
     if let Some(level) = traced {
         trace::install("wardcell", level);
@@ -226,7 +227,7 @@ fn dispatch(
 
 fn report(e: Error) -> ExitCode {
     // Lines held for a broker that will not print them (no plan was handed over).
-    for l in trace::take_held() {
+    for l in crate::held::take_held() {
         wardcell_common::eprintln_line!(
             "{}",
             trace::line("wardcell", std::process::id(), trace::run(), &l)

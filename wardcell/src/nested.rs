@@ -9,8 +9,9 @@ use std::process::ExitCode;
 use wardcell_common::text::shown;
 
 /// Sandbox tools that cannot work inside a sandbox, where no process can make namespaces.
-/// Each name is a link to the client in `wardcell_common::envrules::SANDBOX_TOOL_DIRS`' directory, which goes first
-/// on a sandbox's `PATH`: a tool looked up by name then gets one line saying wardcell is
+/// Each name is a link to the client in the first of the directories
+/// `wardcell_common::envrules::SANDBOX_TOOL_DIRS` names that exists, which goes first on
+/// a sandbox's `PATH`: a tool looked up by name then gets one line saying wardcell is
 /// already the sandbox, not the kernel's "Operation not permitted" and the tool's guess at
 /// why (bwrap's sends one to change a sysctl).
 pub const SANDBOX_TOOLS: [&str; 3] = ["bwrap", "firejail", "nsjail"];

@@ -26,7 +26,9 @@ use wardcell_common::plan::{
     Plan, ProfilePlan, SecretPlan, Start, ViewEntry, ViewKind, PLACEHOLDER_VALUE,
     SANDBOX_CA_BUNDLE, SANDBOX_PROXY_PORT,
 };
-use wardcell_common::prepared::{missing_own_dir, Prepared, PreparedEnv, Sandbox};
+use wardcell_common::prepared::{
+    link_refusal, symlink_in_writable_tree, Prepared, PreparedEnv, Sandbox,
+};
 use wardcell_support::sandbox_env::{self, CA_VARS, NO_PROXY_VARS, PROXY_VARS, SYSTEM_ROOTS};
 use wardcell_support::view;
 
@@ -52,8 +54,7 @@ pub fn prepare(
     resolve_own_paths(plan)?;
     plan.pinned = pinned(plan, broker, host_env);
     let ids = record_identities(plan, host_env);
-    let fs: (Look, Look) = (&|p: &Path| p.exists(), &Path::is_symlink);
-    plan.prepared = prepare_all(plan, &ids, host_env, fs);
+    plan.prepared = prepare_all(plan, &ids, host_env, &|p: &Path| p.exists());
     Ok(())
 }
 
@@ -62,7 +63,7 @@ fn prepare_all(
     plan: &Plan,
     ids: &Recorded,
     host_env: &[(String, String)],
-    fs: (Look, Look),
+    exists: Look,
 ) -> Vec<Prepared> {
     // Zones of one profile (the same, to the last path: the start zone's may have the
     // run's flags applied) and one kind share one: a plan of thousands of zones stays
@@ -89,7 +90,7 @@ fn prepare_all(
             zones: vec![zone.map(str::to_string)],
             // Named for each zone as it is asked about (`Plan::rules`).
             rules: crate::why::rules_of(plan, profile, None, &sockets),
-            made: prepare_one(plan, ids, host_env, (zone, profile, authenticated), fs),
+            made: prepare_one(plan, ids, host_env, (zone, profile, authenticated), exists),
         });
     }
     prepared
@@ -255,46 +256,6 @@ fn record_identities(plan: &Plan, host_env: &[(String, String)]) -> Recorded {
     paths.into_iter().filter_map(now).collect()
 }
 
-/// The first of `trees` that `p` lies in.
-fn inside(p: &Path, trees: &[PathBuf]) -> Option<PathBuf> {
-    trees.iter().find(|t| p.starts_with(t)).cloned()
-}
-
-/// A symbolic link on the way to `p` whose directory the sandbox may write, and that tree.
-fn symlink_in_writable_tree(
-    p: &Path,
-    write: &[PathBuf],
-    is_symlink: &dyn Fn(&Path) -> bool,
-) -> Option<(PathBuf, PathBuf)> {
-    p.ancestors().filter(|a| is_symlink(a)).find_map(|link| {
-        let dir = link.parent()?;
-        inside(dir, write).map(|w| (link.to_path_buf(), w))
-    })
-}
-
-fn link_refusal(p: &Path, link: &Path, profile: &str, w: &Path) -> String {
-    let (p, link, w) = (p.display(), link.display(), w.display());
-    format!("{p} is reached through the symbolic link {link}, and profile '{profile}' lets the sandbox write {w}, so it could replace the link and plant a configuration; make {link} a real directory or narrow the profile")
-}
-
-/// wardcell's own directories, as they are now: a missing one inside a tree `profile`
-/// writes, or one reached through a link there, is a place a sandbox could plant a
-/// configuration, and the sandbox is refused. Checked when the run starts, before any
-/// sandbox exists; afterwards the shim finds any of them not what it was then.
-fn own_dirs_now(
-    plan: &Plan,
-    profile: &ProfilePlan,
-    exists: &dyn Fn(&Path) -> bool,
-    is_symlink: &dyn Fn(&Path) -> bool,
-) -> Result<(), String> {
-    for p in &plan.dirs.all() {
-        if let Some((link, w)) = symlink_in_writable_tree(p, &profile.write, is_symlink) {
-            return Err(link_refusal(p, &link, &profile.name, &w));
-        }
-    }
-    missing_own_dir(plan, profile, exists)
-}
-
 /// What a path is, asked of the filesystem (or of a test).
 type Look<'a> = &'a dyn Fn(&Path) -> bool;
 
@@ -305,9 +266,8 @@ fn prepare_one(
     ids: &Recorded,
     host_env: &[(String, String)],
     (zone, profile, authenticated): (Option<&str>, &ProfilePlan, bool),
-    (exists, is_symlink): (Look, Look),
+    exists: Look,
 ) -> Result<Sandbox, String> {
-    own_dirs_now(plan, profile, exists, is_symlink)?;
     // A limit, not best effort, that nothing here can enforce: the profile cannot run.
     let limits = crate::machine::choose(&profile.limits, &plan.machine, &profile.name)?;
     let mut denied = plan.dirs.all();
@@ -406,7 +366,8 @@ fn view_of(
     // What the run trusts, where this profile could write it: read-only, and its
     // directories there pinned (a sandbox can neither change it nor move it away).
     for p in &plan.pinned {
-        let id = ids.get(p).filter(|_| inside(p, &profile.write).is_some());
+        let writable = profile.write.iter().any(|w| p.starts_with(w));
+        let id = ids.get(p).filter(|_| writable);
         view.extend(id.map(|id| ViewEntry::new(p.clone(), ViewKind::Read, Some(id))));
     }
     let links = profile.links.iter();
@@ -628,21 +589,12 @@ pub(crate) mod tests {
     }
 
     /// The sandbox prepared as the plan writer does, then its spec made as the broker
-    /// does when it is asked for; `exists` and `is_symlink` answer for the preparation.
-    pub fn build_with(
-        req: &Request<'_>,
-        exists: &dyn Fn(&Path) -> bool,
-        is_symlink: &dyn Fn(&Path) -> bool,
-    ) -> Result<SandboxSpec, String> {
+    /// does when it is asked for; `exists` answers for the preparation.
+    pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<SandboxSpec, String> {
         let a = &req.asked;
         let one = (a.zone, a.profile, a.authenticated);
-        let fs = (exists, is_symlink);
-        let made = prepare_one(req.plan, &recorded(), req.host_env, one, fs)?;
+        let made = prepare_one(req.plan, &recorded(), req.host_env, one, exists)?;
         made.spec(req.plan, a, req.zone_socket)
-    }
-
-    pub fn build(req: &Request<'_>, exists: &dyn Fn(&Path) -> bool) -> Result<SandboxSpec, String> {
-        build_with(req, exists, &Path::is_symlink)
     }
 
     use wardcell_common::plan::{
@@ -928,32 +880,35 @@ pub(crate) mod tests {
 
     #[test]
     fn missing_wardcell_dir_inside_a_writable_tree_is_refused() {
+        use wardcell_common::prepared::own_dirs_now;
         let plan = plan();
         let p = profile(&["/usr"], &["/etc"]);
-        let argv = vec!["true".to_string()];
-        let e = build(&req(&plan, &p, &argv, Path::new("/etc")), &|p: &Path| {
-            p != Path::new("/etc/wardcell")
-        })
-        .unwrap_err();
+        let exists = |p: &Path| p != Path::new("/etc/wardcell");
+        let e = own_dirs_now(&plan, &p, &exists, &|_| false).unwrap_err();
         assert!(e.starts_with("/etc/wardcell does not exist"), "{e}");
+        assert!(own_dirs_now(&plan, &p, &|_| true, &|_| false).is_ok());
+        // Asked when a sandbox is, never when the run starts: made during the run, the
+        // next sandbox of that zone is built.
+        let argv = vec!["true".to_string()];
+        let r = req(&plan, &p, &argv, Path::new("/etc"));
+        let one = (r.asked.zone, r.asked.profile, r.asked.authenticated);
+        assert!(prepare_one(&plan, &recorded(), host_env(), one, &exists).is_ok());
     }
 
     #[test]
     fn a_symlink_to_wardcells_config_inside_a_writable_tree_is_refused() {
+        use wardcell_common::prepared::own_dirs_now;
         let plan = plan();
         let p = profile(&["/usr", "/home/u"], &["/home/u"]);
-        let argv = vec!["true".to_string()];
-        let r = req(&plan, &p, &argv, Path::new("/home/u/src"));
         let link = |q: &Path| q == Path::new("/home/u/.config");
-        let e = build_with(&r, &|_| true, &link).unwrap_err();
+        let e = own_dirs_now(&plan, &p, &|_| true, &link).unwrap_err();
         assert!(
             e.contains("through the symbolic link /home/u/.config"),
             "{e}"
         );
         // The same link outside any writable tree is harmless.
         let p = profile(&["/usr", "/home/u"], &["/home/u/src"]);
-        let r = req(&plan, &p, &argv, Path::new("/home/u/src"));
-        assert!(build_with(&r, &|_| true, &link).is_ok());
+        assert!(own_dirs_now(&plan, &p, &|_| true, &link).is_ok());
     }
 
     #[test]
@@ -989,8 +944,7 @@ pub(crate) mod tests {
             zone("b", &p, false),
             zone("push", &p, true),
         ];
-        let fs: (Look, Look) = (&|_| true, &|_| false);
-        let all = prepare_all(&plan, &recorded(), host_env(), fs);
+        let all = prepare_all(&plan, &recorded(), host_env(), &|_| true);
         let served: Vec<Vec<Option<String>>> = all.iter().map(|p| p.zones.clone()).collect();
         let names = |n: &[&str]| n.iter().map(|n| Some(n.to_string())).collect::<Vec<_>>();
         // The start zone's profile, with a run's flags, is its own; an authenticated

@@ -153,7 +153,7 @@ pub fn run(args: RunArgs, mut to_broker: UnixStream) -> Result<Infallible, Error
     tracing::debug!("handing the plan to the broker");
     plan.trace = trace::level().map(|level| PlanTrace {
         level: trace::name(level),
-        lines: trace::take_held(),
+        lines: crate::held::take_held(),
     });
     plan.open_files = OPEN_FILES.get().copied().flatten();
     // What runs whose brokers are gone left, swept before this run's sandboxes exist: a
