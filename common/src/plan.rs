@@ -179,17 +179,6 @@ impl Plan {
     }
 }
 
-/// What a sandbox finds in a credential's `placeholder` variable: fixed, public, and
-/// never a secret. The proxy sets the credential's header on the requests it attaches
-/// to, so the placeholder a client puts there is replaced; anywhere else it goes as sent.
-pub const PLACEHOLDER_VALUE: &str = "wardcell-placeholder-not-a-secret";
-
-/// Methods a credential is attached for when it names none.
-pub const DEFAULT_METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
-
-/// Methods no credential is ever attached for.
-pub const NEVER_METHODS: &[&str] = &["TRACE", "TRACK", "CONNECT"];
-
 /// A credential a zone's proxy may attach to requests.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct CredentialPlan {
@@ -453,27 +442,6 @@ pub enum ViewKind {
     /// A symbolic link with this target, made where no bound tree has it already.
     Link(PathBuf),
 }
-
-impl SandboxSpec {
-    /// The paths of one kind, in the order given.
-    pub fn paths(&self, kind: &ViewKind) -> impl Iterator<Item = &PathBuf> + '_ {
-        let kind = kind.clone();
-        self.view
-            .iter()
-            .filter(move |e| e.what == kind)
-            .map(|e| &e.path)
-    }
-}
-
-/// Where the CA bundle is, inside a sandbox whose proxy intercepts TLS.
-pub const SANDBOX_CA_BUNDLE: &str = "/dev/wardcell-ca.pem";
-
-/// The port the zone's proxy listens on, on the sandbox's own loopback.
-pub const SANDBOX_PROXY_PORT: u16 = 3128;
-
-/// The most distinct ports an allow list may name: one listener each travels beside the
-/// proxy's listener and the DNS socket, in one SCM_RIGHTS message of at most 12.
-pub const MAX_EGRESS_PORTS: usize = 10;
 
 /// What another zone's network allows ([`ProxySpec::elsewhere`]).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -219,9 +219,9 @@ pub struct Credential {
     /// `host` or `host:port`; without a port, 443.
     pub hosts: Vec<String>,
     pub paths: Vec<String>,
-    /// Empty: `plan::DEFAULT_METHODS`.
+    /// Empty: `sandbox_env::DEFAULT_METHODS`.
     pub methods: Vec<String>,
-    /// A variable the sandbox gets set to `plan::PLACEHOLDER_VALUE`.
+    /// A variable the sandbox gets set to `sandbox_env::PLACEHOLDER_VALUE`.
     pub placeholder: Option<String>,
     pub scheme: Scheme,
     pub username: Option<String>,
@@ -1898,7 +1898,7 @@ fn check_credential_host(entry: &str) -> Result<(), String> {
 /// An HTTP method a credential may be attached for: a token in capitals, never one that
 /// echoes the request back or opens a tunnel.
 fn check_method(m: &str) -> Result<(), String> {
-    if wardcell_common::plan::NEVER_METHODS.contains(&m) {
+    if wardcell_support::sandbox_env::NEVER_METHODS.contains(&m) {
         return Err(format!(
             "{m} is never attached a credential (TRACE and TRACK echo the request back, CONNECT opens a tunnel): remove it"
         ));

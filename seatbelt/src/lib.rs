@@ -38,7 +38,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use wardcell_common::identity::Kind;
-use wardcell_common::plan::{SandboxSpec, ViewKind};
+use wardcell_common::plan::{SandboxSpec, ViewEntry, ViewKind};
 
 /// The parameter that carries the sandbox's identity (a Mach global name) into the
 /// profile. Passed to `sandbox_init_with_parameters`, never written into the text, so
@@ -378,7 +378,7 @@ pub fn profile(spec: &SandboxSpec) -> Result<String, String> {
 
     // 5. Read-only paths inside write trees: not written, and neither renamed nor
     //    replaced through a directory above them in the write tree.
-    let writes: Vec<&PathBuf> = spec.paths(&ViewKind::Write).collect();
+    let writes: Vec<&PathBuf> = view_paths(spec, ViewKind::Write).collect();
     let mut ro = Vec::new();
     let mut ro_anc = Vec::new();
     for e in spec.view.iter().filter(|e| e.what == ViewKind::Read) {
@@ -425,7 +425,7 @@ pub fn profile(spec: &SandboxSpec) -> Result<String, String> {
     // 7. Sockets and network.
     let mut socks = Vec::new();
     let mut sock_meta = Vec::new();
-    for p in spec.paths(&ViewKind::Socket) {
+    for p in view_paths(spec, ViewKind::Socket) {
         let q = quote_path(p)?;
         socks.push(format!("(remote unix-socket (path-literal {q}))"));
         sock_meta.push(format!("(literal {q})"));
@@ -468,3 +468,8 @@ pub fn profile(spec: &SandboxSpec) -> Result<String, String> {
 
 // Its tests build specs from configurations, so they live with the configuration's
 // crate: config/tests/seatbelt.rs.
+/// The paths of `spec`'s view of one kind, in the order given.
+pub fn view_paths(spec: &SandboxSpec, kind: ViewKind) -> impl Iterator<Item = &PathBuf> + '_ {
+    let of_kind = move |e: &&ViewEntry| e.what == kind;
+    spec.view.iter().filter(of_kind).map(|e| &e.path)
+}

@@ -2,6 +2,27 @@
 //! and their values, prepared by the plan writer (`wardcell/src/prepare.rs`); the broker
 //! only removes a caller's and adds these.
 
+/// Where the CA bundle is, inside a sandbox whose proxy intercepts TLS.
+pub const SANDBOX_CA_BUNDLE: &str = "/dev/wardcell-ca.pem";
+
+/// The port the zone's proxy listens on, on the sandbox's own loopback.
+pub const SANDBOX_PROXY_PORT: u16 = 3128;
+
+/// The most distinct ports an allow list may name: one listener each travels beside the
+/// proxy's listener and the DNS socket, in one SCM_RIGHTS message of at most 12.
+pub const MAX_EGRESS_PORTS: usize = 10;
+
+/// What a sandbox finds in a credential's `placeholder` variable: fixed, public, and
+/// never a secret. The proxy sets the credential's header on the requests it attaches
+/// to, so the placeholder a client puts there is replaced; anywhere else it goes as sent.
+pub const PLACEHOLDER_VALUE: &str = "wardcell-placeholder-not-a-secret";
+
+/// Methods a credential is attached for when it names none.
+pub const DEFAULT_METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
+
+/// Methods no credential is ever attached for.
+pub const NEVER_METHODS: &[&str] = &["TRACE", "TRACK", "CONNECT"];
+
 /// The variables that point a command at its proxy.
 pub const PROXY_VARS: &[&str] = &["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];
 pub const NO_PROXY_VARS: &[&str] = &["NO_PROXY", "no_proxy"];

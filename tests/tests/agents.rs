@@ -28,7 +28,7 @@ const CODEX: &str = "@openai/codex@0.171.0";
 const REPLY: &str = "wardcell-stand-in-reply";
 /// The prompt that makes the stand-in ask for one shell command first.
 const TOOL_TURN: &str = "Run the tool. wardcell-tool-turn";
-/// wardcell_common::plan::PLACEHOLDER_VALUE, as documented.
+/// wardcell_support::sandbox_env::PLACEHOLDER_VALUE, as documented.
 const PLACEHOLDER: &str = "wardcell-placeholder-not-a-secret";
 
 /// The agents' npm packages, installed once per test process where every uid can read

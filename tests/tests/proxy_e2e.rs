@@ -1549,7 +1549,7 @@ const API_SECRET_VAR: &str = "E2E_API_SECRET";
 /// Not matched by any built-in deny pattern: only the placeholder rule keeps the
 /// caller's value of it out of a sandbox.
 const PLACEHOLDER_VAR: &str = "AGENT_KEY";
-/// wardcell_common::plan::PLACEHOLDER_VALUE, as documented.
+/// wardcell_support::sandbox_env::PLACEHOLDER_VALUE, as documented.
 const PLACEHOLDER: &str = "wardcell-placeholder-not-a-secret";
 
 /// Zones: `agent` (default; the server under other spellings of loopback, no

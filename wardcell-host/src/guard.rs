@@ -137,9 +137,20 @@ impl Guard {
         Ok(())
     }
 
-    /// The run has ended: what happens to the paths from now on is no longer reported.
+    /// The run has ended: what happens to the paths from now on is no longer reported, and
+    /// every watch is removed now. The kernel frees them while the run ends; an inotify
+    /// instance freed with its watches still on waits for an RCU grace period, which
+    /// would delay this process's exit, and `wardcell run`'s, by up to 20 ms.
     pub fn end(&self) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).ended = true;
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.ended = true;
+        let watches = std::mem::take(&mut state.dirs).into_keys();
+        if let Ok(inotify) = &self.inotify {
+            for wd in watches {
+                let _ = inotify.rm_watch(wd);
+            }
+        }
+        state.watched.clear();
     }
 
     /// Watch every existing directory from `held`'s tree down to its parent.
@@ -346,6 +357,36 @@ mod tests {
         std::fs::create_dir(t.join(".config")).unwrap();
         std::fs::create_dir(t.join(".config/gcloud")).unwrap();
         got(&rx, &t.join(".config/gcloud"));
+        std::fs::remove_dir_all(&t).unwrap();
+    }
+
+    /// The watches the kernel holds for `g`'s inotify instance (its fdinfo lists one
+    /// `inotify wd:` line each).
+    fn kernel_watches(g: &Guard) -> usize {
+        use std::os::fd::{AsFd, AsRawFd};
+        let fd = g.inotify.as_ref().unwrap().as_ref().as_fd().as_raw_fd();
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+        info.lines()
+            .filter(|l| l.starts_with("inotify wd:"))
+            .count()
+    }
+
+    #[test]
+    fn the_runs_end_removes_every_watch_and_reports_nothing_after() {
+        let t = std::env::temp_dir().join(format!("wardcell-guard-end-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&t);
+        std::fs::create_dir_all(t.join("a/b")).unwrap();
+        let (g, rx, _owner) = guard();
+        g.hold(&[(t.join("a/b/c"), t.clone()), (t.join("d"), t.clone())])
+            .unwrap();
+        assert_eq!(kernel_watches(&g), 3, "{t:?}, a and a/b");
+        g.end();
+        // Gone from the kernel now, not when this process exits (which would wait for
+        // them to be freed); and what the host does afterwards is not reported.
+        assert_eq!(kernel_watches(&g), 0);
+        std::fs::write(t.join("d"), "").unwrap();
+        std::fs::write(t.join("a/b/c"), "").unwrap();
+        quiet(&rx);
         std::fs::remove_dir_all(&t).unwrap();
     }
 }

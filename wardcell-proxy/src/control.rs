@@ -32,9 +32,10 @@ use nix::sys::socket::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use wardcell_common::plan::{ProxySpec, SecretPlan, MAX_EGRESS_PORTS};
+use wardcell_common::plan::{ProxySpec, SecretPlan};
 use wardcell_common::protocol::{self, FrameError, ProxyEvent, ProxyRequest};
 use wardcell_common::throttle::Throttle;
+use wardcell_support::sandbox_env::MAX_EGRESS_PORTS;
 
 use crate::error::Error;
 use crate::sys;

@@ -20,9 +20,8 @@ use hyper::Method;
 use zeroize::Zeroizing;
 
 use wardcell_common::helper;
-use wardcell_common::plan::{
-    CredentialPlan, CredentialScheme, SecretPlan, DEFAULT_METHODS, NEVER_METHODS,
-};
+use wardcell_common::plan::{CredentialPlan, CredentialScheme, SecretPlan};
+use wardcell_support::sandbox_env::{DEFAULT_METHODS, NEVER_METHODS};
 
 use crate::allow::{Host, Target};
 use crate::error::Error;

@@ -294,7 +294,7 @@ fn await_proceed(control: &mut UnixStream, view: &mounts::View) -> Result<(), St
             bundle.push(b'\n');
         }
         bundle.extend_from_slice(ca_pem.unwrap_or_default().as_bytes());
-        let path = wardcell_common::plan::SANDBOX_CA_BUNDLE;
+        let path = wardcell_support::sandbox_env::SANDBOX_CA_BUNDLE;
         std::fs::write(path, &bundle).map_err(|e| format!("writing {path}: {e}"))?;
     }
     Ok(())

@@ -1,6 +1,7 @@
 //! What `run` and `policy check` both say of a plan before anything starts.
 
-use wardcell_common::plan::{ProfilePlan, MAX_EGRESS_PORTS, SANDBOX_PROXY_PORT};
+use wardcell_common::plan::ProfilePlan;
+use wardcell_support::sandbox_env::{MAX_EGRESS_PORTS, SANDBOX_PROXY_PORT};
 
 /// One line for each `write` path a profile of `plan` names that does not exist here
 /// (left out of the sandbox), each profile once: what `run` and `policy check` warn of.

@@ -10,9 +10,9 @@ use std::path::Path;
 use serde::Serialize;
 use wardcell_common::plan::{
     CredentialPlan, CredentialScheme, Plan, ProfilePlan, SecretPlan, Start, ZonePlan,
-    DEFAULT_METHODS, PLACEHOLDER_VALUE,
 };
 use wardcell_config::config::Config;
+use wardcell_support::sandbox_env::{DEFAULT_METHODS, PLACEHOLDER_VALUE};
 
 use crate::error::Error;
 pub use wardcell_common::text::shown;

@@ -22,14 +22,14 @@ use std::path::{Path, PathBuf};
 
 use wardcell_common::helper;
 use wardcell_common::identity::Identity;
-use wardcell_common::plan::{
-    Plan, ProfilePlan, SecretPlan, Start, ViewEntry, ViewKind, PLACEHOLDER_VALUE,
-    SANDBOX_CA_BUNDLE, SANDBOX_PROXY_PORT,
-};
+use wardcell_common::plan::{Plan, ProfilePlan, SecretPlan, Start, ViewEntry, ViewKind};
 use wardcell_common::prepared::{
     link_refusal, symlink_in_writable_tree, Prepared, PreparedEnv, Sandbox,
 };
-use wardcell_support::sandbox_env::{self, CA_VARS, NO_PROXY_VARS, PROXY_VARS, SYSTEM_ROOTS};
+use wardcell_support::sandbox_env::{
+    self, CA_VARS, NO_PROXY_VARS, PLACEHOLDER_VALUE, PROXY_VARS, SANDBOX_CA_BUNDLE,
+    SANDBOX_PROXY_PORT, SYSTEM_ROOTS,
+};
 use wardcell_support::view;
 
 use crate::recorded::Recorded;
@@ -466,7 +466,6 @@ mod network_tests {
     use super::tests::*;
     use super::*;
     use wardcell_common::plan::SandboxSpec;
-    use wardcell_common::plan::PLACEHOLDER_VALUE;
 
     #[test]
     fn no_network_means_no_proxy_and_no_tcp() {
@@ -684,7 +683,9 @@ pub(crate) mod tests {
 
     /// The masks of a spec.
     pub fn masks(spec: &SandboxSpec) -> Vec<PathBuf> {
-        spec.paths(&ViewKind::Mask).cloned().collect()
+        wardcell_seatbelt::view_paths(spec, ViewKind::Mask)
+            .cloned()
+            .collect()
     }
 
     pub fn profile(read: &[&str], write: &[&str]) -> ProfilePlan {
@@ -768,7 +769,8 @@ pub(crate) mod tests {
         }
         // Linux: /sys/devices/system/cpu (macOS has no /sys).
         for always in ALWAYS_READ {
-            assert!(spec.paths(&ViewKind::Read).any(|p| p == Path::new(always)));
+            assert!(wardcell_seatbelt::view_paths(&spec, ViewKind::Read)
+                .any(|p| p == Path::new(always)));
         }
     }
 

@@ -297,7 +297,7 @@ pub fn inside_denials(zone: &str, format: Output) -> Result<(), Error> {
 /// loopback (answered by the proxy itself, front.rs): its JSON answer.
 fn ask_proxy(zone: &str, path: &str) -> Result<serde_json::Value, Error> {
     use std::io::{Read, Write};
-    let port = wardcell_common::plan::SANDBOX_PROXY_PORT;
+    let port = wardcell_support::sandbox_env::SANDBOX_PROXY_PORT;
     let mut s = match std::net::TcpStream::connect(("127.0.0.1", port)) {
         Ok(s) => s,
         Err(e)
