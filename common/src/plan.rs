@@ -187,9 +187,10 @@ pub struct CredentialPlan {
     pub hosts: Vec<String>,
     /// Request path patterns (`*` glob) matched after normalisation; empty: every path.
     pub paths: Vec<String>,
-    /// Methods it is attached for; empty: [`DEFAULT_METHODS`].
+    /// Methods it is attached for; empty: `wardcell_support::sandbox_env::DEFAULT_METHODS`.
     pub methods: Vec<String>,
-    /// A variable set to [`PLACEHOLDER_VALUE`] in the sandboxes that get this credential.
+    /// A variable set to `wardcell_support::sandbox_env::PLACEHOLDER_VALUE` in the
+    /// sandboxes that get this credential.
     pub placeholder: Option<String>,
     pub scheme: CredentialScheme,
     /// For `basic`.
@@ -373,7 +374,7 @@ pub struct SandboxSpec {
     /// With `proxy_port`: make every address local in the sandbox's network namespace,
     /// listen on every address at each of these ports and on UDP port 53, and hand those
     /// sockets over beside the proxy's listener (transparent egress and DNS). At most
-    /// [`MAX_EGRESS_PORTS`].
+    /// `wardcell_support::sandbox_env::MAX_EGRESS_PORTS`.
     pub egress_ports: Vec<u16>,
     /// The CA certificate files (PEM, canonical, each with what it was when the run
     /// started) whose certificates, with the run's CA when the proxy intercepts TLS, make

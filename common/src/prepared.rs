@@ -35,9 +35,10 @@ pub struct Asked<'a> {
 
 impl Sandbox {
     /// The spec of one sandbox of this profile, or why it cannot be built now.
-    /// `socket`: its supervisor's, in a zone. What the view names is not looked at again
-    /// here: the shim opens every path of it without following a link and refuses the
-    /// sandbox where one is not what was recorded (wardcell's own directories too).
+    /// `socket`: its supervisor's, in a zone. Of what the view names, only wardcell's own
+    /// directories are looked at again here (`own_dirs_now`): the shim opens every path
+    /// without following a link and refuses the sandbox where one is not what was
+    /// recorded.
     pub fn spec(
         &self,
         plan: &Plan,

@@ -201,4 +201,29 @@ mod tests {
             "wardcell-shim[7] run=R DEBUG main: x\\ny"
         );
     }
+
+    #[test]
+    fn a_diverted_line_is_not_written_and_the_rest_are() {
+        static TAKEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+        fn take(body: &str) -> bool {
+            let held = body.contains("held");
+            if held {
+                TAKEN.lock().unwrap().push(body.to_string());
+            }
+            held
+        }
+        divert(take);
+        let sub = Stderr {
+            process: "t",
+            pid: 1,
+            max: Level::DEBUG,
+        };
+        tracing::subscriber::with_default(sub, || {
+            tracing::debug!(i = 1, "held");
+            tracing::debug!("written");
+            tracing::trace!("held, above the level: never offered");
+        });
+        let taken = TAKEN.lock().unwrap().clone();
+        assert_eq!(taken, ["DEBUG trace::tests: held i=1"]);
+    }
 }

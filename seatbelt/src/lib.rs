@@ -466,10 +466,11 @@ pub fn profile(spec: &SandboxSpec) -> Result<String, String> {
     Ok(out)
 }
 
-// Its tests build specs from configurations, so they live with the configuration's
-// crate: config/tests/seatbelt.rs.
 /// The paths of `spec`'s view of one kind, in the order given.
 pub fn view_paths(spec: &SandboxSpec, kind: ViewKind) -> impl Iterator<Item = &PathBuf> + '_ {
     let of_kind = move |e: &&ViewEntry| e.what == kind;
     spec.view.iter().filter(of_kind).map(|e| &e.path)
 }
+
+// Its tests build specs from configurations, so they live with the configuration's
+// crate: config/tests/seatbelt.rs.

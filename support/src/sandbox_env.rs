@@ -1,6 +1,8 @@
-//! The variables wardcell sets in a sandbox with network (the proxy's, the CA bundle's)
-//! and their values, prepared by the plan writer (`wardcell/src/prepare.rs`); the broker
-//! only removes a caller's and adds these.
+//! What a sandbox with network is given, none of which the broker reads: the variables
+//! wardcell sets (the proxy's, the CA bundle's) and their values, prepared by the plan
+//! writer (`wardcell/src/prepare.rs`; the broker only removes a caller's and adds these);
+//! the proxy's port and the CA bundle's path inside; the bound on egress ports; a
+//! credential's placeholder value and the methods it is attached for.
 
 /// Where the CA bundle is, inside a sandbox whose proxy intercepts TLS.
 pub const SANDBOX_CA_BUNDLE: &str = "/dev/wardcell-ca.pem";

@@ -121,6 +121,9 @@ impl Guard {
 
     fn hold_all(&self, paths: &[(PathBuf, PathBuf)]) -> io::Result<()> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.ended {
+            return Err(io::Error::other("the run has ended"));
+        }
         for (path, tree) in paths {
             if !state.known.insert(path.clone()) {
                 continue;
@@ -138,9 +141,11 @@ impl Guard {
     }
 
     /// The run has ended: what happens to the paths from now on is no longer reported, and
-    /// every watch is removed now. The kernel frees them while the run ends; an inotify
-    /// instance freed with its watches still on waits for an RCU grace period, which
-    /// would delay this process's exit, and `wardcell run`'s, by up to 20 ms.
+    /// every watch is removed now, and none is added after. Removing a watch queues it for
+    /// the kernel's delayed cleanup, which then runs while the run ends; an inotify
+    /// instance closed with watches still on, or with their cleanup pending, waits for it
+    /// (an SRCU grace period), which delayed this process's exit, and `wardcell run`'s, by
+    /// about 15 ms.
     pub fn end(&self) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.ended = true;
@@ -387,6 +392,9 @@ mod tests {
         std::fs::write(t.join("d"), "").unwrap();
         std::fs::write(t.join("a/b/c"), "").unwrap();
         quiet(&rx);
+        // Nothing is held after: a sandbox still being built then is refused.
+        assert!(g.hold(&[(t.join("e"), t.clone())]).is_err());
+        assert_eq!(kernel_watches(&g), 0);
         std::fs::remove_dir_all(&t).unwrap();
     }
 }

@@ -73,12 +73,6 @@ impl<W: Watched> Child<W> {
         self.reaped = true;
         status
     }
-
-    /// Leave it to end with this process (the run's first sandbox, whose namespaces are
-    /// torn down after the broker has exited): neither killed nor waited for when dropped.
-    pub fn detach(&mut self) {
-        self.reaped = true;
-    }
 }
 
 /// Watch `child`, a child of ours just started and not reaped, with `of_child` (the

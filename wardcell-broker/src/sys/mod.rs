@@ -196,13 +196,5 @@ mod tests {
         );
         assert!(child.is_reaped());
         assert_eq!(child.wait(), None);
-
-        let (_, mut child) = watch(spawn()).unwrap();
-        let (pid, p) = (child.pid(), child.watch().try_clone().unwrap());
-        child.detach();
-        drop(child);
-        assert!(!exited(&p, 50), "a detached child is left running");
-        p.signal(libc::SIGKILL).unwrap();
-        assert!(waitpid(Pid::from_raw(pid), None).is_ok());
     }
 }
