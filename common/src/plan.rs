@@ -523,8 +523,6 @@ pub struct Prepared {
 pub struct Sandbox {
     /// The view, without the supervisor's socket (each sandbox has its own).
     pub view: Vec<ViewEntry>,
-    /// Every path the view masks: a working directory inside one is refused.
-    pub masks: Vec<PathBuf>,
     /// The spec's `denied`: wardcell's own directories and the credential files.
     pub denied: Vec<PathBuf>,
     /// The spec's `held`: what the view protects that the host could undo.

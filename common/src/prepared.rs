@@ -49,7 +49,7 @@ impl Sandbox {
             return Err("no command to run; give one after `--`".into());
         }
         own_dirs_now(plan, asked.profile, &|p| p.exists(), &Path::is_symlink)?;
-        cwd_in(asked, &self.view, &self.masks)?;
+        cwd_in(asked, &self.view)?;
         let mut view = self.view.clone();
         let socket_entry = |s: &Path| ViewEntry::new(s.to_path_buf(), ViewKind::Socket, None);
         view.extend(socket.map(socket_entry));
@@ -149,17 +149,18 @@ pub fn own_dirs_now(
     Ok(())
 }
 
-/// The working directory must be in the view and not hidden.
-fn cwd_in(asked: &Asked<'_>, view: &[ViewEntry], mask: &[PathBuf]) -> Result<(), String> {
+/// The working directory must be in the view and not inside one of its masks.
+fn cwd_in(asked: &Asked<'_>, view: &[ViewEntry]) -> Result<(), String> {
     let cwd = &asked.cwd;
     let tree = |e: &&ViewEntry| matches!(e.what, ViewKind::Read | ViewKind::Write);
     let reachable = view.iter().filter(tree).any(|e| cwd.starts_with(&e.path));
+    let mut mask = view.iter().filter(|e| e.what == ViewKind::Mask);
     let (name, shown) = (&asked.profile.name, cwd.display());
     if !reachable {
         return Err(format!("profile '{name}' cannot reach the working directory {shown}; run from a directory it can read, or add this one to its read list"));
     }
-    if let Some(m) = mask.iter().find(|m| cwd.starts_with(m)) {
-        let m = m.display();
+    if let Some(m) = mask.find(|m| cwd.starts_with(&m.path)) {
+        let m = m.path.display();
         return Err(format!("the working directory {shown} is inside {m}, which is hidden from the sandbox; run from another directory"));
     }
     Ok(())

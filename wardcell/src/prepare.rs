@@ -74,18 +74,20 @@ fn prepare_all(
     if let Start::Profile(p) = &plan.start {
         sandboxes.push((None, p, true));
     }
+    // Each prepared entry's index, by kind, and the profile each was made from.
     let mut shared: HashMap<(&str, bool, bool), Vec<usize>> = HashMap::new();
+    let mut made_from: Vec<&ProfilePlan> = Vec::new();
     let sockets = view::host_socket_dirs(host_env);
     let mut prepared: Vec<Prepared> = Vec::new();
     for (zone, profile, authenticated) in sandboxes {
         let kind = (profile.name.as_str(), authenticated, zone.is_some());
         let same = shared.entry(kind).or_default();
-        let alike = |i: &usize| first_profile(plan, &prepared[*i].zones) == Some(profile);
-        if let Some(i) = same.iter().copied().find(alike) {
+        if let Some(&i) = same.iter().find(|&&i| made_from[i] == profile) {
             prepared[i].zones.push(zone.map(str::to_string));
             continue;
         }
         same.push(prepared.len());
+        made_from.push(profile);
         prepared.push(Prepared {
             zones: vec![zone.map(str::to_string)],
             // Named for each zone as it is asked about (`Plan::rules`).
@@ -94,17 +96,6 @@ fn prepare_all(
         });
     }
     prepared
-}
-
-/// The profile of the first of `zones` (`None`: `run --profile`'s).
-fn first_profile<'p>(plan: &'p Plan, zones: &[Option<String>]) -> Option<&'p ProfilePlan> {
-    match zones.first()? {
-        Some(name) => plan.zone(name).map(|z| &z.profile),
-        None => match &plan.start {
-            Start::Profile(p) => Some(p),
-            Start::Zone(_) => None,
-        },
-    }
 }
 
 /// wardcell's own directories (the runtime and state ones, the user's configuration
@@ -304,7 +295,6 @@ fn prepare_one(
     let env = env_of(plan, ids, profile, host_env, (intercept, bundle));
     Ok(Sandbox {
         view,
-        masks,
         denied,
         held,
         ca_files,
