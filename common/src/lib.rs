@@ -13,8 +13,8 @@
 //! - [`seatbelt`]: the Seatbelt (macOS) profile text made from a sandbox spec.
 //! - [`text`]: text from a sandbox or a configuration, made safe to print; commands
 //!   quoted as a shell would need them.
-//! - [`audit`]: the audit log's format, and its chain checked line by line.
-//! - [`auditlog`]: the broker's writer of a run's log, and what bounds it.
+//! - [`audit`]: the calendar run ids and the audit log's times are written in (the
+//!   log's format is `wardcell-support`'s, its writer `wardcell-shim --audit`).
 //! - [`throttle`]: the token bucket for events a sandbox can cause at will.
 //! - [`stdio`]: which standard descriptors a process was started without.
 //! - [`limits`]: a sandbox's resource limits, how each is enforced here, its cgroup.
@@ -24,7 +24,6 @@
 
 pub mod approval;
 pub mod audit;
-pub mod auditlog;
 pub mod envrules;
 pub mod helper;
 pub mod identity;
@@ -34,7 +33,6 @@ pub mod plan;
 pub mod prepared;
 pub mod protocol;
 pub mod stdio;
-pub mod syslog;
 pub mod terminal;
 pub mod text;
 pub mod throttle;

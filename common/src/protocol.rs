@@ -514,6 +514,66 @@ impl GitLook {
     }
 }
 
+/// Channel G (PROTOCOL 7.3): what the broker asks of the run's audit writer
+/// (`wardcell-shim --audit`), one frame a request on its stdin, each answered with one
+/// [`AuditAnswer`] on its stdout. The writer keeps the log's chain, its size limit and
+/// the rates below; the broker decides what each answer allows.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum AuditRequest {
+    /// The first, and only the first: create the run's log at `path` (it must not exist),
+    /// which may grow to `max_log_kib` KiB (0: the default), each event copied to syslog
+    /// when `syslog`.
+    Open {
+        path: std::path::PathBuf,
+        run: String,
+        syslog: bool,
+        max_log_kib: u64,
+    },
+    /// One event, its fields as one JSON object's text. `counted`: an event a sandbox can
+    /// cause at will, written at that rate and counted past it.
+    Event {
+        category: String,
+        event: String,
+        fields: String,
+        counted: Option<Rate>,
+    },
+}
+
+/// Which rate a counted event is held to: a burst of [`COUNTED_BURST`], then
+/// [`COUNTED_PER_SECOND`] a second, each rate its own.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rate {
+    /// Connections closed or refused, entries refused.
+    Refusals,
+    /// Entries allowed: each starts a sandbox, and is refused when it is not written.
+    Entries,
+}
+
+pub const COUNTED_BURST: u32 = 100;
+pub const COUNTED_PER_SECOND: u32 = 20;
+
+/// The audit writer's answer to one request.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum AuditAnswer {
+    Written,
+    /// A counted event past its rate: not written, counted in the next `audit.suppressed`.
+    Counted,
+    /// The log cannot take it, and (but for `run.finished` at the size limit) no later
+    /// event either: why, in one line.
+    Failed(String),
+}
+
+impl Message for AuditRequest {
+    // An event holds at most a zone request's argv and environment, or the plan's words.
+    const MAX_LEN: usize = 2 * CONFIGURED_MAX;
+    const WHAT: &'static str = "an audit event";
+}
+
+impl Message for AuditAnswer {
+    const MAX_LEN: usize = REPORT_MAX;
+    const WHAT: &'static str = "the audit writer's answer";
+}
+
 impl Message for GitLook {
     const MAX_LEN: usize = 2 * GitLook::MOST * GitLook::MOST_BYTES;
     const WHAT: &'static str = "a look at the run's repository";

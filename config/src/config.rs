@@ -166,7 +166,7 @@ pub struct Config {
     /// `[audit] syslog`.
     pub audit_syslog: bool,
     /// `[audit] max_log_kib`: how large one run's log may grow
-    /// ([`wardcell_common::auditlog::DEFAULT_MAX_LOG_KIB`] when unset).
+    /// ([`wardcell_support::audit::DEFAULT_MAX_LOG_KIB`] when unset).
     pub audit_max_log_kib: u64,
 }
 
@@ -1186,9 +1186,9 @@ pub fn parse_naming(text: &str, label: &str, named: Option<&str>) -> Result<Conf
         });
 
     let audit_max_log_kib = match raw.audit.as_ref().and_then(|a| a.max_log_kib.as_ref()) {
-        None => wardcell_common::auditlog::DEFAULT_MAX_LOG_KIB,
+        None => wardcell_support::audit::DEFAULT_MAX_LOG_KIB,
         Some(k) => {
-            let min = wardcell_common::auditlog::MIN_MAX_LOG_KIB;
+            let min = wardcell_support::audit::MIN_MAX_LOG_KIB;
             match u64::try_from(*k.get_ref()) {
                 Ok(n) if n >= min => n,
                 _ => {

@@ -683,3 +683,40 @@ both!(
         assert!(events(&log, "audit.completed").is_empty(), "{log}");
     }
 );
+
+both!(
+    the_audit_writer_outlives_a_signal_to_the_brokers_group_and_ends_with_the_run,
+    |fx| {
+        fx.test_config("");
+        let run = wardcell_tests::Watched::spawn(
+            &fx,
+            fx.cmd(&["run", "--", "/bin/sh", "-c", "echo ready; exec sleep 30"]),
+            "run",
+        );
+        let out = fx.dir.join("run.out");
+        wardcell_tests::wait_until(20, "the command to start", || {
+            fs::read_to_string(&out)
+                .unwrap_or_default()
+                .contains("ready")
+        });
+        // The run's log is written by a process of its own, in the broker's group (the
+        // broker leads its session; the sandboxes have sessions of their own).
+        let broker = wardcell_tests::broker_of(run.child.id());
+        let writers = children_named(broker, "wardcell-audit");
+        assert_eq!(writers.len(), 1, "{writers:?}");
+        let group = std::process::Command::new("kill")
+            .args(["-TERM", "--", &format!("-{broker}")])
+            .status()
+            .unwrap();
+        assert!(group.success());
+        let (out, tree) = run.finish(30);
+        assert_eq!(out.code, 143, "{out:?}");
+        // The writer took the run's end, then ended with it.
+        tree.assert_all_gone();
+        let log = only_log(&fx);
+        let finished = events(&log, "run.finished");
+        assert_eq!(finished.len(), 1, "{log}");
+        assert_eq!(finished[0]["exit_status"], 143, "{log}");
+        fx.run(&["logs", "verify", "latest"]).ok();
+    }
+);

@@ -330,9 +330,9 @@ pub fn sweep(q: &Path, age: u64) {
     }
 }
 
-/// One line to syslog (authpriv, notice) as `tag` (see `wardcell_common::syslog`).
+/// One line to syslog (authpriv, notice) as `tag` (see `wardcell_support::syslog`).
 pub fn syslog(tag: &str, line: &str) {
-    wardcell_common::syslog::send(tag, line);
+    wardcell_support::syslog::send(tag, line);
 }
 
 /// A command line as one shown line, each word quoted as a shell would need it (see

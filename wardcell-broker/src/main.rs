@@ -14,7 +14,8 @@
 //!    other program the run may start (wardcell_host::exe: each started from that
 //!    descriptor, never by path);
 //! 3. make the run id, the run's directory (0700), the directories every sandbox masks,
-//!    and the run's audit log;
+//!    and the run's audit log (written by `wardcell-shim --audit`, started meanwhile:
+//!    wardcell_host::audit);
 //! 4. complete the sandbox (sandbox::complete): its supervisor's socket when it is in a
 //!    zone, its spec, then, while the shim builds the mounts, audit the run's start,
 //!    take over the signals it forwards (before any thread starts), start the
@@ -62,7 +63,6 @@ use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use serde_json::json;
 
-use wardcell_common::paths;
 use wardcell_common::plan::Plan;
 use wardcell_common::text::shown;
 use wardcell_common::trace;
@@ -70,7 +70,7 @@ use wardcell_common::trace;
 use crate::run::Run;
 use crate::supervisor::Supervisor;
 use error::BrokerError;
-use wardcell_common::auditlog::AuditLog;
+use wardcell_host::audit::AuditLog;
 use wardcell_host::exe::{Exe, Programs};
 use wardcell_host::terminal::{Keeper, Terminal};
 use wardcell_host::wait::Watch;
@@ -119,6 +119,7 @@ fn run(writer: Option<Pid>, keeper: Option<&Keeper>) -> Result<i32, BrokerError>
     //    behind. This thread spawns (the shim's death signal follows the thread that
     //    started it) and joins the other before any signal is taken over.
     let shim = launch::shim();
+    let scribe = launch::copy(&shim);
     let planner = std::thread::Builder::new()
         .name("plan".into())
         .stack_size(PLAN_STACK)
@@ -138,15 +139,20 @@ fn run(writer: Option<Pid>, keeper: Option<&Keeper>) -> Result<i32, BrokerError>
         let spawned = sandbox::spawn(&shim, terminal.stdio(sys::closed_at_start()), ignored)?;
         Ok((terminal, spawned))
     });
+    // The run's audit writer, from this thread (it lives as long as the run) while the
+    // plan is still being read.
+    let audit = AuditLog::start(&|cmd| match &scribe {
+        Ok(shim) => sys::spawn_from(shim, cmd),
+        Err(e) => Err(std::io::Error::other(e.clone())),
+    });
     let prepared = planner
         .join()
         .unwrap_or_else(|_| Err(Some(BrokerError::Launch("reading the plan failed".into()))));
     let (run, (terminal, spawned)) = match (prepared, started) {
-        (Ok(run), Ok(started)) => (Arc::new(run), started),
-        // No sandbox, so no run: neither its directory nor an empty log stays.
-        (Ok(run), Err(e)) => {
-            let _ = fs::remove_file(paths::run_log(&run.plan.dirs, &run.id));
-            let _ = fs::remove_dir_all(&run.dir);
+        (Ok(prepared), Ok(started)) => (Arc::new(prepared.open(run_id, audit)?), started),
+        // No sandbox, so no run: its directory does not stay, and no log was made.
+        (Ok(prepared), Err(e)) => {
+            let _ = fs::remove_dir_all(&prepared.dir);
             return Err(e);
         }
         (Err(why), started) => {
@@ -171,13 +177,35 @@ fn run(writer: Option<Pid>, keeper: Option<&Keeper>) -> Result<i32, BrokerError>
 /// The plan thread's stack (the plan is decoded there; the main thread's is the default 8 MiB).
 const PLAN_STACK: usize = 1024 * 1024;
 
-/// Steps 2 and 3: the plan from fd 3, then the run's directories and audit log, and the
-/// run. `Err(None)`: the writer closed fd 3 without a plan.
+/// What a run is made of before its log exists.
+struct Prepared {
+    plan: Plan,
+    dir: PathBuf,
+    programs: Programs,
+    host_env: Vec<(String, String)>,
+}
+
+impl Prepared {
+    /// The run, once its log is created (else its directory is removed).
+    fn open(self, run_id: String, audit: AuditLog<sys::Process>) -> Result<Run, BrokerError> {
+        rundir::open_log(&audit, &self.plan, &run_id, &self.dir)?;
+        let Prepared {
+            plan,
+            dir,
+            programs,
+            host_env,
+        } = self;
+        Ok(Run::new(plan, run_id, dir, programs, audit, host_env))
+    }
+}
+
+/// Steps 2 and 3: the plan from fd 3, then the run's directories. `Err(None)`: the writer
+/// closed fd 3 without a plan.
 fn take_and_prepare(
     writer: Option<Pid>,
     run_id: String,
     shim: Result<Exe, String>,
-) -> Result<Run, Option<BrokerError>> {
+) -> Result<Prepared, Option<BrokerError>> {
     let fd = sys::inherited_socket(sys::LAUNCH_FD)
         .map_err(|e| Some(BrokerError::Launch(e.to_string())))?;
     let mut plan = launch::take_plan(fd).map_err(Some)?.ok_or(None)?;
@@ -189,23 +217,20 @@ fn take_and_prepare(
     programs
         .pinned_in(&plan.pinned)
         .map_err(|e| Some(BrokerError::Refused(e)))?;
-    let (run_dir, audit) = prepare_run(&plan, &run_id).map_err(Some)?;
-    Ok(Run::new(plan, run_id, run_dir, programs, audit, host_env))
+    rundir::prepare_own_dirs(&plan).map_err(Some)?;
+    let dir = rundir::make_run_dir(&plan.dirs.runtime, &run_id).map_err(Some)?;
+    Ok(Prepared {
+        plan,
+        dir,
+        programs,
+        host_env,
+    })
 }
 
 /// The launch was wrong: one line, status 1.
 fn fail(e: BrokerError) -> ! {
     wardcell_common::eprintln_line!("error: {e}");
     std::process::exit(1)
-}
-
-/// The run's runtime directory (0700) and its audit log; wardcell's own directories
-/// exist afterwards, so that every sandbox can mask them.
-fn prepare_run(plan: &Plan, run_id: &str) -> Result<(PathBuf, AuditLog), BrokerError> {
-    rundir::prepare_own_dirs(plan)?;
-    let run_dir = rundir::make_run_dir(&plan.dirs.runtime, run_id)?;
-    let audit = rundir::open_log(plan, run_id, &run_dir)?;
-    Ok((run_dir, audit))
 }
 
 fn run_first_sandbox(

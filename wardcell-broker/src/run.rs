@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use wardcell_common::auditlog::{AuditLog, Rate};
 use wardcell_common::plan::Plan;
+use wardcell_common::protocol::Rate;
 
+use wardcell_host::audit::AuditLog;
 use wardcell_host::entries::Entries;
 use wardcell_host::exe::Programs;
 use wardcell_host::gitcheck::GitWatch;
@@ -28,7 +29,7 @@ pub struct Run {
     pub programs: Programs,
     /// What the views hold against the host: replaced there, the run ends (`lost`).
     pub guard: Guard,
-    pub audit: AuditLog,
+    pub audit: AuditLog<sys::Process>,
     /// The environment `wardcell run` started in (see spec::Request::host_env).
     pub host_env: Vec<(String, String)>,
     next_sandbox: AtomicU32,
@@ -60,7 +61,7 @@ impl Run {
         id: String,
         dir: PathBuf,
         programs: Programs,
-        audit: AuditLog,
+        audit: AuditLog<sys::Process>,
         host_env: Vec<(String, String)>,
     ) -> Run {
         Run {
@@ -85,11 +86,11 @@ impl Run {
     pub fn record(&self, category: &str, event: &str, fields: serde_json::Value) -> io::Result<()> {
         // Every audit event is a trace line too (the log never holds a secret).
         tracing::debug!(category, event, fields = %fields, "audit event");
-        self.unless_unaudited(self.audit.write(category, event, fields))
+        self.unless_unaudited(self.audit.write(None, category, event, fields).map(drop))
     }
 
     /// [`Run::record`] for an event the sandbox can cause at will (see
-    /// `AuditLog::write_counted`): `Ok(false)` when it was counted, not written.
+    /// `AuditLog::write`): `Ok(false)` when it was counted, not written.
     pub fn record_counted(
         &self,
         rate: Rate,
@@ -97,7 +98,7 @@ impl Run {
         event: &str,
         fields: serde_json::Value,
     ) -> io::Result<bool> {
-        self.unless_unaudited(self.audit.write_counted(rate, category, event, fields))
+        self.unless_unaudited(self.audit.write(Some(rate), category, event, fields))
     }
 
     /// `written`, after ending every sandbox of the run if it failed.

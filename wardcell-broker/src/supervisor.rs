@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use wardcell_common::auditlog::{Rate, COUNTED_PER_SECOND};
 use wardcell_common::envrules;
 use wardcell_common::plan::ZonePlan;
 use wardcell_common::protocol::{self, ZoneEntry, ZoneRequest, ZoneResponse};
+use wardcell_common::protocol::{Rate, COUNTED_PER_SECOND};
 use wardcell_common::why;
 
 use crate::peer::{self, Peer};
@@ -95,7 +95,7 @@ impl Supervisor {
     }
 
     /// What the sandbox can cause as fast as it connects: written at a bounded rate, the
-    /// rest counted (`Ok(false)`); see `AuditLog::write_counted`.
+    /// rest counted (`Ok(false)`); see `AuditLog::write`.
     fn counted(&self, category: &str, event: &str, fields: Value) -> io::Result<bool> {
         self.run
             .record_counted(Rate::Refusals, category, event, fields)

@@ -6,18 +6,13 @@
 //! died, sent garbage, broke a bound, took too long) is a repository that can no longer
 //! be checked, reported as [`UNCHECKED`] from then on, which refuses every entry.
 
-use std::io::{self, Read, Write};
-use std::os::fd::AsFd;
+use std::io::{self, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
-use nix::poll::{poll, PollFd, PollFlags};
-
-use wardcell_common::protocol::{self, GitLook, Message};
-use wardcell_common::terminal;
+use wardcell_common::protocol::GitLook;
 use wardcell_common::text::shown;
 
 use crate::process::{self, Watched};
@@ -111,45 +106,19 @@ impl<W: Watched> Watcher<W> {
     }
 }
 
-/// One frame, whole, read by `until`, within its bounds.
+/// One look, whole, read by `until`, within its bounds.
 fn read_look(from: &mut ChildStdout, until: Instant) -> Option<GitLook> {
-    let mut len = [0u8; 4];
-    read_by(from, &mut len, until)?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len > GitLook::MAX_LEN {
-        return None;
-    }
-    let mut payload = vec![0u8; len];
-    read_by(from, &mut payload, until)?;
-    let look: GitLook = protocol::decode_payload(&payload).ok()?;
-    look.is_bounded().then_some(look)
-}
-
-/// `buf` filled from `from` by `until`.
-fn read_by(from: &mut ChildStdout, buf: &mut [u8], until: Instant) -> Option<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        let mut fds = [PollFd::new(from.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, terminal::timeout_until(Some(until))) {
-            Ok(1..) | Err(Errno::EINTR) => {}
-            _ => return None,
-        }
-        match from.read(&mut buf[got..]) {
-            Ok(0) => return None,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
-    Some(())
+    process::read_frame_by::<GitLook>(from, until).filter(GitLook::is_bounded)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use std::os::fd::AsFd;
+    use wardcell_common::protocol;
 
     /// A watch by pid, for these tests' own children.
-    struct ByPid(libc::pid_t, std::fs::File);
+    pub(crate) struct ByPid(libc::pid_t, std::fs::File);
     impl AsFd for ByPid {
         fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
             self.1.as_fd()
@@ -169,7 +138,7 @@ mod tests {
     }
 
     /// `cmd` started as a stand-in for the watcher, its arguments ignored.
-    fn instead(program: &str, args: &[&str]) -> impl Fn(&mut Command) -> SpawnResult {
+    pub(crate) fn instead(program: &str, args: &[&str]) -> impl Fn(&mut Command) -> SpawnResult {
         let (program, args) = (program.to_string(), args.iter().map(|a| a.to_string()));
         let args: Vec<String> = args.collect();
         move |_: &mut Command| {
@@ -180,7 +149,7 @@ mod tests {
             })
         }
     }
-    type SpawnResult = io::Result<(Child, process::Child<ByPid>)>;
+    pub(crate) type SpawnResult = io::Result<(Child, process::Child<ByPid>)>;
 
     fn frame(lines: &[&str]) -> String {
         let look = GitLook {

@@ -12,6 +12,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod audit;
 pub mod entries;
 pub mod error;
 pub mod exe;

@@ -1,11 +1,17 @@
 //! The broker's one process type: a child (a sandbox's shim, a proxy, the approval
 //! plugin) by its pid and its watch, killed and reaped when it is dropped unreaped.
 
-use std::io;
+use std::io::{self, Read};
 use std::os::fd::AsFd;
+use std::time::Instant;
 
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
+
+use wardcell_common::protocol::{self, Message};
+use wardcell_common::terminal;
 
 /// How a child is watched and signalled (the broker's `sys::Process`: a pidfd on Linux,
 /// so that a signal never reaches a process that reused the pid): readable once the
@@ -99,4 +105,37 @@ impl<W: Watched> Drop for Child<W> {
             let _ = waitpid(Pid::from_raw(self.pid), None);
         }
     }
+}
+
+/// One frame from a helper (the repository's watcher, the audit writer), whole, read by
+/// `until` and within `T`'s limit; `None` for anything else.
+pub fn read_frame_by<T: Message>(from: &mut (impl Read + AsFd), until: Instant) -> Option<T> {
+    let mut len = [0u8; 4];
+    read_by(from, &mut len, until)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > T::MAX_LEN {
+        return None;
+    }
+    let mut payload = vec![0u8; len];
+    read_by(from, &mut payload, until)?;
+    protocol::decode_payload(&payload).ok()
+}
+
+/// `buf` filled from `from` by `until`.
+fn read_by(from: &mut (impl Read + AsFd), buf: &mut [u8], until: Instant) -> Option<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let mut fds = [PollFd::new(from.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, terminal::timeout_until(Some(until))) {
+            Ok(1..) | Err(Errno::EINTR) => {}
+            _ => return None,
+        }
+        match from.read(&mut buf[got..]) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(())
 }

@@ -9,11 +9,12 @@ use std::path::Path;
 
 use nix::fcntl::{Flock, FlockArg};
 
-use wardcell_common::auditlog::AuditLog;
 use wardcell_common::paths;
 use wardcell_common::plan::Plan;
 
+use crate::audit::AuditLog;
 use crate::error::BrokerError;
+use crate::process::Watched;
 
 /// Create `dir` (and missing parents) as 0700; an existing one must be ours and private.
 pub fn make_private_dir(dir: &Path) -> Result<(), BrokerError> {
@@ -83,24 +84,22 @@ pub fn make_run_dir(runtime: &Path, run_id: &str) -> Result<std::path::PathBuf, 
     Ok(run_dir)
 }
 
-/// The run's audit log, created; when it cannot be, the run's directory is removed: no
-/// run without its log (test `a_full_state_disk_refuses_the_run_and_leaves_nothing`).
-pub fn open_log(plan: &Plan, run_id: &str, run_dir: &Path) -> Result<AuditLog, BrokerError> {
-    let log_path = paths::run_log(&plan.dirs, run_id);
-    AuditLog::create(
-        log_path.clone(),
-        run_id,
-        plan.audit.syslog,
-        plan.audit.max_log_kib,
-    )
-    .map_err(|e| {
+/// The run's audit log, created by its writer; when it cannot be, the run's directory is
+/// removed: no run without its log (test
+/// `a_full_state_disk_refuses_the_run_and_leaves_nothing`).
+pub fn open_log<W: Watched>(
+    log: &AuditLog<W>,
+    plan: &Plan,
+    run_id: &str,
+    run_dir: &Path,
+) -> Result<(), BrokerError> {
+    let path = paths::run_log(&plan.dirs, run_id);
+    let (syslog, max) = (plan.audit.syslog, plan.audit.max_log_kib);
+    log.open(path.clone(), run_id, syslog, max).map_err(|why| {
         let _ = fs::remove_dir_all(run_dir);
         BrokerError::Dir {
-            path: log_path,
-            what: format!(
-                "cannot create the run's audit log: {}",
-                wardcell_common::auditlog::cause(&e)
-            ),
+            path,
+            what: format!("cannot create the run's audit log: {why}"),
         }
     })
 }

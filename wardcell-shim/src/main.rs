@@ -32,6 +32,7 @@
 
 // Linux: namespaces, a view, Landlock and seccomp (this file). macOS: a Seatbelt profile
 // from the same spec (macos.rs); what both use (the spec, reports, exec) is shared here.
+mod auditlog;
 #[cfg(target_os = "linux")]
 mod caps;
 #[cfg(target_os = "linux")]
@@ -101,8 +102,10 @@ fn setup_failed(control: &mut UnixStream, step: &str, message: String) -> ! {
 
 #[cfg(target_os = "macos")]
 fn main() {
-    if std::env::args().nth(1).as_deref() == Some("--git-watch") {
-        gitcheck::main()
+    match std::env::args().nth(1).as_deref() {
+        Some("--git-watch") => gitcheck::main(),
+        Some("--audit") => auditlog::main(),
+        _ => {}
     }
     macos::main()
 }
@@ -116,6 +119,7 @@ fn main() {
         }
         Some("--probe") => probe(),
         Some("--git-watch") => gitcheck::main(),
+        Some("--audit") => auditlog::main(),
         _ => {}
     }
 

@@ -357,7 +357,7 @@ fn codex_config(dir: &Dir, user: Option<&Path>) -> std::io::Result<()> {
         Some(b) => String::from_utf8(b).unwrap_or_default(),
         None => String::new(),
     };
-    let hash = wardcell_common::audit::hash_line(&user_text);
+    let hash = wardcell_support::audit::hash_line(&user_text);
     let first = format!("{MADE}{hash})");
     if let Some(there) = read_at(dir, "config.toml")? {
         let line = there.lines().next().unwrap_or_default();

@@ -2,7 +2,7 @@
 //! format is `wardcell_common::audit`'s, which the broker writes.
 
 use serde_json::Value;
-use wardcell_common::audit::{hash_line, GENESIS};
+use wardcell_support::audit::{hash_line, GENESIS};
 
 /// The verdict on one log.
 #[derive(Debug, PartialEq, Eq)]
@@ -19,7 +19,7 @@ pub enum Verdict {
 }
 
 /// The longest line a reader takes: an event's fields are cut at
-/// `wardcell_common::auditlog::FIELD_CAP`, so a longer line was not written by a broker.
+/// `wardcell_support::audit::FIELD_CAP`, so a longer line was not written by a broker.
 pub const MAX_LINE: usize = 1 << 20;
 
 /// The chain checked one line at a time, in constant memory: [`Checker::line`] for each
@@ -199,7 +199,7 @@ fn verify(text: &str, run: &str) -> Verdict {
 mod tests {
     use super::*;
     use serde_json::json;
-    use wardcell_common::audit::encode_line;
+    use wardcell_support::audit::encode_line;
 
     fn log(n: usize) -> Vec<String> {
         let mut prev = GENESIS.to_string();

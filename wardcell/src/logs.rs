@@ -745,7 +745,7 @@ mod tests {
     #[test]
     fn timestamps_read_back() {
         for ms in [0, 1_764_751_932_123, 951_782_400_000, 4_107_542_399_999] {
-            assert_eq!(millis(&wardcell_common::audit::rfc3339(ms)), Some(ms));
+            assert_eq!(millis(&wardcell_support::audit::rfc3339(ms)), Some(ms));
         }
         assert_eq!(millis("2026-12-02T09:32:12Z"), None);
     }

@@ -465,7 +465,7 @@ pub fn denials_text(zone: &str, v: &serde_json::Value) -> String {
         }
     );
     for d in &recent {
-        let at = wardcell_common::audit::rfc3339(d["at_ms"].as_i64().unwrap_or(0));
+        let at = wardcell_support::audit::rfc3339(d["at_ms"].as_i64().unwrap_or(0));
         let host = d["host"].as_str().unwrap_or("-");
         let target = if host.contains(':') {
             format!("[{host}]:{}", d["port"])

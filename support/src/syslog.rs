@@ -29,7 +29,7 @@ fn send_to(socket: &Path, tag: &str, line: &str) {
     let message = format!(
         "<{PRIORITY}>{tag}[{}]: {}",
         std::process::id(),
-        crate::text::shown(line)
+        wardcell_common::text::shown(line)
     );
     let datagram = UnixDatagram::unbound().and_then(|s| {
         s.set_nonblocking(true)?;

@@ -1,5 +1,14 @@
-//! Writing a run's audit log: one JSON Lines file, 0600, in a 0700 directory, chained by
-//! hashes (format in [`crate::audit`]). The broker owns the one writer of a run.
+//! `wardcell-shim --audit`: the run's audit writer, a process of its own that the broker
+//! starts from the shim it holds open when the run starts (docs/PROTOCOL.md 7.3). It
+//! answers each request on stdin (`protocol::AuditRequest`: create the log, then one
+//! event at a time) with one `AuditAnswer` on stdout, until stdin ends; it dies with the
+//! broker, and ignores the signals a terminal or `kill` of the broker's group send, so
+//! that the run's end is still written when the broker is told to stop. The broker
+//! decides what each answer allows (an event not written ends the run; an entry whose
+//! decision is not written does not start) and ends the run when this process fails.
+//!
+//! The log: one JSON Lines file, 0600, in a 0700 directory, chained by hashes (format in
+//! `wardcell_support::audit`).
 //!
 //! The file is opened afresh for every event, without O_CREAT after the first: a log that
 //! was removed, replaced or made unwritable fails the write there and then, and a zone
@@ -35,31 +44,80 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use nix::sys::signal::Signal;
 use serde_json::{json, Map, Value};
 
-use crate::audit::{self, GENESIS};
-use crate::throttle::Throttle;
+use wardcell_common::protocol::{
+    self, AuditAnswer, AuditRequest, Rate, COUNTED_BURST, COUNTED_PER_SECOND,
+};
+use wardcell_common::throttle::Throttle;
+use wardcell_support::audit::{self, DEFAULT_MAX_LOG_KIB, FIELD_CAP, GENESIS, MIN_MAX_LOG_KIB};
+use wardcell_support::syslog;
 
-/// The most bytes of JSON text one field of an event keeps.
-pub const FIELD_CAP: usize = 4096;
-/// Counted events written one by one: a burst, then this many a second.
-pub const COUNTED_BURST: u32 = 100;
-pub const COUNTED_PER_SECOND: u32 = 20;
-/// `[audit] max_log_kib` when unset: 64 MiB.
-pub const DEFAULT_MAX_LOG_KIB: u64 = 64 * 1024;
-/// The smallest `[audit] max_log_kib` accepted.
-pub const MIN_MAX_LOG_KIB: u64 = 128;
 /// Room kept under the size limit for the run's end: `audit.suppressed`,
 /// `audit.log_full` and `run.finished`, each of capped fields.
 pub const RESERVE: u64 = 64 * 1024;
 
-/// Which rate a counted event is held to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rate {
-    /// Connections closed or refused, entries refused.
-    Refusals,
-    /// Entries allowed: each starts a sandbox, and is refused when it is not written.
-    Entries,
+/// Serve the broker: the log created by the first request, then one event a request.
+pub fn main() -> ! {
+    #[cfg(target_os = "linux")]
+    let _ = nix::sys::prctl::set_name(c"wardcell-audit");
+    // The broker is told to stop by the keeper or by a signal to its group; this process
+    // writes the run's end after that, and ends when the broker closes its stdin or dies.
+    let mut stops = nix::sys::signal::SigSet::empty();
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
+        stops.add(sig);
+    }
+    let _ = stops.thread_block();
+    let (mut input, mut output) = (io::stdin().lock(), io::stdout().lock());
+    let mut answer = |a: &AuditAnswer| protocol::write_frame(&mut output, a).is_ok();
+    let log = match protocol::read_frame(&mut input) {
+        Ok(AuditRequest::Open {
+            path,
+            run,
+            syslog,
+            max_log_kib,
+        }) => match AuditLog::create(path, &run, syslog, max_log_kib) {
+            Ok(log) if answer(&AuditAnswer::Written) => log,
+            Ok(_) => std::process::exit(2),
+            Err(e) => {
+                answer(&AuditAnswer::Failed(cause(&e)));
+                std::process::exit(1)
+            }
+        },
+        _ => std::process::exit(2),
+    };
+    loop {
+        let reply = match protocol::read_frame(&mut input) {
+            Ok(AuditRequest::Event {
+                category,
+                event,
+                fields,
+                counted,
+            }) => {
+                let fields = serde_json::from_str(&fields).unwrap_or(Value::Null);
+                let written = match counted {
+                    Some(rate) => log.write_counted(rate, &category, &event, fields),
+                    None => log.write(&category, &event, fields).map(|()| true),
+                };
+                match written {
+                    Ok(true) => AuditAnswer::Written,
+                    Ok(false) => AuditAnswer::Counted,
+                    Err(e) => AuditAnswer::Failed(e.to_string()),
+                }
+            }
+            Err(protocol::FrameError::Closed) => std::process::exit(0),
+            _ => std::process::exit(2),
+        };
+        if !answer(&reply) {
+            std::process::exit(2);
+        }
+    }
 }
 
 pub struct AuditLog {
@@ -166,6 +224,7 @@ impl AuditLog {
     }
 
     /// Why the log stopped taking events, if it did: a failure, or its size limit.
+    #[cfg(test)]
     pub fn failure(&self) -> Option<String> {
         let chain = self.chain.lock().unwrap_or_else(|p| p.into_inner());
         chain.failed.clone().or_else(|| chain.full.clone())
@@ -248,7 +307,7 @@ impl AuditLog {
                 cause(&e)
             );
             if self.syslog {
-                crate::syslog::send("wardcell", &format!("run {}: {why}", self.run));
+                syslog::send("wardcell", &format!("run {}: {why}", self.run));
             }
             chain.failed = Some(why.clone());
             return Err(io::Error::new(e.kind(), why));
@@ -258,7 +317,7 @@ impl AuditLog {
         chain.seq += 1;
         chain.finished = event == "run.finished";
         if self.syslog {
-            crate::syslog::send("wardcell", &line);
+            syslog::send("wardcell", &line);
         }
         Ok(())
     }
