@@ -574,6 +574,38 @@ impl Message for AuditAnswer {
     const WHAT: &'static str = "the audit writer's answer";
 }
 
+/// Channel H (PROTOCOL 7.4): what the broker asks of the run's guard
+/// (`wardcell-shim --guard`), which watches on the host what the views hold.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum GuardRequest {
+    /// Watch each `(path, tree)` before a sandbox's view is built; answered `Held` once
+    /// every watch is added, or `Unheld`.
+    Hold(Vec<(std::path::PathBuf, std::path::PathBuf)>),
+    /// The run has ended: every watch removed, nothing reported after; answered `Ended`.
+    End,
+}
+
+/// What the guard says: an answer, a held path the host undid, or that it still watches
+/// (at least once a second).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum GuardReport {
+    Held,
+    Unheld(String),
+    Ended,
+    Lost(std::path::PathBuf),
+    Tick,
+}
+
+impl Message for GuardRequest {
+    const MAX_LEN: usize = CONFIGURED_MAX;
+    const WHAT: &'static str = "the paths to hold";
+}
+
+impl Message for GuardReport {
+    const MAX_LEN: usize = REPORT_MAX;
+    const WHAT: &'static str = "the guard's report";
+}
+
 impl Message for GitLook {
     const MAX_LEN: usize = 2 * GitLook::MOST * GitLook::MOST_BYTES;
     const WHAT: &'static str = "a look at the run's repository";

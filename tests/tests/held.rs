@@ -276,3 +276,54 @@ both!(
         assert!(out.stdout.contains("proj-ok"), "{out:#?}");
     }
 );
+
+// What the views hold is watched by a process of its own (`wardcell-shim --guard`): one
+// that dies (here killed by the user) watches nothing more, and the run ends as when
+// everything held was lost, rather than go on unwatched.
+both!(a_guard_that_dies_ends_the_run, |fx| {
+    config(&fx);
+    let secret = fx.home.join(".secret");
+    fx.write(&secret, "old-secret\n");
+    let mut cmd = fx.cmd(&["run", "--", "/bin/sh", "-c", SCRIPT]);
+    cmd.env("TARGET", ".secret");
+    let mut run = Watched::spawn(&fx, cmd, "held");
+    wait_until(20, "the run to start", || fx.proj.join("ready").exists());
+    let broker = wardcell_tests::broker_of(run.child.id());
+    let children = fs::read_to_string(format!("/proc/{broker}/task/{broker}/children")).unwrap();
+    let guards: Vec<&str> = children
+        .split_whitespace()
+        .filter(|pid| {
+            let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            comm.trim() == "wardcell-guard"
+        })
+        .collect();
+    assert_eq!(guards.len(), 1, "{children}");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", guards[0]])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while run.child.try_wait().unwrap().is_none() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    fx.write(&fx.proj.join("go"), "");
+    replace(&fx, &secret, "new-secret\n");
+    let out = run.finish(30).0;
+    assert_eq!(out.code, 137, "{out:#?}");
+    assert!(
+        !out.stdout.contains("read="),
+        "the sandbox went on: {out:#?}"
+    );
+    assert_eq!(
+        out.stderr,
+        "error: the run could no longer follow what the host did to the paths its sandboxes held masked or read-only (the kernel's queue of file events overflowed, or the run's guard ended); every sandbox of the run was ended rather than go on unwatched\n",
+    );
+    let runs = fx.home.join(".local/state/wardcell/runs");
+    let log = fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
+    let log = fs::read_to_string(log).unwrap();
+    assert!(
+        log.contains(r#""event":"sandbox.protection_lost","path":"/""#),
+        "{log}"
+    );
+});

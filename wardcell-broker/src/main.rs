@@ -72,6 +72,7 @@ use crate::supervisor::Supervisor;
 use error::BrokerError;
 use wardcell_host::audit::AuditLog;
 use wardcell_host::exe::{Exe, Programs};
+use wardcell_host::guard::Guard;
 use wardcell_host::terminal::{Keeper, Terminal};
 use wardcell_host::wait::Watch;
 
@@ -139,17 +140,18 @@ fn run(writer: Option<Pid>, keeper: Option<&Keeper>) -> Result<i32, BrokerError>
         let spawned = sandbox::spawn(&shim, terminal.stdio(sys::closed_at_start()), ignored)?;
         Ok((terminal, spawned))
     });
-    // The run's audit writer, from this thread (it lives as long as the run) while the
-    // plan is still being read.
-    let audit = AuditLog::start(&|cmd| match &scribe {
+    // The run's audit writer and guard, from this thread (it lives as long as the run)
+    // while the plan is still being read.
+    let helper = |cmd: &mut _| match &scribe {
         Ok(shim) => sys::spawn_from(shim, cmd),
         Err(e) => Err(std::io::Error::other(e.clone())),
-    });
+    };
+    let helpers = (AuditLog::start(&helper), Guard::new(&helper));
     let prepared = planner
         .join()
         .unwrap_or_else(|_| Err(Some(BrokerError::Launch("reading the plan failed".into()))));
     let (run, (terminal, spawned)) = match (prepared, started) {
-        (Ok(prepared), Ok(started)) => (Arc::new(prepared.open(run_id, audit)?), started),
+        (Ok(prepared), Ok(started)) => (Arc::new(prepared.open(run_id, helpers)?), started),
         // No sandbox, so no run: its directory does not stay, and no log was made.
         (Ok(prepared), Err(e)) => {
             let _ = fs::remove_dir_all(&prepared.dir);
@@ -177,6 +179,9 @@ fn run(writer: Option<Pid>, keeper: Option<&Keeper>) -> Result<i32, BrokerError>
 /// The plan thread's stack (the plan is decoded there; the main thread's is the default 8 MiB).
 const PLAN_STACK: usize = 1024 * 1024;
 
+/// The run's audit writer and guard (wardcell_host::audit, wardcell_host::guard).
+type Helpers = (AuditLog<sys::Process>, Guard<sys::Process>);
+
 /// What a run is made of before its log exists.
 struct Prepared {
     plan: Plan,
@@ -187,15 +192,15 @@ struct Prepared {
 
 impl Prepared {
     /// The run, once its log is created (else its directory is removed).
-    fn open(self, run_id: String, audit: AuditLog<sys::Process>) -> Result<Run, BrokerError> {
-        rundir::open_log(&audit, &self.plan, &run_id, &self.dir)?;
+    fn open(self, run_id: String, helpers: Helpers) -> Result<Run, BrokerError> {
+        rundir::open_log(&helpers.0, &self.plan, &run_id, &self.dir)?;
         let Prepared {
             plan,
             dir,
             programs,
             host_env,
         } = self;
-        Ok(Run::new(plan, run_id, dir, programs, audit, host_env))
+        Ok(Run::new(plan, run_id, dir, programs, helpers, host_env))
     }
 }
 

@@ -244,7 +244,7 @@ pub fn unheld(e: &std::io::Error) -> String {
 /// A path a sandbox's view held was replaced on the host: the run is ended.
 pub fn protection_lost(path: &std::path::Path) -> String {
     if path == std::path::Path::new("/") {
-        return "error: the host changed more at once than the run could follow (the kernel's queue of file events overflowed) while sandboxes of this run held paths masked or read-only; every sandbox of the run was ended rather than go on unwatched".into();
+        return "error: the run could no longer follow what the host did to the paths its sandboxes held masked or read-only (the kernel's queue of file events overflowed, or the run's guard ended); every sandbox of the run was ended rather than go on unwatched".into();
     }
     let path = wardcell_common::text::shown(&path.display().to_string()).into_owned();
     format!("error: {path} was replaced, removed or created while a sandbox of this run held it masked or read-only; every sandbox of the run was ended rather than let it see {path} unprotected")

@@ -39,6 +39,8 @@ mod caps;
 mod changed;
 mod gitcheck;
 #[cfg(target_os = "linux")]
+mod guard;
+#[cfg(target_os = "linux")]
 mod landlock;
 #[cfg(target_os = "macos")]
 mod macos;
@@ -120,6 +122,7 @@ fn main() {
         Some("--probe") => probe(),
         Some("--git-watch") => gitcheck::main(),
         Some("--audit") => auditlog::main(),
+        Some("--guard") => guard::main(),
         _ => {}
     }
 
