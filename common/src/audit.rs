@@ -1,6 +1,6 @@
 //! The calendar that run ids and the audit log's times are written in. The log's format
 //! (its lines and their chain) is `wardcell_support::audit`'s, and its writer is
-//! `wardcell-shim --audit`: the broker links neither (docs/PROTOCOL.md 7.3).
+//! the run's helper, `wardcell-shim --helper`: the broker links neither (docs/PROTOCOL.md 7.3).
 
 /// Civil date from days since 1970-01-01 (proleptic Gregorian).
 pub fn civil(days: i64) -> (i64, u32, u32) {

@@ -14,7 +14,8 @@
 //! - [`text`]: text from a sandbox or a configuration, made safe to print; commands
 //!   quoted as a shell would need them.
 //! - [`audit`]: the calendar run ids and the audit log's times are written in (the
-//!   log's format is `wardcell-support`'s, its writer `wardcell-shim --audit`).
+//!   log's format is `wardcell-support`'s, its writer the run's helper,
+//!   `wardcell-shim --helper`).
 //! - [`throttle`]: the token bucket for events a sandbox can cause at will.
 //! - [`stdio`]: which standard descriptors a process was started without.
 //! - [`limits`]: a sandbox's resource limits, how each is enforced here, its cgroup.

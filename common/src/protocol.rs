@@ -515,7 +515,7 @@ impl GitLook {
 }
 
 /// Channel G (PROTOCOL 7.3): what the broker asks of the run's audit writer
-/// (`wardcell-shim --audit`), one frame a request on its stdin, each answered with one
+/// (`wardcell-shim --helper`), one frame a request on its stdin, each answered with one
 /// [`AuditAnswer`] on its stdout. The writer keeps the log's chain, its size limit and
 /// the rates below; the broker decides what each answer allows.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -575,7 +575,8 @@ impl Message for AuditAnswer {
 }
 
 /// Channel H (PROTOCOL 7.4): what the broker asks of the run's guard
-/// (`wardcell-shim --guard`), which watches on the host what the views hold.
+/// (a thread of `wardcell-shim --helper`, on its fd 3), which watches on the host what
+/// the views hold.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum GuardRequest {
     /// Watch each `(path, tree)` before a sandbox's view is built; answered `Held` once

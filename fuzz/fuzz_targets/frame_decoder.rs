@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use wardcell_common::protocol::{
-    decode_payload, encode_frame, expect_hello, read_frame, GitLook, Hello, Launch, Message, ProxyEvent,
+    decode_payload, encode_frame, expect_hello, read_frame, AuditAnswer, AuditRequest, GitLook, GuardReport, GuardRequest, Hello, Launch, Message, ProxyEvent,
     ProxyRequest, ShimReport, ShimRequest, ZoneRequest, ZoneResponse,
 };
 
@@ -32,4 +32,8 @@ fuzz_target!(|data: &[u8]| {
     check::<ZoneRequest>(data);
     check::<ZoneResponse>(data);
     check::<GitLook>(data);
+    check::<AuditRequest>(data);
+    check::<AuditAnswer>(data);
+    check::<GuardRequest>(data);
+    check::<GuardReport>(data);
 });

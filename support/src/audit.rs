@@ -9,7 +9,7 @@
 //! syslog alone pins down the whole log. A log is never empty: its first event is
 //! `run.started`.
 //!
-//! The run's audit writer (`wardcell-shim --audit`, the shim's auditlog.rs) writes;
+//! The run's audit writer (the run's helper, `wardcell-shim --helper`: the shim's auditlog.rs) writes;
 //! `wardcell logs` reads and verifies the chain (`wardcell/src/chain.rs`). Both take the
 //! format from this module.
 

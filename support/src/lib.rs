@@ -2,7 +2,7 @@
 //! and the shim share that the broker never links (`common` is what the broker links, and says so).
 //!
 //! - [`audit`]: the audit log's format, its lines and their chain (the run's writer is
-//!   `wardcell-shim --audit`; `wardcell logs` verifies).
+//!   `wardcell-shim --helper`; `wardcell logs` verifies).
 //! - [`syslog`]: one line to the system log (the audit writer's copy, the approval plugin).
 //! - [`paths`]: where wardcell's directories are for a user, and how profile paths expand.
 //! - [`text`]: a command's words as a shell would need them typed.

@@ -699,10 +699,10 @@ both!(
                 .unwrap_or_default()
                 .contains("ready")
         });
-        // The run's log is written by a process of its own, in the broker's group (the
-        // broker leads its session; the sandboxes have sessions of their own).
+        // The run's log is written by a process of its own (the run's helper), in the
+        // broker's group (the broker leads its session; the sandboxes have their own).
         let broker = wardcell_tests::broker_of(run.child.id());
-        let writers = children_named(broker, "wardcell-audit");
+        let writers = children_named(broker, "wardcell-helper");
         assert_eq!(writers.len(), 1, "{writers:?}");
         let group = std::process::Command::new("kill")
             .args(["-TERM", "--", &format!("-{broker}")])

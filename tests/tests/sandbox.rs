@@ -890,8 +890,8 @@ both!(the_plan_writer_does_not_outlive_the_start, |fx| {
     let broker = wardcell_tests::broker_of(run.id());
     let children =
         std::fs::read_to_string(format!("/proc/{broker}/task/{broker}/children")).unwrap();
-    // Each child by its command line: the sandbox's shim, the shims writing the run's
-    // audit log and watching what the views hold, and the shim watching the run's
+    // Each child by its command line: the sandbox's shim, the run's helper (writing its
+    // audit log, watching what the views hold), and the shim watching the run's
     // repository (which the sandbox may write).
     let mut commands: Vec<String> = children
         .split_whitespace()
@@ -911,9 +911,8 @@ both!(the_plan_writer_does_not_outlive_the_start, |fx| {
         commands,
         [
             "wardcell-shim".to_string(),
-            "wardcell-shim --audit".into(),
             watcher,
-            "wardcell-shim --guard".into(),
+            "wardcell-shim --helper".into(),
         ],
         "the broker's children: {children}"
     );

@@ -14,8 +14,9 @@
 //!    other program the run may start (wardcell_host::exe: each started from that
 //!    descriptor, never by path);
 //! 3. make the run id, the run's directory (0700), the directories every sandbox masks,
-//!    and the run's audit log (written by `wardcell-shim --audit`, started meanwhile:
-//!    wardcell_host::audit);
+//!    and the run's audit log (written by the run's helper, `wardcell-shim --helper`,
+//!    started meanwhile: wardcell_host::audit, which also holds what the views hold:
+//!    wardcell_host::guard);
 //! 4. complete the sandbox (sandbox::complete): its supervisor's socket when it is in a
 //!    zone, its spec, then, while the shim builds the mounts, audit the run's start,
 //!    take over the signals it forwards (before any thread starts), start the
@@ -55,6 +56,7 @@ mod sys;
 use wardcell_host::{error, launch, messages, rundir, runid, signals};
 
 use std::fs;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -140,13 +142,16 @@ fn run(writer: Option<Pid>, keeper: Option<&Keeper>) -> Result<i32, BrokerError>
         let spawned = sandbox::spawn(&shim, terminal.stdio(sys::closed_at_start()), ignored)?;
         Ok((terminal, spawned))
     });
-    // The run's audit writer and guard, from this thread (it lives as long as the run)
-    // while the plan is still being read.
-    let helper = |cmd: &mut _| match &scribe {
-        Ok(shim) => sys::spawn_from(shim, cmd),
-        Err(e) => Err(std::io::Error::other(e.clone())),
-    };
-    let helpers = (AuditLog::start(&helper), Guard::new(&helper));
+    // The run's helper (its audit writer; its guard on a socket at its fd 3), from this
+    // thread (it lives as long as the run) while the plan is still being read.
+    let (guard, theirs) = Guard::pair();
+    let audit = AuditLog::start(&|cmd| match (&scribe, &theirs) {
+        (Ok(shim), Some(fd)) => sys::spawn_helper(shim, cmd, fd.as_fd()),
+        (Err(e), _) => Err(std::io::Error::other(e.clone())),
+        (_, None) => Err(std::io::Error::other("no socket for the run's guard")),
+    });
+    drop(theirs);
+    let helpers = (audit, guard);
     let prepared = planner
         .join()
         .unwrap_or_else(|_| Err(Some(BrokerError::Launch("reading the plan failed".into()))));
@@ -180,7 +185,7 @@ fn run(writer: Option<Pid>, keeper: Option<&Keeper>) -> Result<i32, BrokerError>
 const PLAN_STACK: usize = 1024 * 1024;
 
 /// The run's audit writer and guard (wardcell_host::audit, wardcell_host::guard).
-type Helpers = (AuditLog<sys::Process>, Guard<sys::Process>);
+type Helpers = (AuditLog<sys::Process>, Guard);
 
 /// What a run is made of before its log exists.
 struct Prepared {

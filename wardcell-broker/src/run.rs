@@ -28,7 +28,7 @@ pub struct Run {
     /// Every program the run may start, held open since it started.
     pub programs: Programs,
     /// What the views hold against the host: replaced there, the run ends (`lost`).
-    pub guard: Guard<sys::Process>,
+    pub guard: Guard,
     pub audit: AuditLog<sys::Process>,
     /// The environment `wardcell run` started in (see spec::Request::host_env).
     pub host_env: Vec<(String, String)>,
@@ -61,7 +61,7 @@ impl Run {
         id: String,
         dir: PathBuf,
         programs: Programs,
-        (audit, guard): (AuditLog<sys::Process>, Guard<sys::Process>),
+        (audit, guard): (AuditLog<sys::Process>, Guard),
         host_env: Vec<(String, String)>,
     ) -> Run {
         Run {

@@ -1,6 +1,7 @@
-//! The run's audit log, written by a process of its own (`wardcell-shim --audit`, the
-//! shim's auditlog.rs: the file, its chain, its size limit, the rates of counted events
-//! and the copy to syslog), so that none of that is the broker's code. This module starts
+//! The run's audit log, written by the run's helper, a process of its own
+//! (`wardcell-shim --helper`: the shim's auditlog.rs holds the file, its chain, its size
+//! limit, the rates of counted events and the copy to syslog; a thread of it is the
+//! run's guard, guard.rs), so that none of that is the broker's code. This module starts
 //! that process, sends it each event (channel G, PROTOCOL 7.3) and reads its answer
 //! within [`DEADLINE`]. A writer that cannot be started, dies, says anything but an
 //! answer or takes too long is a log that failed: that answer, and every one after it,
@@ -39,7 +40,7 @@ impl<W: Watched> AuditLog<W> {
     /// The writer, started by `spawn` (when the run starts, before its plan is read).
     pub fn start(spawn: Spawn<'_, W>) -> AuditLog<W> {
         let mut cmd = Command::new("wardcell-shim");
-        cmd.arg("--audit").env_clear().current_dir("/");
+        cmd.arg("--helper").env_clear().current_dir("/");
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -56,7 +57,7 @@ impl<W: Watched> AuditLog<W> {
             Err(e) => (None, Some(e.to_string())),
         };
         let failed = failed.map(|e| {
-            format!("the run's audit writer (wardcell-shim --audit) could not start: {e}")
+            format!("the run's audit writer (wardcell-shim --helper) could not start: {e}")
         });
         AuditLog(Mutex::new(Writer {
             process,
@@ -151,7 +152,7 @@ impl<W: Watched> AuditLog<W> {
 }
 
 const FINISHED: &str = "the run has finished: its log takes no more events";
-const STOPPED: &str = "the run's audit writer (wardcell-shim --audit) stopped answering";
+const STOPPED: &str = "the run's audit writer (wardcell-shim --helper) stopped answering";
 
 #[cfg(test)]
 mod tests {

@@ -1,16 +1,18 @@
 //! What the run's views hold, watched on the host for the whole run (THREAT_MODEL 3.16)
-//! by a process of its own, `wardcell-shim --guard` (the shim's guard.rs: the inotify
-//! watches and what each event undoes), so that none of that is the broker's code. This
-//! module starts it, asks it to hold each sandbox's paths before the sandbox's view is
-//! built (channel H, PROTOCOL 7.4), and reads what it reports from a thread: each path
-//! the host undid goes to the broker's `lost`, which ends every sandbox of the run; each
-//! tick (at least one a second) to `tick`. A guard that cannot start, dies, says anything
-//! else or is silent for [`SILENT`] has lost everything (`/`). Reports only: what is done
-//! about them is the broker's.
+//! by the run's guard, a thread of the run's helper process (`wardcell-shim --helper`,
+//! started with the audit writer: audit.rs; the shim's guard.rs holds the inotify
+//! watches and finds what each event undoes), so that none of that is the broker's code.
+//! This module asks it, over the socket at the helper's fd 3, to hold each sandbox's
+//! paths before the sandbox's view is built (channel H, PROTOCOL 7.4), and reads what it
+//! reports from a thread: each path the host undid goes to the broker's `lost`, which
+//! ends every sandbox of the run; each tick (at least one a second) to `tick`. A guard
+//! that is not there, ends, says anything else or is silent for [`SILENT`] has lost
+//! everything (`/`). Reports only: what is done about them is the broker's.
 
 use std::io::{self, Write};
+use std::net::Shutdown;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex, Weak};
@@ -19,55 +21,48 @@ use std::time::{Duration, Instant};
 use wardcell_common::protocol::{self, GuardReport, GuardRequest};
 
 use crate::error::BrokerError;
-use crate::gitcheck::Spawn;
-use crate::process::{self, Watched};
+use crate::process;
 
 /// How long the guard may be silent (it ticks every second) or take to answer.
 pub const SILENT: Duration = Duration::from_secs(10);
 
 /// The run's guard, or why there is none.
-pub struct Guard<W: Watched> {
-    io: Mutex<Io<W>>,
+pub struct Guard {
+    io: Mutex<Io>,
     /// The run has ended: nothing is reported, and nothing held, after.
     ended: Arc<AtomicBool>,
 }
 
-struct Io<W: Watched> {
-    to: Option<ChildStdin>,
+struct Io {
+    to: Option<UnixStream>,
     /// What it says, until the reading thread takes it.
-    from: Option<ChildStdout>,
+    from: Option<UnixStream>,
     /// Paths lost before the thread started, reported once it has.
     early: Vec<PathBuf>,
     /// Its answers, once the thread reads them.
     answers: Option<Receiver<GuardReport>>,
-    child: Option<process::Child<W>>,
 }
 
-impl<W: Watched> Guard<W> {
-    /// The guard, started by `spawn` (when the run starts); without it nothing can be
-    /// held, and no sandbox is built ([`Guard::hold`]).
-    pub fn new(spawn: Spawn<'_, W>) -> Guard<W> {
-        let mut cmd = Command::new("wardcell-shim");
-        cmd.arg("--guard").env_clear().current_dir("/");
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let (to, from, child) = match spawn(&mut cmd) {
-            Ok((Child { stdin, stdout, .. }, child)) => (stdin, stdout, Some(child)),
-            Err(_) => (None, None, None),
-        };
-        let (early, answers) = (Vec::new(), None);
-        let io = Mutex::new(Io {
+impl Guard {
+    /// The broker's end of the guard's socket, and the end to place at the run's helper's
+    /// fd 3 (then closed here); without it nothing can be held, and no sandbox is built
+    /// ([`Guard::hold`]).
+    pub fn pair() -> (Guard, Option<UnixStream>) {
+        let (ours, theirs) = UnixStream::pair().map_or((None, None), |(a, b)| (Some(a), Some(b)));
+        let to = ours.as_ref().and_then(|s| s.try_clone().ok());
+        let io = Io {
             to,
-            from,
-            early,
-            answers,
-            child,
-        });
-        Guard {
-            io,
-            ended: Arc::default(),
-        }
+            from: ours,
+            early: Vec::new(),
+            answers: None,
+        };
+        (
+            Guard {
+                io: Mutex::new(io),
+                ended: Arc::default(),
+            },
+            theirs,
+        )
     }
 
     /// Start reading what the guard says (in the broker: once the signals it takes are
@@ -122,35 +117,33 @@ impl<W: Watched> Guard<W> {
             Some(GuardReport::Held) => Ok(()),
             Some(GuardReport::Unheld(why)) => Err(unheld(&why)),
             _ => Err(unheld(
-                "the run's guard (wardcell-shim --guard) stopped answering",
+                "the run's guard (wardcell-shim --helper) stopped answering",
             )),
         }
     }
 
     /// The run has ended: nothing more reported or held, every watch removed now (the
-    /// kernel frees them while the run ends: see the shim's guard.rs), and the guard
-    /// ended, killed and reaped.
+    /// kernel frees them while the run ends: see the shim's guard.rs), and the guard's
+    /// socket closed (the helper ends with the audit log).
     pub fn end(&self) {
         self.ended.store(true, Ordering::SeqCst);
         let _ = self.ask(GuardRequest::End);
         let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
-        io.to = None;
-        drop(io.child.take());
+        let _ = io.to.take().map(|s| s.shutdown(Shutdown::Both));
     }
 
     /// One request and its answer: read here until the thread reads what the guard says
     /// (paths lost meanwhile kept for it), then from the thread. A guard that does not
-    /// answer in time is killed: the thread then reports everything lost.
+    /// answer in time is cut off: the thread then reports everything lost.
     fn ask(&self, request: GuardRequest) -> Option<GuardReport> {
         let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
         let frame = protocol::encode_frame(&request).ok()?;
         io.to.as_mut()?.write_all(&frame).ok()?;
         let Io {
+            to,
             from,
             early,
             answers,
-            child,
-            ..
         } = &mut *io;
         loop {
             let said = match (from.as_mut(), answers.as_ref()) {
@@ -162,7 +155,12 @@ impl<W: Watched> Guard<W> {
                 Some(GuardReport::Lost(p)) => early.push(p),
                 Some(GuardReport::Tick) => {}
                 Some(answer) => return Some(answer),
-                None => return child.take().and(None),
+                None => {
+                    return to
+                        .take()
+                        .and_then(|s| s.shutdown(Shutdown::Both).err())
+                        .and(None)
+                }
             }
         }
     }
@@ -175,7 +173,7 @@ fn unheld(why: &str) -> BrokerError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gitcheck::tests::{instead, ByPid};
+    use std::process::{Command, Stdio};
 
     fn said(frames: &[GuardReport]) -> String {
         let bytes: Vec<u8> = frames
@@ -188,14 +186,25 @@ mod tests {
     /// What the broker's run stands for here: what was reported, in order.
     type Owner = Mutex<Vec<String>>;
 
-    fn started(script: &str) -> (Guard<ByPid>, Arc<Owner>) {
-        let g = Guard::new(&instead("/bin/sh", &["-c", script]));
+    /// A guard whose other end is `script` (its stdin and stdout), asked to hold once,
+    /// then read from a thread.
+    fn started(script: &str) -> (Guard, Arc<Owner>, std::process::Child) {
+        let (g, theirs) = Guard::pair();
+        let theirs = theirs.unwrap();
+        let child = Command::new("/bin/sh")
+            .args(["-c", script])
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(
+                theirs.try_clone().unwrap(),
+            )))
+            .stdout(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+            .spawn()
+            .unwrap();
         let owner = Arc::new(Owner::default());
         let _ = g.hold(&[("/a".into(), "/".into())]);
         let lost = |o: &Owner, p: &Path| o.lock().unwrap().push(p.display().to_string());
         let tick = |o: &Owner| o.lock().unwrap().push("tick".into());
         g.start(Arc::downgrade(&owner), lost, tick).unwrap();
-        (g, owner)
+        (g, owner, child)
     }
 
     fn reports(owner: &Owner, n: usize) -> Vec<String> {
@@ -214,25 +223,28 @@ mod tests {
             GuardReport::Held,
             GuardReport::Tick,
         ]);
-        let (g, owner) = started(&format!("printf '{frames}'; head -c1 >/dev/null"));
+        let (g, owner, mut child) = started(&format!("printf '{frames}'; head -c1 >/dev/null"));
         assert_eq!(reports(&owner, 3), ["/a", "tick", "/"]);
         // It is gone: nothing more can be held.
         assert!(g.hold(&[("/b".into(), "/".into())]).is_err());
+        child.wait().unwrap();
     }
 
     #[test]
     fn no_guard_holds_nothing_and_after_the_end_nothing_is_reported() {
-        let g: Guard<ByPid> = Guard::new(&|_: &mut Command| Err(io::Error::other("no shim")));
+        let (g, theirs) = Guard::pair();
+        drop(theirs);
         let e = g.hold(&[("/a".into(), "/".into())]).unwrap_err();
         assert!(e.to_string().contains("stopped answering"), "{e}");
         // Answers, then lost paths after the run's end: not reported, nothing held.
         let frames = said(&[GuardReport::Held, GuardReport::Ended]);
         let late = said(&[GuardReport::Lost("/a".into())]);
         let script = format!("printf '{frames}'; sleep 0.3; printf '{late}'; cat >/dev/null");
-        let (g, owner) = started(&script);
+        let (g, owner, mut child) = started(&script);
         g.end();
         std::thread::sleep(Duration::from_millis(500));
         assert!(owner.lock().unwrap().is_empty());
         assert!(g.hold(&[("/b".into(), "/".into())]).is_err());
+        child.wait().unwrap();
     }
 }

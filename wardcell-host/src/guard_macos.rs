@@ -2,23 +2,21 @@
 //! access, not mounts on directory entries: the host replacing a masked or read-only file
 //! leaves the rule over its path in force (THREAT_MODEL 9.1). Same API as the Linux guard.
 
-use std::marker::PhantomData;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Weak;
 
 use crate::error::BrokerError;
-use crate::gitcheck::Spawn;
-use crate::process::Watched;
 
 /// How often the broker's `tick` runs while the run lasts.
 pub const TICK: std::time::Duration = std::time::Duration::from_secs(1);
 
-pub struct Guard<W: Watched>(PhantomData<W>);
+pub struct Guard;
 
-impl<W: Watched> Guard<W> {
-    /// Nothing is started: there is nothing to watch.
-    pub fn new(_spawn: Spawn<'_, W>) -> Guard<W> {
-        Guard(PhantomData)
+impl Guard {
+    /// Nothing to watch: the helper's fd 3 goes unread.
+    pub fn pair() -> (Guard, Option<UnixStream>) {
+        (Guard, UnixStream::pair().ok().map(|(_, theirs)| theirs))
     }
 
     /// `tick` is called every [`TICK`] while `owner` lives, as on Linux.

@@ -1,11 +1,12 @@
-//! `wardcell-shim --audit`: the run's audit writer, a process of its own that the broker
-//! starts from the shim it holds open when the run starts (docs/PROTOCOL.md 7.3). It
-//! answers each request on stdin (`protocol::AuditRequest`: create the log, then one
-//! event at a time) with one `AuditAnswer` on stdout, until stdin ends; it dies with the
-//! broker, and ignores the signals a terminal or `kill` of the broker's group send, so
-//! that the run's end is still written when the broker is told to stop. The broker
-//! decides what each answer allows (an event not written ends the run; an entry whose
-//! decision is not written does not start) and ends the run when this process fails.
+//! The run's audit writer, the main thread of the run's helper (`wardcell-shim --helper`,
+//! a process of its own that the broker starts from the shim it holds open when the run
+//! starts; docs/PROTOCOL.md 7.3). It answers each request on stdin
+//! (`protocol::AuditRequest`: create the log, then one event at a time) with one
+//! `AuditAnswer` on stdout, until stdin ends; it dies with the broker, and blocks the
+//! signals a terminal or `kill` of the broker's group send, so that the run's end is
+//! still written when the broker is told to stop. The broker decides what each answer
+//! allows (an event not written ends the run; an entry whose decision is not written does
+//! not start) and ends the run when this process fails.
 //!
 //! The log: one JSON Lines file, 0600, in a 0700 directory, chained by hashes (format in
 //! `wardcell_support::audit`).
@@ -58,12 +59,14 @@ use wardcell_support::syslog;
 /// `audit.log_full` and `run.finished`, each of capped fields.
 pub const RESERVE: u64 = 64 * 1024;
 
-/// Serve the broker: the log created by the first request, then one event a request.
-pub fn main() -> ! {
+/// `wardcell-shim --helper`: the guard served on fd 3 (Linux) from a thread of its own,
+/// and the audit log on stdin and stdout from this one.
+pub fn helper() -> ! {
     #[cfg(target_os = "linux")]
-    let _ = nix::sys::prctl::set_name(c"wardcell-audit");
+    let _ = nix::sys::prctl::set_name(c"wardcell-helper");
     // The broker is told to stop by the keeper or by a signal to its group; this process
     // writes the run's end after that, and ends when the broker closes its stdin or dies.
+    // Blocked before the guard's thread starts, which inherits the mask.
     let mut stops = nix::sys::signal::SigSet::empty();
     for sig in [
         Signal::SIGINT,
@@ -74,6 +77,16 @@ pub fn main() -> ! {
         stops.add(sig);
     }
     let _ = stops.thread_block();
+    #[cfg(target_os = "linux")]
+    if let Ok(sock) = crate::sys::control_socket() {
+        let guard = std::thread::Builder::new().name("wardcell-guard".into());
+        let _ = guard.spawn(move || crate::guard::serve(sock));
+    }
+    serve()
+}
+
+/// Serve the broker: the log created by the first request, then one event a request.
+fn serve() -> ! {
     let (mut input, mut output) = (io::stdin().lock(), io::stdout().lock());
     let mut answer = |a: &AuditAnswer| protocol::write_frame(&mut output, a).is_ok();
     let log = match protocol::read_frame(&mut input) {

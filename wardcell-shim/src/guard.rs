@@ -1,6 +1,7 @@
-//! `wardcell-shim --guard`: what the run's views hold, watched on the host for the whole
-//! run (THREAT_MODEL 3.16), in a process of its own that the broker starts when the run
-//! starts (channel H, docs/PROTOCOL.md 7.4).
+//! The run's guard: what the run's views hold, watched on the host for the whole run
+//! (THREAT_MODEL 3.16), by a thread of the run's helper (`wardcell-shim --helper`, a
+//! process of its own that the broker starts when the run starts), on its fd 3 (channel
+//! H, docs/PROTOCOL.md 7.4).
 //!
 //! A mask or a read-only bind is a mount on one directory entry: when the host replaces
 //! that entry (renames over it, removes and recreates it, creates it where it was missing),
@@ -19,12 +20,12 @@
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
-use nix::sys::signal::{SigSet, Signal};
 
 use wardcell_common::protocol::{self, GuardReport, GuardRequest};
 
@@ -73,37 +74,19 @@ fn events() -> AddWatchFlags {
         | F::IN_DONT_FOLLOW
 }
 
-/// Serve the broker until it closes stdin (or dies): each request answered, each lost
-/// path reported, a tick every [`TICK`].
-pub fn main() -> ! {
-    #[cfg(target_os = "linux")]
-    let _ = nix::sys::prctl::set_name(c"wardcell-guard");
-    // As the audit writer: a signal to the broker's group is the broker's to act on.
-    let mut stops = SigSet::empty();
-    for sig in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-    ] {
-        stops.add(sig);
-    }
-    let _ = stops.thread_block();
-    // Unbuffered: poll says what is there to read.
-    let Ok(mut input) = io::stdin()
-        .as_fd()
-        .try_clone_to_owned()
-        .map(std::fs::File::from)
-    else {
-        std::process::exit(2)
-    };
-    let mut output = io::stdout().lock();
-    let mut say = |r: &GuardReport| {
-        if protocol::write_frame(&mut output, r).is_err() {
-            std::process::exit(2)
-        }
-    };
+/// Serve the broker on `sock` (the helper's fd 3) until it closes it: each request
+/// answered, each lost path reported, a tick every [`TICK`]. Returns when the socket
+/// ends or fails, or the events cannot be read (after saying everything is lost), with
+/// every watch removed.
+pub fn serve(sock: UnixStream) {
     let mut guard = Guard::new();
+    let _ = watch(&mut guard, &sock);
+    guard.end();
+}
+
+fn watch(guard: &mut Guard, sock: &UnixStream) -> Option<()> {
+    let (mut input, mut output) = (sock, sock);
+    let mut say = |r: &GuardReport| protocol::write_frame(&mut output, r).ok();
     let mut next = Instant::now() + TICK;
     loop {
         let left = next.saturating_duration_since(Instant::now());
@@ -121,28 +104,28 @@ pub fn main() -> ! {
         let (asked, happened) = (ready(0), ready(1));
         drop(fds);
         if matches!(polled, Ok(0)) || left.is_zero() {
-            say(&GuardReport::Tick);
+            say(&GuardReport::Tick)?;
             next = Instant::now() + TICK;
         }
         if happened {
             // Events that cannot be read: everything is lost, and nothing is watched.
             let Some(lost) = guard.lost() else {
-                say(&GuardReport::Lost("/".into()));
-                std::process::exit(2)
+                return say(&GuardReport::Lost("/".into())).and(None);
             };
-            lost.into_iter().for_each(|p| say(&GuardReport::Lost(p)));
+            for p in lost {
+                say(&GuardReport::Lost(p))?;
+            }
         }
         if asked {
-            match protocol::read_frame(&mut input) {
-                Ok(GuardRequest::Hold(paths)) => say(&match guard.hold(&paths) {
+            match protocol::read_frame(&mut input).ok()? {
+                GuardRequest::Hold(paths) => say(&match guard.hold(&paths) {
                     Ok(()) => GuardReport::Held,
                     Err(e) => GuardReport::Unheld(e.to_string()),
-                }),
-                Ok(GuardRequest::End) => {
+                })?,
+                GuardRequest::End => {
                     guard.end();
-                    say(&GuardReport::Ended)
+                    say(&GuardReport::Ended)?
                 }
-                Err(_) => std::process::exit(0),
             }
         }
     }

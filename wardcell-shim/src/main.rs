@@ -106,7 +106,7 @@ fn setup_failed(control: &mut UnixStream, step: &str, message: String) -> ! {
 fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("--git-watch") => gitcheck::main(),
-        Some("--audit") => auditlog::main(),
+        Some("--helper") => auditlog::helper(),
         _ => {}
     }
     macos::main()
@@ -121,8 +121,7 @@ fn main() {
         }
         Some("--probe") => probe(),
         Some("--git-watch") => gitcheck::main(),
-        Some("--audit") => auditlog::main(),
-        Some("--guard") => guard::main(),
+        Some("--helper") => auditlog::helper(),
         _ => {}
     }
 

@@ -71,6 +71,16 @@ pub fn spawn_with_control(exe: &Exe, control: RawFd) -> io::Result<Child> {
     cmd.spawn()
 }
 
+/// [`spawn_from`], with `control` as its fd 3 (the run's helper: the guard's socket).
+pub fn spawn_helper(
+    exe: &Exe,
+    cmd: &mut Command,
+    control: BorrowedFd<'_>,
+) -> io::Result<(Child, super::Child)> {
+    helper(cmd, exe, Some(control.as_raw_fd()))?;
+    super::watch(cmd.spawn()?)
+}
+
 /// Start `cmd` from the program `exe` holds open (the approval plugin), dying with the
 /// thread that starts it, and watched.
 pub fn spawn_from(exe: &Exe, cmd: &mut Command) -> io::Result<(Child, super::Child)> {

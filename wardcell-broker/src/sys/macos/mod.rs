@@ -199,6 +199,16 @@ pub fn spawn_from(
     super::watch(for_helper(cmd).spawn()?)
 }
 
+/// [`spawn_from`]: the run's helper, whose fd 3 (the guard's socket) macOS leaves
+/// unpassed, having nothing to watch.
+pub fn spawn_helper(
+    exe: &wardcell_host::exe::Exe,
+    cmd: &mut std::process::Command,
+    _control: BorrowedFd<'_>,
+) -> io::Result<(std::process::Child, super::Child)> {
+    spawn_from(exe, cmd)
+}
+
 /// Wake the thread blocked in `accept` on a listener that is being stopped: shutting a
 /// listening socket down does not wake it here, so connect to it once.
 pub fn wake_listener(_listener: BorrowedFd<'_>, path: &std::path::Path) {
