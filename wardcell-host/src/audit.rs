@@ -157,16 +157,8 @@ const STOPPED: &str = "the run's audit writer (wardcell-shim --helper) stopped a
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gitcheck::tests::{instead, ByPid};
+    use crate::gitcheck::tests::{instead, printf, ByPid};
     use serde_json::json;
-
-    fn answers(frames: &[AuditAnswer]) -> String {
-        let bytes: Vec<u8> = frames
-            .iter()
-            .flat_map(|a| protocol::encode_frame(a).unwrap())
-            .collect();
-        bytes.iter().map(|b| format!("\\{b:03o}")).collect()
-    }
 
     fn writer(script: &str) -> AuditLog<ByPid> {
         let log = AuditLog::start(&instead("/bin/sh", &["-c", script]));
@@ -178,7 +170,7 @@ mod tests {
     fn the_writers_answers_are_what_the_broker_acts_on() {
         let script = format!(
             "printf '{}'; cat >/dev/null",
-            answers(&[
+            printf(&[
                 AuditAnswer::Written,
                 AuditAnswer::Written,
                 AuditAnswer::Counted,

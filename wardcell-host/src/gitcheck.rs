@@ -155,8 +155,13 @@ pub(crate) mod tests {
         let look = GitLook {
             lines: lines.iter().map(|l| l.to_string()).collect(),
         };
-        let bytes = protocol::encode_frame(&look).unwrap();
-        bytes.iter().map(|b| format!("\\{b:03o}")).collect()
+        printf(&[look])
+    }
+
+    /// `msgs` as frames, in octal escapes for a stand-in's `printf`.
+    pub(crate) fn printf<T: protocol::Message>(msgs: &[T]) -> String {
+        let bytes = msgs.iter().flat_map(|m| protocol::encode_frame(m).unwrap());
+        bytes.map(|b| format!("\\{b:03o}")).collect()
     }
 
     #[test]

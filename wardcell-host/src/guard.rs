@@ -173,15 +173,8 @@ fn unheld(why: &str) -> BrokerError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gitcheck::tests::printf;
     use std::process::{Command, Stdio};
-
-    fn said(frames: &[GuardReport]) -> String {
-        let bytes: Vec<u8> = frames
-            .iter()
-            .flat_map(|f| protocol::encode_frame(f).unwrap())
-            .collect();
-        bytes.iter().map(|b| format!("\\{b:03o}")).collect()
-    }
 
     /// What the broker's run stands for here: what was reported, in order.
     type Owner = Mutex<Vec<String>>;
@@ -218,7 +211,7 @@ mod tests {
     #[test]
     fn what_the_guard_reports_reaches_the_run_and_its_end_is_everything_lost() {
         // Lost before the thread reads: kept for it. Then a tick, then the guard ends.
-        let frames = said(&[
+        let frames = printf(&[
             GuardReport::Lost("/a".into()),
             GuardReport::Held,
             GuardReport::Tick,
@@ -237,8 +230,8 @@ mod tests {
         let e = g.hold(&[("/a".into(), "/".into())]).unwrap_err();
         assert!(e.to_string().contains("stopped answering"), "{e}");
         // Answers, then lost paths after the run's end: not reported, nothing held.
-        let frames = said(&[GuardReport::Held, GuardReport::Ended]);
-        let late = said(&[GuardReport::Lost("/a".into())]);
+        let frames = printf(&[GuardReport::Held, GuardReport::Ended]);
+        let late = printf(&[GuardReport::Lost("/a".into())]);
         let script = format!("printf '{frames}'; sleep 0.3; printf '{late}'; cat >/dev/null");
         let (g, owner, mut child) = started(&script);
         g.end();
