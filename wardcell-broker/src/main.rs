@@ -374,6 +374,8 @@ fn start_first(
         if !logged {
             let _ = log_started();
         }
+        // Nothing is held any more: the helper's end (after the log's) is no loss.
+        run.guard.end();
         let fields = json!({"exit_status": 1, "error": e.to_string()});
         let _ = run.record("run", "run.finished", fields);
         audit_failed().unwrap_or(e)

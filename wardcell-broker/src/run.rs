@@ -109,13 +109,14 @@ impl Run {
         written
     }
 
-    /// The first sandbox is complete: from now on a failed log write ends it. A write
-    /// that failed before this ends it at once.
+    /// The first sandbox is complete: from now on a failed log write, or a held path
+    /// lost, ends it. One that came before this (the run is ending already) ends it at
+    /// once.
     pub fn set_first(&self, first: &sys::Process) {
         if let Ok(p) = first.try_clone() {
             let _ = self.first.set(p);
         }
-        if self.audit.failure().is_some() {
+        if self.audit.failure().is_some() || self.entries.is_ending() {
             self.end_unaudited();
         }
     }

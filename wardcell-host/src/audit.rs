@@ -7,7 +7,8 @@
 //! answer or takes too long is a log that failed: that answer, and every one after it,
 //! is a failure, which ends the run (`Run::record`).
 
-use std::io::{self, Write};
+use std::io;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
@@ -15,7 +16,7 @@ use serde_json::Value;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use wardcell_common::protocol::{self, AuditAnswer, AuditRequest, Rate};
+use wardcell_common::protocol::{AuditAnswer, AuditRequest, Rate};
 
 use crate::gitcheck::Spawn;
 use crate::process::{self, Watched};
@@ -55,6 +56,14 @@ impl<W: Watched> AuditLog<W> {
             )) => (Some((to, from, child)), None),
             Ok(_) => (None, Some("its pipes are missing".to_string())),
             Err(e) => (None, Some(e.to_string())),
+        };
+        // Written to with a deadline: a helper that stops reading fails the write.
+        let blocking = process
+            .as_ref()
+            .map(|(to, _, _)| process::nonblocking(to.as_fd()));
+        let (process, failed) = match blocking {
+            Some(Err(e)) => (None, failed.or(Some(e.to_string()))),
+            _ => (process, failed),
         };
         let failed = failed.map(|e| {
             format!("the run's audit writer (wardcell-shim --helper) could not start: {e}")
@@ -134,7 +143,7 @@ impl<W: Watched> AuditLog<W> {
         }
         let until = Instant::now() + w.deadline;
         let answer = w.process.as_mut().and_then(|(to, from, _)| {
-            to.write_all(&protocol::encode_frame(&request).ok()?).ok()?;
+            process::write_frame_by(to, &request, until)?;
             process::read_frame_by::<AuditAnswer>(from, until)
         });
         // A writer that stopped answering is killed and reaped, and so is one whose last
@@ -208,6 +217,19 @@ mod tests {
             assert!(log.write(None, "run", "run.finished", json!({})).is_err());
             assert!(log.failure().is_some());
         }
+        // Takes the log, then reads nothing: an event bigger than the pipe is not waited
+        // for past the deadline either.
+        let log = writer(&format!(
+            "printf '{}'; sleep 60",
+            printf(&[AuditAnswer::Written])
+        ));
+        assert_eq!(log.open("/x".into(), "r", false, 0), Ok(()));
+        let t = Instant::now();
+        let argv = vec!["x".repeat(1 << 20)];
+        assert!(log
+            .write(None, "audit", "audit.decision", json!({ "command": argv }))
+            .is_err());
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         // Cannot be started at all.
         let log: AuditLog<ByPid> =
             AuditLog::start(&|_: &mut Command| Err(io::Error::other("no shim")));

@@ -9,7 +9,7 @@
 //! that is not there, ends, says anything else or is silent for [`SILENT`] has lost
 //! everything (`/`). Reports only: what is done about them is the broker's.
 
-use std::io::{self, Write};
+use std::io;
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -18,7 +18,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use wardcell_common::protocol::{self, GuardReport, GuardRequest};
+use wardcell_common::protocol::{GuardReport, GuardRequest};
 
 use crate::error::BrokerError;
 use crate::process;
@@ -48,7 +48,9 @@ impl Guard {
     /// fd 3 (then closed here); without it nothing can be held, and no sandbox is built
     /// ([`Guard::hold`]).
     pub fn pair() -> (Guard, Option<UnixStream>) {
-        let (ours, theirs) = UnixStream::pair().map_or((None, None), |(a, b)| (Some(a), Some(b)));
+        // Non-blocking (both directions: one socket): written to and read with deadlines.
+        let pair = UnixStream::pair().and_then(|(a, b)| a.set_nonblocking(true).map(|()| (a, b)));
+        let (ours, theirs) = pair.map_or((None, None), |(a, b)| (Some(a), Some(b)));
         let to = ours.as_ref().and_then(|s| s.try_clone().ok());
         let io = Io {
             to,
@@ -66,10 +68,11 @@ impl Guard {
     }
 
     /// Start reading what the guard says (in the broker: once the signals it takes are
-    /// blocked, which the thread inherits). While `owner` (the run) lives, `lost` is
+    /// blocked, which the threads inherit). While `owner` (the run) lives, `lost` is
     /// called with each held path the host undid (`/` for events the kernel dropped, and
     /// for a guard gone or silent), and `tick` with each tick (the broker looks at the
-    /// run's repository then).
+    /// run's repository then), from a thread of their own: one reads, so that answers
+    /// and silence are seen whatever the callbacks take.
     pub fn start<T: Send + Sync + 'static>(
         &self,
         owner: Weak<T>,
@@ -78,32 +81,54 @@ impl Guard {
     ) -> Result<(), BrokerError> {
         let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
         let (answers, to_broker) = channel();
+        let (acts, acted) = channel();
         let (from, early) = (io.from.take(), std::mem::take(&mut io.early));
         io.answers = Some(to_broker);
+        early.into_iter().for_each(|p| drop(acts.send(Some(p))));
         let ended = self.ended.clone();
-        let spawned = std::thread::Builder::new().name("guard".into());
-        let spawned = spawned.spawn(move || {
-            let run = |f: &dyn Fn(&T)| owner.upgrade().iter().for_each(|o| f(o));
-            early.iter().for_each(|p| run(&|o| lost(o, p)));
+        let reads = move || {
             let Some(mut from) = from else {
-                return run(&|o| lost(o, Path::new("/")));
+                return drop(acts.send(Some("/".into())));
             };
             loop {
                 let said = process::read_frame_by(&mut from, Instant::now() + SILENT);
-                let ended = ended.load(Ordering::SeqCst);
-                match said {
-                    Some(GuardReport::Tick) if !ended => run(&tick),
-                    Some(GuardReport::Lost(p)) if !ended => run(&|o| lost(o, &p)),
-                    Some(GuardReport::Tick | GuardReport::Lost(_)) => {}
-                    Some(answer) => drop(answers.send(answer)),
-                    None if ended => return,
-                    None => return run(&|o| lost(o, Path::new("/"))),
+                let act = match said {
+                    Some(GuardReport::Tick) => None,
+                    Some(GuardReport::Lost(p)) => Some(p),
+                    Some(answer) => {
+                        let _ = answers.send(answer);
+                        continue;
+                    }
+                    None if ended.load(Ordering::SeqCst) => return,
+                    None => return drop(acts.send(Some("/".into()))),
+                };
+                if !ended.load(Ordering::SeqCst) {
+                    let _ = acts.send(act);
                 }
             }
-        });
-        spawned
-            .map(drop)
-            .map_err(|e| BrokerError::Sandbox(format!("starting a thread: {e}")))
+        };
+        let ended = self.ended.clone();
+        let acts = move || {
+            while let Ok(act) = acted.recv() {
+                // Ticks that queued while a callback ran are one look.
+                let act = act.or_else(|| acted.try_iter().find_map(|a| a));
+                let Some(owner) = owner.upgrade().filter(|_| !ended.load(Ordering::SeqCst)) else {
+                    continue;
+                };
+                match act {
+                    Some(p) => lost(&owner, &p),
+                    None => tick(&owner),
+                }
+            }
+        };
+        for (name, work) in [
+            ("guard", Box::new(reads) as Box<dyn FnOnce() + Send>),
+            ("guard-acts", Box::new(acts)),
+        ] {
+            let spawned = std::thread::Builder::new().name(name.into()).spawn(work);
+            spawned.map_err(|e| BrokerError::Sandbox(format!("starting a thread: {e}")))?;
+        }
+        Ok(())
     }
 
     /// Hold `paths`, each `(path, tree)`: from now on the host replacing one is reported.
@@ -137,8 +162,7 @@ impl Guard {
     /// answer in time is cut off: the thread then reports everything lost.
     fn ask(&self, request: GuardRequest) -> Option<GuardReport> {
         let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
-        let frame = protocol::encode_frame(&request).ok()?;
-        io.to.as_mut()?.write_all(&frame).ok()?;
+        process::write_frame_by(io.to.as_mut()?, &request, Instant::now() + SILENT)?;
         let Io {
             to,
             from,

@@ -1,7 +1,7 @@
 //! The broker's one process type: a child (a sandbox's shim, a proxy, the approval
 //! plugin) by its pid and its watch, killed and reaped when it is dropped unreaped.
 
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::time::Instant;
 
@@ -125,17 +125,59 @@ pub fn read_frame_by<T: Message>(from: &mut (impl Read + AsFd), until: Instant) 
 fn read_by(from: &mut (impl Read + AsFd), buf: &mut [u8], until: Instant) -> Option<()> {
     let mut got = 0;
     while got < buf.len() {
-        let mut fds = [PollFd::new(from.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, terminal::timeout_until(Some(until))) {
-            Ok(1..) | Err(Errno::EINTR) => {}
-            _ => return None,
-        }
-        match from.read(&mut buf[got..]) {
-            Ok(0) => return None,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
+        match ready_by(from.as_fd(), PollFlags::POLLIN, until)?.then(|| from.read(&mut buf[got..]))
+        {
+            Some(Ok(0)) => return None,
+            Some(Ok(n)) => got += n,
+            Some(Err(e)) if !again(&e) => return None,
+            _ => {}
         }
     }
     Some(())
+}
+
+/// One frame to a helper, whole, written by `until`: `to` must be non-blocking (a helper
+/// that stops reading must not hold up the broker past its deadline).
+pub fn write_frame_by<T: Message>(
+    to: &mut (impl Write + AsFd),
+    msg: &T,
+    until: Instant,
+) -> Option<()> {
+    let frame = protocol::encode_frame(msg).ok()?;
+    let mut sent = 0;
+    while sent < frame.len() {
+        match ready_by(to.as_fd(), PollFlags::POLLOUT, until)?.then(|| to.write(&frame[sent..])) {
+            Some(Ok(0)) => return None,
+            Some(Ok(n)) => sent += n,
+            Some(Err(e)) if !again(&e) => return None,
+            _ => {}
+        }
+    }
+    Some(())
+}
+
+/// Make writes to `fd` return at once rather than wait for room.
+pub fn nonblocking(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    use std::os::fd::AsRawFd;
+    fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
+/// Whether `fd` is ready for `what` (false: a signal came first), or `None` by `until`.
+fn ready_by(fd: std::os::fd::BorrowedFd<'_>, what: PollFlags, until: Instant) -> Option<bool> {
+    let mut fds = [PollFd::new(fd, what)];
+    match poll(&mut fds, terminal::timeout_until(Some(until))) {
+        Ok(1..) => Some(true),
+        Err(Errno::EINTR) => Some(false),
+        _ => None,
+    }
+}
+
+/// An error that only says to wait and try again.
+fn again(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+    )
 }
