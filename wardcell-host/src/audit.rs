@@ -45,25 +45,18 @@ impl<W: Watched> AuditLog<W> {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        let (process, failed) = match spawn(&mut cmd) {
-            Ok((
-                Child {
-                    stdin: Some(to),
-                    stdout: Some(from),
-                    ..
-                },
-                child,
-            )) => (Some((to, from, child)), None),
-            Ok(_) => (None, Some("its pipes are missing".to_string())),
+        // Its stdin written to with a deadline: a helper that stops reading fails the write.
+        let started = spawn(&mut cmd).and_then(|(child, process)| match child {
+            Child {
+                stdin: Some(to),
+                stdout: Some(from),
+                ..
+            } => process::nonblocking(to.as_fd()).map(|()| (to, from, process)),
+            _ => Err(io::Error::other("its pipes are missing")),
+        });
+        let (process, failed) = match started {
+            Ok(started) => (Some(started), None),
             Err(e) => (None, Some(e.to_string())),
-        };
-        // Written to with a deadline: a helper that stops reading fails the write.
-        let blocking = process
-            .as_ref()
-            .map(|(to, _, _)| process::nonblocking(to.as_fd()));
-        let (process, failed) = match blocking {
-            Some(Err(e)) => (None, failed.or(Some(e.to_string()))),
-            _ => (process, failed),
         };
         let failed = failed.map(|e| {
             format!("the run's audit writer (wardcell-shim --helper) could not start: {e}")

@@ -153,8 +153,7 @@ impl Guard {
     pub fn end(&self) {
         self.ended.store(true, Ordering::SeqCst);
         let _ = self.ask(GuardRequest::End);
-        let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = io.to.take().map(|s| s.shutdown(Shutdown::Both));
+        cut_off(&mut self.io.lock().unwrap_or_else(|p| p.into_inner()).to);
     }
 
     /// One request and its answer: read here until the thread reads what the guard says
@@ -180,13 +179,19 @@ impl Guard {
                 Some(GuardReport::Tick) => {}
                 Some(answer) => return Some(answer),
                 None => {
-                    return to
-                        .take()
-                        .and_then(|s| s.shutdown(Shutdown::Both).err())
-                        .and(None)
+                    cut_off(to);
+                    return None;
                 }
             }
         }
+    }
+}
+
+/// Nothing more is asked of the guard: its socket shut down, so that the reading thread
+/// sees its end.
+fn cut_off(to: &mut Option<UnixStream>) {
+    if let Some(s) = to.take() {
+        let _ = s.shutdown(Shutdown::Both);
     }
 }
 

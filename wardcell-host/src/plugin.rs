@@ -11,12 +11,11 @@
 //! an entered sandbox's).
 
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::WaitStatus;
@@ -83,11 +82,9 @@ impl<W: Watched> Plugin<W> {
         let stdout = child.stdout.take().expect("piped");
         let plugin = Plugin { process, stdout };
         // Its stdout is drained as it comes, and read to what is there once it exits.
-        fcntl(
-            plugin.stdout.as_raw_fd(),
-            FcntlArg::F_SETFL(OFlag::O_NONBLOCK),
-        )
-        .map_err(|e| Answer::refusal(format!("the approval plugin could not be started: {e}")))?;
+        process::nonblocking(plugin.stdout.as_fd()).map_err(|e| {
+            Answer::refusal(format!("the approval plugin could not be started: {e}"))
+        })?;
         // A plugin that does not read its stdin must not block the supervisor: written
         // from a thread of its own, which ends when the plugin's group is killed.
         let input = format!("{request}\n");
